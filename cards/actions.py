@@ -1,0 +1,73 @@
+"""The stable vocabulary of card callback actions.
+
+Every interactive element of an amux card carries ``behaviors: [{"type": "callback", "value":
+{"action": <name>, ...fields}}]``. Feishu echoes that value back in ``card.action.trigger``
+(``event.action.value``), plus ``form_value`` for form submissions and ``checked`` for checkers.
+Handlers dispatch on ``value["action"]``; the names and fields below are a wire contract (old
+cards stay in chats for weeks), so add names rather than change them.
+
+=========================  ======================================================================
+action                     fields carried in the value
+=========================  ======================================================================
+``manage.open``            (none) re-render the management card
+``memory.toggle``          ``memory_enabled``, ``isolation``: the draft *after* this click
+``isolation.toggle``       ``memory_enabled``, ``isolation``: the draft *after* this click
+``settings.save``          ``memory_enabled``, ``isolation``: the draft to save
+``restart.now``            (none) restart the Hub now
+``restart.later``          (none) keep the saved values pending until a later restart
+``memory.list``            ``path_prefix`` (optional) list the caller's memory documents
+``memory.search``          (none) form submit; the query is ``form_value["query"]``
+``memory.open``            ``path``, ``offset`` (optional continuation offset)
+``memory.forget.ask``      ``path``, ``revision``: show the confirmation card
+``memory.forget.confirm``  ``path``, ``revision``: delete if the document is still at ``revision``
+``run.cancel``             ``run_id``: stop a running Agent execution
+=========================  ======================================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+MANAGE_OPEN: Final = "manage.open"
+MEMORY_TOGGLE: Final = "memory.toggle"
+ISOLATION_TOGGLE: Final = "isolation.toggle"
+SETTINGS_SAVE: Final = "settings.save"
+RESTART_NOW: Final = "restart.now"
+RESTART_LATER: Final = "restart.later"
+MEMORY_LIST: Final = "memory.list"
+MEMORY_SEARCH: Final = "memory.search"
+MEMORY_OPEN: Final = "memory.open"
+MEMORY_FORGET_ASK: Final = "memory.forget.ask"
+MEMORY_FORGET_CONFIRM: Final = "memory.forget.confirm"
+RUN_CANCEL: Final = "run.cancel"
+
+ALL: Final[frozenset[str]] = frozenset(
+    {
+        MANAGE_OPEN,
+        MEMORY_TOGGLE,
+        ISOLATION_TOGGLE,
+        SETTINGS_SAVE,
+        RESTART_NOW,
+        RESTART_LATER,
+        MEMORY_LIST,
+        MEMORY_SEARCH,
+        MEMORY_OPEN,
+        MEMORY_FORGET_ASK,
+        MEMORY_FORGET_CONFIRM,
+        RUN_CANCEL,
+    }
+)
+
+# Actions only the owner may trigger; handlers must check this, the card merely hides them.
+OWNER_ONLY: Final[frozenset[str]] = frozenset(
+    {MEMORY_TOGGLE, ISOLATION_TOGGLE, SETTINGS_SAVE, RESTART_NOW, RESTART_LATER}
+)
+
+
+def callback(action: str, **fields: Any) -> list[dict[str, Any]]:
+    """The ``behaviors`` list that makes an element report ``action`` (and ``fields``) on click."""
+    if action not in ALL:
+        raise ValueError(f"unknown card action {action!r}")
+    value: dict[str, Any] = {"action": action}
+    value.update({k: v for k, v in fields.items() if v is not None})
+    return [{"type": "callback", "value": value}]

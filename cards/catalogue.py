@@ -1,0 +1,218 @@
+"""The message catalogue: every user-visible card string, in zh_cn and en_us.
+
+Both languages carry exactly the same keys and the same ``{placeholders}`` (a test pins this), so
+a builder can never fall back silently to the other language.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cards.models import Lang
+
+MESSAGES: dict[Lang, dict[str, str]] = {
+    "en_us": {
+        "manage.title": "amux management",
+        "manage.identity": "**You are** {name} (`{principal}`, {kind})",
+        "manage.kind.user": "user",
+        "manage.kind.service": "service",
+        "manage.role.owner": "Owner of this Hub",
+        "manage.role.member": "Member",
+        "manage.scope": "**Memory scope** `{scope}`",
+        "manage.scope.global": "Global memory, shared by every authorized Agent",
+        "manage.scope.principal": "Your own memory, separate from other members",
+        "manage.member_hint": (
+            "Only the owner can change Hub settings. You can review your own memory."
+        ),
+        "manage.experiments": "**Experiments**",
+        "manage.memory_switch": "Agent memory",
+        "manage.isolation_switch": "User isolation",
+        "manage.values": "saved: **{saved}**, running: **{running}**",
+        "manage.restart_pending": "Restart pending: saved values apply at the next Hub restart.",
+        "manage.unsaved": "You have unsaved changes.",
+        "manage.save": "Save",
+        "manage.my_memory": "My memory",
+        "manage.restarted": "The Hub restarted; the running values below are now in effect.",
+        "value.on": "on",
+        "value.off": "off",
+        "restart.title": "Saved: restart to apply",
+        "restart.changes": "**Saved** Agent memory: {memory}; user isolation: {isolation}",
+        "restart.body": (
+            "Saving does not change the running policy. A restart drains running work, then the "
+            "Hub starts again with the saved values.\n"
+            "- Agent memory on: new conversations can read and save memory. Existing "
+            "conversations without a memory binding do not migrate: start a new conversation "
+            "after enabling.\n"
+            "- Agent memory off: memory tools are rejected, files are kept. Bound conversations "
+            "keep their protocol and fail memory calls until it is enabled again.\n"
+            "- User isolation decides whether members share one global memory or each get their "
+            "own."
+        ),
+        "restart.when": "Restart at a quiet moment: running Agent work is drained first.",
+        "restart.now": "Restart now",
+        "restart.later": "Later",
+        "restart.scheduled": (
+            "Restarting now. This card shows the new running state when it is back."
+        ),
+        "restart.deferred": "Not restarted. The saved values stay pending until the next restart.",
+        "memory.title": "My memory",
+        "memory.scope": "Scope `{scope}`",
+        "memory.empty": "No memory documents here yet.",
+        "memory.truncated": "More documents exist; narrow the prefix or search.",
+        "memory.open": "Open",
+        "memory.search_placeholder": "Literal keywords, e.g. review report",
+        "memory.search": "Search",
+        "memory.search_title": "Search: {query}",
+        "memory.no_hits": "Nothing matched. Try other literal keywords or a known path.",
+        "memory.incomplete": "The search stopped at its scan budget; results may be incomplete.",
+        "memory.document_title": "{path}",
+        "memory.revision": "revision `{revision}`",
+        "memory.more": "Read more",
+        "memory.forget": "Forget",
+        "memory.back": "Back to list",
+        "memory.forget_title": "Forget this document?",
+        "memory.forget_body": (
+            "**{path}** (revision `{revision}`) will be deleted. If it changed since you opened "
+            "it, nothing is deleted and you will be asked to look again.\n"
+            "Content already read into a conversation stays there; copies in other documents stay "
+            "too."
+        ),
+        "memory.forget_confirm": "Forget",
+        "memory.forget_cancel": "Keep it",
+        "memory.forgotten_title": "Forgotten",
+        "memory.forgotten": "**{path}** was deleted.",
+        "memory.already_absent": "**{path}** was already gone.",
+        "progress.title.queued": "Queued",
+        "progress.title.running": "Working",
+        "progress.title.done": "Done",
+        "progress.title.failed": "Failed",
+        "progress.title.cancelled": "Cancelled",
+        "progress.elapsed": "{seconds} s elapsed",
+        "progress.cancel": "Stop",
+        "result.title": "Result",
+        "result.part": "Result ({index}/{total})",
+        "error.title": "Something went wrong",
+        "error.code": "Error code `{code}`",
+        "warning.title": "Notice",
+        "notice.memory_unavailable.title": "Memory unavailable",
+        "notice.memory_unavailable": (
+            "Memory could not be reached, so nothing was read or saved. Check that the Hub "
+            "restarted after enabling memory and start a fresh conversation."
+        ),
+        "notice.memory_disabled": "Agent memory is off on this Hub. The owner can enable it in "
+        "/amux → Experiments.",
+        "notice.enrollment_closed.title": "Not enrolled",
+        "notice.enrollment_closed": (
+            "This Hub does not accept new members right now. Ask its owner to add you."
+        ),
+        "notice.own_topic.title": "Open your own topic",
+        "notice.own_topic": (
+            "This topic belongs to another member and memory is isolated per person. Start your "
+            "own topic to talk to the assistant."
+        ),
+        "notice.owner_only.title": "Owner only",
+        "notice.owner_only": "Only the owner of this Hub can change its settings.",
+        "notice.stale_card": "This card is out of date. Open /amux again.",
+    },
+    "zh_cn": {
+        "manage.title": "amux 管理",
+        "manage.identity": "**你是** {name}（`{principal}`，{kind}）",
+        "manage.kind.user": "用户",
+        "manage.kind.service": "服务",
+        "manage.role.owner": "本 Hub 的所有者",
+        "manage.role.member": "成员",
+        "manage.scope": "**记忆范围** `{scope}`",
+        "manage.scope.global": "全局记忆，所有已授权的 Agent 共享",
+        "manage.scope.principal": "你自己的记忆，与其他成员隔离",
+        "manage.member_hint": "只有所有者可以修改 Hub 设置。你可以查看自己的记忆。",
+        "manage.experiments": "**实验功能**",
+        "manage.memory_switch": "Agent 记忆",
+        "manage.isolation_switch": "用户隔离",
+        "manage.values": "已保存：**{saved}**，运行中：**{running}**",
+        "manage.restart_pending": "待重启：已保存的值将在下次 Hub 重启后生效。",
+        "manage.unsaved": "你有尚未保存的修改。",
+        "manage.save": "保存",
+        "manage.my_memory": "我的记忆",
+        "manage.restarted": "Hub 已重启，下方的运行值现已生效。",
+        "value.on": "开",
+        "value.off": "关",
+        "restart.title": "已保存：重启后生效",
+        "restart.changes": "**已保存** Agent 记忆：{memory}；用户隔离：{isolation}",
+        "restart.body": (
+            "保存不会改变正在运行的策略。重启会先等待进行中的工作结束，"
+            "然后 Hub 以已保存的值重新启动。\n"
+            "- 开启 Agent 记忆：新会话可以读取和保存记忆。没有记忆绑定的已有会话不会自动迁移，"
+            "首次开启后请新建会话。\n"
+            "- 关闭 Agent 记忆：记忆工具调用会被拒绝，文件会保留。已绑定的会话保留协议，"
+            "在重新开启前记忆调用会失败。\n"
+            "- 用户隔离决定成员共享一份全局记忆，还是每人各自一份。"
+        ),
+        "restart.when": "请在空闲时重启：会先等待进行中的 Agent 工作结束。",
+        "restart.now": "立即重启",
+        "restart.later": "稍后",
+        "restart.scheduled": "正在重启。恢复后此卡片会显示新的运行状态。",
+        "restart.deferred": "未重启。已保存的值将在下次重启时生效。",
+        "memory.title": "我的记忆",
+        "memory.scope": "范围 `{scope}`",
+        "memory.empty": "这里还没有记忆文档。",
+        "memory.truncated": "还有更多文档；请缩小前缀或使用搜索。",
+        "memory.open": "打开",
+        "memory.search_placeholder": "字面关键词，例如 评审报告",
+        "memory.search": "搜索",
+        "memory.search_title": "搜索：{query}",
+        "memory.no_hits": "没有匹配结果。试试其他字面关键词或已知路径。",
+        "memory.incomplete": "搜索达到扫描上限，结果可能不完整。",
+        "memory.document_title": "{path}",
+        "memory.revision": "版本 `{revision}`",
+        "memory.more": "继续阅读",
+        "memory.forget": "遗忘",
+        "memory.back": "返回列表",
+        "memory.forget_title": "遗忘这篇文档？",
+        "memory.forget_body": (
+            "将删除 **{path}**（版本 `{revision}`）。如果打开后它已被修改，则不会删除，"
+            "并提示你重新查看。\n"
+            "已读入会话的内容仍会留在会话中；其他文档中的副本也会保留。"
+        ),
+        "memory.forget_confirm": "遗忘",
+        "memory.forget_cancel": "保留",
+        "memory.forgotten_title": "已遗忘",
+        "memory.forgotten": "**{path}** 已删除。",
+        "memory.already_absent": "**{path}** 早已不存在。",
+        "progress.title.queued": "排队中",
+        "progress.title.running": "处理中",
+        "progress.title.done": "已完成",
+        "progress.title.failed": "失败",
+        "progress.title.cancelled": "已取消",
+        "progress.elapsed": "已用时 {seconds} 秒",
+        "progress.cancel": "停止",
+        "result.title": "结果",
+        "result.part": "结果（{index}/{total}）",
+        "error.title": "出错了",
+        "error.code": "错误码 `{code}`",
+        "warning.title": "提示",
+        "notice.memory_unavailable.title": "记忆不可用",
+        "notice.memory_unavailable": (
+            "无法访问记忆，因此没有读取或保存任何内容。请确认开启记忆后 Hub 已重启，并新建会话。"
+        ),
+        "notice.memory_disabled": "本 Hub 未开启 Agent 记忆。所有者可在 /amux → 实验功能 中开启。",
+        "notice.enrollment_closed.title": "尚未加入",
+        "notice.enrollment_closed": "本 Hub 目前不接受新成员。请联系所有者添加你。",
+        "notice.own_topic.title": "请开启你自己的话题",
+        "notice.own_topic": (
+            "这个话题属于另一位成员，且记忆按人隔离。请新建你自己的话题与助手对话。"
+        ),
+        "notice.owner_only.title": "仅限所有者",
+        "notice.owner_only": "只有本 Hub 的所有者可以修改设置。",
+        "notice.stale_card": "此卡片已过期，请重新打开 /amux。",
+    },
+}
+
+
+def text(lang: Lang, key: str, **fields: Any) -> str:
+    """The catalogue string ``key`` in ``lang`` with ``fields`` filled in.
+
+    Raises:
+        KeyError: ``key`` is not in the catalogue (a programming error, caught by tests).
+    """
+    template = MESSAGES[lang][key]
+    return template.format(**fields) if fields else template

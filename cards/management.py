@@ -1,0 +1,157 @@
+"""The `/amux` management card, the restart notice, and what follows a restart."""
+
+from __future__ import annotations
+
+from cards import actions
+from cards.catalogue import text
+from cards.elements import (
+    Card,
+    Element,
+    Template,
+    button,
+    card,
+    checker,
+    code,
+    escape,
+    hr,
+    markdown,
+    row,
+)
+from cards.models import Lang, ManagementView, RestartNotice, Setting
+
+
+def _on_off(lang: Lang, value: bool) -> str:
+    return text(lang, "value.on" if value else "value.off")
+
+
+def _identity_section(view: ManagementView, lang: Lang) -> list[Element]:
+    who = view.identity
+    role = text(lang, "manage.role.owner" if who.is_owner else "manage.role.member")
+    scope_hint = text(
+        lang,
+        "manage.scope.global" if view.memory_scope == "global" else "manage.scope.principal",
+    )
+    return [
+        markdown(
+            text(
+                lang,
+                "manage.identity",
+                name=escape(who.display_name),
+                principal=code(who.principal_id),
+                kind=text(lang, f"manage.kind.{who.kind}"),
+            )
+            + f"\n{role}"
+        ),
+        markdown(text(lang, "manage.scope", scope=code(view.memory_scope)) + f"\n{scope_hint}"),
+    ]
+
+
+def _setting_line(lang: Lang, setting: Setting) -> Element:
+    return markdown(
+        text(
+            lang,
+            "manage.values",
+            saved=_on_off(lang, setting.saved),
+            running=_on_off(lang, setting.running),
+        )
+    )
+
+
+def management_card(view: ManagementView, lang: Lang) -> Card:
+    """The management card; switches appear only when the viewer is the owner."""
+    elements = _identity_section(view, lang)
+    if view.restarted:
+        elements.insert(0, markdown(text(lang, "manage.restarted")))
+    if not view.identity.is_owner:
+        elements += [
+            hr(),
+            markdown(text(lang, "manage.member_hint")),
+            row(button(text(lang, "manage.my_memory"), actions.MEMORY_LIST)),
+        ]
+        return card(text(lang, "manage.title"), "blue", elements)
+
+    memory, isolation = view.memory.shown, view.isolation.shown
+    elements += [
+        hr(),
+        markdown(text(lang, "manage.experiments")),
+        # Each click carries the whole draft after that click, so the card stays the only state.
+        checker(
+            "memory_enabled",
+            text(lang, "manage.memory_switch"),
+            memory,
+            actions.MEMORY_TOGGLE,
+            memory_enabled=not memory,
+            isolation=isolation,
+        ),
+        _setting_line(lang, view.memory),
+        checker(
+            "isolation",
+            text(lang, "manage.isolation_switch"),
+            isolation,
+            actions.ISOLATION_TOGGLE,
+            memory_enabled=memory,
+            isolation=not isolation,
+        ),
+        _setting_line(lang, view.isolation),
+    ]
+    if view.has_unsaved_draft:
+        elements.append(markdown(text(lang, "manage.unsaved")))
+    if view.restart_pending:
+        elements.append(markdown(f"**{text(lang, 'manage.restart_pending')}**"))
+    elements.append(
+        row(
+            button(
+                text(lang, "manage.save"),
+                actions.SETTINGS_SAVE,
+                kind="primary",
+                memory_enabled=memory,
+                isolation=isolation,
+            ),
+            button(text(lang, "manage.my_memory"), actions.MEMORY_LIST),
+        )
+    )
+    if view.restart_pending:
+        elements.append(row(button(text(lang, "restart.now"), actions.RESTART_NOW, kind="danger")))
+    template: Template = "orange" if view.restart_pending else "blue"
+    return card(text(lang, "manage.title"), template, elements)
+
+
+def restart_notice_card(notice: RestartNotice, lang: Lang) -> Card:
+    """Shown after Save: what a restart does, with "Restart now" and "Later"."""
+    elements: list[Element] = [
+        markdown(
+            text(
+                lang,
+                "restart.changes",
+                memory=_on_off(lang, notice.memory.saved),
+                isolation=_on_off(lang, notice.isolation.saved),
+            )
+        ),
+        _setting_line(lang, notice.memory),
+        _setting_line(lang, notice.isolation),
+        hr(),
+        markdown(text(lang, "restart.body")),
+        markdown(f"*{text(lang, 'restart.when')}*"),
+        row(
+            button(text(lang, "restart.now"), actions.RESTART_NOW, kind="danger"),
+            button(text(lang, "restart.later"), actions.RESTART_LATER),
+        ),
+    ]
+    return card(text(lang, "restart.title"), "orange", elements)
+
+
+def restart_scheduled_card(lang: Lang) -> Card:
+    """Replaces the notice once "Restart now" was accepted."""
+    return card(text(lang, "restart.title"), "yellow", [markdown(text(lang, "restart.scheduled"))])
+
+
+def restart_deferred_card(lang: Lang) -> Card:
+    """Replaces the notice after "Later"; the owner can still restart from the management card."""
+    return card(
+        text(lang, "restart.title"),
+        "grey",
+        [
+            markdown(text(lang, "restart.deferred")),
+            row(button(text(lang, "manage.title"), actions.MANAGE_OPEN)),
+        ],
+    )

@@ -1,0 +1,140 @@
+"""The "My memory" cards: list, search results, one document, forget confirmation and outcome."""
+
+from __future__ import annotations
+
+from cards import actions
+from cards.catalogue import text
+from cards.elements import (
+    Card,
+    Element,
+    button,
+    card,
+    code,
+    escape,
+    hr,
+    markdown,
+    plain,
+    row,
+    search_form,
+)
+from cards.models import ForgetOutcome, Lang, MemoryDocument, MemoryList, MemorySearch
+
+# Stored text is shown verbatim; keep one document card well inside Feishu's card size limit.
+DOCUMENT_CHARS = 6_000
+SNIPPET_CHARS = 400
+
+
+def _short(revision: str) -> str:
+    return revision[:12]
+
+
+def _search(lang: Lang) -> Element:
+    return search_form(
+        "memory_search",
+        "query",
+        text(lang, "memory.search_placeholder"),
+        text(lang, "memory.search"),
+        actions.MEMORY_SEARCH,
+    )
+
+
+def memory_list_card(view: MemoryList, lang: Lang) -> Card:
+    """The caller's documents, each with an Open button, and a search form."""
+    elements: list[Element] = [markdown(text(lang, "memory.scope", scope=code(view.scope)))]
+    if not view.items:
+        elements.append(markdown(text(lang, "memory.empty")))
+    for item in view.items:
+        label = f"`{code(item.path)}`"
+        if item.title:
+            label += f" {escape(item.title)}"
+        if item.size_bytes is not None:
+            label += f" · {item.size_bytes} B"
+        elements.append(
+            row(
+                markdown(label),
+                button(text(lang, "memory.open"), actions.MEMORY_OPEN, path=item.path),
+            )
+        )
+    if view.truncated:
+        elements.append(markdown(f"*{text(lang, 'memory.truncated')}*"))
+    elements += [hr(), _search(lang)]
+    return card(text(lang, "memory.title"), "turquoise", elements)
+
+
+def memory_search_card(view: MemorySearch, lang: Lang) -> Card:
+    """Search hits with their snippets; snippets are shown verbatim, never as markup."""
+    elements: list[Element] = [markdown(text(lang, "memory.scope", scope=code(view.scope)))]
+    if not view.hits:
+        elements.append(markdown(text(lang, "memory.no_hits")))
+    for hit in view.hits:
+        where = f"`{code(hit.path)}`" + (f" :{hit.line}" if hit.line is not None else "")
+        snippet = hit.snippet[:SNIPPET_CHARS]
+        elements += [
+            row(
+                markdown(where),
+                button(text(lang, "memory.open"), actions.MEMORY_OPEN, path=hit.path),
+            ),
+            plain(snippet),
+        ]
+    if view.incomplete:
+        elements.append(markdown(f"*{text(lang, 'memory.incomplete')}*"))
+    elements += [hr(), _search(lang), row(button(text(lang, "memory.back"), actions.MEMORY_LIST))]
+    return card(text(lang, "memory.search_title", query=view.query[:80]), "turquoise", elements)
+
+
+def memory_document_card(view: MemoryDocument, lang: Lang) -> Card:
+    """One page of a document with Read more (when continued), Forget and Back."""
+    content = view.content[:DOCUMENT_CHARS]
+    next_offset = view.next_offset
+    elements: list[Element] = [
+        markdown(text(lang, "memory.revision", revision=code(_short(view.revision)))),
+        plain(content),
+    ]
+    buttons: list[Element] = []
+    if next_offset is not None:
+        buttons.append(
+            button(
+                text(lang, "memory.more"), actions.MEMORY_OPEN, path=view.path, offset=next_offset
+            )
+        )
+    buttons += [
+        button(
+            text(lang, "memory.forget"),
+            actions.MEMORY_FORGET_ASK,
+            kind="danger",
+            path=view.path,
+            revision=view.revision,
+        ),
+        button(text(lang, "memory.back"), actions.MEMORY_LIST),
+    ]
+    elements.append(row(*buttons))
+    return card(text(lang, "memory.document_title", path=view.path), "turquoise", elements)
+
+
+def forget_confirm_card(path: str, revision: str, lang: Lang) -> Card:
+    """Asks before deleting; the confirm button carries the revision the user saw."""
+    elements: list[Element] = [
+        markdown(
+            text(lang, "memory.forget_body", path=escape(path), revision=code(_short(revision)))
+        ),
+        row(
+            button(
+                text(lang, "memory.forget_confirm"),
+                actions.MEMORY_FORGET_CONFIRM,
+                kind="danger",
+                path=path,
+                revision=revision,
+            ),
+            button(text(lang, "memory.forget_cancel"), actions.MEMORY_OPEN, path=path),
+        ),
+    ]
+    return card(text(lang, "memory.forget_title"), "red", elements)
+
+
+def forget_done_card(outcome: ForgetOutcome, lang: Lang) -> Card:
+    key = "memory.already_absent" if outcome.already_absent else "memory.forgotten"
+    elements: list[Element] = [
+        markdown(text(lang, key, path=escape(outcome.path))),
+        row(button(text(lang, "memory.back"), actions.MEMORY_LIST)),
+    ]
+    return card(text(lang, "memory.forgotten_title"), "green", elements)

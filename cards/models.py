@@ -1,0 +1,120 @@
+"""View-models the card builders render: small frozen dataclasses with no behaviour of note."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Lang = Literal["zh_cn", "en_us"]
+LANGS: tuple[Lang, ...] = ("zh_cn", "en_us")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One Hub setting as the owner sees it: saved value, running value, and an unsaved draft."""
+
+    saved: bool
+    running: bool
+    draft: bool | None = None
+
+    @property
+    def shown(self) -> bool:
+        """What the switch displays: the draft while editing, otherwise the saved value."""
+        return self.saved if self.draft is None else self.draft
+
+    @property
+    def restart_pending(self) -> bool:
+        return self.saved != self.running
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who the card is for, as the Hub resolved them."""
+
+    display_name: str
+    principal_id: str
+    kind: Literal["user", "service"] = "user"
+    is_owner: bool = False
+
+
+@dataclass(frozen=True)
+class ManagementView:
+    """The `/amux` management card; the owner variant adds the Experiments section."""
+
+    identity: Identity
+    memory_scope: str
+    memory: Setting
+    isolation: Setting
+    restarted: bool = False
+
+    @property
+    def restart_pending(self) -> bool:
+        return self.memory.restart_pending or self.isolation.restart_pending
+
+    @property
+    def has_unsaved_draft(self) -> bool:
+        return any(s.shown != s.saved for s in (self.memory, self.isolation))
+
+
+@dataclass(frozen=True)
+class RestartNotice:
+    """What saving changed, shown on the restart notice card."""
+
+    memory: Setting
+    isolation: Setting
+
+
+@dataclass(frozen=True)
+class MemoryItem:
+    path: str
+    revision: str
+    size_bytes: int | None = None
+    title: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryList:
+    scope: str
+    items: tuple[MemoryItem, ...]
+    path_prefix: str = ""
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    path: str
+    snippet: str
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class MemorySearch:
+    scope: str
+    query: str
+    hits: tuple[SearchHit, ...]
+    incomplete: bool = False
+
+
+@dataclass(frozen=True)
+class MemoryDocument:
+    path: str
+    revision: str
+    content: str
+    next_offset: int | None = None
+
+
+@dataclass(frozen=True)
+class ForgetOutcome:
+    path: str
+    already_absent: bool = False
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A running Agent execution as shown on its progress card."""
+
+    title: str
+    status: Literal["queued", "running", "done", "failed", "cancelled"]
+    lines: tuple[str, ...] = ()
+    elapsed_seconds: float | None = None
+    run_id: str | None = None

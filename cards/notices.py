@@ -1,0 +1,68 @@
+"""Readable error and warning cards: what happened, and what the user can do next."""
+
+from __future__ import annotations
+
+from cards import actions
+from cards.catalogue import text
+from cards.elements import Card, Element, button, card, code, escape, markdown, row
+from cards.models import Lang
+
+MESSAGE_CHARS = 1_000
+
+
+def error_card(code_: str, message: str, lang: Lang) -> Card:
+    """A typed error (``code_`` is the stable error code) shown without any traceback."""
+    elements: list[Element] = [
+        markdown(escape(message[:MESSAGE_CHARS])),
+        markdown(f"*{text(lang, 'error.code', code=code(code_))}*"),
+    ]
+    return card(text(lang, "error.title"), "red", elements)
+
+
+def warning_card(message: str, lang: Lang, title: str = "") -> Card:
+    """A plain notice; ``message`` is shown literally."""
+    return card(
+        title or text(lang, "warning.title"), "yellow", [markdown(escape(message[:MESSAGE_CHARS]))]
+    )
+
+
+def _notice(key: str, lang: Lang, extra: list[Element] | None = None) -> Card:
+    elements = [markdown(text(lang, key))] + (extra or [])
+    return card(text(lang, f"{key}.title"), "yellow", elements)
+
+
+def memory_unavailable_card(lang: Lang) -> Card:
+    return _notice("notice.memory_unavailable", lang)
+
+
+def memory_disabled_card(lang: Lang) -> Card:
+    return card(
+        text(lang, "notice.memory_unavailable.title"),
+        "yellow",
+        [markdown(text(lang, "notice.memory_disabled"))],
+    )
+
+
+def enrollment_closed_card(lang: Lang) -> Card:
+    return _notice("notice.enrollment_closed", lang)
+
+
+def own_topic_card(lang: Lang) -> Card:
+    """For a member who writes in another member's topic while memory is isolated."""
+    return _notice("notice.own_topic", lang)
+
+
+def owner_only_card(lang: Lang) -> Card:
+    return _notice("notice.owner_only", lang)
+
+
+def stale_card(lang: Lang) -> Card:
+    """Replaces a card whose callback no longer matches the Hub's state."""
+    return card(
+        text(lang, "warning.title"),
+        "grey",
+        [
+            markdown(text(lang, "notice.stale_card")),
+            row(button(text(lang, "manage.title"), actions.MANAGE_OPEN)),
+        ],
+    )

@@ -1,0 +1,136 @@
+"""Progress and result cards for an Agent execution, and the splitting of long results."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+from cards import actions
+from cards.catalogue import text
+from cards.elements import (
+    CARD_MAX_BYTES,
+    Card,
+    Element,
+    Template,
+    button,
+    card,
+    defuse_mentions,
+    markdown,
+    plain,
+    row,
+)
+from cards.models import Lang, Progress
+
+# One result card holds one markdown element of at most this many JSON-encoded bytes, leaving
+# room under CARD_MAX_BYTES for the header and code-fence repairs.
+RESULT_CHUNK_BYTES = 20_000
+PROGRESS_LINES = 12
+PROGRESS_LINE_CHARS = 300
+
+_STATUS_TEMPLATE: dict[str, Template] = {
+    "queued": "grey",
+    "running": "blue",
+    "done": "green",
+    "failed": "red",
+    "cancelled": "grey",
+}
+
+
+def progress_card(view: Progress, lang: Lang) -> Card:
+    """The card updated in place while an Agent works (the caller throttles updates)."""
+    elements: list[Element] = []
+    lines = [line[:PROGRESS_LINE_CHARS] for line in view.lines[-PROGRESS_LINES:]]
+    if lines:
+        elements.append(plain("\n".join(lines)))
+    if view.elapsed_seconds is not None:
+        seconds = f"{view.elapsed_seconds:.0f}"
+        elements.append(markdown(f"*{text(lang, 'progress.elapsed', seconds=seconds)}*"))
+    if view.run_id and view.status in ("queued", "running"):
+        elements.append(
+            row(
+                button(
+                    text(lang, "progress.cancel"),
+                    actions.RUN_CANCEL,
+                    kind="danger",
+                    run_id=view.run_id,
+                )
+            )
+        )
+    return card(
+        text(lang, f"progress.title.{view.status}"),
+        _STATUS_TEMPLATE[view.status],
+        elements,
+        subtitle=view.title[:120],
+    )
+
+
+@lru_cache(maxsize=4096)
+def _char_cost(ch: str) -> int:
+    # JSON escaping is per character, so a prefix's encoded size is the sum of its characters'.
+    return len(json.dumps(ch, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
+
+
+def split_text(value: str, limit: int = RESULT_CHUNK_BYTES) -> list[str]:
+    """Split ``value`` into pieces whose JSON-encoded size is at most ``limit`` bytes.
+
+    Cuts prefer a paragraph break, then a line break, then a space, and fall back to a hard
+    cut only when a piece has none in its second half. ``"".join(pieces) == value`` always.
+    """
+    if limit < 8:
+        raise ValueError("limit too small")
+    pieces: list[str] = []
+    start = 0
+    while start < len(value):
+        end, used = start, 0
+        while end < len(value) and used + _char_cost(value[end]) <= limit:
+            used += _char_cost(value[end])
+            end += 1
+        if end == len(value):
+            pieces.append(value[start:])
+            break
+        window = value[start:end]
+        cut = len(window)
+        for separator in ("\n\n", "\n", " "):
+            found = window.rfind(separator)
+            if found >= 0 and found + len(separator) >= len(window) // 2:
+                cut = found + len(separator)
+                break
+        pieces.append(value[start : start + cut])
+        start += cut
+    return pieces
+
+
+def _is_fence(line: str) -> bool:
+    return line.lstrip(" ")[:3] == "```" and len(line) - len(line.lstrip(" ")) <= 3
+
+
+def _repair_fences(pieces: list[str]) -> list[str]:
+    """Close a code block a piece ends inside of, and reopen it at the start of the next."""
+    repaired: list[str] = []
+    open_fence = ""
+    for piece in pieces:
+        prefix = f"{open_fence}\n" if open_fence else ""
+        for line in piece.split("\n"):
+            if _is_fence(line):
+                open_fence = "" if open_fence else line.strip()
+        suffix = "\n```" if open_fence else ""
+        repaired.append(prefix + piece + suffix)
+    return repaired
+
+
+def result_cards(value: str, lang: Lang, title: str = "") -> list[Card]:
+    """The Agent's result as one or more cards, split cleanly under Feishu's size limit."""
+    pieces = _repair_fences(split_text(defuse_mentions(value)) or [""])
+    total = len(pieces)
+    cards: list[Card] = []
+    for index, piece in enumerate(pieces, start=1):
+        heading = (
+            text(lang, "result.part", index=index, total=total)
+            if total > 1
+            else text(lang, "result.title")
+        )
+        cards.append(card(heading, "green", [markdown(piece)], subtitle=title[:120]))
+    return cards
+
+
+assert RESULT_CHUNK_BYTES + 2_000 < CARD_MAX_BYTES

@@ -1,0 +1,124 @@
+import json
+
+import pytest
+
+from cards import actions
+from cards.management import (
+    management_card,
+    restart_deferred_card,
+    restart_notice_card,
+    restart_scheduled_card,
+)
+from cards.models import LANGS, Identity, Lang, ManagementView, RestartNotice, Setting
+from tests.cards.structure import all_text, assert_valid_card, callbacks, tags
+
+OWNER = Identity(display_name="Ada *Owner*", principal_id="p_owner", is_owner=True)
+MEMBER = Identity(display_name="Bob", principal_id="p_bob")
+
+
+def _view(identity: Identity = OWNER, **kw: object) -> ManagementView:
+    defaults: dict[str, object] = {
+        "memory_scope": "global",
+        "memory": Setting(saved=False, running=False),
+        "isolation": Setting(saved=False, running=False),
+    }
+    defaults.update(kw)
+    return ManagementView(identity=identity, **defaults)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_owner_sees_both_switches_and_save(lang: Lang) -> None:
+    card = management_card(_view(), lang)
+    assert_valid_card(card)
+    names = [el["name"] for el in _checkers(card)]
+    assert names == ["memory_enabled", "isolation"]
+    assert actions.SETTINGS_SAVE in [v["action"] for v in callbacks(card)]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_non_owner_sees_identity_and_scope_but_no_switches(lang: Lang) -> None:
+    card = management_card(_view(MEMBER, memory_scope="principal:p_bob"), lang)
+    assert_valid_card(card)
+    assert "checker" not in tags(card)
+    assert not {v["action"] for v in callbacks(card)} & actions.OWNER_ONLY
+    assert "Bob" in all_text(card) and "principal:p_bob" in all_text(card)
+
+
+def test_toggle_callbacks_carry_the_draft_after_the_click() -> None:
+    view = _view(memory=Setting(saved=False, running=False), isolation=Setting(True, True))
+    memory_box, isolation_box = _checkers(management_card(view, "en_us"))
+    assert memory_box["checked"] is False
+    assert memory_box["behaviors"][0]["value"] == {
+        "action": "memory.toggle",
+        "memory_enabled": True,
+        "isolation": True,
+    }
+    assert isolation_box["behaviors"][0]["value"] == {
+        "action": "isolation.toggle",
+        "memory_enabled": False,
+        "isolation": False,
+    }
+
+
+def test_draft_is_shown_and_saved_but_running_value_is_reported_separately() -> None:
+    view = _view(memory=Setting(saved=False, running=False, draft=True))
+    card = management_card(view, "en_us")
+    memory_box = _checkers(card)[0]
+    assert memory_box["checked"] is True
+    save = next(v for v in callbacks(card) if v["action"] == actions.SETTINGS_SAVE)
+    assert save["memory_enabled"] is True
+    assert "unsaved changes" in all_text(card)
+    assert "saved: **off**, running: **off**" in all_text(card)
+
+
+def test_saved_but_not_running_says_restart_pending_and_offers_restart() -> None:
+    view = _view(memory=Setting(saved=True, running=False))
+    card = management_card(view, "en_us")
+    assert "Restart pending" in all_text(card)
+    assert "saved: **on**, running: **off**" in all_text(card)
+    assert actions.RESTART_NOW in [v["action"] for v in callbacks(card)]
+    quiet = management_card(_view(memory=Setting(saved=True, running=True)), "en_us")
+    assert "Restart pending" not in all_text(quiet)
+    assert actions.RESTART_NOW not in [v["action"] for v in callbacks(quiet)]
+
+
+def test_after_restart_the_card_says_so_and_shows_the_new_running_state() -> None:
+    view = _view(memory=Setting(saved=True, running=True), restarted=True)
+    card = management_card(view, "zh_cn")
+    text = all_text(card)
+    assert "Hub 已重启" in text
+    assert "已保存：**开**，运行中：**开**" in text
+
+
+def test_display_names_are_not_markup() -> None:
+    card = management_card(_view(), "en_us")
+    assert "Ada &#42;Owner&#42;" in all_text(card)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_restart_notice_explains_restart_and_offers_now_or_later(lang: Lang) -> None:
+    notice = RestartNotice(memory=Setting(True, False), isolation=Setting(False, False))
+    card = restart_notice_card(notice, lang)
+    assert_valid_card(card)
+    assert [v["action"] for v in callbacks(card)] == [actions.RESTART_NOW, actions.RESTART_LATER]
+    text = all_text(card)
+    if lang == "en_us":
+        assert "Saving does not change the running policy" in text
+        assert "start a new conversation" in text
+        assert "files are kept" in text
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_restart_outcome_cards_are_valid(lang: Lang) -> None:
+    assert_valid_card(restart_scheduled_card(lang))
+    assert_valid_card(restart_deferred_card(lang))
+
+
+def test_cards_are_plain_json() -> None:
+    json.dumps(management_card(_view(), "en_us"))
+
+
+def _checkers(card: dict[str, object]) -> list[dict[str, object]]:
+    from tests.cards.structure import walk
+
+    return [el for el in walk(card) if el["tag"] == "checker"]

@@ -1,0 +1,101 @@
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cards.elements import CARD_MAX_BYTES, encoded_size
+from cards.models import LANGS, Lang, Progress
+from cards.progress import progress_card, result_cards, split_text
+from tests.cards.structure import all_text, assert_valid_card, callbacks
+
+prose = st.text(
+    alphabet=st.sampled_from(list('ab \n\n"\\`#*中文\t')) | st.characters(codec="utf-8"),
+    max_size=3000,
+)
+
+
+@given(prose, st.integers(min_value=8, max_value=400))
+@settings(max_examples=200, deadline=None)
+def test_split_concatenates_back_to_the_input_within_the_limit(text: str, limit: int) -> None:
+    pieces = split_text(text, limit)
+    assert "".join(pieces) == text
+    for piece in pieces:
+        assert piece
+        assert encoded_size(piece) - 2 <= limit
+
+
+def test_split_prefers_paragraph_then_line_boundaries() -> None:
+    paragraphs = [f"para {i} " + "word " * 30 for i in range(10)]
+    text = "\n\n".join(paragraphs)
+    pieces = split_text(text, 400)
+    assert len(pieces) > 1
+    for piece in pieces[:-1]:
+        assert piece.endswith("\n\n")
+    lines = "\n".join(f"line {i} " + "x" * 50 for i in range(40))
+    for piece in split_text(lines, 300)[:-1]:
+        assert piece.endswith("\n")
+
+
+def test_split_cuts_hard_only_when_there_is_no_boundary() -> None:
+    text = "x" * 1000
+    pieces = split_text(text, 300)
+    assert [len(p) for p in pieces] == [300, 300, 300, 100]
+
+
+def test_short_result_is_one_card() -> None:
+    cards = result_cards("All done.", "en_us", title="fix the build")
+    assert len(cards) == 1
+    assert cards[0]["header"]["title"]["content"] == "Result"
+    assert_valid_card(cards[0])
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_long_result_is_split_into_numbered_cards_under_the_size_limit(lang: Lang) -> None:
+    text = "\n\n".join(f"Section {i}\n" + '内容 and "quotes"\n' * 200 for i in range(20))
+    cards = result_cards(text, lang)
+    assert len(cards) > 1
+    for index, card in enumerate(cards, start=1):
+        assert_valid_card(card)
+        assert encoded_size(card) <= CARD_MAX_BYTES
+        assert f"{index}/{len(cards)}" in card["header"]["title"]["content"]
+    joined = "".join(card["body"]["elements"][0]["content"] for card in cards)
+    assert joined == text
+
+
+def test_a_code_block_cut_in_two_is_closed_and_reopened() -> None:
+    text = "intro\n\n```python\n" + "print('x')\n" * 4000 + "```\n\nafter"
+    cards = result_cards(text, "en_us")
+    contents = [card["body"]["elements"][0]["content"] for card in cards]
+    assert len(contents) > 1
+    assert contents[0].endswith("\n```")
+    assert contents[1].startswith("```python\n")
+    for content in contents:
+        fences = [line for line in content.split("\n") if line.startswith("```")]
+        assert len(fences) % 2 == 0
+
+
+def test_result_cannot_mention_everyone() -> None:
+    cards = result_cards("hi <at id=all></at>", "en_us")
+    assert "<at" not in all_text(cards[0])
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_running_progress_offers_stop_and_shows_the_latest_lines(lang: Lang) -> None:
+    view = Progress(
+        title="fix the build",
+        status="running",
+        lines=tuple(f"step {i}" for i in range(30)),
+        elapsed_seconds=12.4,
+        run_id="run_1",
+    )
+    card = progress_card(view, lang)
+    assert_valid_card(card)
+    assert callbacks(card) == [{"action": "run.cancel", "run_id": "run_1"}]
+    text = all_text(card)
+    assert "step 29" in text and "step 17" not in text
+    assert "12" in text
+
+
+def test_finished_progress_has_no_stop_button() -> None:
+    card = progress_card(Progress(title="t", status="done", lines=("ok",)), "en_us")
+    assert callbacks(card) == []
+    assert card["header"]["template"] == "green"
