@@ -16,7 +16,7 @@
 
 Inner code raises these; only the edges translate them: the Hub RPC turns one into
 ``{"error": {"code", "message", ...attributes}}`` with its status, and the client turns that JSON
-back into the same class, so a caller catches ``Conflict`` whether it runs in the Hub or across HTTP.
+back into the same class: a caller catches ``Conflict`` whether it runs in the Hub or over HTTP.
 """
 
 from __future__ import annotations

@@ -1,0 +1,63 @@
+"""The ``amux`` command line: the composition root that builds settings and clients."""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+
+from bot import serve as serving
+from hub.cli import CliEnv, fail, memory_app, principal_app, system_app, token_app
+from hub.config import ClientSettings, HubSettings
+from hub.errors import AmuxError
+
+app = typer.Typer(
+    name="amux",
+    help="amux: Feishu chats to managed coding Agents, with a shared long-term memory.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(memory_app, name="memory")
+app.add_typer(system_app, name="system")
+app.add_typer(principal_app, name="principal")
+app.add_typer(token_app, name="token")
+
+
+@app.callback()
+def root(ctx: typer.Context) -> None:
+    ctx.obj = CliEnv(client_settings=ClientSettings, hub_settings=HubSettings)
+
+
+@app.command("serve")
+def serve(
+    host: str | None = typer.Option(None, "--host", help="Listen address (default 127.0.0.1)."),
+    port: int | None = typer.Option(None, "--port", help="Listen port (default 8765)."),
+) -> None:
+    """Run the Hub (and, when configured, the Feishu bot and an in-process worker)."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    overrides: dict[str, object] = {}
+    if host is not None:
+        overrides["host"] = host
+    if port is not None:
+        overrides["port"] = port
+    settings = HubSettings(**overrides)  # type: ignore[arg-type]
+    try:
+        serving.run(settings)
+    except AmuxError as error:
+        fail(error)
+    except OSError as error:
+        typer.echo(
+            f"error: cannot listen on {settings.host}:{settings.port}: {error.strerror}", err=True
+        )
+        raise typer.Exit(1) from None
+
+
+def main() -> None:
+    app(prog_name="amux")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,308 @@
+"""Operator commands of the Hub: ``amux memory|system|principal|token …``.
+
+Memory and system commands go through the Hub RPC with the caller's credential; principal and token
+commands are local administration on the Hub host and open its state database directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
+
+import typer
+
+from hub.client import HubClient
+from hub.config import ClientSettings, HubSettings
+from hub.errors import AmuxError, Conflict, InvalidArgument, NotFound
+from hub.state import State
+
+T = TypeVar("T")
+
+
+@dataclass
+class CliEnv:
+    """What the CLI root hands to these commands; built once per invocation."""
+
+    client_settings: Callable[[], ClientSettings]
+    hub_settings: Callable[[], HubSettings]
+
+    def client(self) -> HubClient:
+        settings = self.client_settings()
+        return HubClient(
+            settings.hub_url,
+            settings.resolved_token(),
+            binding=settings.memory_binding,
+            timeout=settings.timeout,
+        )
+
+
+def fail(error: AmuxError) -> NoReturn:
+    """Print one line naming the error code and exit non-zero."""
+    line = f"error: {error.code}: {error.message}"
+    observed = error.details.get("observed_revision")
+    if observed:
+        line += f" (observed revision: {observed})"
+    typer.echo(line, err=True)
+    raise typer.Exit(1)
+
+
+def run(work: Coroutine[Any, Any, T]) -> T:
+    try:
+        return asyncio.run(work)
+    except AmuxError as error:
+        fail(error)
+
+
+def emit(value: object) -> None:
+    typer.echo(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+def env_of(ctx: typer.Context) -> CliEnv:
+    obj = ctx.find_root().obj
+    assert isinstance(obj, CliEnv), "the CLI root must provide a CliEnv"
+    return obj
+
+
+async def with_client(env: CliEnv, work: Callable[[HubClient], Awaitable[T]]) -> T:
+    async with env.client() as client:
+        return await work(client)
+
+
+# -- amux memory ----------------------------------------------------------------------------------
+
+memory_app = typer.Typer(help="Search, read, write and forget memory documents in your scope.")
+
+
+@memory_app.command("search")
+def memory_search(
+    ctx: typer.Context,
+    query: str = typer.Argument(..., help="Literal keywords separated by spaces."),
+    path_prefix: str | None = typer.Option(None, "--path-prefix", help="Only under this path."),
+    limit: int | None = typer.Option(None, "--limit", help="At most this many documents (1-20)."),
+) -> None:
+    """Search documents for literal keywords; prints bounded JSON."""
+    env = env_of(ctx)
+    emit(run(with_client(env, lambda hub: hub.memory_search(query, path_prefix, limit))))
+
+
+@memory_app.command("show")
+def memory_show(
+    ctx: typer.Context,
+    path: str = typer.Argument(..., help="Logical document path, e.g. topics/review-format.md."),
+    start_line: int | None = typer.Option(None, "--start-line", help="First line (1-based)."),
+    end_line: int | None = typer.Option(None, "--end-line", help="Last line (inclusive)."),
+    offset: int | None = typer.Option(None, "--offset", help="Continue from a next_offset."),
+) -> None:
+    """Read a bounded fragment of one document with its revision; prints JSON."""
+    env = env_of(ctx)
+    emit(run(with_client(env, lambda hub: hub.memory_get(path, start_line, end_line, offset))))
+
+
+@memory_app.command("upsert")
+def memory_upsert(
+    ctx: typer.Context,
+    path: str = typer.Argument(..., help="Logical document path."),
+    expected_revision: str = typer.Option(
+        ..., "--expected-revision", help="The revision you read, or 'absent' to create."
+    ),
+    file: typer.FileBinaryRead | None = typer.Option(
+        None, "--file", help="Read the Markdown from this file instead of stdin."
+    ),
+) -> None:
+    """Replace the whole document (or create it) from raw UTF-8 Markdown."""
+    env = env_of(ctx)
+    source = file if file is not None else sys.stdin.buffer
+    if file is None and sys.stdin.isatty():
+        fail(InvalidArgument("pipe the document on stdin or pass --file"))
+    try:
+        content = source.read().decode("utf-8")
+    except UnicodeDecodeError:
+        fail(InvalidArgument("the document is not valid UTF-8"))
+    emit(run(with_client(env, lambda hub: hub.memory_upsert(path, content, expected_revision))))
+
+
+@memory_app.command("forget")
+def memory_forget(
+    ctx: typer.Context,
+    path: str = typer.Argument(..., help="Logical document path."),
+    expected_revision: str = typer.Option(
+        ..., "--expected-revision", help="The revision you read."
+    ),
+) -> None:
+    """Delete one document if it is still at the revision you read."""
+    env = env_of(ctx)
+    emit(run(with_client(env, lambda hub: hub.memory_forget(path, expected_revision))))
+
+
+async def export_document(hub: HubClient, path: str) -> str:
+    """The whole document, read page by page at one revision.
+
+    Raises:
+        NotFound: there is no such document.
+        Conflict: it changed between pages.
+    """
+    first = await hub.memory_get(path)
+    if not first["exists"]:
+        raise NotFound(f"no document at {path}", path=path)
+    revision = first["revision"]
+    pieces = [first["content"]]
+    page = first
+    while page["truncated"]:
+        page = await hub.memory_get(path, offset=page["next_offset"])
+        if page["revision"] != revision:
+            raise Conflict(
+                f"'{path}' changed during export; nothing was written, run it again",
+                path=path,
+                observed_revision=page["revision"],
+            )
+        pieces.append(page["content"])
+    return "".join(pieces)
+
+
+@memory_app.command("export")
+def memory_export(
+    ctx: typer.Context, path: str = typer.Argument(..., help="Logical document path.")
+) -> None:
+    """Write one whole document to stdout; nothing at all if it changes meanwhile."""
+    env = env_of(ctx)
+    text = run(with_client(env, lambda hub: export_document(hub, path)))
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+# -- amux system ----------------------------------------------------------------------------------
+
+system_app = typer.Typer(help="Hub-wide settings, restart and identity.")
+config_app = typer.Typer(help="Saved and running Hub settings.")
+system_app.add_typer(config_app, name="config")
+
+
+@config_app.command("get")
+def config_get(
+    ctx: typer.Context, key: str | None = typer.Argument(None, help="One setting, or all.")
+) -> None:
+    """Show each setting's saved and running value and whether a restart is pending."""
+    env = env_of(ctx)
+    described = run(with_client(env, lambda hub: hub.call("system.config.get")))
+    if key is not None:
+        if key not in described:
+            fail(InvalidArgument(f"unknown setting; known settings: {', '.join(described)}"))
+        described = {key: described[key]}
+    emit(described)
+
+
+@config_app.command("set")
+def config_set(
+    ctx: typer.Context,
+    key: str = typer.Argument(..., help="memory.enabled or memory.isolation"),
+    value: str = typer.Argument(..., help="true|false, or on|off"),
+) -> None:
+    """Save a setting (owner only); it takes effect when the Hub restarts."""
+    env = env_of(ctx)
+    result = run(with_client(env, lambda hub: hub.call("system.config.set", key=key, value=value)))
+    emit(result)
+    if any(entry.get("restart_pending") for entry in result.values()):
+        typer.echo("saved; restart the Hub to apply it: amux system restart", err=True)
+
+
+@system_app.command("restart")
+def system_restart(ctx: typer.Context) -> None:
+    """Drain in-flight requests and restart the Hub in place (owner only)."""
+    env = env_of(ctx)
+    emit(run(with_client(env, lambda hub: hub.call("system.restart"))))
+
+
+@system_app.command("capabilities")
+def system_capabilities(ctx: typer.Context) -> None:
+    """What this Hub offers: memory state, limits, protocol version."""
+    env = env_of(ctx)
+    emit(run(with_client(env, lambda hub: hub.capabilities())))
+
+
+@system_app.command("whoami")
+def system_whoami(ctx: typer.Context) -> None:
+    """The Principal your credential acts as and its memory scope."""
+    env = env_of(ctx)
+    emit(run(with_client(env, lambda hub: hub.call("system.whoami"))))
+
+
+# -- amux principal / amux token (local administration) -------------------------------------------
+
+principal_app = typer.Typer(help="Principals on this Hub host (local administration).")
+token_app = typer.Typer(help="CLI credentials on this Hub host (local administration).")
+
+
+def open_state(ctx: typer.Context) -> State:
+    return State(env_of(ctx).hub_settings().state_path)
+
+
+def local(ctx: typer.Context, work: Callable[[State], T]) -> T:
+    state = open_state(ctx)
+    try:
+        return work(state)
+    except AmuxError as error:
+        fail(error)
+    finally:
+        state.close()
+
+
+@principal_app.command("add")
+def principal_add(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="A short unique name."),
+    owner: bool = typer.Option(False, "--owner", help="May change settings and restart."),
+    service: bool = typer.Option(False, "--service", help="A service (Runtime) principal."),
+) -> None:
+    """Create a Principal."""
+    kind = "service" if service else "user"
+    principal = local(ctx, lambda state: state.add_principal(name, kind, owner))
+    emit(principal.to_wire())
+
+
+@principal_app.command("list")
+def principal_list(ctx: typer.Context) -> None:
+    """List Principals."""
+    emit(local(ctx, lambda state: [p.to_wire() for p in state.principals()]))
+
+
+@token_app.command("issue")
+def token_issue(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The Principal the token acts as."),
+    label: str = typer.Option("", "--label", help="A note to recognise the token by."),
+) -> None:
+    """Issue a CLI token; it is printed once and stored only as a hash."""
+
+    def issue(state: State) -> tuple[str, dict[str, Any]]:
+        principal = state.principal_by_name(name)
+        token, credential = state.issue_credential(principal.id, "cli", label=label)
+        return token, credential.to_wire()
+
+    token, credential = local(ctx, issue)
+    typer.echo(f"token id {credential['id']} for {name} (shown once, keep it secret):", err=True)
+    typer.echo(token)
+
+
+@token_app.command("revoke")
+def token_revoke(
+    ctx: typer.Context, token_id: str = typer.Argument(..., help="The token id to revoke.")
+) -> None:
+    """Revoke a token by id; it stops working immediately."""
+    emit(local(ctx, lambda state: state.revoke_credential(token_id).to_wire()))
+
+
+@token_app.command("list")
+def token_list(
+    ctx: typer.Context, name: str | None = typer.Argument(None, help="Only this Principal's.")
+) -> None:
+    """List tokens (never their secrets)."""
+
+    def listing(state: State) -> list[dict[str, Any]]:
+        principal_id = state.principal_by_name(name).id if name else None
+        return [c.to_wire() for c in state.credentials(principal_id)]
+
+    emit(local(ctx, listing))

@@ -1,0 +1,54 @@
+"""Settings of the Hub and of its clients. Only composition roots construct these."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+OWNER_TOKEN_FILE = "owner.token"
+
+
+class HubSettings(BaseSettings):
+    """Where the Hub keeps its state and where it listens."""
+
+    model_config = SettingsConfigDict(env_prefix="AMUX_", extra="ignore")
+
+    home: Path = Path(".amux")
+    host: str = "127.0.0.1"
+    port: int = 8765
+    # exec: re-exec in place after a graceful drain; exit: leave the restart to a supervisor.
+    restart_mode: Literal["exec", "exit"] = "exec"
+    max_request_bytes: int = 1024 * 1024
+
+    @property
+    def memory_root(self) -> Path:
+        return self.home / "memory"
+
+    @property
+    def state_path(self) -> Path:
+        return self.home / "state.sqlite3"
+
+
+class ClientSettings(BaseSettings):
+    """How a CLI, MCP server or worker reaches the Hub."""
+
+    model_config = SettingsConfigDict(env_prefix="AMUX_", extra="ignore")
+
+    home: Path = Path(".amux")
+    hub_url: str = "http://127.0.0.1:8765"
+    token: SecretStr | None = None
+    memory_binding: str | None = None
+    timeout: float = 30.0
+
+    def resolved_token(self) -> str | None:
+        """AMUX_TOKEN, else the local owner token a Hub on this host wrote under AMUX_HOME."""
+        if self.token is not None and self.token.get_secret_value():
+            return self.token.get_secret_value()
+        path = self.home / OWNER_TOKEN_FILE
+        try:
+            return path.read_text(encoding="utf-8").strip() or None
+        except OSError:
+            return None

@@ -1,0 +1,237 @@
+"""Confined, crash-safe file operations below the memory root.
+
+Every path is walked one component at a time with directory file descriptors and ``O_NOFOLLOW``,
+so a symbolic link anywhere on the way is refused rather than followed, even if it appears while we
+walk. Writes go to a hidden temporary file in the destination directory, which is synced, renamed
+over the target, and the directory synced: a reader or a crash sees the old or the new document,
+never a mix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from hub.errors import InvalidPath
+
+TEMP_PREFIX = ".amux-tmp-"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+@dataclass(frozen=True)
+class WalkedFile:
+    parts: tuple[str, ...]
+    data: bytes
+
+
+class WalkStop(Exception):
+    """A walk ended early because its budget ran out."""
+
+
+def _refuse(err: OSError, parts: tuple[str, ...], index: int) -> InvalidPath:
+    shown = "/".join(parts[: index + 1])
+    if err.errno in (errno.ELOOP, errno.EMLINK):
+        return InvalidPath(f"'{shown}' is a symbolic link; memory paths never follow links")
+    if err.errno == errno.ENOTDIR:
+        return InvalidPath(f"'{shown}' is not a directory")
+    if err.errno == errno.EISDIR:
+        return InvalidPath(f"'{shown}' is a directory, not a document")
+    return InvalidPath(f"'{shown}' cannot be opened ({os.strerror(err.errno or 0)})")
+
+
+class MemoryFiles:
+    """File access to one memory root (``<AMUX_HOME>/memory``)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def ensure_root(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self.root.is_symlink():
+            raise InvalidPath("the memory root must not be a symbolic link")
+
+    @contextlib.contextmanager
+    def _directory(self, parts: tuple[str, ...], *, create: bool) -> Iterator[int | None]:
+        """Yield an fd of ``root/parts`` (None when it does not exist and ``create`` is false)."""
+        fd = os.open(self.root, _DIR_FLAGS)
+        try:
+            for index, name in enumerate(parts):
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        yield None
+                        return
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(name, 0o700, dir_fd=fd)
+                        os.fsync(fd)
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as err:
+                    raise _refuse(err, parts, index) from err
+                os.close(fd)
+                fd = child
+            yield fd
+        finally:
+            os.close(fd)
+
+    def read(self, parts: tuple[str, ...]) -> bytes | None:
+        """The document's bytes, or None when it does not exist.
+
+        Raises:
+            InvalidPath: a component is a link, or a file stands where a directory should.
+        """
+        with self._directory(parts[:-1], create=False) as dir_fd:
+            if dir_fd is None:
+                return None
+            try:
+                fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=dir_fd)
+            except FileNotFoundError:
+                return None
+            except OSError as err:
+                raise _refuse(err, parts, len(parts) - 1) from err
+            try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):
+                    raise InvalidPath(f"'{'/'.join(parts)}' is not a regular document")
+                return _read_all(fd, info.st_size)
+            finally:
+                os.close(fd)
+
+    def write_atomic(self, parts: tuple[str, ...], data: bytes) -> None:
+        """Replace or create the document durably: temp file, fsync, rename, directory fsync."""
+        with self._directory(parts[:-1], create=True) as dir_fd:
+            assert dir_fd is not None
+            temp = f"{TEMP_PREFIX}{secrets.token_hex(8)}"
+            fd = os.open(
+                temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
+            )
+            try:
+                try:
+                    view = memoryview(data)
+                    while view:
+                        written = os.write(fd, view)
+                        view = view[written:]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.rename(temp, parts[-1], src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temp, dir_fd=dir_fd)
+                raise
+            os.fsync(dir_fd)
+
+    def delete(self, parts: tuple[str, ...]) -> bool:
+        """Remove the document and sync its directory; False when it was already gone."""
+        with self._directory(parts[:-1], create=False) as dir_fd:
+            if dir_fd is None:
+                return False
+            try:
+                os.unlink(parts[-1], dir_fd=dir_fd)
+            except FileNotFoundError:
+                return False
+            os.fsync(dir_fd)
+            return True
+
+    def walk(
+        self,
+        scope_parts: tuple[str, ...],
+        prefix: tuple[str, ...] = (),
+        admit: Callable[[int], bool] = lambda _size: True,
+        max_entries: int = 1 << 30,
+    ) -> Generator[WalkedFile, None, None]:
+        """Yield visible ``.md`` documents of a scope in path order, never following links.
+
+        ``prefix`` narrows the walk to a directory or to one document. ``admit(size)`` is asked
+        before each document is read; a False answer, or more than ``max_entries`` directory
+        entries, ends the walk with ``WalkStop`` so the caller can report the scan as incomplete.
+        """
+        base = scope_parts + prefix
+        with self._directory(scope_parts, create=False) as scope_fd:
+            if scope_fd is None:
+                return
+        try:
+            directory = self._directory(base, create=False)
+            dir_fd = directory.__enter__()
+        except InvalidPath:
+            # A prefix may name one document instead of a directory.
+            if prefix and prefix[-1].endswith(".md"):
+                data = self.read(base)
+                if data is not None:
+                    if not admit(len(data)):
+                        raise WalkStop from None
+                    yield WalkedFile(prefix, data)
+            return
+        try:
+            if dir_fd is not None:
+                yield from self._walk_fd(dir_fd, prefix, admit, [max_entries])
+        finally:
+            directory.__exit__(None, None, None)
+
+    def _walk_fd(
+        self,
+        dir_fd: int,
+        rel: tuple[str, ...],
+        admit: Callable[[int], bool],
+        entries_left: list[int],
+    ) -> Iterator[WalkedFile]:
+        with os.scandir(dir_fd) as scan:
+            entries = sorted(scan, key=lambda entry: entry.name)
+        entries_left[0] -= len(entries)
+        if entries_left[0] < 0:
+            raise WalkStop
+        for entry in entries:
+            name = entry.name
+            if name.startswith(".") or entry.is_symlink():
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                except OSError:
+                    continue
+                try:
+                    yield from self._walk_fd(child, rel + (name,), admit, entries_left)
+                finally:
+                    os.close(child)
+            elif name.endswith(".md") and entry.is_file(follow_symlinks=False):
+                try:
+                    fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+                except OSError:
+                    continue
+                try:
+                    size = os.fstat(fd).st_size
+                    if not admit(size):
+                        raise WalkStop
+                    data = _read_all(fd, size)
+                finally:
+                    os.close(fd)
+                yield WalkedFile(rel + (name,), data)
+
+    def sweep_temp_files(self) -> int:
+        """Remove temp files a crash left behind; only safe while holding the root lock."""
+        removed = 0
+        for directory, _dirs, names in os.walk(self.root, followlinks=False):
+            for name in names:
+                if name.startswith(TEMP_PREFIX):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(directory, name))
+                        removed += 1
+        return removed
+
+
+def _read_all(fd: int, size_hint: int) -> bytes:
+    chunks = []
+    want = max(size_hint, 0) + 1
+    while True:
+        chunk = os.read(fd, max(want, 65536))
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)

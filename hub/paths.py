@@ -1,0 +1,99 @@
+"""Logical memory paths and scope directories: pure rules, no file system access."""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+
+from hub.errors import InvalidArgument, InvalidPath
+from hub.limits import DEFAULT_LIMITS, Limits
+
+GLOBAL_SCOPE = "global"
+PRINCIPAL_SCOPE_PREFIX = "principal:"
+
+
+def validate_path(path: object, limits: Limits = DEFAULT_LIMITS) -> tuple[str, ...]:
+    """Check a logical document path and return its components.
+
+    Raises:
+        InvalidPath: the path is not a relative, visible, plain ``.md`` path.
+    """
+    parts = _validate_components(path, limits, what="path")
+    if not parts[-1].endswith(".md") or parts[-1] == ".md":
+        raise InvalidPath("memory paths must name a Markdown document ending in .md", path=path)
+    return parts
+
+
+def validate_prefix(prefix: object, limits: Limits = DEFAULT_LIMITS) -> tuple[str, ...]:
+    """Check a search ``path_prefix`` (a directory or a document); empty means the whole scope.
+
+    Raises:
+        InvalidPath: the prefix is absolute, escapes the scope or names a hidden component.
+    """
+    if prefix is None or prefix == "":
+        return ()
+    if isinstance(prefix, str):
+        prefix = prefix.rstrip("/")
+        if prefix == "":
+            raise InvalidPath("path_prefix must be relative to the memory scope", path_prefix="/")
+    return _validate_components(prefix, limits, what="path_prefix")
+
+
+def _validate_components(path: object, limits: Limits, *, what: str) -> tuple[str, ...]:
+    if not isinstance(path, str):
+        raise InvalidPath(f"{what} must be a string")
+    if path == "":
+        raise InvalidPath(f"{what} is empty")
+    if len(path.encode("utf-8", "surrogatepass")) > limits.path_bytes:
+        raise InvalidPath(f"{what} is longer than {limits.path_bytes} bytes", path=path[:64])
+    for ch in path:
+        if "\ud800" <= ch <= "\udfff":
+            raise InvalidPath(f"{what} is not valid UTF-8")
+        if ch == "\\":
+            raise InvalidPath(f"{what} must use '/' separators, not backslashes", path=path)
+        if _is_control(ch):
+            raise InvalidPath(f"{what} contains a control character", path=path.encode().hex())
+    if path.startswith("/"):
+        raise InvalidPath(f"{what} must be relative to the memory scope, not absolute", path=path)
+    parts = tuple(path.split("/"))
+    if len(parts) > limits.path_depth:
+        raise InvalidPath(f"{what} is deeper than {limits.path_depth} directories", path=path)
+    for part in parts:
+        if part == "":
+            raise InvalidPath(f"{what} has an empty component", path=path)
+        if part in (".", ".."):
+            raise InvalidPath(f"{what} must not contain '.' or '..'", path=path)
+        if part.startswith("."):
+            raise InvalidPath(f"{what} must not contain hidden components", path=path)
+        if len(part.encode("utf-8")) > limits.name_bytes:
+            raise InvalidPath(
+                f"a name in {what} is longer than {limits.name_bytes} bytes", path=path
+            )
+    return parts
+
+
+def _is_control(ch: str) -> bool:
+    return unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") and ch not in ("\u200d", "\u200c")
+
+
+def scope_directory(scope: str) -> tuple[str, ...]:
+    """The directory of a scope below the memory root, derived by the Hub, never by the caller.
+
+    Raises:
+        InvalidArgument: the scope string is neither ``global`` nor ``principal:<id>``.
+    """
+    if scope == GLOBAL_SCOPE:
+        return ("global",)
+    if scope.startswith(PRINCIPAL_SCOPE_PREFIX) and len(scope) > len(PRINCIPAL_SCOPE_PREFIX):
+        principal_id = scope[len(PRINCIPAL_SCOPE_PREFIX) :]
+        return ("users", hashlib.sha256(principal_id.encode("utf-8")).hexdigest())
+    raise InvalidArgument("unknown memory scope", scope=scope)
+
+
+def principal_scope(principal_id: str) -> str:
+    return PRINCIPAL_SCOPE_PREFIX + principal_id
+
+
+def in_prefix(parts: tuple[str, ...], prefix: tuple[str, ...]) -> bool:
+    """Whether a document lies under a directory prefix (whole components) or is that document."""
+    return parts[: len(prefix)] == prefix

@@ -1,0 +1,251 @@
+"""Hub RPC over HTTP: ``POST /rpc/v1/<method>`` with a JSON object in and out.
+
+Middleware authenticates every call and turns every failure into the one error shape; handlers are
+thin: check parameters, call a service, return its result.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from hub import __version__
+from hub.errors import AmuxError, InternalError, InvalidArgument, NotFound, PayloadTooLarge
+from hub.identity import Actor, authenticate, bearer_token, memory_scope
+from hub.limits import DEFAULT_LIMITS
+from hub.services import Hub
+
+logger = logging.getLogger("amux.hub.rpc")
+
+HUB = web.AppKey("hub", Hub)
+ACTOR_KEY = "amux.actor"
+BINDING_HEADER = "X-Amux-Memory-Binding"
+PROTOCOL_VERSION = 1
+
+
+class Params:
+    """A call's parameters; names the method does not take are refused, not ignored."""
+
+    def __init__(self, body: dict[str, Any], allowed: frozenset[str]) -> None:
+        unknown = sorted(set(body) - allowed)
+        if unknown:
+            raise InvalidArgument(f"unknown parameter(s): {', '.join(unknown)}")
+        self._body = body
+
+    def get(self, name: str) -> Any:
+        return self._body.get(name)
+
+    def require(self, name: str) -> Any:
+        if self._body.get(name) is None:
+            raise InvalidArgument(f"missing parameter: {name}")
+        return self._body[name]
+
+
+@dataclass(frozen=True)
+class Call:
+    hub: Hub
+    actor: Actor
+    binding: str | None
+    params: Params
+
+
+Handler = Callable[[Call], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Method:
+    handler: Handler
+    params: frozenset[str]
+
+
+METHODS: dict[str, Method] = {}
+
+
+def method(name: str, *params: str) -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
+        METHODS[name] = Method(handler, frozenset(params))
+        return handler
+
+    return register
+
+
+def error_response(error: AmuxError) -> web.Response:
+    return web.Response(
+        status=error.status,
+        body=dumps(error.to_wire()),
+        content_type="application/json",
+        charset="utf-8",
+    )
+
+
+def dumps(value: object) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+@web.middleware
+async def errors_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except AmuxError as error:
+        return error_response(error)
+    except web.HTTPRequestEntityTooLarge:
+        return error_response(PayloadTooLarge("request body is too large"))
+    except web.HTTPException as http:
+        if http.status == 404:
+            return error_response(NotFound(f"no such RPC route: {request.path}"))
+        if http.status == 405:
+            return error_response(InvalidArgument("Hub RPC calls use POST"))
+        raise
+    except Exception:
+        logger.exception("RPC %s failed", request.path)
+        return error_response(InternalError("internal error; see the Hub log"))
+
+
+@web.middleware
+async def auth_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    hub = request.config_dict[HUB]
+    token = bearer_token(request.headers.get("Authorization"))
+    request[ACTOR_KEY] = authenticate(hub.state, token)
+    return await handler(request)
+
+
+async def dispatch(request: web.Request) -> web.Response:
+    name = request.match_info["method"]
+    spec = METHODS.get(name)
+    if spec is None:
+        raise NotFound(f"unknown RPC method '{name}'")
+    raw = await request.read()
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise InvalidArgument("request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise InvalidArgument("request body must be a JSON object")
+    binding = request.headers.get(BINDING_HEADER) or None
+    hub = request.config_dict[HUB]
+    result = await spec.handler(Call(hub, request[ACTOR_KEY], binding, Params(body, spec.params)))
+    return web.Response(body=dumps(result), content_type="application/json", charset="utf-8")
+
+
+def create_rpc_app(max_request_bytes: int) -> web.Application:
+    """The ``/rpc/v1`` sub-application; its middleware covers only RPC routes."""
+    app = web.Application(
+        middlewares=[errors_middleware, auth_middleware], client_max_size=max_request_bytes
+    )
+    app.router.add_post("/{method}", dispatch)
+    return app
+
+
+# -- memory ---------------------------------------------------------------------------------------
+
+
+@method("memory.search", "query", "path_prefix", "limit")
+async def memory_search(call: Call) -> dict[str, Any]:
+    scope = call.hub.memory_scope_for(call.actor, call.binding)
+    p = call.params
+    return await call.hub.store.search(
+        scope, p.require("query"), p.get("path_prefix"), p.get("limit")
+    )
+
+
+@method("memory.get", "path", "start_line", "end_line", "offset")
+async def memory_get(call: Call) -> dict[str, Any]:
+    scope = call.hub.memory_scope_for(call.actor, call.binding)
+    p = call.params
+    return await call.hub.store.get(
+        scope, p.require("path"), p.get("start_line"), p.get("end_line"), p.get("offset")
+    )
+
+
+@method("memory.upsert", "path", "content", "expected_revision")
+async def memory_upsert(call: Call) -> dict[str, Any]:
+    scope = call.hub.memory_scope_for(call.actor, call.binding)
+    p = call.params
+    content = p.get("content")
+    if content is None:
+        raise InvalidArgument("missing parameter: content")
+    return await call.hub.store.upsert(
+        scope, p.require("path"), content, p.require("expected_revision")
+    )
+
+
+@method("memory.forget", "path", "expected_revision")
+async def memory_forget(call: Call) -> dict[str, Any]:
+    scope = call.hub.memory_scope_for(call.actor, call.binding)
+    p = call.params
+    return await call.hub.store.forget(scope, p.require("path"), p.require("expected_revision"))
+
+
+# -- system ---------------------------------------------------------------------------------------
+
+
+@method("system.capabilities")
+async def system_capabilities(call: Call) -> dict[str, Any]:
+    hub = call.hub
+    limits = DEFAULT_LIMITS
+    result: dict[str, Any] = {
+        "version": __version__,
+        "protocol_version": PROTOCOL_VERSION,
+        "memory": {
+            "enabled": hub.config.memory_enabled,
+            "isolation": "on" if hub.config.isolation else "off",
+            "methods": ["memory.search", "memory.get", "memory.upsert", "memory.forget"],
+        },
+        "limits": {
+            "entry_bytes": limits.entry_bytes,
+            "entry_lines": limits.entry_lines,
+            "document_bytes": limits.document_bytes,
+            "scope_documents": limits.scope_documents,
+            "scope_bytes": limits.scope_bytes,
+            "query_bytes": limits.query_bytes,
+            "query_terms": limits.query_terms,
+            "search_max_results": limits.search_max_results,
+            "response_bytes": limits.response_bytes,
+        },
+    }
+    for hook in hub.capability_hooks:
+        result.update(hook())
+    return result
+
+
+@method("system.whoami")
+async def system_whoami(call: Call) -> dict[str, Any]:
+    actor = call.actor
+    hub = call.hub
+    return {
+        "principal": actor.principal.to_wire(),
+        "credential": {"id": actor.credential.id, "kind": actor.credential.kind},
+        "memory_scope": memory_scope(actor, hub.config.isolation),
+        "aliases": [{"kind": k, "value": v} for k, v in hub.state.aliases(actor.principal.id)],
+    }
+
+
+@method("system.config.get")
+async def system_config_get(call: Call) -> dict[str, Any]:
+    return call.hub.config.describe()
+
+
+@method("system.config.set", "key", "value")
+async def system_config_set(call: Call) -> dict[str, Any]:
+    call.hub.require_owner(call.actor)
+    key = call.params.require("key")
+    described = call.hub.config.save(key, call.params.require("value"))
+    logger.info("setting %s saved by %s", key, call.actor.principal.name)
+    return {key: described}
+
+
+@method("system.restart")
+async def system_restart(call: Call) -> dict[str, Any]:
+    call.hub.require_owner(call.actor)
+    logger.info("restart requested by %s", call.actor.principal.name)
+    call.hub.restart_requested.set()
+    return {"restarting": True}

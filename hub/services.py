@@ -1,0 +1,91 @@
+"""The Hub's long-lived services, opened and closed together."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hub.config import OWNER_TOKEN_FILE, HubSettings
+from hub.errors import Forbidden, MemoryDisabled
+from hub.identity import Actor, check_binding, memory_scope
+from hub.rootlock import RootLock
+from hub.state import State
+from hub.store import MemoryStore
+from hub.sysconfig import SystemConfig
+
+logger = logging.getLogger("amux.hub")
+
+LOCAL_OWNER_NAME = "owner"
+
+
+@dataclass
+class Hub:
+    """Everything one Hub process serves from: its state, memory root and running settings."""
+
+    settings: HubSettings
+    state: State
+    store: MemoryStore
+    config: SystemConfig
+    root_lock: RootLock
+    restart_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    # Hooks other packages register to extend ``system.capabilities`` (e.g. connected workers).
+    capability_hooks: list[Callable[[], dict[str, object]]] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, settings: HubSettings) -> Hub:
+        """Take the memory root lock, open state and store, and bootstrap a local owner.
+
+        Raises:
+            Unavailable: another Hub already serves this memory root.
+        """
+        settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        root_lock = RootLock(settings.memory_root)
+        root_lock.acquire()
+        try:
+            state = State(settings.state_path)
+            store = MemoryStore(settings.memory_root)
+            store.open()
+            hub = cls(settings, state, store, SystemConfig(state), root_lock)
+            hub._bootstrap_owner()
+        except BaseException:
+            root_lock.release()
+            raise
+        return hub
+
+    def close(self) -> None:
+        self.state.close()
+        self.root_lock.release()
+
+    def _bootstrap_owner(self) -> None:
+        if self.state.principals():
+            return
+        owner = self.state.add_principal(LOCAL_OWNER_NAME, "user", owner=True)
+        token, _ = self.state.issue_credential(owner.id, "cli", label="local owner")
+        path = self.settings.home / OWNER_TOKEN_FILE
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(token + "\n")
+        logger.info("created the local owner principal; its CLI token is in %s", path)
+
+    def memory_scope_for(self, actor: Actor, binding: str | None) -> str:
+        """The scope a data call runs in, after the enabled and binding checks.
+
+        Raises:
+            MemoryDisabled: the running policy has memory off.
+            BindingMismatch: the binding does not equal the derived scope.
+        """
+        if not self.config.memory_enabled:
+            raise MemoryDisabled(
+                "Agent memory is disabled on this Hub; the owner can enable it and restart"
+            )
+        scope = memory_scope(actor, self.config.isolation)
+        check_binding(actor, binding, scope)
+        return scope
+
+    def require_owner(self, actor: Actor) -> None:
+        """Raises: Forbidden: the caller is not the owner (or acts through an Agent credential)."""
+        if not actor.principal.is_owner or actor.delegated:
+            raise Forbidden("only the owner can change Hub settings or restart the Hub")

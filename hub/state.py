@@ -1,0 +1,317 @@
+"""The Hub's durable state in SQLite: principals, aliases, credentials and saved settings.
+
+Queries are short and indexed, so they run on the event loop; WAL mode lets the local admin
+commands (``amux principal …``, ``amux token …``) work while the Hub is serving.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hub.errors import Conflict, InvalidArgument, NotFound
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS principals (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL CHECK (kind IN ('user', 'service')),
+    is_owner INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS aliases (
+    kind TEXT NOT NULL,
+    value TEXT NOT NULL,
+    principal_id TEXT NOT NULL REFERENCES principals(id) ON DELETE CASCADE,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (kind, value)
+);
+CREATE INDEX IF NOT EXISTS aliases_by_principal ON aliases(principal_id);
+CREATE TABLE IF NOT EXISTS credentials (
+    id TEXT PRIMARY KEY,
+    principal_id TEXT NOT NULL REFERENCES principals(id) ON DELETE CASCADE,
+    token_hash TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL CHECK (kind IN ('cli', 'delegated')),
+    binding TEXT,
+    label TEXT NOT NULL DEFAULT '',
+    issued_by TEXT,
+    expires_at REAL,
+    revoked_at REAL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS credentials_by_principal ON credentials(principal_id);
+CREATE TABLE IF NOT EXISTS settings (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
+"""
+
+TOKEN_PREFIX = "amux_"
+
+
+def hash_token(token: str) -> str:
+    # Tokens carry 256 random bits, so a fast hash is enough to make a stolen database useless.
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True)
+class Principal:
+    id: str
+    name: str
+    kind: str
+    is_owner: bool
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "kind": self.kind, "owner": self.is_owner}
+
+
+@dataclass(frozen=True)
+class Credential:
+    id: str
+    principal_id: str
+    kind: str
+    binding: str | None
+    label: str
+    expires_at: float | None
+    revoked_at: float | None
+    created_at: float
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "binding": self.binding,
+            "label": self.label,
+            "expires_at": self.expires_at,
+            "revoked": self.revoked_at is not None,
+            "created_at": self.created_at,
+        }
+
+
+def _principal(row: sqlite3.Row) -> Principal:
+    return Principal(row["id"], row["name"], row["kind"], bool(row["is_owner"]))
+
+
+def _credential(row: sqlite3.Row) -> Credential:
+    return Credential(
+        row["id"],
+        row["principal_id"],
+        row["kind"],
+        row["binding"],
+        row["label"],
+        row["expires_at"],
+        row["revoked_at"],
+        row["created_at"],
+    )
+
+
+class State:
+    """One connection to the Hub's state database."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.path = path
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        path.chmod(0o600)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self.db.execute("PRAGMA busy_timeout=5000")
+        self.db.executescript(_SCHEMA)
+        self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    # -- principals ------------------------------------------------------------------------------
+
+    def add_principal(self, name: str, kind: str = "user", owner: bool = False) -> Principal:
+        """Raises: Conflict: the name is taken. InvalidArgument: bad name or kind."""
+        name = name.strip()
+        if not name or len(name) > 128 or any(ch.isspace() for ch in name):
+            raise InvalidArgument("a principal name is 1-128 characters without spaces")
+        if kind not in ("user", "service"):
+            raise InvalidArgument("a principal is a 'user' or a 'service'")
+        principal = Principal(uuid.uuid4().hex, name, kind, owner)
+        try:
+            with self.transaction() as db:
+                db.execute(
+                    "INSERT INTO principals (id, name, kind, is_owner, created_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (principal.id, name, kind, int(owner), time.time()),
+                )
+        except sqlite3.IntegrityError:
+            raise Conflict(f"a principal named '{name}' already exists") from None
+        return principal
+
+    def principal(self, principal_id: str) -> Principal | None:
+        row = self.db.execute("SELECT * FROM principals WHERE id = ?", (principal_id,)).fetchone()
+        return _principal(row) if row else None
+
+    def principal_by_name(self, name: str) -> Principal:
+        """Raises: NotFound: no principal has that name."""
+        row = self.db.execute("SELECT * FROM principals WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise NotFound(f"no principal named '{name}'")
+        return _principal(row)
+
+    def principals(self) -> list[Principal]:
+        rows = self.db.execute("SELECT * FROM principals ORDER BY created_at, name").fetchall()
+        return [_principal(row) for row in rows]
+
+    def owner(self) -> Principal | None:
+        row = self.db.execute(
+            "SELECT * FROM principals WHERE is_owner = 1 ORDER BY created_at LIMIT 1"
+        ).fetchone()
+        return _principal(row) if row else None
+
+    def set_owner(self, principal_id: str, owner: bool) -> None:
+        with self.transaction() as db:
+            db.execute(
+                "UPDATE principals SET is_owner = ? WHERE id = ?", (int(owner), principal_id)
+            )
+
+    # -- aliases ---------------------------------------------------------------------------------
+
+    def add_alias(self, principal_id: str, kind: str, value: str) -> None:
+        """Raises: Conflict: the alias already belongs to another principal."""
+        with self.transaction() as db:
+            row = db.execute(
+                "SELECT principal_id FROM aliases WHERE kind = ? AND value = ?", (kind, value)
+            ).fetchone()
+            if row is not None:
+                if row["principal_id"] == principal_id:
+                    return
+                raise Conflict(f"the {kind} alias already belongs to another principal")
+            db.execute(
+                "INSERT INTO aliases (kind, value, principal_id, created_at) VALUES (?, ?, ?, ?)",
+                (kind, value, principal_id, time.time()),
+            )
+
+    def principal_by_alias(self, kind: str, value: str) -> Principal | None:
+        row = self.db.execute(
+            "SELECT p.* FROM aliases a JOIN principals p ON p.id = a.principal_id "
+            "WHERE a.kind = ? AND a.value = ?",
+            (kind, value),
+        ).fetchone()
+        return _principal(row) if row else None
+
+    def aliases(self, principal_id: str) -> list[tuple[str, str]]:
+        rows = self.db.execute(
+            "SELECT kind, value FROM aliases WHERE principal_id = ? ORDER BY kind, value",
+            (principal_id,),
+        ).fetchall()
+        return [(row["kind"], row["value"]) for row in rows]
+
+    # -- credentials -----------------------------------------------------------------------------
+
+    def issue_credential(
+        self,
+        principal_id: str,
+        kind: str = "cli",
+        *,
+        binding: str | None = None,
+        label: str = "",
+        expires_at: float | None = None,
+        issued_by: str | None = None,
+    ) -> tuple[str, Credential]:
+        """Create a credential; the token is returned once and only its hash is stored."""
+        token = new_token()
+        credential = Credential(
+            uuid.uuid4().hex[:16], principal_id, kind, binding, label, expires_at, None, time.time()
+        )
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO credentials (id, principal_id, token_hash, kind, binding, label, "
+                "issued_by, expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    credential.id,
+                    principal_id,
+                    hash_token(token),
+                    kind,
+                    binding,
+                    label,
+                    issued_by,
+                    expires_at,
+                    credential.created_at,
+                ),
+            )
+        return token, credential
+
+    def credential_by_token(self, token: str) -> tuple[Credential, Principal] | None:
+        row = self.db.execute(
+            "SELECT c.*, p.name AS p_name, p.kind AS p_kind, p.is_owner AS p_owner "
+            "FROM credentials c JOIN principals p ON p.id = c.principal_id "
+            "WHERE c.token_hash = ?",
+            (hash_token(token),),
+        ).fetchone()
+        if row is None:
+            return None
+        principal = Principal(
+            row["principal_id"], row["p_name"], row["p_kind"], bool(row["p_owner"])
+        )
+        return _credential(row), principal
+
+    def credentials(self, principal_id: str | None = None) -> list[Credential]:
+        if principal_id is None:
+            rows = self.db.execute("SELECT * FROM credentials ORDER BY created_at").fetchall()
+        else:
+            rows = self.db.execute(
+                "SELECT * FROM credentials WHERE principal_id = ? ORDER BY created_at",
+                (principal_id,),
+            ).fetchall()
+        return [_credential(row) for row in rows]
+
+    def revoke_credential(self, credential_id: str) -> Credential:
+        """Raises: NotFound: no credential has that id."""
+        with self.transaction() as db:
+            cursor = db.execute(
+                "UPDATE credentials SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?",
+                (time.time(), credential_id),
+            )
+            if cursor.rowcount == 0:
+                raise NotFound(f"no credential with id '{credential_id}'")
+            row = db.execute("SELECT * FROM credentials WHERE id = ?", (credential_id,)).fetchone()
+        return _credential(row)
+
+    # -- settings --------------------------------------------------------------------------------
+
+    def saved_settings(self) -> dict[str, Any]:
+        rows = self.db.execute("SELECT key, value FROM settings").fetchall()
+        return {row["key"]: json.loads(row["value"]) for row in rows}
+
+    def save_setting(self, key: str, value: Any) -> None:
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
+                "updated_at = excluded.updated_at",
+                (key, json.dumps(value), time.time()),
+            )

@@ -1,0 +1,304 @@
+"""The memory store: search, get, upsert and forget over one scope's Markdown documents."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hub import paging
+from hub.errors import Conflict, InvalidArgument, QuotaExceeded
+from hub.files import MemoryFiles, WalkStop
+from hub.limits import DEFAULT_LIMITS, ENTRY_NAME, Limits
+from hub.paths import scope_directory, validate_path, validate_prefix
+from hub.search import Query, Ranking, encoded_size, match_document, parse_limit, parse_query
+
+ABSENT = "absent"
+_REVISION = re.compile(r"^[0-9a-f]{64}$")
+
+
+def revision_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def parse_expected_revision(value: object) -> str:
+    """Raises: InvalidArgument: not ``absent`` or a lowercase SHA-256 hex digest."""
+    if not isinstance(value, str) or not (value == ABSENT or _REVISION.match(value)):
+        raise InvalidArgument(
+            "expected_revision must be 'absent' or the document's 64-hex-digit revision"
+        )
+    return value
+
+
+def encode_content(content: object) -> bytes:
+    """Raises: InvalidArgument: content is not a string of valid UTF-8 text."""
+    if not isinstance(content, str):
+        raise InvalidArgument("content must be a string")
+    try:
+        return content.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument("content is not valid UTF-8 text") from None
+
+
+def count_lines(data: bytes) -> int:
+    if not data:
+        return 0
+    return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+
+
+@dataclass
+class _Usage:
+    documents: int
+    bytes: int
+
+
+class MemoryStore:
+    """One Hub's memory root. The Hub is its only online writer (see ``RootLock``)."""
+
+    def __init__(
+        self,
+        root: Path,
+        limits: Limits = DEFAULT_LIMITS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.files = MemoryFiles(root)
+        self.limits = limits
+        self._clock = clock
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._usage: dict[str, _Usage] = {}
+
+    def open(self) -> None:
+        """Create the root and clear temp files an earlier crash left behind."""
+        self.files.ensure_root()
+        self.files.sweep_temp_files()
+
+    def _lock(self, scope: str) -> asyncio.Lock:
+        lock = self._locks.get(scope)
+        if lock is None:
+            lock = self._locks[scope] = asyncio.Lock()
+        return lock
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    async def get(
+        self,
+        scope: str,
+        path: object,
+        start_line: object = None,
+        end_line: object = None,
+        offset: object = None,
+    ) -> dict[str, Any]:
+        """A bounded fragment of one document with its whole-file revision."""
+        parts = validate_path(path, self.limits)
+        start, end, off = paging.parse_range(start_line, end_line, offset)
+        logical = "/".join(parts)
+        data = self.files.read(scope_directory(scope) + parts)
+        if data is None:
+            return {
+                "path": logical,
+                "exists": False,
+                "revision": ABSENT,
+                "content": "",
+                "truncated": False,
+                "next_offset": None,
+            }
+        revision = revision_of(data)
+        envelope = {
+            "path": logical,
+            "exists": True,
+            "revision": revision,
+            "content": "",
+            "truncated": False,
+            "next_offset": 10**12,
+        }
+        budget = self.limits.response_bytes - encoded_size(envelope)
+        fragment = paging.select(data, start, end, off, budget)
+        return {
+            "path": logical,
+            "exists": True,
+            "revision": revision,
+            "content": fragment.content,
+            "truncated": fragment.truncated,
+            "next_offset": fragment.next_offset,
+        }
+
+    async def search(
+        self, scope: str, query: object, path_prefix: object = None, limit: object = None
+    ) -> dict[str, Any]:
+        """Literal keyword search of a scope within the scan budget."""
+        parsed = parse_query(query, self.limits)
+        prefix = validate_prefix(path_prefix, self.limits)
+        wanted = parse_limit(limit, self.limits)
+        return await asyncio.to_thread(self._search, scope, parsed, prefix, wanted)
+
+    def _search(
+        self, scope: str, query: Query, prefix: tuple[str, ...], wanted: int
+    ) -> dict[str, Any]:
+        limits = self.limits
+        deadline = self._clock() + limits.scan_seconds
+        scanned_files = 0
+        scanned_bytes = 0
+        ranking = Ranking(wanted)
+
+        def admit(size: int) -> bool:
+            return (
+                scanned_files < limits.scan_files
+                and scanned_bytes + size <= limits.scan_bytes
+                and self._clock() < deadline
+            )
+
+        incomplete = False
+        walk = self.files.walk(scope_directory(scope), prefix, admit, limits.scan_entries)
+        try:
+            for document in walk:
+                scanned_files += 1
+                scanned_bytes += len(document.data)
+                candidate = match_document(document.parts, document.data, query, limits)
+                if candidate is not None:
+                    ranking.offer(candidate)
+        except WalkStop:
+            incomplete = True
+        finally:
+            walk.close()
+
+        result: dict[str, Any] = {
+            "matches": [],
+            "incomplete": incomplete,
+            "scanned_files": scanned_files,
+            "truncated": False,
+        }
+        budget = limits.response_bytes - encoded_size(result)
+        ranked = ranking.ranked()
+        matches: list[dict[str, Any]] = result["matches"]
+        for candidate in ranked:
+            match = {
+                "path": "/".join(candidate.parts),
+                "line": candidate.line,
+                "snippet": candidate.snippet,
+                "revision": revision_of(candidate.data),
+                "truncated": candidate.snippet_truncated,
+            }
+            size = encoded_size(match) + (1 if matches else 0)
+            if size > budget:
+                break
+            matches.append(match)
+            budget -= size
+        result["truncated"] = len(matches) < ranking.matched
+        return result
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    async def upsert(
+        self, scope: str, path: object, content: object, expected_revision: object
+    ) -> dict[str, Any]:
+        """Replace or create a whole document if its revision is still ``expected_revision``.
+
+        Raises:
+            Conflict: the document changed; ``observed_revision`` is what is there now.
+            QuotaExceeded: a document, entry or scope bound would be exceeded.
+        """
+        parts = validate_path(path, self.limits)
+        data = encode_content(content)
+        expected = parse_expected_revision(expected_revision)
+        self._check_document_bounds(parts, data)
+        logical = "/".join(parts)
+        async with self._lock(scope):
+            return await asyncio.to_thread(self._upsert, scope, parts, logical, data, expected)
+
+    def _upsert(
+        self, scope: str, parts: tuple[str, ...], logical: str, data: bytes, expected: str
+    ) -> dict[str, Any]:
+        full = scope_directory(scope) + parts
+        current = self.files.read(full)
+        observed = ABSENT if current is None else revision_of(current)
+        if observed != expected:
+            raise Conflict(
+                f"'{logical}' changed since it was read; reread it and merge",
+                path=logical,
+                observed_revision=observed,
+            )
+        if current == data:
+            return {"path": logical, "revision": observed}
+        usage = self._scope_usage(scope)
+        documents = usage.documents + (1 if current is None else 0)
+        total = usage.bytes - (len(current) if current is not None else 0) + len(data)
+        if documents > self.limits.scope_documents:
+            raise QuotaExceeded(
+                f"the memory scope holds at most {self.limits.scope_documents} documents",
+                limit="scope_documents",
+            )
+        if total > self.limits.scope_bytes:
+            raise QuotaExceeded(
+                f"the memory scope holds at most {self.limits.scope_bytes} bytes",
+                limit="scope_bytes",
+            )
+        self.files.write_atomic(full, data)
+        usage.documents = documents
+        usage.bytes = total
+        return {"path": logical, "revision": revision_of(data)}
+
+    def _check_document_bounds(self, parts: tuple[str, ...], data: bytes) -> None:
+        limits = self.limits
+        if parts == (ENTRY_NAME,):
+            if len(data) > limits.entry_bytes or count_lines(data) > limits.entry_lines:
+                raise QuotaExceeded(
+                    f"{ENTRY_NAME} is limited to {limits.entry_bytes} bytes and "
+                    f"{limits.entry_lines} lines; move details into topic documents and keep "
+                    "short pointers",
+                    limit="entry",
+                )
+        elif len(data) > limits.document_bytes:
+            raise QuotaExceeded(
+                f"a document is limited to {limits.document_bytes} bytes; split it by topic",
+                limit="document_bytes",
+            )
+
+    async def forget(self, scope: str, path: object, expected_revision: object) -> dict[str, Any]:
+        """Delete one document if its revision is still ``expected_revision``.
+
+        Raises:
+            Conflict: the document changed; ``observed_revision`` is what is there now.
+        """
+        parts = validate_path(path, self.limits)
+        expected = parse_expected_revision(expected_revision)
+        logical = "/".join(parts)
+        async with self._lock(scope):
+            return await asyncio.to_thread(self._forget, scope, parts, logical, expected)
+
+    def _forget(
+        self, scope: str, parts: tuple[str, ...], logical: str, expected: str
+    ) -> dict[str, Any]:
+        full = scope_directory(scope) + parts
+        current = self.files.read(full)
+        if current is None:
+            return {"path": logical, "already_absent": True}
+        observed = revision_of(current)
+        if observed != expected:
+            raise Conflict(
+                f"'{logical}' changed since it was read; reread it before forgetting",
+                path=logical,
+                observed_revision=observed,
+            )
+        usage = self._scope_usage(scope)
+        removed = self.files.delete(full)
+        if removed:
+            usage.documents -= 1
+            usage.bytes -= len(current)
+        return {"path": logical, "already_absent": not removed}
+
+    def _scope_usage(self, scope: str) -> _Usage:
+        # Counted once per scope, then kept current by our own writes: the Hub is the only writer.
+        usage = self._usage.get(scope)
+        if usage is None:
+            documents = 0
+            size = 0
+            for document in self.files.walk(scope_directory(scope)):
+                documents += 1
+                size += len(document.data)
+            usage = self._usage[scope] = _Usage(documents, size)
+        return usage
