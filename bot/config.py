@@ -1,0 +1,50 @@
+"""Settings of the Feishu bot. Only composition roots construct these."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+FEISHU_DOMAIN = "https://open.feishu.cn"
+LARK_DOMAIN = "https://open.larksuite.com"
+
+
+class FeishuSettings(BaseSettings):
+    """Feishu (or Lark) app credentials and ingress choice; no app id means the bot is off."""
+
+    model_config = SettingsConfigDict(env_prefix="AMUX_FEISHU_", extra="ignore")
+
+    app_id: str = ""
+    app_secret: SecretStr = SecretStr("")
+    encrypt_key: SecretStr = SecretStr("")
+    verification_token: SecretStr = SecretStr("")
+    # Feishu's, Lark's, or a loopback URL (tests); the SDK appends "/open-apis/...".
+    domain: str = FEISHU_DOMAIN
+    mode: Literal["webhook", "long_connection"] = "webhook"
+    enroll: Literal["auto", "closed"] = "auto"
+    # Feishu retries for about 7 h; remember event ids well beyond that.
+    dedup_hours: float = 24.0
+    # Webhook requests older (or further in the future) than this are replays.
+    max_clock_skew_seconds: float = 300.0
+    # At most one in-place card update per message per interval while streaming.
+    card_update_interval_seconds: float = 1.5
+
+    @field_validator("domain")
+    @classmethod
+    def _no_trailing_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.app_id.strip())
+
+    def describe(self) -> str:
+        """One log line about the bot's state, never including a secret."""
+        if not self.enabled:
+            return (
+                "Feishu bot disabled: set AMUX_FEISHU_APP_ID and AMUX_FEISHU_APP_SECRET "
+                "(and AMUX_FEISHU_ENCRYPT_KEY / AMUX_FEISHU_VERIFICATION_TOKEN for webhooks)"
+            )
+        return f"Feishu bot enabled: app {self.app_id}, {self.mode} via {self.domain}"

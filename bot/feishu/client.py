@@ -1,0 +1,325 @@
+"""Outbound Feishu calls through lark-oapi, off the event loop, with bounded retries.
+
+lark-oapi's calls are synchronous (even its ``a*`` methods fetch the tenant token with blocking
+``requests``), so every call runs in a worker thread. Retries happen only on HTTP 429, Feishu's
+rate-limit codes, 5xx answers and connection errors; an invalid cached tenant token is dropped
+and fetched again once; anything else fails at once with a typed error that carries Feishu's
+code but never a credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import lark_oapi as lark
+import requests
+from lark_oapi.core.enum import AccessTokenType, HttpMethod
+from lark_oapi.core.exception import ObtainAccessTokenException
+from lark_oapi.core.token.manager import TokenManager
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from bot.config import FeishuSettings
+from bot.feishu.errors import FeishuApiError
+from hub.errors import Unavailable
+
+logger = logging.getLogger(__name__)
+
+RATE_LIMIT_CODES = frozenset({99991400, 99991402, 230020, 11020, 11021})
+# The tenant token the SDK cached was rejected (expired early, revoked, or from another server).
+TOKEN_INVALID_CODES = frozenset({99991661, 99991663, 99991668, 99991677})
+
+ReceiveIdType = Literal["chat_id", "open_id", "union_id", "user_id", "email"]
+Verdict = Literal["ok", "retry", "refresh_token", "fail"]
+
+
+def classify(http_status: int, feishu_code: int | None) -> Verdict:
+    """What to do with one answer: accept it, retry later, refresh the token once, or fail."""
+    if http_status == 429 or feishu_code in RATE_LIMIT_CODES:
+        return "retry"
+    if feishu_code in TOKEN_INVALID_CODES:
+        return "refresh_token"
+    if http_status >= 500:
+        return "retry"
+    if http_status >= 400 or feishu_code not in (None, 0):
+        return "fail"
+    return "ok"
+
+
+class _Retryable(Exception):
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class SentMessage:
+    """Where a message landed; ``thread_id`` is set for topic replies."""
+
+    message_id: str
+    chat_id: str = ""
+    root_id: str = ""
+    thread_id: str = ""
+
+
+@dataclass(frozen=True)
+class BotInfo:
+    open_id: str
+    name: str = ""
+
+
+def _retry_after(headers: dict[str, str]) -> float | None:
+    for name in ("x-ogw-ratelimit-reset", "Retry-After"):
+        for key, value in headers.items():
+            if key.lower() == name.lower():
+                try:
+                    return max(0.0, float(value))
+                except ValueError:
+                    return None
+    return None
+
+
+class FeishuClient:
+    """The bot's outbound Feishu API: messages, topic replies, card updates, bot info."""
+
+    def __init__(
+        self,
+        settings: FeishuSettings,
+        *,
+        attempts: int = 5,
+        backoff: Callable[[RetryCallState], float] | None = None,
+        max_retry_after: float = 30.0,
+        timeout: float = 10.0,
+    ) -> None:
+        self._settings = settings
+        self._client = (
+            lark.Client.builder()
+            .app_id(settings.app_id)
+            .app_secret(settings.app_secret.get_secret_value())
+            .domain(settings.domain)
+            .timeout(timeout)
+            .log_level(lark.LogLevel.WARNING)
+            .build()
+        )
+        self._attempts = attempts
+        self._backoff = backoff or wait_exponential_jitter(initial=0.5, max=8.0)
+        self._max_retry_after = max_retry_after
+
+    # -- public API ------------------------------------------------------------------------
+
+    async def send_card(
+        self, receive_id: str, card: dict[str, Any], receive_id_type: ReceiveIdType = "chat_id"
+    ) -> SentMessage:
+        """Send a new card message to a chat or a user."""
+        return await self._send(receive_id, receive_id_type, "interactive", card)
+
+    async def send_text(
+        self, receive_id: str, text: str, receive_id_type: ReceiveIdType = "chat_id"
+    ) -> SentMessage:
+        return await self._send(receive_id, receive_id_type, "text", {"text": text})
+
+    async def reply(
+        self,
+        message_id: str,
+        *,
+        card: dict[str, Any] | None = None,
+        text: str | None = None,
+        in_thread: bool = True,
+    ) -> SentMessage:
+        """Reply to ``message_id``; ``in_thread`` opens (or continues) its topic."""
+        msg_type, content = _content(card, text)
+        data = await self._call(
+            "reply",
+            HttpMethod.POST,
+            "/open-apis/im/v1/messages/:message_id/reply",
+            paths={"message_id": message_id},
+            body={
+                "msg_type": msg_type,
+                "content": content,
+                "reply_in_thread": in_thread,
+                # Same uuid on every retry: Feishu posts it once even if an earlier try landed.
+                "uuid": str(uuid.uuid4()),
+            },
+        )
+        return _sent(data)
+
+    async def update_card(self, message_id: str, card: dict[str, Any]) -> None:
+        """Replace the card of a message the bot sent (needs ``update_multi`` for everyone)."""
+        await self._call(
+            "update_card",
+            HttpMethod.PATCH,
+            "/open-apis/im/v1/messages/:message_id",
+            paths={"message_id": message_id},
+            body={"content": json.dumps(card, ensure_ascii=False)},
+        )
+
+    async def delayed_update(self, callback_token: str, card: dict[str, Any]) -> None:
+        """Update a card after its callback was answered (token valid 30 min, twice)."""
+        await self._call(
+            "delayed_update",
+            HttpMethod.POST,
+            "/open-apis/interactive/v1/card/update",
+            body={"token": callback_token, "card": card},
+        )
+
+    async def bot_info(self) -> BotInfo:
+        """The bot's own identity (its open_id is what group mentions point at)."""
+        data = await self._call("bot_info", HttpMethod.GET, "/open-apis/bot/v3/info")
+        bot = data.get("bot") or {}
+        return BotInfo(open_id=str(bot.get("open_id", "")), name=str(bot.get("app_name", "")))
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    async def _send(
+        self, receive_id: str, receive_id_type: str, msg_type: str, payload: dict[str, Any]
+    ) -> SentMessage:
+        data = await self._call(
+            "send",
+            HttpMethod.POST,
+            "/open-apis/im/v1/messages",
+            queries=[("receive_id_type", receive_id_type)],
+            body={
+                "receive_id": receive_id,
+                "msg_type": msg_type,
+                "content": json.dumps(payload, ensure_ascii=False),
+                "uuid": str(uuid.uuid4()),
+            },
+        )
+        return _sent(data)
+
+    def _wait(self, state: RetryCallState) -> float:
+        error = state.outcome.exception() if state.outcome else None
+        backoff = self._backoff(state)
+        if isinstance(error, _Retryable) and error.retry_after is not None:
+            return max(backoff, min(error.retry_after, self._max_retry_after))
+        return backoff
+
+    async def _call(
+        self,
+        operation: str,
+        method: HttpMethod,
+        uri: str,
+        *,
+        paths: dict[str, str] | None = None,
+        queries: Sequence[tuple[str, str]] = (),
+        body: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self._attempts),
+            wait=self._wait,
+            retry=retry_if_exception_type(_Retryable),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await asyncio.to_thread(
+                        self._call_once, operation, method, uri, paths, queries, body
+                    )
+        except _Retryable as error:
+            raise Unavailable(
+                f"Feishu {operation} failed after {self._attempts} attempts: {error.reason}",
+                operation=operation,
+            ) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _call_once(
+        self,
+        operation: str,
+        method: HttpMethod,
+        uri: str,
+        paths: dict[str, str] | None,
+        queries: Sequence[tuple[str, str]],
+        body: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        for refreshed in (False, True):
+            request = (
+                lark.BaseRequest.builder()
+                .http_method(method)
+                .uri(uri)
+                .paths(dict(paths or {}))
+                .queries(list(queries))
+                .headers({"Content-Type": "application/json; charset=utf-8"})
+                .token_types({AccessTokenType.TENANT})
+                .body(body)
+                .build()
+            )
+            try:
+                response = self._client.request(request)
+            except ObtainAccessTokenException as error:
+                if classify(200, error.code) == "retry":
+                    raise _Retryable(f"token rate limited ({error.code})") from None
+                raise FeishuApiError(
+                    f"Feishu refused the app credentials ({error.code}: {error.msg})",
+                    feishu_code=error.code,
+                    operation=operation,
+                ) from None
+            except requests.RequestException as error:
+                raise _Retryable(f"connection error ({type(error).__name__})") from None
+            raw = response.raw
+            status = int(raw.status_code or 0)
+            try:
+                data: Any = json.loads(raw.content or b"{}")
+            except ValueError:
+                data = None
+            if not isinstance(data, dict):
+                if status >= 500:
+                    raise _Retryable(f"HTTP {status}")
+                if 200 <= status < 300:
+                    return {}
+                raise FeishuApiError(
+                    f"Feishu {operation} failed (HTTP {status})",
+                    http_status=status,
+                    operation=operation,
+                )
+            code = data.get("code")
+            feishu_code = int(code) if isinstance(code, int) else None
+            verdict = classify(status, feishu_code)
+            if verdict == "ok":
+                return data
+            if verdict == "retry":
+                raise _Retryable(
+                    f"HTTP {status}, code {feishu_code}", _retry_after(raw.headers or {})
+                )
+            if verdict == "refresh_token" and not refreshed:
+                logger.info("Feishu rejected the cached tenant token; fetching a new one")
+                # The SDK's cache has no delete; an empty value forces a fetch.
+                TokenManager.cache.set(f"self_tenant_token:{self._settings.app_id}", "", 0)
+                continue
+            raise FeishuApiError(
+                f"Feishu {operation} failed: {data.get('msg') or 'error'} (code {feishu_code})",
+                feishu_code=feishu_code,
+                http_status=status,
+                operation=operation,
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _content(card: dict[str, Any] | None, text: str | None) -> tuple[str, str]:
+    if (card is None) == (text is None):
+        raise ValueError("pass exactly one of card or text")
+    if card is not None:
+        return "interactive", json.dumps(card, ensure_ascii=False)
+    return "text", json.dumps({"text": text}, ensure_ascii=False)
+
+
+def _sent(data: dict[str, Any]) -> SentMessage:
+    body = data.get("data") or {}
+    return SentMessage(
+        message_id=str(body.get("message_id", "")),
+        chat_id=str(body.get("chat_id", "")),
+        root_id=str(body.get("root_id", "") or ""),
+        thread_id=str(body.get("thread_id", "") or ""),
+    )

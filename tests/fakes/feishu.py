@@ -1,0 +1,296 @@
+"""A fake Feishu OpenAPI server on a random loopback port, recording every request.
+
+It serves what amux calls through lark-oapi (tenant token, messages, replies, card patches,
+delayed card updates, bot info) and the long-connection bootstrap: the endpoint discovery POST
+and a WebSocket speaking the SDK's protobuf frames, so tests can push events and card clicks
+to ``lark.ws.Client`` and read its acknowledgements.
+
+Failure injection: ``fail_next(n, status=429, code=99991400)`` makes the next ``n`` matching
+API calls answer with that HTTP status and Feishu error code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import WSMsgType, web
+from lark_oapi.ws.pb.pbbp2_pb2 import Frame
+
+TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class Failure:
+    remaining: int
+    status: int
+    code: int
+    path_contains: str
+
+
+@dataclass
+class StoredMessage:
+    message_id: str
+    chat_id: str
+    msg_type: str
+    content: str
+    root_id: str = ""
+    thread_id: str = ""
+    updates: list[str] = field(default_factory=list)
+
+    @property
+    def card(self) -> dict[str, Any]:
+        """The card this message currently shows (after any updates)."""
+        value: dict[str, Any] = json.loads(self.updates[-1] if self.updates else self.content)
+        return value
+
+
+class FakeFeishu:
+    """The fake server; use ``async with FakeFeishu(...) as fake`` and point the SDK at ``url``."""
+
+    def __init__(
+        self,
+        app_id: str = "cli_test",
+        app_secret: str = "secret",
+        bot_open_id: str = "ou_bot",
+        token_expire: int = 7200,
+    ) -> None:
+        self.app_id = app_id
+        self.app_secret = app_secret
+        self.bot_open_id = bot_open_id
+        self.token_expire = token_expire
+        self.requests: list[Recorded] = []
+        self.messages: dict[str, StoredMessage] = {}
+        self.card_updates: list[dict[str, Any]] = []
+        self.issued_tokens: set[str] = set()
+        self._failures: list[Failure] = []
+        self._ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+        # Long connection state.
+        self.ws_connected = asyncio.Event()
+        self._ws: web.WebSocketResponse | None = None
+        self._ws_acks: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self.ws_pings = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> FakeFeishu:
+        app = web.Application()
+        app.router.add_post(TOKEN_PATH, self._token)
+        app.router.add_post("/open-apis/im/v1/messages", self._create)
+        app.router.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply)
+        app.router.add_patch("/open-apis/im/v1/messages/{message_id}", self._patch)
+        app.router.add_get("/open-apis/bot/v3/info", self._bot_info)
+        app.router.add_post("/open-apis/interactive/v1/card/update", self._card_update)
+        app.router.add_post("/callback/ws/endpoint", self._ws_endpoint)
+        app.router.add_get("/ws", self._ws_handler)
+        app.middlewares.append(self._record)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for future in self._ws_acks.values():
+            future.cancel()
+        if self._ws is not None:
+            await self._ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- test controls ---------------------------------------------------------------------
+
+    def fail_next(
+        self, count: int, status: int = 429, code: int = 99991400, path_contains: str = ""
+    ) -> None:
+        """Answer the next ``count`` calls whose path contains ``path_contains`` with an error."""
+        self._failures.append(Failure(count, status, code, path_contains))
+
+    def calls(self, method: str, path_contains: str) -> list[Recorded]:
+        return [r for r in self.requests if r.method == method and path_contains in r.path]
+
+    # -- HTTP ------------------------------------------------------------------------------
+
+    @web.middleware
+    async def _record(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path == "/ws":
+            return await handler(request)  # type: ignore[no-any-return]
+        raw = await request.read()
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw
+        self.requests.append(
+            Recorded(request.method, request.path, dict(request.query), dict(request.headers), body)
+        )
+        for failure in self._failures:
+            if failure.remaining > 0 and failure.path_contains in request.path:
+                failure.remaining -= 1
+                return web.json_response(
+                    {"code": failure.code, "msg": "injected failure"}, status=failure.status
+                )
+        if request.path.startswith("/open-apis/") and request.path != TOKEN_PATH:
+            auth = request.headers.get("Authorization", "")
+            if auth.removeprefix("Bearer ") not in self.issued_tokens:
+                return web.json_response(
+                    {"code": 99991663, "msg": "Invalid access token for authorization"},
+                    status=400,
+                )
+        return await handler(request)  # type: ignore[no-any-return]
+
+    def _body(self, request: web.Request) -> dict[str, Any]:
+        body = self.requests[-1].body
+        return body if isinstance(body, dict) else {}
+
+    async def _token(self, request: web.Request) -> web.Response:
+        body = self._body(request)
+        if body.get("app_id") != self.app_id or body.get("app_secret") != self.app_secret:
+            return web.json_response({"code": 10014, "msg": "app secret invalid"})
+        token = f"t-{next(self._ids)}"
+        self.issued_tokens.add(token)
+        return web.json_response(
+            {"code": 0, "msg": "ok", "tenant_access_token": token, "expire": self.token_expire}
+        )
+
+    def _store(self, chat_id: str, body: dict[str, Any], **kw: str) -> StoredMessage:
+        message_id = f"om_{next(self._ids)}"
+        message = StoredMessage(
+            message_id, chat_id, str(body.get("msg_type")), str(body.get("content")), **kw
+        )
+        self.messages[message_id] = message
+        return message
+
+    def _message_data(self, message: StoredMessage) -> dict[str, Any]:
+        data = {
+            "message_id": message.message_id,
+            "chat_id": message.chat_id,
+            "msg_type": message.msg_type,
+            "body": {"content": message.content},
+        }
+        if message.root_id:
+            data["root_id"] = message.root_id
+            data["parent_id"] = message.root_id
+        if message.thread_id:
+            data["thread_id"] = message.thread_id
+        return data
+
+    async def _create(self, request: web.Request) -> web.Response:
+        body = self._body(request)
+        receive_id = str(body.get("receive_id"))
+        chat_id = receive_id if receive_id.startswith("oc_") else f"oc_p2p_{receive_id}"
+        message = self._store(chat_id, body)
+        return web.json_response({"code": 0, "msg": "success", "data": self._message_data(message)})
+
+    async def _reply(self, request: web.Request) -> web.Response:
+        parent = self.messages.get(request.match_info["message_id"])
+        if parent is None:
+            return web.json_response({"code": 230011, "msg": "message not found"}, status=400)
+        body = self._body(request)
+        root = parent.root_id or parent.message_id
+        thread = parent.thread_id
+        if body.get("reply_in_thread") and not thread:
+            thread = f"omt_{next(self._ids)}"
+            parent.thread_id = thread
+        message = self._store(parent.chat_id, body, root_id=root, thread_id=thread)
+        return web.json_response({"code": 0, "msg": "success", "data": self._message_data(message)})
+
+    async def _patch(self, request: web.Request) -> web.Response:
+        message = self.messages.get(request.match_info["message_id"])
+        if message is None:
+            return web.json_response({"code": 230011, "msg": "message not found"}, status=400)
+        message.updates.append(str(self._body(request).get("content")))
+        return web.json_response({"code": 0, "msg": "success", "data": {}})
+
+    async def _bot_info(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "code": 0,
+                "msg": "ok",
+                "bot": {"open_id": self.bot_open_id, "app_name": "amux", "activate_status": 2},
+            }
+        )
+
+    async def _card_update(self, request: web.Request) -> web.Response:
+        self.card_updates.append(self._body(request))
+        return web.json_response({"code": 0, "msg": "success"})
+
+    # -- long connection -------------------------------------------------------------------
+
+    async def _ws_endpoint(self, request: web.Request) -> web.Response:
+        body = self._body(request)
+        if body.get("AppID") != self.app_id or body.get("AppSecret") != self.app_secret:
+            return web.json_response({"code": 10014, "msg": "app secret invalid"})
+        ws_url = self.url.replace("http://", "ws://") + "/ws?device_id=dev1&service_id=7"
+        config = {
+            "ReconnectCount": 0,
+            "ReconnectInterval": 1,
+            "ReconnectNonce": 0,
+            "PingInterval": 120,
+        }
+        return web.json_response({"code": 0, "data": {"URL": ws_url, "ClientConfig": config}})
+
+    async def _ws_handler(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self._ws = ws
+        self.ws_connected.set()
+        async for msg in ws:
+            if msg.type != WSMsgType.BINARY:
+                continue
+            frame = Frame()
+            frame.ParseFromString(msg.data)
+            headers = {h.key: h.value for h in frame.headers}
+            if frame.method == 0 and headers.get("type") == "ping":
+                self.ws_pings += 1
+                pong = Frame(SeqID=0, LogID=0, service=frame.service, method=0)
+                pong.headers.add(key="type", value="pong")
+                await ws.send_bytes(pong.SerializeToString())
+            elif frame.method == 1:
+                future = self._ws_acks.pop(headers.get("message_id", ""), None)
+                if future is not None and not future.done():
+                    future.set_result(json.loads(frame.payload))
+        self._ws = None
+        return ws
+
+    async def push(self, payload: dict[str, Any], kind: str = "event") -> dict[str, Any]:
+        """Send one data frame (``kind`` "event" or "card") and return the client's ack.
+
+        The ack is ``{"code": 200, "data": <the handler's answer>}``, with data decoded.
+        """
+        if self._ws is None:
+            raise RuntimeError("no long-connection client is connected")
+        message_id = f"msg_{next(self._ids)}"
+        frame = Frame(SeqID=next(self._ids), LogID=0, service=7, method=1)
+        for key, value in (
+            ("type", kind),
+            ("message_id", message_id),
+            ("trace_id", f"trace_{message_id}"),
+            ("sum", "1"),
+            ("seq", "0"),
+        ):
+            frame.headers.add(key=key, value=value)
+        frame.payload = json.dumps(payload).encode("utf-8")
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._ws_acks[message_id] = future
+        await self._ws.send_bytes(frame.SerializeToString())
+        ack = await future
+        if isinstance(ack.get("data"), str):
+            ack["data"] = json.loads(base64.b64decode(ack["data"]))
+        return ack
