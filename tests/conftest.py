@@ -1,1 +1,219 @@
-"""Fixtures shared by every test package."""
+"""Fixtures shared by every test package: a Hub in-process, a Hub as a real process, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from bot.app import create_app
+from hub.config import OWNER_TOKEN_FILE, HubSettings
+
+REPO = Path(__file__).resolve().parent.parent
+AMUX = shutil.which("amux", path=str(Path(sys.executable).parent)) or "amux"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: Any, timeout: float = 15.0, interval: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+@dataclass
+class HubProcess:
+    """``amux serve`` running as a real process on a free loopback port."""
+
+    home: Path
+    port: int
+    extra_env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def owner_token(self) -> str:
+        return (self.home / OWNER_TOKEN_FILE).read_text().strip()
+
+    def env(self, **overrides: str) -> dict[str, str]:
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith("AMUX_") or k in self.extra_env
+        }
+        env.update(self.extra_env)
+        env.update({"AMUX_HOME": str(self.home), "AMUX_HUB_URL": self.url})
+        env.update(overrides)
+        return env
+
+    def start(self) -> None:
+        self.log_path = self.home.parent / f"hub-{self.port}.log"
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [AMUX, "serve", "--port", str(self.port)],
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.home.parent,
+        )
+        log.close()
+        self.wait_healthy()
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    def wait_healthy(self, timeout: float = 20.0) -> None:
+        def up() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"amux serve exited early:\n{self.log()}")
+            return self.healthy()
+
+        wait_until(up, timeout)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+    def rpc(
+        self,
+        method: str,
+        token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        **params: Any,
+    ) -> tuple[int, Any]:
+        """A raw Hub RPC call with urllib (independent of our client)."""
+        request = urllib.request.Request(
+            f"{self.url}/rpc/v1/{method}",
+            data=json.dumps(params).encode(),
+            headers={
+                "Content-Type": "application/json",
+                "Authorization": f"Bearer {token or self.owner_token}",
+                **(headers or {}),
+            },
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    def cli(
+        self,
+        *args: str,
+        input: str | bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> CliResult:
+        data = input.encode() if isinstance(input, str) else input
+        done = subprocess.run(
+            [AMUX, *args],
+            input=data,
+            capture_output=True,
+            env={**self.env(), **(env or {})},
+            timeout=timeout,
+            cwd=self.home.parent,
+            check=False,
+        )
+        return CliResult(
+            done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode()
+        )
+
+    def enable_memory(self, isolation: bool = False) -> None:
+        """Save memory.enabled (and isolation), restart the Hub in place, wait for it."""
+        assert self.cli("system", "config", "set", "memory.enabled", "true").returncode == 0
+        value = "on" if isolation else "off"
+        assert self.cli("system", "config", "set", "memory.isolation", value).returncode == 0
+        self.restart()
+
+    def restart(self) -> None:
+        status, body = self.rpc("system.restart")
+        assert status == 200, body
+
+        def restarted() -> bool:
+            status, body = self.rpc("system.config.get")
+            return status == 200 and not any(v["restart_pending"] for v in body.values())
+
+        wait_until(lambda: self._quietly(restarted), 30)
+
+    @staticmethod
+    def _quietly(check: Any) -> bool:
+        try:
+            return bool(check())
+        except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError):
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def hub_process(tmp_path: Path) -> Iterator[HubProcess]:
+    """A fresh Hub process with default settings (memory disabled)."""
+    home = tmp_path / "amux-home"
+    hub = HubProcess(home, free_port())
+    hub.start()
+    try:
+        yield hub
+    finally:
+        hub.stop()
+
+
+@pytest.fixture
+def hub_settings(tmp_path: Path) -> HubSettings:
+    return HubSettings(home=tmp_path / "amux-home")
+
+
+@pytest.fixture
+async def hub_client(
+    aiohttp_client: Any, hub_settings: HubSettings
+) -> AsyncIterator[TestClient[Any, Any]]:
+    """The whole service in-process, behind aiohttp's test client."""
+    client = await aiohttp_client(create_app(hub_settings))
+    yield client

@@ -1,0 +1,114 @@
+"""The Hub RPC edge: authentication, the one error shape, and bad input getting a clear 4xx."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from hub.config import OWNER_TOKEN_FILE, HubSettings
+
+Client = TestClient[Any, Any]
+
+
+def owner_headers(settings: HubSettings) -> dict[str, str]:
+    token = (settings.home / OWNER_TOKEN_FILE).read_text().strip()
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_health_needs_no_credential(hub_client: Client) -> None:
+    response = await hub_client.get("/healthz")
+    assert response.status == 200
+    assert (await response.json()) == {"status": "ok"}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic abc"}, {"Authorization": ""}],
+)
+async def test_every_rpc_call_requires_a_valid_credential(
+    hub_client: Client, headers: dict[str, str]
+) -> None:
+    response = await hub_client.post("/rpc/v1/system.capabilities", json={}, headers=headers)
+    assert response.status == 401
+    body = await response.json()
+    assert body["error"]["code"] == "unauthenticated"
+    assert set(body["error"]) >= {"code", "message"}
+
+
+async def test_disabled_memory_rejects_data_calls_with_memory_disabled(
+    hub_client: Client, hub_settings: HubSettings
+) -> None:
+    headers = owner_headers(hub_settings)
+    for method, params in [
+        ("memory.search", {"query": "x"}),
+        ("memory.get", {"path": "MEMORY.md"}),
+        ("memory.upsert", {"path": "a.md", "content": "x", "expected_revision": "absent"}),
+        ("memory.forget", {"path": "a.md", "expected_revision": "absent"}),
+    ]:
+        response = await hub_client.post(f"/rpc/v1/{method}", json=params, headers=headers)
+        assert response.status == 403, method
+        assert (await response.json())["error"]["code"] == "memory_disabled"
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "status"),
+    [
+        (b"{not json", "invalid_argument", 400),
+        (b"[1, 2]", "invalid_argument", 400),
+        (b'"text"', "invalid_argument", 400),
+        (b"\xff\xfe", "invalid_argument", 400),
+        (b'{"key": "memory.enabled", "value": "true", "extra": 1}', "invalid_argument", 400),
+        (b'{"key": "no.such.key", "value": "true"}', "invalid_argument", 400),
+        (b'{"key": "memory.enabled", "value": "maybe"}', "invalid_argument", 400),
+        (b'{"key": "memory.enabled"}', "invalid_argument", 400),
+    ],
+)
+async def test_malformed_requests_get_a_clear_4xx_never_a_500(
+    hub_client: Client, hub_settings: HubSettings, body: bytes, code: str, status: int
+) -> None:
+    response = await hub_client.post(
+        "/rpc/v1/system.config.set", data=body, headers=owner_headers(hub_settings)
+    )
+    assert response.status == status
+    payload = await response.json()
+    assert payload["error"]["code"] == code
+    assert "Traceback" not in payload["error"]["message"]
+
+
+async def test_unknown_method_is_not_found(hub_client: Client, hub_settings: HubSettings) -> None:
+    response = await hub_client.post(
+        "/rpc/v1/memory.explode", json={}, headers=owner_headers(hub_settings)
+    )
+    assert response.status == 404
+    assert (await response.json())["error"]["code"] == "not_found"
+
+
+async def test_a_huge_body_is_refused_as_payload_too_large(
+    hub_client: Client, hub_settings: HubSettings
+) -> None:
+    response = await hub_client.post(
+        "/rpc/v1/memory.upsert",
+        data=io.BytesIO(b'{"content": "' + b"x" * (2 * 1024 * 1024) + b'"}'),
+        headers=owner_headers(hub_settings),
+    )
+    assert response.status == 413
+    assert (await response.json())["error"]["code"] == "payload_too_large"
+
+
+async def test_saved_setting_applies_only_after_restart(
+    hub_client: Client, hub_settings: HubSettings
+) -> None:
+    headers = owner_headers(hub_settings)
+    response = await hub_client.post(
+        "/rpc/v1/system.config.set",
+        json={"key": "memory.enabled", "value": "true"},
+        headers=headers,
+    )
+    assert (await response.json()) == {
+        "memory.enabled": {"saved": True, "running": False, "restart_pending": True}
+    }
+    caps = await (await hub_client.post("/rpc/v1/system.capabilities", headers=headers)).json()
+    assert caps["memory"]["enabled"] is False
