@@ -1,0 +1,96 @@
+"""Environment hygiene for agent launches (seed 000 §8): pure, no I/O.
+
+A launch never inherits the service's environment wholesale. It starts from the variables that
+match the configured ``pass_env`` globs, collapses case variants of path-like keys, drops the
+agents' home selectors and amux connection variables that belong to another launch, points each
+agent's home at the launch's own directory, and only then adds what this launch needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from fnmatch import fnmatchcase
+
+DEFAULT_PASS_ENV: tuple[str, ...] = (
+    "ANTHROPIC_*",
+    "OPENAI_*",
+    "CLAUDE_CODE_*",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_*",
+    "TERM",
+    "TMPDIR",
+    "USER",
+)
+
+# Keys whose case variants (``Path``, ``home``) are the same variable to a child on some
+# platforms; two spellings would leave which one wins to the child.
+PATH_LIKE_KEYS: tuple[str, ...] = ("PATH", "HOME", "TMPDIR")
+
+# Home selectors inherited from the service would point an agent at the service user's native
+# state (sessions, memories, credentials); each launch sets its own or none.
+HOME_SELECTORS: tuple[str, ...] = ("CODEX_HOME", "PI_CODING_AGENT_DIR", "CLAUDE_CONFIG_DIR")
+
+# Memory connection settings come only from the launch's own binding, never from the service,
+# so an unbound conversation cannot silently adopt memory.
+MEMORY_KEYS: tuple[str, ...] = ("AMUX_HUB_URL", "AMUX_TOKEN", "AMUX_MEMORY_BINDING")
+
+
+def collapse_case_variants(env: Mapping[str, str]) -> dict[str, str]:
+    """Keep one spelling of each path-like key: the upper-case one, else the first seen."""
+    out: dict[str, str] = {}
+    for key, value in env.items():
+        canonical = key.upper()
+        if canonical in PATH_LIKE_KEYS and key != canonical:
+            if canonical in env or canonical in out:
+                continue
+            key = canonical
+        out[key] = value
+    return out
+
+
+def filter_env(env: Mapping[str, str], pass_env: Iterable[str]) -> dict[str, str]:
+    """The variables whose names match one of the (case-sensitive) globs."""
+    globs = tuple(pass_env)
+    return {k: v for k, v in env.items() if any(fnmatchcase(k, g) for g in globs)}
+
+
+def join_path(prepend: Iterable[str], path: str | None) -> str:
+    """``prepend`` then ``path``'s entries, each directory once, empty entries dropped."""
+    seen: list[str] = []
+    for entry in [*prepend, *(path or "").split(":")]:
+        if entry and entry not in seen:
+            seen.append(entry)
+    return ":".join(seen)
+
+
+def launch_env(
+    base_env: Mapping[str, str],
+    pass_env: Iterable[str] = DEFAULT_PASS_ENV,
+    *,
+    homes: Mapping[str, str] | None = None,
+    prepend_path: Iterable[str] = (),
+    overrides: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment of one launch, sorted by name.
+
+    ``homes`` sets home selectors (``CODEX_HOME``…) to the launch's own directories; every other
+    home selector is removed. ``prepend_path`` directories go first on PATH. ``overrides`` are
+    applied last.
+    """
+    env = filter_env(collapse_case_variants(base_env), pass_env)
+    for key in (*HOME_SELECTORS, *MEMORY_KEYS):
+        env.pop(key, None)
+    env.update(homes or {})
+    prepend = list(prepend_path)
+    if prepend or "PATH" in env:
+        env["PATH"] = join_path(prepend, env.get("PATH"))
+    env.update(overrides or {})
+    return dict(sorted(env.items()))

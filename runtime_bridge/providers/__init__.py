@@ -1,0 +1,72 @@
+"""Provider adapters: a pure plan builder and an I/O runner per agent CLI.
+
+    plan = build_plan(LaunchRequest(provider="claude", ...))   # pure: argv, env, files
+    async for event in run(plan): ...                          # Progress…, then Result | Failure
+
+``run`` raises (``ExecutableMissing``, ``NativeMemoryUnconfirmed``, ``AgentProtocolError``) when
+the launch cannot start as planned; a started agent that fails its turn yields ``Failure``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from types import ModuleType
+
+from runtime_bridge.providers import claude, codex, generic, pi
+from runtime_bridge.providers.errors import (
+    AgentProtocolError,
+    ExecutableMissing,
+    NativeMemoryUnconfirmed,
+)
+from runtime_bridge.providers.plan import (
+    CodexThread,
+    Event,
+    Failure,
+    LaunchPlan,
+    LaunchRequest,
+    MemoryAttachment,
+    PlannedCopy,
+    PlannedFile,
+    Progress,
+    Result,
+)
+
+ADAPTERS: dict[str, ModuleType] = {"claude": claude, "codex": codex, "pi": pi}
+MEMORY_PROVIDERS = frozenset(ADAPTERS)
+
+
+def _adapter(provider: str) -> ModuleType:
+    return ADAPTERS.get(provider, generic)
+
+
+def build_plan(request: LaunchRequest) -> LaunchPlan:
+    """The launch plan for ``request.provider`` (pure)."""
+    builder: Callable[[LaunchRequest], LaunchPlan] = _adapter(request.provider).build_plan
+    return builder(request)
+
+
+def run(plan: LaunchPlan) -> AsyncIterator[Event]:
+    """Run a plan with its provider's runner."""
+    runner: Callable[[LaunchPlan], AsyncIterator[Event]] = _adapter(plan.provider).run
+    return runner(plan)
+
+
+__all__ = [
+    "ADAPTERS",
+    "MEMORY_PROVIDERS",
+    "AgentProtocolError",
+    "CodexThread",
+    "Event",
+    "ExecutableMissing",
+    "Failure",
+    "LaunchPlan",
+    "LaunchRequest",
+    "MemoryAttachment",
+    "NativeMemoryUnconfirmed",
+    "PlannedCopy",
+    "PlannedFile",
+    "Progress",
+    "Result",
+    "build_plan",
+    "run",
+]

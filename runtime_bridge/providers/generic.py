@@ -1,0 +1,60 @@
+"""Providers without a memory integration: run as configured, report the missing capability.
+
+Memory is never bolted on with a per-turn prompt: a bound Session on such a provider simply has
+no memory, and the plan says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from runtime_bridge.launch_env import launch_env
+from runtime_bridge.providers.plan import Event, Failure, LaunchPlan, LaunchRequest, Result
+from runtime_bridge.providers.process import (
+    StderrTail,
+    materialize,
+    resolve_executable,
+    start,
+    stop,
+)
+
+
+def build_plan(request: LaunchRequest) -> LaunchPlan:
+    """Argv ``[executable, *extra_args]`` with the prompt on stdin (pure)."""
+    warnings: tuple[str, ...] = ()
+    if request.memory is not None:
+        warnings = (f"memory capability missing for provider {request.provider}",)
+    return LaunchPlan(
+        provider=request.provider,
+        argv=(request.executable or request.provider, *request.extra_args),
+        env=launch_env(request.base_env, request.pass_env),
+        cwd=request.cwd,
+        prompt=request.prompt,
+        stdin=request.prompt,
+        warnings=warnings,
+        resume_id=request.resume_id,
+    )
+
+
+async def run(plan: LaunchPlan) -> AsyncIterator[Event]:
+    """Run the command; its whole stdout is the result."""
+    executable = resolve_executable(plan)
+    materialize(plan)
+    process = await start(plan, [executable, *plan.argv[1:]])
+    stderr = StderrTail(process.stderr)
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write((plan.stdin or "").encode())
+        await process.stdin.drain()
+        process.stdin.close()
+        output = (await process.stdout.read()).decode("utf-8", "replace").strip()
+        if await process.wait() == 0:
+            yield Result(output, None, {})
+        else:
+            tail = plan.mask(await stderr.text())
+            detail = tail.splitlines()[-1] if tail else "no output"
+            yield Failure(f"{plan.provider} exited with status {process.returncode}: {detail}")
+    finally:
+        await stop(process)
+        stderr.cancel()
+        await stderr.text()

@@ -1,0 +1,195 @@
+"""What a launch is: the request, the plan built from it, and the events a run yields. Pure.
+
+A provider adapter turns a ``LaunchRequest`` into a ``LaunchPlan`` without touching the disk or
+the environment, so the exact argv, environment and files of a launch can be shown
+(``amux runtime plan``) and tested before anything runs. The runner then materialises the plan's
+files and starts the process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runtime_bridge.launch_env import DEFAULT_PASS_ENV
+
+MEMORY_SERVER = "memory"
+"""The MCP server name memory tools are published under (``mcp__memory__…`` to the model)."""
+
+MASK = "********"
+_SECRET_NAME = re.compile(r"(_KEY$|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class MemoryAttachment:
+    """How a bound launch reaches memory. Present only when the Session is bound.
+
+    ``mcp_argv`` starts the MCP server (``amux mcp``); ``cli_dir`` holds an ``amux`` executable
+    put first on PATH for agents that use the CLI.
+    """
+
+    hub_url: str
+    credential: str = field(repr=False)
+    binding: str
+    mcp_argv: tuple[str, ...]
+    cli_dir: Path | None = None
+
+    def connection_env(self) -> dict[str, str]:
+        """The variables ``amux mcp`` and ``amux memory`` read to reach the Hub."""
+        return {
+            "AMUX_HUB_URL": self.hub_url,
+            "AMUX_TOKEN": self.credential,
+            "AMUX_MEMORY_BINDING": self.binding,
+        }
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Everything a provider adapter needs to plan one launch.
+
+    ``run_dir`` holds per-run files (removed with the run); ``state_dir`` (default ``run_dir``)
+    holds the agent's own home, which must outlive the run for a resume to find native state.
+    ``provider_home_source`` is a Codex ``config.toml`` or a Pi agent directory copied into that
+    home; nothing else of the service user's home is used.
+    """
+
+    provider: str
+    prompt: str
+    cwd: Path
+    run_dir: Path
+    resume_id: str | None = None
+    append_instructions: str | None = None
+    developer_instructions: str | None = None
+    memory: MemoryAttachment | None = None
+    executable: str | None = None
+    extra_args: tuple[str, ...] = ()
+    base_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    pass_env: tuple[str, ...] = DEFAULT_PASS_ENV
+    provider_home_source: Path | None = None
+    state_dir: Path | None = None
+
+    @property
+    def home_root(self) -> Path:
+        return self.state_dir or self.run_dir
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """A file the runner writes before starting the agent."""
+
+    path: Path
+    content: str
+    mode: int = 0o600
+
+
+@dataclass(frozen=True)
+class PlannedCopy:
+    """A file or directory the runner copies into the launch's own home."""
+
+    source: Path
+    destination: Path
+    exclude: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CodexThread:
+    """The app-server calls a Codex launch makes after ``initialize``."""
+
+    developer_instructions: str | None
+    memory_disabled: bool
+    approval_policy: str = "never"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """One launch, fully decided: run it with ``runtime_bridge.providers.run``."""
+
+    provider: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: Path
+    prompt: str
+    stdin: str | None = None
+    files: tuple[PlannedFile, ...] = ()
+    copies: tuple[PlannedCopy, ...] = ()
+    directories: tuple[Path, ...] = ()
+    warnings: tuple[str, ...] = ()
+    binding: str | None = None
+    resume_id: str | None = None
+    codex: CodexThread | None = None
+    secrets: tuple[str, ...] = field(default=(), repr=False)
+
+    def mask(self, text: str) -> str:
+        """``text`` with every secret value of this plan replaced."""
+        for secret in self.secrets:
+            if secret:
+                text = text.replace(secret, MASK)
+        return text
+
+    def to_json(self, mask_secrets: bool = True) -> dict[str, Any]:
+        """A JSON-ready view of the plan; secrets masked unless ``mask_secrets`` is false."""
+
+        def clean(text: str) -> str:
+            return self.mask(text) if mask_secrets else text
+
+        def env_value(key: str, value: str) -> str:
+            if mask_secrets and _SECRET_NAME.search(key):
+                return MASK
+            return clean(value)
+
+        out: dict[str, Any] = {
+            "provider": self.provider,
+            "argv": [clean(a) for a in self.argv],
+            "env": {k: env_value(k, v) for k, v in self.env.items()},
+            "cwd": str(self.cwd),
+            "prompt": self.prompt,
+            "stdin": "prompt" if self.stdin is not None else None,
+            "files": [
+                {"path": str(f.path), "mode": f"{f.mode:04o}", "content": clean(f.content)}
+                for f in self.files
+            ],
+            "copies": [
+                {"source": str(c.source), "destination": str(c.destination)} for c in self.copies
+            ],
+            "warnings": list(self.warnings),
+            "binding": self.binding,
+            "resume_id": self.resume_id,
+        }
+        if self.codex is not None:
+            out["codex"] = {
+                "developer_instructions": self.codex.developer_instructions,
+                "memory_disabled": self.codex.memory_disabled,
+                "approval_policy": self.codex.approval_policy,
+            }
+        # A secret can hide inside structured text such as JSON file content.
+        return json.loads(clean(json.dumps(out))) if mask_secrets else out
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Something the agent did or said before finishing."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Result:
+    """The agent's final answer and the native id to resume its conversation with."""
+
+    text: str
+    native_session_id: str | None
+    usage: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The agent ran but did not finish the turn."""
+
+    message: str
+
+
+Event = Progress | Result | Failure

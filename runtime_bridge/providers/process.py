@@ -1,0 +1,175 @@
+"""The I/O shell shared by the adapters: materialise a plan, find its executable, run it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from runtime_bridge.providers.errors import ExecutableMissing
+from runtime_bridge.providers.plan import Event, Failure, LaunchPlan, Result
+
+STDERR_TAIL = 4096
+LINE_LIMIT = 32 * 1024 * 1024
+STOP_GRACE = 5.0
+
+
+def resolve_executable(plan: LaunchPlan) -> str:
+    """The absolute path of ``plan.argv[0]``, looked up on the launch's own PATH.
+
+    Raises:
+        ExecutableMissing: when it is not an executable file.
+    """
+    name = plan.argv[0]
+    if os.sep in name:
+        found = name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    else:
+        found = shutil.which(name, path=plan.env.get("PATH", ""))
+    if found is None:
+        raise ExecutableMissing(
+            f"{plan.provider} executable {name!r} was not found"
+            + ("" if os.sep in name else " on the launch PATH"),
+            executable=name,
+            provider=plan.provider,
+        )
+    return os.path.abspath(found)
+
+
+def materialize(plan: LaunchPlan) -> None:
+    """Create the plan's directories, copies and files (files owner-only, as planned)."""
+    for directory in plan.directories:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for copy in plan.copies:
+        copy.destination.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if copy.source.is_dir():
+            shutil.copytree(
+                copy.source,
+                copy.destination,
+                dirs_exist_ok=True,
+                ignore=shutil.ignore_patterns(*copy.exclude),
+                symlinks=False,
+            )
+        else:
+            shutil.copyfile(copy.source, copy.destination)
+            os.chmod(copy.destination, 0o600)
+    for planned in plan.files:
+        planned.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(planned.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, planned.mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(planned.content)
+        os.chmod(planned.path, planned.mode)
+
+
+async def start(plan: LaunchPlan, argv: list[str]) -> asyncio.subprocess.Process:
+    """Start the agent in its own process group with the plan's environment."""
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=plan.cwd,
+        env=dict(plan.env),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        limit=LINE_LIMIT,
+        start_new_session=True,
+    )
+
+
+async def stop(process: asyncio.subprocess.Process) -> None:
+    """End the agent and anything it started: SIGTERM to its group, then SIGKILL."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            async with asyncio.timeout(STOP_GRACE):
+                await process.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+    for stream in (process.stdin,):
+        if stream is not None and not stream.is_closing():
+            stream.close()
+
+
+class StderrTail:
+    """Drains a child's stderr (so it never blocks on a full pipe) and keeps the last bytes."""
+
+    def __init__(self, stream: asyncio.StreamReader | None) -> None:
+        self._buffer = bytearray()
+        self._task = asyncio.create_task(self._drain(stream)) if stream is not None else None
+
+    async def _drain(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(65536):
+            self._buffer.extend(chunk)
+            del self._buffer[:-STDERR_TAIL]
+
+    async def text(self) -> str:
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        return self._buffer.decode("utf-8", "replace").strip()
+
+    def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
+class StreamParser:
+    """Turns an agent's JSON-lines output into events; subclasses implement ``feed``."""
+
+    def __init__(self) -> None:
+        self.result: Result | None = None
+        self.failure: Failure | None = None
+
+    def feed(self, message: dict[str, Any]) -> list[Event]:
+        raise NotImplementedError
+
+    def finish(self, returncode: int, stderr: str) -> list[Event]:
+        """The closing event once the process has exited."""
+        if self.failure is not None:
+            return [self.failure]
+        if self.result is not None and returncode == 0:
+            return [self.result]
+        detail = stderr.splitlines()[-1] if stderr else "no output"
+        return [Failure(f"agent exited with status {returncode} before finishing: {detail}")]
+
+
+async def run_json_lines(
+    plan: LaunchPlan, parser_factory: Callable[[], StreamParser]
+) -> AsyncIterator[Event]:
+    """Run a print-mode agent that reads the prompt on stdin and writes JSON lines.
+
+    Raises:
+        ExecutableMissing: before anything starts, when the executable is absent.
+    """
+    executable = resolve_executable(plan)
+    materialize(plan)
+    process = await start(plan, [executable, *plan.argv[1:]])
+    stderr = StderrTail(process.stderr)
+    parser = parser_factory()
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            process.stdin.write((plan.stdin or "").encode())
+            await process.stdin.drain()
+        process.stdin.close()
+        while line := await process.stdout.readline():
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(message, dict):
+                for event in parser.feed(message):
+                    yield event
+        returncode = await process.wait()
+        for event in parser.finish(returncode, plan.mask(await stderr.text())):
+            yield event
+    finally:
+        await stop(process)
+        stderr.cancel()
+        await stderr.text()

@@ -1,0 +1,153 @@
+"""Fixtures for running the real agent CLIs offline against the fake model server."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime_bridge.launch_env import DEFAULT_PASS_ENV
+from runtime_bridge.providers import Event, MemoryAttachment
+
+REPO = Path(__file__).resolve().parents[2]
+AGENT_BIN = REPO / "tools" / "agent-clis" / "node_modules" / ".bin"
+STUB_MCP = REPO / "tests" / "fakes" / "stub_mcp.py"
+
+TEST_PASS_ENV = (*DEFAULT_PASS_ENV, "PI_OFFLINE")
+CREDENTIAL = "amux-delegated-secret-0123"
+BINDING = "principal:p-test"
+HUB_URL = "http://127.0.0.1:9/hub"
+
+
+def find_agent_cli(name: str) -> str:
+    """The pinned CLI from tools/agent-clis, else one on PATH; skip the test if neither exists."""
+    pinned = AGENT_BIN / name
+    if pinned.is_file() and os.access(pinned, os.X_OK):
+        return str(pinned)
+    found = shutil.which(name)
+    if found is None:
+        pytest.skip(f"agent CLI {name!r} is not installed (run `make agents`)")
+    return found
+
+
+@pytest.fixture
+def claude_bin() -> str:
+    return find_agent_cli("claude")
+
+
+@pytest.fixture
+def codex_bin() -> str:
+    return find_agent_cli("codex")
+
+
+@pytest.fixture
+def pi_bin() -> str:
+    return find_agent_cli("pi")
+
+
+def offline_env(home: Path, model_url: str) -> dict[str, str]:
+    """A base environment that points every CLI at the fake and nowhere else."""
+    home.mkdir(parents=True, exist_ok=True)
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "ANTHROPIC_BASE_URL": model_url,
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "OPENAI_API_KEY": "sk-openai-test",
+        "PI_OFFLINE": "1",
+        # Would be dropped by launch hygiene; here to prove it.
+        "CLAUDE_CONFIG_DIR": str(home / "service-claude"),
+        "CODEX_HOME": str(home / "service-codex"),
+        "AMUX_TOKEN": "service-token-must-not-leak",
+    }
+
+
+@dataclass
+class StubMcp:
+    """The stub MCP server's argv and what it recorded."""
+
+    argv: tuple[str, ...]
+    log: Path
+
+    def calls(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+
+
+@pytest.fixture
+def stub_mcp(tmp_path: Path) -> StubMcp:
+    log = tmp_path / "stub-mcp.jsonl"
+    env_cmd = shutil.which("env") or "/usr/bin/env"
+    # The log path rides on argv so the stub needs nothing from the agent's environment.
+    return StubMcp((env_cmd, f"STUB_MCP_LOG={log}", sys.executable, str(STUB_MCP)), log)
+
+
+@dataclass
+class StubCli:
+    """A directory holding a stub ``amux`` executable, and what it recorded."""
+
+    directory: Path
+    log: Path
+
+    def calls(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+
+
+STUB_CLI = """#!{python}
+import json, os, sys
+args = sys.argv[1:]
+stdin = sys.stdin.read() if args[:2] == ["memory", "upsert"] else None
+keys = ("AMUX_HUB_URL", "AMUX_TOKEN", "AMUX_MEMORY_BINDING")
+entry = {{"argv": args, "stdin": stdin, "env": {{k: os.environ.get(k) for k in keys}}}}
+with open({log!r}, "a", encoding="utf-8") as out:
+    out.write(json.dumps(entry) + "\\n")
+if args[:2] == ["memory", "search"]:
+    print(json.dumps({{"matches": [{{"path": "preferences/communication.md", "line": 1,
+        "snippet": "STUB-CLI-HIT: answer in English", "revision": "0" * 64}}]}}))
+else:
+    print(json.dumps({{"path": args[2] if len(args) > 2 else None, "revision": "1" * 64}}))
+"""
+
+
+@pytest.fixture
+def stub_cli(tmp_path: Path) -> StubCli:
+    directory = tmp_path / "amux-cli"
+    directory.mkdir()
+    log = tmp_path / "stub-cli.jsonl"
+    script = directory / "amux"
+    script.write_text(STUB_CLI.format(python=sys.executable, log=str(log)))
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return StubCli(directory, log)
+
+
+@pytest.fixture
+def attachment_for() -> Callable[..., MemoryAttachment]:
+    def make(
+        mcp_argv: tuple[str, ...] = ("amux", "mcp"), cli_dir: Path | None = None
+    ) -> MemoryAttachment:
+        return MemoryAttachment(
+            hub_url=HUB_URL,
+            credential=CREDENTIAL,
+            binding=BINDING,
+            mcp_argv=mcp_argv,
+            cli_dir=cli_dir,
+        )
+
+    return make
+
+
+async def collect(events: AsyncIterator[Event]) -> list[Event]:
+    return [event async for event in events]
