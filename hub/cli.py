@@ -263,6 +263,62 @@ def principal_add(
     emit(principal.to_wire())
 
 
+ALIAS_KINDS = {
+    "feishu_union_id": "--feishu-union-id",
+    "feishu_user_id": "--feishu-user-id",
+    "feishu_open_id": "--feishu-open-id",
+    "cli": "--cli-subject",
+}
+
+
+@principal_app.command("alias")
+def principal_alias(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The Principal these outside identities belong to."),
+    feishu_union_id: str | None = typer.Option(None, "--feishu-union-id"),
+    feishu_user_id: str | None = typer.Option(None, "--feishu-user-id"),
+    feishu_open_id: str | None = typer.Option(None, "--feishu-open-id"),
+    cli_subject: str | None = typer.Option(None, "--cli-subject"),
+) -> None:
+    """Map outside identities (Feishu ids, CLI subjects) to one Principal."""
+    given = {
+        "feishu_union_id": feishu_union_id,
+        "feishu_user_id": feishu_user_id,
+        "feishu_open_id": feishu_open_id,
+        "cli": cli_subject,
+    }
+    aliases = [(kind, value) for kind, value in given.items() if value]
+    if not aliases:
+        fail(InvalidArgument(f"name at least one of {', '.join(ALIAS_KINDS.values())}"))
+
+    def add(state: State) -> dict[str, Any]:
+        principal = state.principal_by_name(name)
+        for kind, value in aliases:
+            state.add_alias(principal.id, kind, value)
+        return describe_principal(state, principal.id)
+
+    emit(local(ctx, add))
+
+
+def describe_principal(state: State, principal_id: str) -> dict[str, Any]:
+    principal = state.principal(principal_id)
+    if principal is None:
+        raise NotFound("no such principal")
+    return {
+        **principal.to_wire(),
+        "aliases": [{"kind": k, "value": v} for k, v in state.aliases(principal_id)],
+        "credentials": [c.to_wire() for c in state.credentials(principal_id)],
+    }
+
+
+@principal_app.command("show")
+def principal_show(
+    ctx: typer.Context, name: str = typer.Argument(..., help="The Principal's name.")
+) -> None:
+    """A Principal with its aliases and credentials (never their secrets)."""
+    emit(local(ctx, lambda state: describe_principal(state, state.principal_by_name(name).id)))
+
+
 @principal_app.command("list")
 def principal_list(ctx: typer.Context) -> None:
     """List Principals."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,15 +16,26 @@ from typing import Any
 from aiohttp import web
 
 from hub import __version__
-from hub.errors import AmuxError, InternalError, InvalidArgument, NotFound, PayloadTooLarge
+from hub.errors import (
+    AmuxError,
+    BindingMismatch,
+    Forbidden,
+    InternalError,
+    InvalidArgument,
+    MemoryDisabled,
+    NotFound,
+    PayloadTooLarge,
+)
 from hub.identity import Actor, authenticate, bearer_token, memory_scope
 from hub.limits import DEFAULT_LIMITS
+from hub.paths import GLOBAL_SCOPE, principal_scope
 from hub.services import Hub
+from hub.state import Principal
 
 logger = logging.getLogger("amux.hub.rpc")
 
 HUB = web.AppKey("hub", Hub)
-ACTOR_KEY = "amux.actor"
+ACTOR_KEY = web.RequestKey("actor", Actor)
 BINDING_HEADER = "X-Amux-Memory-Binding"
 PROTOCOL_VERSION = 1
 
@@ -249,3 +261,89 @@ async def system_restart(call: Call) -> dict[str, Any]:
     logger.info("restart requested by %s", call.actor.principal.name)
     call.hub.restart_requested.set()
     return {"restarting": True}
+
+
+# -- identity ----------------------------------------------------------------------------------
+
+DEFAULT_DELEGATION_SECONDS = 12 * 3600
+MAX_DELEGATION_SECONDS = 7 * 24 * 3600
+
+
+def _require_service(actor: Actor) -> None:
+    if actor.principal.kind != "service" or actor.delegated:
+        raise Forbidden("only a Runtime service principal can do this")
+
+
+def _effective_principal(call: Call) -> Principal:
+    """The Principal a Runtime acts for: itself by default, or the one it names (services only)."""
+    principal_id = call.params.get("principal_id")
+    if principal_id is None or principal_id == call.actor.principal.id:
+        return call.actor.principal
+    _require_service(call.actor)
+    if not isinstance(principal_id, str):
+        raise InvalidArgument("principal_id must be a string")
+    principal = call.hub.state.principal(principal_id)
+    if principal is None:
+        raise NotFound("no such principal", principal_id=principal_id)
+    return principal
+
+
+@method("memory.binding.resolve", "principal_id")
+async def memory_binding_resolve(call: Call) -> dict[str, Any]:
+    """The binding a fresh execution for this Principal freezes; refused while memory is off."""
+    principal = _effective_principal(call)
+    hub = call.hub
+    if not hub.config.memory_enabled:
+        raise MemoryDisabled("Agent memory is disabled on this Hub; new conversations get none")
+    binding = principal_scope(principal.id) if hub.config.isolation else GLOBAL_SCOPE
+    return {"binding": binding, "principal_id": principal.id}
+
+
+@method("credentials.delegate", "principal_id", "binding", "ttl_seconds", "label")
+async def credentials_delegate(call: Call) -> dict[str, Any]:
+    """Issue an Agent credential for one managed execution, bound to its Principal and binding."""
+    _require_service(call.actor)
+    principal = _effective_principal(call)
+    hub = call.hub
+    binding = call.params.require("binding")
+    if not isinstance(binding, str):
+        raise InvalidArgument("binding must be a string")
+    if not hub.config.memory_enabled:
+        raise MemoryDisabled("Agent memory is disabled on this Hub; no new bindings are issued")
+    expected = principal_scope(principal.id) if hub.config.isolation else GLOBAL_SCOPE
+    if binding != expected:
+        raise BindingMismatch(
+            "the binding does not match this principal under the Hub's policy", binding=binding
+        )
+    ttl = call.params.get("ttl_seconds")
+    if ttl is None:
+        ttl = DEFAULT_DELEGATION_SECONDS
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_DELEGATION_SECONDS:
+        raise InvalidArgument(f"ttl_seconds must be between 1 and {MAX_DELEGATION_SECONDS}")
+    label = call.params.get("label") or ""
+    if not isinstance(label, str) or len(label) > 200:
+        raise InvalidArgument("label must be a short string")
+    token, credential = hub.state.issue_credential(
+        principal.id,
+        "delegated",
+        binding=binding,
+        label=label,
+        expires_at=time.time() + ttl,
+        issued_by=call.actor.principal.id,
+    )
+    return {"token": token, **credential.to_wire(), "principal_id": principal.id}
+
+
+@method("credentials.revoke", "id")
+async def credentials_revoke(call: Call) -> dict[str, Any]:
+    """Revoke a delegated credential this service issued (or any, for the owner)."""
+    credential_id = call.params.require("id")
+    if not isinstance(credential_id, str):
+        raise InvalidArgument("id must be a string")
+    hub = call.hub
+    issuer = hub.state.credential_issuer(credential_id)
+    if not (call.actor.principal.is_owner and not call.actor.delegated):
+        _require_service(call.actor)
+        if issuer != call.actor.principal.id:
+            raise Forbidden("a service can revoke only the credentials it issued")
+    return hub.state.revoke_credential(credential_id).to_wire()

@@ -289,6 +289,15 @@ class State:
             ).fetchall()
         return [_credential(row) for row in rows]
 
+    def credential_issuer(self, credential_id: str) -> str | None:
+        """Raises: NotFound: no credential has that id."""
+        row = self.db.execute(
+            "SELECT issued_by FROM credentials WHERE id = ?", (credential_id,)
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"no credential with id '{credential_id}'")
+        return row["issued_by"]  # type: ignore[no-any-return]
+
     def revoke_credential(self, credential_id: str) -> Credential:
         """Raises: NotFound: no credential has that id."""
         with self.transaction() as db:

@@ -1,0 +1,83 @@
+"""Local administration on the Hub host: principals, aliases and tokens through the `amux` CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import AMUX, HubProcess
+
+
+def admin(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AMUX, *args],
+        env={"AMUX_HOME": str(home), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def data(done: subprocess.CompletedProcess[str]) -> Any:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_aliases_map_outside_identities_to_one_principal(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    data(admin(home, "principal", "add", "alice"))
+    data(admin(home, "principal", "add", "bob"))
+    shown = data(
+        admin(
+            home,
+            "principal",
+            "alias",
+            "alice",
+            "--feishu-union-id",
+            "on_1",
+            "--feishu-open-id",
+            "ou_1",
+        )
+    )
+    assert {"kind": "feishu_union_id", "value": "on_1"} in shown["aliases"]
+    assert {"kind": "feishu_open_id", "value": "ou_1"} in shown["aliases"]
+
+    taken = admin(home, "principal", "alias", "bob", "--feishu-union-id", "on_1")
+    assert taken.returncode == 1
+    assert taken.stderr.startswith("error: conflict:")
+    assert data(admin(home, "principal", "show", "bob"))["aliases"] == []
+
+    missing = admin(home, "principal", "show", "carol")
+    assert missing.returncode == 1 and missing.stderr.startswith("error: not_found:")
+    assert "Traceback" not in missing.stderr
+
+
+def test_issued_token_works_once_shown_and_stops_when_revoked(hub_process: HubProcess) -> None:
+    home = hub_process.home
+    data(hub_process.cli("principal", "add", "carol"))
+    issued = hub_process.cli("token", "issue", "carol", "--label", "laptop")
+    assert issued.returncode == 0, issued.stderr
+    token = issued.stdout.strip()
+    assert token.startswith("amux_")
+    # Only the hash is stored: the token text appears nowhere in the state database.
+    assert token.encode() not in (home / "state.sqlite3").read_bytes()
+    listed = data(hub_process.cli("token", "list", "carol"))
+    assert [t["label"] for t in listed] == ["laptop"]
+    assert token not in json.dumps(listed)
+
+    whoami = hub_process.cli("system", "whoami", env={"AMUX_TOKEN": token})
+    assert data(whoami)["principal"]["name"] == "carol"
+    # A non-owner cannot change settings or restart the Hub.
+    refused = hub_process.cli(
+        "system", "config", "set", "memory.enabled", "true", env={"AMUX_TOKEN": token}
+    )
+    assert refused.returncode == 1 and refused.stderr.startswith("error: forbidden:")
+    restart = hub_process.cli("system", "restart", env={"AMUX_TOKEN": token})
+    assert restart.returncode == 1 and restart.stderr.startswith("error: forbidden:")
+
+    data(hub_process.cli("token", "revoke", listed[0]["id"]))
+    after = hub_process.cli("system", "whoami", env={"AMUX_TOKEN": token})
+    assert after.returncode == 1 and after.stderr.startswith("error: unauthenticated:")
