@@ -89,6 +89,15 @@ class RecordedRequest:
                     parts.append(_text_of(message.get("content")))
         return "\n".join(p for p in parts if p)
 
+    def role_text(self, role: str) -> str:
+        """The text of every message with this role (``developer``, ``user``…), joined."""
+        key = "input" if self.api == "responses" else "messages"
+        return "\n".join(
+            _text_of(m.get("content"))
+            for m in self.body.get(key) or []
+            if isinstance(m, dict) and m.get("role") == role
+        )
+
     @property
     def tool_results(self) -> list[tuple[str, str]]:
         """``(call id, output text)`` for every tool result carried in this request."""
