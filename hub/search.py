@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from hub.errors import InvalidArgument
 from hub.limits import DEFAULT_LIMITS, Limits
@@ -62,74 +63,136 @@ def parse_limit(limit: object, limits: Limits = DEFAULT_LIMITS) -> int:
 
 @dataclass
 class Candidate:
+    """A matching document. Its snippet is cut only if it makes the ranked results."""
+
     parts: tuple[str, ...]
     data: bytes
     distinct: int
     path_title: int
-    line: int
-    snippet: str
-    snippet_truncated: bool
+    # 1-based line of the earliest keyword in the text and that keyword, or (0, "") when only the
+    # path or title matched.
+    first_line: int
+    first_term: str
+    snippet_bytes: int = DEFAULT_LIMITS.snippet_bytes
     rank_key: tuple[int, int, tuple[str, ...]] = field(init=False)
 
     def __post_init__(self) -> None:
         self.rank_key = (-self.distinct, -self.path_title, self.parts)
+
+    @cached_property
+    def _shown(self) -> tuple[int, str, bool]:
+        return _snippet(self.data, self.first_line, self.first_term, self.snippet_bytes)
+
+    @property
+    def line(self) -> int:
+        return self._shown[0]
+
+    @property
+    def snippet(self) -> str:
+        return self._shown[1]
+
+    @property
+    def snippet_truncated(self) -> bool:
+        return self._shown[2]
+
+
+def _needs_unicode_folding(term: str) -> bool:
+    # ASCII case folding works on bytes (bytes.lower() leaves UTF-8 sequences alone), so only
+    # keywords with cased non-ASCII letters ("ÜBER") need the document decoded and lower-cased.
+    return any(ord(ch) > 127 and (ch.lower() != ch or ch.upper() != ch) for ch in term)
 
 
 def match_document(
     parts: tuple[str, ...], data: bytes, query: Query, limits: Limits = DEFAULT_LIMITS
 ) -> Candidate | None:
     """Score one document against the query; None when no keyword occurs in its path or text."""
-    text = data.decode("utf-8", "replace")
-    low = text.lower()
+    low_bytes = data.lower()
+    low_text: str | None = None
     path_low = "/".join(parts).lower()
-    title_low = _title(text).lower()
+    title_low: str | None = None
     distinct = 0
     path_title = 0
-    first_pos = -1
+    first_line = 0
+    first_term = ""
     for term in query.folded:
-        pos = low.find(term)
-        in_heading = term in path_low or term in title_low
-        if pos < 0 and not in_heading:
+        line = 0
+        if _needs_unicode_folding(term):
+            if low_text is None:
+                low_text = data.decode("utf-8", "replace").lower()
+            pos = low_text.find(term)
+            if pos >= 0:
+                # lower() never adds or removes a newline, so lines still count right.
+                line = low_text.count("\n", 0, pos) + 1
+        else:
+            pos = low_bytes.find(term.encode("utf-8"))
+            if pos >= 0:
+                line = low_bytes.count(b"\n", 0, pos) + 1
+        in_heading = term in path_low
+        if not in_heading:
+            if title_low is None:
+                title_low = _title(data).lower()
+            in_heading = term in title_low
+        if not line and not in_heading:
             continue
         distinct += 1
         if in_heading:
             path_title += 1
-        if pos >= 0 and (first_pos < 0 or pos < first_pos):
-            first_pos = pos
+        if line and (not first_line or line < first_line):
+            first_line = line
+            first_term = term
     if distinct == 0:
         return None
-    line, snippet, truncated = _snippet(text, low, first_pos, limits.snippet_bytes)
-    return Candidate(parts, data, distinct, path_title, line, snippet, truncated)
+    return Candidate(
+        parts, data, distinct, path_title, first_line, first_term, limits.snippet_bytes
+    )
 
 
-def _title(text: str) -> str:
-    for raw in text.split("\n", 64)[:64]:
+def _title(data: bytes) -> str:
+    """The text of a leading Markdown heading, if the first non-empty line is one."""
+    for raw in data[:4096].split(b"\n", 64)[:64]:
         stripped = raw.strip()
-        if stripped.startswith("#"):
-            return stripped.lstrip("#").strip()
+        if stripped.startswith(b"#"):
+            return stripped.lstrip(b"#").strip().decode("utf-8", "replace")
         if stripped:
             return ""
     return ""
 
 
-def _snippet(text: str, low: str, pos: int, budget: int) -> tuple[int, str, bool]:
+def _line_bytes(data: bytes, number: int) -> bytes:
+    start = 0
+    for _ in range(number - 1):
+        start = data.index(b"\n", start) + 1
+    end = data.find(b"\n", start)
+    return data[start:] if end < 0 else data[start:end]
+
+
+def _snippet(data: bytes, line: int, term: str, budget: int) -> tuple[int, str, bool]:
     """The line holding the first match, cut to ``budget`` UTF-8 bytes around the match."""
-    if pos < 0:
+    if not line:
         # Only the path or title matched: show the document's first non-empty line.
-        for number, raw in enumerate(text.split("\n"), start=1):
+        for number, raw in enumerate(data.split(b"\n"), start=1):
             if raw.strip():
-                cut, truncated = _clip(raw.rstrip("\r"), 0, budget)
+                text = raw.decode("utf-8", "replace").rstrip("\r")
+                cut, truncated = _clip(text, 0, budget)
                 return number, cut, truncated
         return 1, "", False
-    # lower() never adds or removes a newline, so positions in ``low`` count lines of ``text``.
-    line = low.count("\n", 0, pos) + 1
-    start = low.rfind("\n", 0, pos) + 1
-    end = low.find("\n", pos)
-    if end < 0:
-        end = len(low)
-    raw = text[start:end].rstrip("\r")
-    cut, truncated = _clip(raw, min(pos - start, len(raw)), budget)
+    text = _line_bytes(data, line).decode("utf-8", "replace").rstrip("\r")
+    cut, truncated = _clip(text, _focus(text, term), budget)
     return line, cut, truncated
+
+
+def _focus(text: str, term: str) -> int:
+    """Where ``term`` starts in ``text``, in characters of ``text`` (not of its lower case)."""
+    pos = text.lower().find(term)
+    if pos <= 0:
+        return max(pos, 0)
+    # A few capitals lower-case to two characters ("İ"), so walk to map the position back.
+    lowered = 0
+    for index, ch in enumerate(text):
+        if lowered >= pos:
+            return index
+        lowered += len(ch.lower())
+    return len(text)
 
 
 def _clip(line: str, focus: int, budget: int) -> tuple[str, bool]:
