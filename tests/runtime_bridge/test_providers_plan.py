@@ -1,0 +1,345 @@
+"""Pure plan builders: exact argv and environment, masking, and the other-provider rule."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
+from runtime_bridge.providers import (
+    LaunchRequest,
+    MemoryAttachment,
+    Progress,
+    Result,
+    build_plan,
+)
+from runtime_bridge.providers.claude import ClaudeStream
+from runtime_bridge.providers.codex import CodexTurn, unconfirmed_memory_settings
+from runtime_bridge.providers.pi import PiStream
+from runtime_bridge.providers.plan import MASK, Failure
+
+SECRET = "tok-very-secret"
+MEMORY = MemoryAttachment(
+    hub_url="http://hub.internal:7800",
+    credential=SECRET,
+    binding="principal:p1",
+    mcp_argv=("/opt/amux/bin/amux", "mcp"),
+    cli_dir=Path("/run/amux/r1/agent-config/memory/bin"),
+)
+BASE_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/usr/local/bin",
+    "Path": "/should/not/survive",
+    "HOME": "/home/svc",
+    "ANTHROPIC_API_KEY": "sk-ant",
+    "OPENAI_API_KEY": "sk-oai",
+    "CLAUDE_CONFIG_DIR": "/home/svc/.claude-alt",
+    "CODEX_HOME": "/home/svc/.codex",
+    "PI_CODING_AGENT_DIR": "/home/svc/.pi/agent",
+    "AMUX_TOKEN": "service-token",
+    "DATABASE_URL": "postgres://svc",
+    "LC_ALL": "C.UTF-8",
+}
+
+
+def request(provider: str, memory: MemoryAttachment | None = MEMORY, **kw: object) -> LaunchRequest:
+    fields: dict[str, object] = {
+        "provider": provider,
+        "prompt": "hello",
+        "cwd": Path("/work/repo"),
+        "run_dir": Path("/run/amux/r1"),
+        "memory": memory,
+        "base_env": BASE_ENV,
+    }
+    fields.update(kw)
+    return LaunchRequest(**fields)  # type: ignore[arg-type]
+
+
+def test_bound_claude_plan_is_exact() -> None:
+    plan = build_plan(request("claude", append_instructions="Be brief.", resume_id="s-1"))
+    config = Path("/run/amux/r1/agent-config/memory/claude-mcp.json")
+    assert plan.argv == (
+        "claude",
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--resume",
+        "s-1",
+        "--mcp-config",
+        str(config),
+        "--strict-mcp-config",
+        "--allowedTools",
+        "mcp__memory__*",
+        "--append-system-prompt",
+        merge_instructions("Be brief.", protocol_text("mcp")),
+    )
+    assert plan.stdin == "hello"
+    assert plan.env == {
+        "ANTHROPIC_API_KEY": "sk-ant",
+        "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1",
+        "HOME": "/home/svc",
+        "LC_ALL": "C.UTF-8",
+        "OPENAI_API_KEY": "sk-oai",
+        "PATH": "/usr/local/bin:/usr/bin",
+    }
+    (planned,) = plan.files
+    assert planned.path == config and planned.mode == 0o600
+    assert json.loads(planned.content) == {
+        "mcpServers": {
+            "memory": {
+                "type": "stdio",
+                "command": "/opt/amux/bin/amux",
+                "args": ["mcp"],
+                "env": {
+                    "AMUX_HUB_URL": "http://hub.internal:7800",
+                    "AMUX_TOKEN": SECRET,
+                    "AMUX_MEMORY_BINDING": "principal:p1",
+                },
+            }
+        }
+    }
+    assert plan.binding == "principal:p1"
+    assert plan.warnings == ()
+
+
+def test_unbound_claude_plan_has_only_the_configured_append_text() -> None:
+    plan = build_plan(request("claude", memory=None, append_instructions="Be brief."))
+    assert plan.argv == (
+        "claude",
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--append-system-prompt",
+        "Be brief.",
+    )
+    assert "CLAUDE_CODE_DISABLE_AUTO_MEMORY" not in plan.env
+    assert plan.files == () and plan.binding is None
+
+
+def test_bound_codex_plan_sets_memory_off_launch_locally_and_keeps_the_token_out_of_argv() -> None:
+    plan = build_plan(
+        request("codex", developer_instructions="Use tabs.", state_dir=Path("/var/amux/s1"))
+    )
+    assert plan.argv == (
+        "codex",
+        "-c",
+        "features.memories=false",
+        "-c",
+        "memories.use_memories=false",
+        "-c",
+        "memories.generate_memories=false",
+        "-c",
+        'mcp_servers.memory.command="/opt/amux/bin/amux"',
+        "-c",
+        'mcp_servers.memory.args=["mcp"]',
+        "-c",
+        'mcp_servers.memory.env_vars=["AMUX_HUB_URL", "AMUX_TOKEN", "AMUX_MEMORY_BINDING"]',
+        "-c",
+        'mcp_servers.memory.default_tools_approval_mode="approve"',
+        "-c",
+        "mcp_servers.memory.required=true",
+        "-c",
+        "mcp_servers.memory.startup_timeout_sec=30",
+        "app-server",
+    )
+    assert SECRET not in " ".join(plan.argv)
+    assert plan.env["CODEX_HOME"] == "/var/amux/s1/codex-home"
+    assert plan.env["AMUX_TOKEN"] == SECRET
+    assert plan.codex is not None and plan.codex.memory_disabled
+    assert plan.codex.developer_instructions == merge_instructions(
+        "Use tabs.", protocol_text("mcp")
+    )
+    assert plan.stdin is None
+
+
+def test_unbound_codex_plan_makes_no_memory_changes() -> None:
+    plan = build_plan(request("codex", memory=None, developer_instructions="Use tabs."))
+    assert plan.argv == ("codex", "app-server")
+    assert plan.codex is not None
+    assert plan.codex.developer_instructions == "Use tabs."
+    assert not plan.codex.memory_disabled
+    assert not any(key.startswith("AMUX_") for key in plan.env)
+    assert plan.env["CODEX_HOME"] == "/run/amux/r1/codex-home"
+
+
+def test_codex_plan_provisions_only_the_configured_config_file() -> None:
+    plan = build_plan(request("codex", provider_home_source=Path("/etc/amux/codex.toml")))
+    (copy,) = plan.copies
+    assert copy.source == Path("/etc/amux/codex.toml")
+    assert copy.destination == Path("/run/amux/r1/codex-home/config.toml")
+
+
+def test_bound_pi_plan_puts_the_cli_first_on_path_with_the_cli_protocol() -> None:
+    plan = build_plan(request("pi", resume_id="abc", extra_args=("--model", "m")))
+    assert plan.argv == (
+        "pi",
+        "-p",
+        "--mode",
+        "json",
+        "--session",
+        "abc",
+        "--append-system-prompt",
+        protocol_text("cli"),
+        "--model",
+        "m",
+    )
+    assert plan.env["PATH"] == "/run/amux/r1/agent-config/memory/bin:/usr/local/bin:/usr/bin"
+    assert plan.env["PI_CODING_AGENT_DIR"] == "/run/amux/r1/pi-agent"
+    assert plan.env["AMUX_MEMORY_BINDING"] == "principal:p1"
+    assert plan.env["AMUX_HUB_URL"] == "http://hub.internal:7800"
+    assert plan.stdin == "hello"
+
+
+@pytest.mark.parametrize("provider", ["aider", "gemini"])
+def test_other_provider_reports_missing_memory_and_gets_no_protocol(provider: str) -> None:
+    plan = build_plan(request(provider, append_instructions="x", executable="/usr/bin/" + provider))
+    assert plan.warnings == (f"memory capability missing for provider {provider}",)
+    assert plan.argv == (f"/usr/bin/{provider}",)
+    assert plan.stdin == "hello"
+    assert plan.binding is None
+    assert not any(key.startswith("AMUX_") for key in plan.env)
+    assert "amux" not in json.dumps(plan.to_json()).replace(f"/usr/bin/{provider}", "")
+
+
+def test_other_provider_unbound_has_no_warning() -> None:
+    assert build_plan(request("aider", memory=None)).warnings == ()
+
+
+@pytest.mark.parametrize("provider", ["claude", "codex", "pi"])
+def test_plan_json_masks_credentials_and_key_values(provider: str) -> None:
+    plan = build_plan(request(provider))
+    shown = json.dumps(plan.to_json())
+    assert SECRET not in shown
+    assert "sk-ant" not in shown and "sk-oai" not in shown
+    view = plan.to_json()
+    assert view["env"]["ANTHROPIC_API_KEY"] == MASK
+    assert view["binding"] == "principal:p1"
+    assert view["provider"] == provider
+    unmasked = plan.to_json(mask_secrets=False)
+    assert unmasked["env"]["OPENAI_API_KEY"] == "sk-oai"
+
+
+@pytest.mark.parametrize("provider", ["claude", "codex", "pi"])
+def test_plans_never_inherit_service_homes_or_tokens(provider: str) -> None:
+    env = build_plan(request(provider, memory=None)).env
+    assert "CLAUDE_CONFIG_DIR" not in env
+    assert env.get("CODEX_HOME") != "/home/svc/.codex"
+    assert env.get("PI_CODING_AGENT_DIR") != "/home/svc/.pi/agent"
+    assert "AMUX_TOKEN" not in env
+    assert "DATABASE_URL" not in env
+    assert "Path" not in env
+
+
+def test_claude_stream_yields_progress_then_result_with_session() -> None:
+    stream = ClaudeStream()
+    events = [
+        *stream.feed({"type": "system", "subtype": "init", "session_id": "s-9"}),
+        *stream.feed(
+            {
+                "type": "assistant",
+                "message": {
+                    "content": [
+                        {"type": "text", "text": "Looking."},
+                        {"type": "tool_use", "name": "mcp__memory__amux_memory_search"},
+                    ]
+                },
+            }
+        ),
+        *stream.feed(
+            {
+                "type": "result",
+                "subtype": "success",
+                "is_error": False,
+                "result": "Done.",
+                "session_id": "s-9",
+                "usage": {"output_tokens": 3},
+            }
+        ),
+        *stream.finish(0, ""),
+    ]
+    assert events == [
+        Progress("Looking."),
+        Progress("tool: mcp__memory__amux_memory_search"),
+        Result("Done.", "s-9", {"output_tokens": 3}),
+    ]
+
+
+def test_claude_stream_error_result_is_a_failure() -> None:
+    stream = ClaudeStream()
+    stream.feed({"type": "result", "subtype": "error_during_execution", "is_error": True})
+    (event,) = stream.finish(1, "")
+    assert isinstance(event, Failure) and "error_during_execution" in event.message
+
+
+def test_stream_without_result_fails_with_the_last_stderr_line() -> None:
+    (event,) = PiStream().finish(2, "starting\nError: Unknown option: --bogus")
+    assert event == Failure(
+        "agent exited with status 2 before finishing: Error: Unknown option: --bogus"
+    )
+
+
+def test_pi_stream_reports_model_errors() -> None:
+    stream = PiStream()
+    stream.feed({"type": "session", "id": "p-1"})
+    stream.feed(
+        {
+            "type": "message_end",
+            "message": {"role": "assistant", "stopReason": "error", "errorMessage": "429"},
+        }
+    )
+    stream.feed({"type": "agent_end"})
+    assert stream.finish(0, "") == [Failure("pi failed: 429")]
+
+
+def test_codex_turn_failure_names_the_error() -> None:
+    turn = CodexTurn("t-1")
+    turn.feed("error", {"threadId": "t-1", "error": {"message": "quota"}, "willRetry": False})
+    (event,) = turn.feed(
+        "turn/completed", {"threadId": "t-1", "turn": {"status": "failed", "error": None}}
+    )
+    assert event == Failure("codex turn failed: quota")
+    assert turn.feed("item/completed", {"threadId": "other", "item": {}}) == []
+
+
+@pytest.mark.parametrize(
+    ("config", "missing"),
+    [
+        (
+            {
+                "features": {"memories": False},
+                "memories": {"use_memories": False, "generate_memories": False},
+            },
+            [],
+        ),
+        (
+            {
+                "features": {"memories": True},
+                "memories": {"use_memories": False, "generate_memories": None},
+            },
+            ["features.memories=true", "memories.generate_memories=null"],
+        ),
+        (
+            {},
+            [
+                "features.memories=null",
+                "memories.use_memories=null",
+                "memories.generate_memories=null",
+            ],
+        ),
+        (
+            None,
+            [
+                "features.memories=null",
+                "memories.use_memories=null",
+                "memories.generate_memories=null",
+            ],
+        ),
+    ],
+)
+def test_unconfirmed_memory_settings_names_each_setting_not_false(
+    config: object, missing: list[str]
+) -> None:
+    assert unconfirmed_memory_settings(config) == missing
