@@ -17,11 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import lark_oapi as lark
 import requests
-from lark_oapi.core.enum import AccessTokenType, HttpMethod
-from lark_oapi.core.exception import ObtainAccessTokenException
-from lark_oapi.core.token.manager import TokenManager
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -32,6 +28,13 @@ from tenacity import (
 
 from bot.config import FeishuSettings
 from bot.feishu.errors import FeishuApiError
+from bot.feishu.sdk import (
+    AccessTokenType,
+    HttpMethod,
+    ObtainAccessTokenException,
+    TokenManager,
+    lark,
+)
 from hub.errors import Unavailable
 
 logger = logging.getLogger(__name__)

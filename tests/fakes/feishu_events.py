@@ -8,16 +8,20 @@ plaintext (``header.token`` for schema 2.0, top-level ``token`` for url_verifica
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import itertools
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from Crypto.Cipher import AES
+
+from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
 
 _ids = itertools.count(1)
 
@@ -189,3 +193,50 @@ class FeishuSigner:
                 "context": {"open_message_id": open_message_id, "open_chat_id": open_chat_id},
             },
         }
+
+
+class RecordingSink:
+    """An EventSink that records what it receives and lets tests wait for it.
+
+    With ``hold_cards`` set, card handlers block until ``release_cards`` is set, to test what
+    Feishu gets when a handler is slower than its 3 s budget.
+    """
+
+    def __init__(self, card_response: CardResponse | None = None, hold_cards: bool = False) -> None:
+        self.messages: list[MessageEvent] = []
+        self.card_actions: list[CardAction] = []
+        self.others: list[OtherEvent] = []
+        self.card_response = card_response
+        self.hold_cards = hold_cards
+        self.release_cards = asyncio.Event()
+        self.cards_finished = 0
+        self.changed = asyncio.Condition()
+
+    async def _note(self) -> None:
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def on_message(self, event: MessageEvent) -> None:
+        self.messages.append(event)
+        await self._note()
+
+    async def on_card_action(self, action: CardAction) -> CardResponse | None:
+        self.card_actions.append(action)
+        await self._note()
+        if self.hold_cards:
+            await self.release_cards.wait()
+        self.cards_finished += 1
+        await self._note()
+        return self.card_response
+
+    async def on_event(self, event: OtherEvent) -> None:
+        self.others.append(event)
+        await self._note()
+
+    async def wait_for(
+        self, predicate: Callable[[RecordingSink], bool], within_seconds: float = 5.0
+    ) -> None:
+        """Wait until ``predicate(self)`` holds (no sleeping)."""
+        async with asyncio.timeout(within_seconds):
+            async with self.changed:
+                await self.changed.wait_for(lambda: predicate(self))

@@ -1,0 +1,79 @@
+"""Event-id de-duplication in SQLite, so Feishu's retries (up to ~7 h later) run once.
+
+Entries are kept for ``retention`` (24 h by default) and pruned lazily on insert, at most once
+per ``prune_every``. SQLite calls run in a worker thread to keep the event loop free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS feishu_events (
+    event_id TEXT PRIMARY KEY,
+    seen_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS feishu_events_seen_at ON feishu_events (seen_at);
+"""
+
+
+class SqliteEventDedup:
+    """The :class:`~bot.feishu.events.EventDedup` the bot uses; safe across restarts."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        retention_seconds: float = 24 * 3600,
+        prune_every_seconds: float = 600,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._retention = retention_seconds
+        self._prune_every = prune_every_seconds
+        self._clock = clock
+        self._last_prune = float("-inf")
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(_SCHEMA)
+
+    async def first_time(self, event_id: str) -> bool:
+        """Record ``event_id``; true only the first time within the retention window."""
+        return await asyncio.to_thread(self._first_time, event_id)
+
+    def _first_time(self, event_id: str) -> bool:
+        now = self._clock()
+        with self._lock:
+            if now - self._last_prune >= self._prune_every:
+                self._db.execute(
+                    "DELETE FROM feishu_events WHERE seen_at < ?", (now - self._retention,)
+                )
+                self._last_prune = now
+            cursor = self._db.execute(
+                "INSERT INTO feishu_events (event_id, seen_at) VALUES (?, ?) "
+                # An id older than the window counts as new again (it was due for pruning).
+                "ON CONFLICT(event_id) DO UPDATE SET seen_at = excluded.seen_at "
+                "WHERE feishu_events.seen_at < ?",
+                (event_id, now, now - self._retention),
+            )
+            return cursor.rowcount == 1
+
+    async def count(self) -> int:
+        """How many ids are remembered (for tests and diagnostics)."""
+
+        def _count() -> int:
+            with self._lock:
+                row = self._db.execute("SELECT COUNT(*) FROM feishu_events").fetchone()
+                return int(row[0])
+
+        return await asyncio.to_thread(_count)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,337 @@
+"""Typed Feishu events, the seams that consume them, and the pure parser from Feishu's JSON.
+
+Both ingress paths (webhook and long connection) produce the same plaintext schema 2.0
+payloads; :func:`parse_event` turns one into a :class:`MessageEvent`, :class:`CardAction` or
+:class:`OtherEvent`. Parsing is pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+MESSAGE_RECEIVE = "im.message.receive_v1"
+CARD_ACTION = "card.action.trigger"
+# Types amux subscribes to besides messages and card clicks; they reach EventSink.on_event.
+OTHER_SUBSCRIBED = frozenset(
+    {
+        "im.chat.member.bot.added_v1",
+        "im.chat.member.bot.deleted_v1",
+        "im.chat.disbanded_v1",
+        "im.message.message_read_v1",
+        "im.message.recalled_v1",
+        "im.chat.access_event.bot_p2p_chat_entered_v1",
+        "application.bot.menu_v6",
+    }
+)
+
+
+@dataclass(frozen=True)
+class UserIds:
+    """A user's ids: ``open_id`` is per app, ``union_id`` per developer, ``user_id`` opt-in."""
+
+    open_id: str = ""
+    union_id: str = ""
+    user_id: str = ""
+
+
+@dataclass(frozen=True)
+class Mention:
+    key: str
+    name: str
+    ids: UserIds
+
+
+@dataclass(frozen=True)
+class MessageEvent:
+    """A message someone sent the bot (private chat) or wrote in a group the bot is in."""
+
+    event_id: str
+    sender: UserIds
+    sender_type: str
+    chat_id: str
+    chat_type: str
+    message_id: str
+    message_type: str
+    text: str
+    root_id: str = ""
+    parent_id: str = ""
+    thread_id: str = ""
+    mentions_bot: bool = False
+    mentions: tuple[Mention, ...] = ()
+    create_time_ms: int = 0
+
+    @property
+    def is_private(self) -> bool:
+        return self.chat_type == "p2p"
+
+    @property
+    def conversation_key(self) -> str:
+        """One Session per topic: the thread, else the root message, else this message."""
+        return self.thread_id or self.root_id or self.message_id
+
+
+@dataclass(frozen=True)
+class CardAction:
+    """A click (or form submission) on an interactive card."""
+
+    event_id: str
+    operator: UserIds
+    open_message_id: str
+    chat_id: str
+    value: dict[str, Any]
+    form_value: dict[str, Any] | None = None
+    checked: bool | None = None
+    tag: str = ""
+    name: str = ""
+    # The callback token allows a delayed card update (30 min, twice); never log it.
+    token: str = field(default="", repr=False)
+
+    @property
+    def action(self) -> str:
+        return str(self.value.get("action", ""))
+
+
+@dataclass(frozen=True)
+class OtherEvent:
+    """Any other subscribed event, kept as its plaintext ``event`` object."""
+
+    event_id: str
+    event_type: str
+    event: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class UrlVerification:
+    challenge: str
+
+
+@dataclass(frozen=True)
+class CardResponse:
+    """The synchronous answer to a card click: replace the card in place and/or show a toast."""
+
+    card: dict[str, Any] | None = None
+    toast: str = ""
+    toast_type: Literal["success", "info", "warning", "error"] = "info"
+
+    def to_wire(self) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if self.toast:
+            body["toast"] = {"type": self.toast_type, "content": self.toast}
+        if self.card is not None:
+            body["card"] = {"type": "raw", "data": self.card}
+        return body
+
+
+Event = MessageEvent | CardAction | OtherEvent
+
+
+class EventSink(Protocol):
+    """Where parsed events go; the composition root plugs the bot's handlers in here."""
+
+    async def on_message(self, event: MessageEvent) -> None:
+        """Handle a message; runs after Feishu was answered."""
+
+    async def on_card_action(self, action: CardAction) -> CardResponse | None:
+        """Answer a click; Feishu waits at most 3 s, so return quickly (work can continue)."""
+
+    async def on_event(self, event: OtherEvent) -> None:
+        """Handle any other subscribed event (bot added to a chat, menu click, ...)."""
+
+
+class EventDedup(Protocol):
+    """Remembers event ids so Feishu's retries are processed once."""
+
+    async def first_time(self, event_id: str) -> bool:
+        """Record ``event_id``; true only the first time it is seen."""
+
+
+class MalformedEvent(ValueError):
+    """The payload is not a Feishu event amux understands."""
+
+
+_PLACEHOLDER = re.compile(r"(@_user_\d+|@_all)( ?)")
+
+
+def _ids(raw: Any) -> UserIds:
+    raw = raw if isinstance(raw, dict) else {}
+    return UserIds(
+        open_id=str(raw.get("open_id") or ""),
+        union_id=str(raw.get("union_id") or ""),
+        user_id=str(raw.get("user_id") or ""),
+    )
+
+
+def _post_text(content: dict[str, Any]) -> str:
+    # Received rich-text posts are {"title", "content": [[elements]]}, sometimes under a locale.
+    if "content" not in content:
+        for value in content.values():
+            if isinstance(value, dict) and "content" in value:
+                content = value
+                break
+    lines: list[str] = []
+    title = content.get("title")
+    if isinstance(title, str) and title:
+        lines.append(title)
+    for paragraph in content.get("content") or []:
+        parts: list[str] = []
+        for element in paragraph if isinstance(paragraph, list) else []:
+            tag = element.get("tag") if isinstance(element, dict) else None
+            if tag in ("text", "a", "code_block"):
+                parts.append(str(element.get("text", "")))
+            elif tag == "at":
+                parts.append(str(element.get("user_id", "")))
+        lines.append("".join(parts))
+    return "\n".join(lines)
+
+
+def message_text(message_type: str, content: str) -> str:
+    """The plain text of a received message's ``content`` JSON (mention placeholders kept)."""
+    try:
+        parsed = json.loads(content) if content else {}
+    except ValueError:
+        return ""
+    if not isinstance(parsed, dict):
+        return ""
+    if message_type == "text":
+        return str(parsed.get("text", ""))
+    if message_type == "post":
+        return _post_text(parsed)
+    return ""
+
+
+def strip_mentions(text: str, mentions: tuple[Mention, ...], bot_open_id: str) -> tuple[str, bool]:
+    """Drop the bot's own mention and spell out the others as ``@name``.
+
+    Returns the text and whether the bot was mentioned.
+    """
+    by_key = {m.key: m for m in mentions}
+    mentioned_bot = False
+
+    def replace(match: re.Match[str]) -> str:
+        nonlocal mentioned_bot
+        mention = by_key.get(match.group(1))
+        if mention is None:
+            return match.group(0)
+        if bot_open_id and mention.ids.open_id == bot_open_id:
+            mentioned_bot = True
+            # Drop the space after the mention too; other spacing (code indentation) stays.
+            return ""
+        return f"@{mention.name}{match.group(2)}"
+
+    return _PLACEHOLDER.sub(replace, text).strip(), mentioned_bot
+
+
+def event_id_of(payload: dict[str, Any]) -> str:
+    header = payload.get("header")
+    if isinstance(header, dict) and header.get("event_id"):
+        return str(header["event_id"])
+    return str(payload.get("uuid") or "")
+
+
+def event_type_of(payload: dict[str, Any]) -> str:
+    header = payload.get("header")
+    if isinstance(header, dict) and header.get("event_type"):
+        return str(header["event_type"])
+    if payload.get("type") == "url_verification":
+        return "url_verification"
+    event = payload.get("event")
+    return str(event.get("type", "")) if isinstance(event, dict) else ""
+
+
+def token_of(payload: dict[str, Any]) -> str:
+    """The verification token: ``header.token`` in schema 2.0, top-level ``token`` otherwise."""
+    header = payload.get("header")
+    if isinstance(header, dict) and "token" in header:
+        return str(header.get("token") or "")
+    return str(payload.get("token") or "")
+
+
+def parse_event(payload: dict[str, Any], bot_open_id: str = "") -> Event | UrlVerification:
+    """Parse one plaintext Feishu payload.
+
+    Raises:
+        MalformedEvent: required fields are missing or of the wrong shape.
+    """
+    event_type = event_type_of(payload)
+    if event_type == "url_verification":
+        return UrlVerification(challenge=str(payload.get("challenge", "")))
+    event_id = event_id_of(payload)
+    event = payload.get("event")
+    if not event_id or not isinstance(event, dict):
+        raise MalformedEvent("event without id or body")
+    if event_type == MESSAGE_RECEIVE:
+        return _message(event_id, event, bot_open_id)
+    if event_type == CARD_ACTION:
+        return _card_action(event_id, event)
+    return OtherEvent(event_id=event_id, event_type=event_type, event=event)
+
+
+def _message(event_id: str, event: dict[str, Any], bot_open_id: str) -> MessageEvent:
+    message = event.get("message")
+    sender = event.get("sender")
+    if not isinstance(message, dict) or not isinstance(sender, dict):
+        raise MalformedEvent("message event without message or sender")
+    mentions = tuple(
+        Mention(key=str(m.get("key", "")), name=str(m.get("name", "")), ids=_ids(m.get("id")))
+        for m in message.get("mentions") or []
+        if isinstance(m, dict)
+    )
+    message_type = str(message.get("message_type", ""))
+    raw_text = message_text(message_type, str(message.get("content") or ""))
+    text, mentions_bot = strip_mentions(raw_text, mentions, bot_open_id)
+    try:
+        created = int(message.get("create_time") or 0)
+    except (TypeError, ValueError):
+        created = 0
+    message_id = str(message.get("message_id") or "")
+    chat_id = str(message.get("chat_id") or "")
+    if not message_id or not chat_id:
+        raise MalformedEvent("message event without message_id or chat_id")
+    return MessageEvent(
+        event_id=event_id,
+        sender=_ids(sender.get("sender_id")),
+        sender_type=str(sender.get("sender_type", "")),
+        chat_id=chat_id,
+        chat_type=str(message.get("chat_type", "")),
+        message_id=message_id,
+        message_type=message_type,
+        text=text,
+        root_id=str(message.get("root_id") or ""),
+        parent_id=str(message.get("parent_id") or ""),
+        thread_id=str(message.get("thread_id") or ""),
+        mentions_bot=mentions_bot,
+        mentions=tuple(m for m in mentions if not (bot_open_id and m.ids.open_id == bot_open_id)),
+        create_time_ms=created,
+    )
+
+
+def _card_action(event_id: str, event: dict[str, Any]) -> CardAction:
+    action = event.get("action")
+    if not isinstance(action, dict):
+        raise MalformedEvent("card action without action")
+    context = event.get("context") if isinstance(event.get("context"), dict) else {}
+    assert isinstance(context, dict)
+    value = action.get("value")
+    if isinstance(value, str):
+        # Older cards send the value as a JSON string.
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = {"action": value}
+    form_value = action.get("form_value")
+    checked = action.get("checked")
+    return CardAction(
+        event_id=event_id,
+        operator=_ids(event.get("operator")),
+        open_message_id=str(context.get("open_message_id") or event.get("open_message_id") or ""),
+        chat_id=str(context.get("open_chat_id") or event.get("open_chat_id") or ""),
+        value=value if isinstance(value, dict) else {},
+        form_value=form_value if isinstance(form_value, dict) else None,
+        checked=checked if isinstance(checked, bool) else None,
+        tag=str(action.get("tag") or ""),
+        name=str(action.get("name") or ""),
+        token=str(event.get("token") or ""),
+    )

@@ -1,0 +1,59 @@
+"""The webhook: ``POST /feishu/events`` for events and card callbacks, inside the amux app.
+
+Thin edge: read the body, let :class:`WebhookVerifier` authenticate and decrypt it, let
+:class:`EventDispatcher` answer, and turn typed errors into their status and JSON shape
+(401 signature/timestamp, 403 token, 400 garbage) rather than the SDK's 500, which Feishu
+would keep retrying.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+
+from bot.feishu.dispatcher import EventDispatcher
+from bot.feishu.verifier import WebhookVerifier
+from hub.errors import AmuxError, PayloadTooLarge
+
+logger = logging.getLogger(__name__)
+
+EVENTS_PATH = "/feishu/events"
+# Feishu's events and card callbacks are a few KB; anything near this is not from Feishu.
+MAX_BODY_BYTES = 1024 * 1024
+
+
+class WebhookIngress:
+    """Owns the webhook route; mount with ``app.add_routes(ingress.routes())``."""
+
+    def __init__(
+        self,
+        verifier: WebhookVerifier,
+        dispatcher: EventDispatcher,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_body_bytes: int = MAX_BODY_BYTES,
+    ) -> None:
+        self._verifier = verifier
+        self._dispatcher = dispatcher
+        self._clock = clock
+        self._max_body = max_body_bytes
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post(EVENTS_PATH, self.handle)]
+
+    async def handle(self, request: web.Request) -> web.Response:
+        try:
+            if (request.content_length or 0) > self._max_body:
+                raise PayloadTooLarge("Feishu request body too large")
+            body = await request.content.read(self._max_body + 1)
+            if len(body) > self._max_body:
+                raise PayloadTooLarge("Feishu request body too large")
+            payload = self._verifier.open(request.headers, body, self._clock())
+            answer = await self._dispatcher.dispatch(payload)
+        except AmuxError as error:
+            logger.warning("Feishu webhook request refused: %s (%s)", error.code, error.message)
+            return web.json_response(error.to_wire(), status=error.status)
+        return web.json_response(answer)

@@ -1,0 +1,156 @@
+import json
+
+import pytest
+
+from bot.feishu.events import (
+    CardAction,
+    CardResponse,
+    MalformedEvent,
+    MessageEvent,
+    OtherEvent,
+    UrlVerification,
+    message_text,
+    parse_event,
+)
+from tests.fakes.feishu_events import FeishuSigner
+
+signer = FeishuSigner()
+
+
+def test_private_text_message_is_parsed_with_all_sender_ids() -> None:
+    payload = signer.message("hello", event_id="ev1", message_id="om_1")
+    event = parse_event(payload, bot_open_id="ou_bot")
+    assert isinstance(event, MessageEvent)
+    assert event.event_id == "ev1"
+    assert event.sender.open_id == "ou_user1"
+    assert event.sender.union_id == "on_user1"
+    assert event.sender.user_id == "u_user1"
+    assert event.is_private and event.text == "hello"
+    assert event.conversation_key == "om_1"
+
+
+def test_group_mention_of_the_bot_is_stripped_and_others_spelled_out() -> None:
+    payload = signer.message(
+        "@_user_1 ask @_user_2 about it",
+        chat_type="group",
+        mentions=[
+            signer.mention("@_user_1", "ou_bot", "amux"),
+            signer.mention("@_user_2", "ou_carol", "Carol"),
+        ],
+    )
+    event = parse_event(payload, bot_open_id="ou_bot")
+    assert isinstance(event, MessageEvent)
+    assert event.mentions_bot is True
+    assert event.text == "ask @Carol about it"
+    assert [m.name for m in event.mentions] == ["Carol"]
+
+
+def test_group_message_without_the_bot_mention_says_so() -> None:
+    payload = signer.message(
+        "@_user_1 hi", chat_type="group", mentions=[signer.mention("@_user_1", "ou_x", "X")]
+    )
+    event = parse_event(payload, bot_open_id="ou_bot")
+    assert isinstance(event, MessageEvent)
+    assert event.mentions_bot is False and event.text == "@X hi"
+
+
+def test_topic_messages_are_keyed_by_thread() -> None:
+    payload = signer.message("more", root_id="om_root", thread_id="omt_1")
+    event = parse_event(payload)
+    assert isinstance(event, MessageEvent)
+    assert event.conversation_key == "omt_1"
+    assert event.root_id == "om_root"
+    no_thread = parse_event(signer.message("x", root_id="om_root"))
+    assert isinstance(no_thread, MessageEvent) and no_thread.conversation_key == "om_root"
+
+
+def test_rich_text_post_becomes_plain_text() -> None:
+    content = {
+        "title": "Plan",
+        "content": [
+            [{"tag": "at", "user_id": "@_user_1"}, {"tag": "text", "text": " step one"}],
+            [{"tag": "a", "text": "link", "href": "https://example.invalid"}],
+        ],
+    }
+    payload = signer.message(
+        "",
+        message_type="post",
+        content=content,
+        mentions=[signer.mention("@_user_1", "ou_bot", "amux")],
+    )
+    event = parse_event(payload, bot_open_id="ou_bot")
+    assert isinstance(event, MessageEvent)
+    assert event.text == "Plan\nstep one\nlink"
+    assert event.mentions_bot
+
+
+def test_non_text_message_has_empty_text() -> None:
+    assert message_text("image", json.dumps({"image_key": "img_1"})) == ""
+    assert message_text("text", "not json") == ""
+
+
+def test_card_action_carries_operator_context_value_form_and_token() -> None:
+    payload = signer.card_action(
+        {"action": "memory.search"},
+        form_value={"query": "review"},
+        open_message_id="om_card",
+        open_chat_id="oc_9",
+        event_id="ev_card",
+    )
+    action = parse_event(payload)
+    assert isinstance(action, CardAction)
+    assert action.action == "memory.search"
+    assert action.form_value == {"query": "review"}
+    assert action.open_message_id == "om_card" and action.chat_id == "oc_9"
+    assert action.operator.union_id == "on_user1"
+    assert action.token == "c-callback-token"
+    assert "c-callback-token" not in repr(action)
+
+
+def test_checker_click_reports_checked() -> None:
+    payload = signer.card_action({"action": "memory.toggle"}, tag="checker", checked=True)
+    action = parse_event(payload)
+    assert isinstance(action, CardAction) and action.checked is True
+
+
+def test_url_verification_and_other_events() -> None:
+    assert parse_event(signer.url_verification("abc")) == UrlVerification("abc")
+    other = {
+        "schema": "2.0",
+        "header": {"event_id": "ev_o", "event_type": "im.chat.member.bot.added_v1"},
+        "event": {"chat_id": "oc_1"},
+    }
+    assert parse_event(other) == OtherEvent(
+        "ev_o", "im.chat.member.bot.added_v1", {"chat_id": "oc_1"}
+    )
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"schema": "2.0", "header": {"event_type": "im.message.receive_v1"}, "event": {}},
+        {"schema": "2.0", "header": {"event_id": "e", "event_type": "im.message.receive_v1"}},
+        {
+            "schema": "2.0",
+            "header": {"event_id": "e", "event_type": "im.message.receive_v1"},
+            "event": {"message": {}, "sender": {}},
+        },
+        {
+            "schema": "2.0",
+            "header": {"event_id": "e", "event_type": "card.action.trigger"},
+            "event": {},
+        },
+    ],
+)
+def test_malformed_events_are_rejected(payload: dict[str, object]) -> None:
+    with pytest.raises(MalformedEvent):
+        parse_event(payload)
+
+
+def test_card_response_wire_shape() -> None:
+    response = CardResponse(card={"schema": "2.0"}, toast="Saved", toast_type="success")
+    assert response.to_wire() == {
+        "toast": {"type": "success", "content": "Saved"},
+        "card": {"type": "raw", "data": {"schema": "2.0"}},
+    }
+    assert CardResponse().to_wire() == {}
