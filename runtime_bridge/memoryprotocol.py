@@ -60,10 +60,10 @@ _MCP = _lines(
 _CLI = _lines(
     f"# amux memory (protocol {PROTOCOL_VERSION})",
     (
-        "Long-term memory is held by amux and reached only through the command line: `amux "
-        "memory search QUERY`, `amux memory show PATH`, `amux memory upsert PATH` and `amux "
-        "memory forget PATH`; they print JSON. Memory paths such as MEMORY.md are amux tool "
-        "paths, not local files."
+        "Long-term memory is held by amux and reached only through the command line: "
+        '`amux memory search "KEYWORDS"`, `amux memory show PATH` (--start-line, --end-line, '
+        "--offset for a part), `amux memory upsert PATH` and `amux memory forget PATH`; they "
+        "print JSON. Memory paths such as MEMORY.md are amux tool paths, not local files."
     ),
     (
         "- In a new conversation, read the small MEMORY.md entry once with `amux memory show "
