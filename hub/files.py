@@ -35,9 +35,22 @@ class WalkStop(Exception):
     """A walk ended early because its budget ran out."""
 
 
-def _refuse(err: OSError, parts: tuple[str, ...], index: int) -> InvalidPath:
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
+
+
+def _refuse(
+    err: OSError, parts: tuple[str, ...], index: int, dir_fd: int | None = None
+) -> InvalidPath:
     shown = "/".join(parts[: index + 1])
-    if err.errno in (errno.ELOOP, errno.EMLINK):
+    # O_DIRECTORY | O_NOFOLLOW on a link reports ENOTDIR, not ELOOP: say what is really there.
+    linked = err.errno in (errno.ELOOP, errno.EMLINK) or (
+        dir_fd is not None and _is_link(parts[index], dir_fd)
+    )
+    if linked:
         return InvalidPath(f"'{shown}' is a symbolic link; memory paths never follow links")
     if err.errno == errno.ENOTDIR:
         return InvalidPath(f"'{shown}' is not a directory")
@@ -74,7 +87,7 @@ class MemoryFiles:
                         os.fsync(fd)
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except OSError as err:
-                    raise _refuse(err, parts, index) from err
+                    raise _refuse(err, parts, index, fd) from err
                 os.close(fd)
                 fd = child
             yield fd
@@ -95,7 +108,7 @@ class MemoryFiles:
             except FileNotFoundError:
                 return None
             except OSError as err:
-                raise _refuse(err, parts, len(parts) - 1) from err
+                raise _refuse(err, parts, len(parts) - 1, dir_fd) from err
             try:
                 info = os.fstat(fd)
                 if not stat.S_ISREG(info.st_mode):
@@ -161,9 +174,13 @@ class MemoryFiles:
             directory = self._directory(base, create=False)
             dir_fd = directory.__enter__()
         except InvalidPath:
-            # A prefix may name one document instead of a directory.
+            # A prefix may name one document instead of a directory. Searches skip links
+            # (and anything else that is not a plain document) rather than fail on them.
             if prefix and prefix[-1].endswith(".md"):
-                data = self.read(base)
+                try:
+                    data = self.read(base)
+                except InvalidPath:
+                    return
                 if data is not None:
                     if not admit(len(data)):
                         raise WalkStop from None
