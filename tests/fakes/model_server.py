@@ -8,9 +8,12 @@ One aiohttp server speaks the three wire formats the CLIs use, all streamed as S
 
 A script is a list of steps, each ``CallTool(name, arguments)`` or ``Answer(text)``. Every *main
 conversation* request (one that offers the model tools) gets the next step; a repeat of a request
-already answered (a client retry) gets the same step again. Side requests (titles, summaries,
+just answered (a client retry) gets the same step again. Side requests (titles, summaries,
 probes: no tools offered) get a short plain answer and consume nothing. Once the script runs out,
-main requests get ``Answer("done")``.
+main requests get ``Answer("done")``. With the pinned CLIs run as the tests run them, all three
+send only main requests; side requests are still answered so that a CLI adding one (a title, a
+summary, a quota probe, Codex's native-memory consolidation) cannot eat a step. Anything else
+(e.g. a probe of the base URL) gets a 404 and is listed in ``unhandled``.
 
 Every request body is recorded, so tests assert on what the CLI sent: the system prompt or
 developer instructions, the tools offered, and the tool results that came back from the client.
@@ -168,7 +171,8 @@ class FakeModelServer:
     def __init__(self, script: Sequence[Step] = ()) -> None:
         self._script: list[Step] = list(script)
         self._next = 0
-        self._answered: dict[str, Step] = {}
+        # A client retry repeats the previous main request; it gets that request's step again.
+        self._last: tuple[str, Step] | None = None
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -231,15 +235,15 @@ class FakeModelServer:
         step: Step | None = None
         if main:
             key = self._fingerprint(api, body)
-            if key in self._answered:
-                step = self._answered[key]
+            if self._last is not None and self._last[0] == key:
+                step = self._last[1]
             else:
                 if self._next < len(self._script):
                     step = self._script[self._next]
                     self._next += 1
                 else:
                     step = Answer("done")
-                self._answered[key] = step
+                self._last = (key, step)
         self.requests.append(RecordedRequest(api, request.path_qs, body, main, step))
         return body, step
 

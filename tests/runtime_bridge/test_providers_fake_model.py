@@ -75,3 +75,16 @@ async def test_chat_and_responses_apis_stream_the_scripted_steps() -> None:
     assert '"namespace": "mcp__memory"' in responses and '"name": "amux_memory_get"' in responses
     assert server.requests[0].system_text == "SYS"
     assert server.requests[1].role_text("developer") == "DEV"
+
+
+async def test_a_second_identical_conversation_gets_the_next_step() -> None:
+    body = {
+        "stream": True,
+        "tools": [{"name": "Read"}],
+        "messages": [{"role": "user", "content": "go"}],
+    }
+    async with FakeModelServer([Answer("one"), Answer("two")]) as server:
+        await post(server, "/v1/messages", body)
+        await post(server, "/v1/messages", {**body, "messages": [{"role": "user", "content": "x"}]})
+        await post(server, "/v1/messages", body)
+    assert [r.step for r in server.requests] == [Answer("one"), Answer("two"), Answer("done")]
