@@ -47,6 +47,9 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
     if memory is not None:
         append = merge_instructions(append, protocol_text("mcp"))
         overrides["CLAUDE_CODE_DISABLE_AUTO_MEMORY"] = "1"
+        # Claude defers MCP tools behind a ToolSearch step by default; with only the memory
+        # server configured that costs a round trip and hides the names the protocol uses.
+        overrides["ENABLE_TOOL_SEARCH"] = "false"
         config_path = request.run_dir / MCP_CONFIG
         config = {
             "mcpServers": {

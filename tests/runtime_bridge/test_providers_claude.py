@@ -94,6 +94,9 @@ async def test_bound_claude_calls_the_memory_mcp_server_and_gets_the_protocol(
     merged = merge_instructions("Answer briefly.", protocol_text("mcp"))
     assert merged.strip() in first.system_text
     assert first.system_text.count(protocol_text("mcp").strip()) == 1
+    assert {"mcp__memory__amux_memory_search", "mcp__memory__amux_memory_upsert"} <= set(
+        first.tool_names
+    )
     assert AUTO_MEMORY_MARK not in first.system_text
 
 

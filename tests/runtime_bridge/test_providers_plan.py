@@ -79,6 +79,7 @@ def test_bound_claude_plan_is_exact() -> None:
     assert plan.env == {
         "ANTHROPIC_API_KEY": "sk-ant",
         "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1",
+        "ENABLE_TOOL_SEARCH": "false",
         "HOME": "/home/svc",
         "LC_ALL": "C.UTF-8",
         "OPENAI_API_KEY": "sk-oai",
