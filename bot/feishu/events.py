@@ -258,6 +258,8 @@ def parse_event(payload: dict[str, Any], bot_open_id: str = "") -> Event | UrlVe
     event_type = event_type_of(payload)
     if event_type == "url_verification":
         return UrlVerification(challenge=str(payload.get("challenge", "")))
+    if "header" not in payload and isinstance(payload.get("action"), dict):
+        return _legacy_card_action(payload)
     event_id = event_id_of(payload)
     event = payload.get("event")
     if not event_id or not isinstance(event, dict):
@@ -335,3 +337,11 @@ def _card_action(event_id: str, event: dict[str, Any]) -> CardAction:
         name=str(action.get("name") or ""),
         token=str(event.get("token") or ""),
     )
+
+
+def _legacy_card_action(payload: dict[str, Any]) -> CardAction:
+    """A card click in the pre-2.0 callback shape (ids and context at the top level)."""
+    token = str(payload.get("token") or "")
+    if not token:
+        raise MalformedEvent("legacy card action without token")
+    return _card_action(f"card:{token}", {**payload, "operator": payload})

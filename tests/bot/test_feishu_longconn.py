@@ -1,0 +1,106 @@
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from bot.config import FeishuSettings
+from bot.feishu.dedup import SqliteEventDedup
+from bot.feishu.dispatcher import EventDispatcher
+from bot.feishu.errors import FeishuApiError
+from bot.feishu.events import CardResponse
+from bot.feishu.longconn import LongConnection
+from tests.fakes.feishu import FakeFeishu
+from tests.fakes.feishu_events import FeishuSigner, RecordingSink
+
+signer = FeishuSigner()
+CARD = {"schema": "2.0", "body": {"elements": []}}
+
+
+@dataclass
+class Connected:
+    fake: FakeFeishu
+    sink: RecordingSink
+    dispatcher: EventDispatcher
+
+
+@pytest.fixture
+async def connected(tmp_path: Path) -> AsyncIterator[Connected]:
+    sink = RecordingSink(card_response=CardResponse(card=CARD, toast="ok", toast_type="success"))
+    dedup = SqliteEventDedup(tmp_path / "state.sqlite3")
+    dispatcher = EventDispatcher(sink, dedup, bot_open_id="ou_bot")
+    async with FakeFeishu(app_id=f"cli_{uuid.uuid4().hex[:12]}") as fake:
+        settings = FeishuSettings(
+            app_id=fake.app_id,
+            app_secret=SecretStr(fake.app_secret),
+            domain=fake.url,
+            mode="long_connection",
+        )
+        connection = LongConnection(settings, dispatcher)
+        connection.start()
+        try:
+            await connection.wait_connected()
+            yield Connected(fake, sink, dispatcher)
+        finally:
+            await connection.stop()
+            await dispatcher.drain()
+            dedup.close()
+
+
+async def test_events_arrive_on_the_main_loop_once(connected: Connected) -> None:
+    payload = signer.message("hello", event_id="ev_ws_1")
+    first = await connected.fake.push(payload)
+    again = await connected.fake.push(payload)
+    assert first == {"code": 200} and again == {"code": 200}
+    await connected.sink.wait_for(lambda s: len(s.messages) == 1)
+    await connected.dispatcher.drain()
+    assert [m.text for m in connected.sink.messages] == ["hello"]
+    (endpoint_call,) = connected.fake.calls("POST", "/callback/ws/endpoint")
+    assert endpoint_call.body["AppID"] == connected.fake.app_id
+
+
+@pytest.mark.parametrize("frame_type", ["card", "event"])
+async def test_card_clicks_are_answered_with_the_in_place_card(
+    connected: Connected, frame_type: str
+) -> None:
+    payload = signer.card_action({"action": "memory.list"}, event_id=f"ev_card_{frame_type}")
+    ack = await connected.fake.push(payload, kind=frame_type)
+    assert ack["code"] == 200
+    assert ack["data"] == {
+        "toast": {"type": "success", "content": "ok"},
+        "card": {"type": "raw", "data": CARD},
+    }
+    assert connected.sink.card_actions[0].action == "memory.list"
+
+
+async def test_legacy_card_callbacks_are_understood(connected: Connected) -> None:
+    legacy = {
+        "open_id": "ou_user1",
+        "union_id": "on_user1",
+        "open_message_id": "om_old",
+        "open_chat_id": "oc_1",
+        "token": "c-legacy",
+        "action": {"tag": "button", "value": {"action": "manage.open"}},
+    }
+    ack = await connected.fake.push(legacy, kind="card")
+    assert ack["data"]["toast"]["content"] == "ok"
+    action = connected.sink.card_actions[0]
+    assert action.open_message_id == "om_old" and action.operator.union_id == "on_user1"
+
+
+async def test_wrong_credentials_fail_clearly(tmp_path: Path) -> None:
+    dedup = SqliteEventDedup(tmp_path / "state.sqlite3")
+    dispatcher = EventDispatcher(RecordingSink(), dedup)
+    async with FakeFeishu(app_id=f"cli_{uuid.uuid4().hex[:12]}") as fake:
+        settings = FeishuSettings(
+            app_id=fake.app_id, app_secret=SecretStr("wrong"), domain=fake.url
+        )
+        connection = LongConnection(settings, dispatcher)
+        connection.start()
+        with pytest.raises(FeishuApiError) as caught:
+            await connection.wait_connected()
+        assert "wrong" not in str(caught.value)
+        await connection.stop()
+    dedup.close()
