@@ -10,10 +10,12 @@ code but never a credential.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -105,6 +107,7 @@ class FeishuClient:
         backoff: Callable[[RetryCallState], float] | None = None,
         max_retry_after: float = 30.0,
         timeout: float = 10.0,
+        workers: int = 8,
     ) -> None:
         self._settings = settings
         self._client = (
@@ -119,6 +122,12 @@ class FeishuClient:
         self._attempts = attempts
         self._backoff = backoff or wait_exponential_jitter(initial=0.5, max=8.0)
         self._max_retry_after = max_retry_after
+        # Own threads: slow Feishu calls must not starve other users of the default executor.
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="feishu-api")
+
+    async def close(self) -> None:
+        """Wait for calls in flight, then release the worker threads."""
+        await asyncio.to_thread(self._executor.shutdown, True)
 
     # -- public API ------------------------------------------------------------------------
 
@@ -228,9 +237,10 @@ class FeishuClient:
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await asyncio.to_thread(
+                    call = functools.partial(
                         self._call_once, operation, method, uri, paths, queries, body
                     )
+                    return await asyncio.get_running_loop().run_in_executor(self._executor, call)
         except _Retryable as error:
             raise Unavailable(
                 f"Feishu {operation} failed after {self._attempts} attempts: {error.reason}",

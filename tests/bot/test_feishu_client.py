@@ -19,9 +19,21 @@ async def fake() -> AsyncIterator[FakeFeishu]:
         yield server
 
 
+_made: list[FeishuClient] = []
+
+
+@pytest.fixture(autouse=True)
+async def _close_clients() -> AsyncIterator[None]:
+    yield
+    while _made:
+        await _made.pop().close()
+
+
 def _client(fake: FakeFeishu, secret: str = "s3cret", attempts: int = 4) -> FeishuClient:
     settings = FeishuSettings(app_id=fake.app_id, app_secret=SecretStr(secret), domain=fake.url)
-    return FeishuClient(settings, attempts=attempts, backoff=lambda _state: 0.0)
+    client = FeishuClient(settings, attempts=attempts, backoff=lambda _state: 0.0)
+    _made.append(client)
+    return client
 
 
 async def test_send_card_posts_an_interactive_message_with_a_tenant_token(
@@ -151,6 +163,7 @@ async def test_unreachable_feishu_is_unavailable() -> None:
     client = FeishuClient(settings, attempts=2, backoff=lambda _state: 0.0)
     with pytest.raises(Unavailable):
         await client.bot_info()
+    await client.close()
 
 
 @pytest.mark.parametrize(

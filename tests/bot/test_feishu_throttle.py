@@ -170,3 +170,4 @@ async def test_streaming_progress_through_the_real_client_patches_few_times(
     assert len(patches) <= 3
     assert json.loads(patches[-1].body["content"]) == _card(99)
     assert fake.messages[sent.message_id].card == _card(99)
+    await client.close()
