@@ -1,0 +1,355 @@
+"""``amux mcp``: the stdio MCP server an Agent uses to reach amux memory on the Hub.
+
+It exposes ``amux.memory_search|get|upsert|forget`` with the seed's parameter names and forwards
+each call to the Hub RPC with the credential, binding and Hub URL from its environment
+(``AMUX_TOKEN``, ``AMUX_MEMORY_BINDING``, ``AMUX_HUB_URL``). Results are the Hub's JSON as plain
+text; a text over the 6 KiB page budget is paged through ``amux.result_continue``. Failures are
+``isError`` results holding the one error shape ``{"error": {"code", "message", ...}}``.
+
+Start-up check: one ``system.capabilities`` call, bounded by ``STARTUP_TIMEOUT`` seconds, runs in
+the background as the server starts, so the tool list never waits on the Hub; a tool call waits
+for the verdict (at most that bound). There are no per-call capability lookups. What the verdict
+means for later calls:
+
+- a definitive answer holds for the life of this process: memory disabled, no memory on this Hub,
+  or a refused credential make every tool answer that error without another Hub call. The Hub's
+  running settings change only at its restart, which drains executions (and so their Agents and
+  this server) first;
+- an unreachable Hub is not definitive: each data call then goes to the Hub itself (bounded by the
+  client timeout), so a Hub that was restarting when the Agent launched still serves the
+  conversation, and a Hub that stays down answers "cannot reach the Hub" on every call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field
+
+from hub.client import HubClient
+from hub.config import ClientSettings
+from hub.errors import AmuxError, MemoryDisabled, Unavailable
+from runtime_bridge.mcp_paging import CONTINUE_TOOL, PageCache
+
+logger = logging.getLogger("amux.mcp")
+
+SERVER_NAME = "amux-memory"
+STARTUP_TIMEOUT = 5.0
+# A data call against an unreachable or stalled Hub must end well before an Agent gives up on it.
+CALL_TIMEOUT = 10.0
+MEMORY_METHODS = ("memory.search", "memory.get", "memory.upsert", "memory.forget")
+
+Clock = Callable[[], float]
+
+
+def dumps(value: object) -> str:
+    """JSON as the Hub writes it: UTF-8, not ASCII escapes, so byte budgets count real bytes."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def error_result(error: AmuxError) -> CallToolResult:
+    """The one tool error shape: the Hub's error body as JSON text, marked ``isError``."""
+    return CallToolResult(
+        content=[TextContent(type="text", text=dumps(error.to_wire()))], is_error=True
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the start-up check learned; ``error`` set means calls answer it without the Hub."""
+
+    ready: bool
+    error: AmuxError | None = None
+
+
+def judge_capabilities(capabilities: dict[str, Any]) -> Verdict:
+    """Decide from ``system.capabilities`` whether this Hub serves memory data calls. Pure."""
+    memory = capabilities.get("memory")
+    if not isinstance(memory, dict) or not set(MEMORY_METHODS) <= set(memory.get("methods", ())):
+        return Verdict(
+            False,
+            Unavailable("amux memory is unavailable: this Hub does not offer memory tools"),
+        )
+    if memory.get("enabled") is not True:
+        return Verdict(
+            False,
+            MemoryDisabled(
+                "amux memory is disabled on this Hub (checked when this tool server started); "
+                "the owner can enable it and restart the Hub"
+            ),
+        )
+    return Verdict(True)
+
+
+class MemoryBridge:
+    """The I/O shell behind the tools: one Hub client, the start-up verdict, the page cache."""
+
+    def __init__(
+        self,
+        hub: HubClient,
+        *,
+        startup_timeout: float = STARTUP_TIMEOUT,
+        call_timeout: float = CALL_TIMEOUT,
+        pages: PageCache | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._hub = hub
+        self._startup_timeout = startup_timeout
+        self._call_timeout = call_timeout
+        self._pages = pages if pages is not None else PageCache(lambda: secrets.token_urlsafe(12))
+        self._clock = clock
+        self._check: asyncio.Task[Verdict] | None = None
+
+    async def __aenter__(self) -> MemoryBridge:
+        self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._check is not None and not self._check.done():
+            self._check.cancel()
+            try:
+                await self._check
+            except asyncio.CancelledError:
+                pass
+        await self._hub.close()
+
+    def start(self) -> None:
+        """Begin the one capability check in the background."""
+        if self._check is None:
+            self._check = asyncio.create_task(self._startup_check(), name="amux-mcp-startup-check")
+
+    async def verdict(self) -> Verdict:
+        self.start()
+        assert self._check is not None
+        # shield: a cancelled tool call must not cancel the check other calls wait on.
+        return await asyncio.shield(self._check)
+
+    async def _startup_check(self) -> Verdict:
+        url = self._hub.base_url
+        try:
+            async with asyncio.timeout(self._startup_timeout):
+                capabilities = await self._hub.capabilities()
+        except TimeoutError:
+            logger.warning(
+                "amux memory: the Hub at %s did not answer within %g s; each call will try again",
+                url,
+                self._startup_timeout,
+            )
+            return Verdict(False)
+        except Unavailable as err:
+            logger.warning("amux memory: %s; each call will try again", err.message)
+            return Verdict(False)
+        except AmuxError as err:
+            logger.warning("amux memory: start-up check at %s failed: %s", url, err.message)
+            return Verdict(False, err)
+        verdict = judge_capabilities(capabilities)
+        if verdict.ready:
+            logger.info("amux memory: ready at %s", url)
+        elif verdict.error is not None:
+            logger.warning("amux memory: %s", verdict.error.message)
+        return verdict
+
+    async def forward(
+        self, call: Callable[[HubClient], Awaitable[dict[str, Any]]]
+    ) -> CallToolResult:
+        """Run one data call under the start-up verdict; return its result page or error result.
+
+        The call timeout bounds the whole tool call, the wait for the start-up verdict included.
+        """
+        try:
+            async with asyncio.timeout(self._call_timeout):
+                verdict = await self.verdict()
+                if verdict.error is not None:
+                    return error_result(verdict.error)
+                result = await call(self._hub)
+        except TimeoutError:
+            return error_result(
+                Unavailable(
+                    f"amux memory is unavailable: the Hub at {self._hub.base_url} did not answer "
+                    f"within {self._call_timeout:g} s"
+                )
+            )
+        except Unavailable as err:
+            return error_result(Unavailable(f"amux memory is unavailable: {err.message}"))
+        except AmuxError as err:
+            return error_result(err)
+        return self._first_page(dumps(result))
+
+    def continue_result(self, cursor: str) -> CallToolResult:
+        try:
+            page = self._pages.next_page(cursor, self._clock())
+        except AmuxError as err:
+            return error_result(err)
+        return _page_result(page.blocks())
+
+    def _first_page(self, text: str) -> CallToolResult:
+        return _page_result(self._pages.first_page(text, self._clock()).blocks())
+
+
+def _page_result(blocks: list[str]) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=block) for block in blocks])
+
+
+# Descriptions are constants: the same bytes on every launch keep the Agent's tool prefix stable.
+_READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+_WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
+
+_SEARCH = (
+    "Search amux long-term memory for literal keywords. The query is split on whitespace; a "
+    "document matching any keyword is returned, more distinct keywords rank higher. Returns JSON "
+    "matches (path, line, snippet, revision). incomplete=true means the scan stopped early, so "
+    "an empty result is then no proof of absence: narrow path_prefix or change keywords."
+)
+_GET = (
+    "Read a bounded fragment of one amux memory document. Returns JSON with content, the "
+    "whole-file revision, exists, truncated and next_offset. Lines are 1-based and inclusive; "
+    "continue a truncated read by passing next_offset as offset with the same end_line. Do not "
+    'combine start_line and offset. A missing document has exists=false and revision "absent".'
+)
+_UPSERT = (
+    "Replace the complete content of one amux memory document, or create it. Pass the revision "
+    'from your latest amux.memory_get as expected_revision ("absent" to create). On a conflict '
+    "the error carries observed_revision: reread, merge and retry. Never store secrets."
+)
+_FORGET = (
+    "Delete one amux memory document. Pass its current revision as expected_revision. A "
+    "missing document reports already_absent=true. Deleting does not erase text a conversation "
+    "has already read."
+)
+_CONTINUE = (
+    "Fetch the next part of an amux tool result that was cut at the page limit. Pass the "
+    "cursor named at the end of the previous part; the parts join into one text."
+)
+
+MemoryPath = Annotated[
+    str, Field(description="Relative Markdown path in amux memory, such as MEMORY.md.")
+]
+Revision = Annotated[
+    str,
+    Field(description='The document\'s current revision from amux.memory_get, or "absent".'),
+]
+
+
+def build_server(bridge: MemoryBridge) -> MCPServer:
+    """The MCP server with the memory tools bound to ``bridge``."""
+    server: MCPServer = MCPServer(SERVER_NAME)
+
+    @server.tool(
+        name="amux.memory_search",
+        description=_SEARCH,
+        annotations=_READ_ONLY,
+        structured_output=False,
+    )
+    async def memory_search(
+        query: Annotated[str, Field(description="Whitespace-separated literal keywords.")],
+        path_prefix: Annotated[
+            str | None, Field(description="Only search under this relative directory.")
+        ] = None,
+        limit: Annotated[
+            int | None, Field(description="Most documents to return: default 5, at most 20.")
+        ] = None,
+    ) -> CallToolResult:
+        return await bridge.forward(lambda hub: hub.memory_search(query, path_prefix, limit))
+
+    @server.tool(
+        name="amux.memory_get", description=_GET, annotations=_READ_ONLY, structured_output=False
+    )
+    async def memory_get(
+        path: MemoryPath,
+        start_line: Annotated[
+            int | None, Field(description="First line to read (1-based); omit for the start.")
+        ] = None,
+        end_line: Annotated[
+            int | None, Field(description="Last line to read (inclusive); omit for the end.")
+        ] = None,
+        offset: Annotated[
+            int | None, Field(description="next_offset of a truncated read, to continue it.")
+        ] = None,
+    ) -> CallToolResult:
+        return await bridge.forward(lambda hub: hub.memory_get(path, start_line, end_line, offset))
+
+    @server.tool(
+        name="amux.memory_upsert", description=_UPSERT, annotations=_WRITE, structured_output=False
+    )
+    async def memory_upsert(
+        path: MemoryPath,
+        content: Annotated[str, Field(description="The complete new Markdown content.")],
+        expected_revision: Revision,
+    ) -> CallToolResult:
+        return await bridge.forward(lambda hub: hub.memory_upsert(path, content, expected_revision))
+
+    @server.tool(
+        name="amux.memory_forget", description=_FORGET, annotations=_WRITE, structured_output=False
+    )
+    async def memory_forget(path: MemoryPath, expected_revision: Revision) -> CallToolResult:
+        return await bridge.forward(lambda hub: hub.memory_forget(path, expected_revision))
+
+    @server.tool(
+        name=CONTINUE_TOOL, description=_CONTINUE, annotations=_READ_ONLY, structured_output=False
+    )
+    async def result_continue(
+        cursor: Annotated[str, Field(description="The cursor from the previous part.")],
+    ) -> CallToolResult:
+        return bridge.continue_result(cursor)
+
+    return server
+
+
+async def serve(settings: ClientSettings) -> None:
+    """Serve MCP on stdin/stdout until the client closes the stream."""
+    hub = HubClient(
+        settings.hub_url,
+        settings.resolved_token(),
+        binding=settings.memory_binding,
+        timeout=settings.timeout,
+    )
+    bridge = MemoryBridge(
+        hub,
+        # AMUX_TIMEOUT can only shorten these bounds: an Agent should never wait on memory for
+        # as long as the client's generous default.
+        startup_timeout=min(settings.timeout, STARTUP_TIMEOUT),
+        call_timeout=min(settings.timeout, CALL_TIMEOUT),
+    )
+    async with bridge:
+        await build_server(bridge).run_stdio_async()
+
+
+def main() -> None:
+    """Entry point of ``amux mcp``: settings from the environment, logs on stderr, MCP on stdio."""
+    # stdout carries the protocol; every log line goes to stderr. Configured before MCPServer,
+    # whose own logging set-up then leaves ours in place.
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings = ClientSettings()
+    except ValueError as err:
+        print(f"amux mcp: invalid settings: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    try:
+        asyncio.run(serve(settings))
+    except KeyboardInterrupt:
+        pass
+    except Exception:
+        logger.exception("amux mcp stopped on an unexpected error")
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()
