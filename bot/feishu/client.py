@@ -13,6 +13,7 @@ import asyncio
 import functools
 import json
 import logging
+import random
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +26,6 @@ from tenacity import (
     RetryCallState,
     retry_if_exception_type,
     stop_after_attempt,
-    wait_exponential_jitter,
 )
 
 from bot.config import FeishuSettings
@@ -60,6 +60,12 @@ def classify(http_status: int, feishu_code: int | None) -> Verdict:
     if http_status >= 400 or feishu_code not in (None, 0):
         return "fail"
     return "ok"
+
+
+def default_backoff(state: RetryCallState) -> float:
+    """Exponential back-off from 0.5 s, capped at 8 s, with jitter so retries do not align."""
+    exponent = min(state.attempt_number - 1, 16)
+    return float(min(8.0, 0.5 * 2.0**exponent) + random.uniform(0, 0.5))
 
 
 class _Retryable(Exception):
@@ -120,7 +126,7 @@ class FeishuClient:
             .build()
         )
         self._attempts = attempts
-        self._backoff = backoff or wait_exponential_jitter(initial=0.5, max=8.0)
+        self._backoff = backoff or default_backoff
         self._max_retry_after = max_retry_after
         # Own threads: slow Feishu calls must not starve other users of the default executor.
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="feishu-api")

@@ -6,7 +6,7 @@ import pytest
 from pydantic import SecretStr
 
 from bot.config import FeishuSettings
-from bot.feishu.client import FeishuClient, classify
+from bot.feishu.client import FeishuClient, classify, default_backoff
 from bot.feishu.errors import FeishuApiError
 from hub.errors import Unavailable
 from tests.fakes.feishu import FakeFeishu
@@ -187,3 +187,16 @@ def test_only_rate_limits_and_transient_errors_are_retried(
     status: int, code: int | None, verdict: str
 ) -> None:
     assert classify(status, code) == verdict
+
+
+def test_default_backoff_grows_and_is_capped() -> None:
+    from tenacity import RetryCallState
+
+    def state(attempt: int) -> RetryCallState:
+        call = RetryCallState(None, None, (), {})
+        call.attempt_number = attempt
+        return call
+
+    assert 0.5 <= default_backoff(state(1)) <= 1.0
+    assert 1.0 <= default_backoff(state(2)) <= 1.5
+    assert 8.0 <= default_backoff(state(50)) <= 8.5

@@ -123,6 +123,11 @@ class FakeFeishu:
         """Answer the next ``count`` calls whose path contains ``path_contains`` with an error."""
         self._failures.append(Failure(count, status, code, path_contains))
 
+    def add_message(self, chat_id: str, text: str) -> StoredMessage:
+        """A message a user wrote, so the bot can reply to it."""
+        body = {"msg_type": "text", "content": json.dumps({"text": text})}
+        return self._store(chat_id, body)
+
     def calls(self, method: str, path_contains: str) -> list[Recorded]:
         return [r for r in self.requests if r.method == method and path_contains in r.path]
 

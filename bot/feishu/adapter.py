@@ -1,0 +1,140 @@
+"""The Feishu adapter assembled from settings: the composition root's one handle on Feishu.
+
+Wiring (in ``create_app``)::
+
+    adapter = FeishuAdapter(settings.feishu, sink, state_dir=hub_settings.home)
+    app.add_routes(adapter.routes())          # webhook mode: POST /feishu/events
+    app.cleanup_ctx.append(adapter.context)   # start (bot identity, long connection) / stop
+
+``sink`` is the bot's :class:`~bot.feishu.events.EventSink`; it answers through
+``adapter.client`` (send, reply in topic, update card) and ``adapter.cards`` (throttled
+streaming updates of progress cards).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from aiohttp import web
+
+from bot.config import FeishuSettings
+from bot.feishu.client import FeishuClient
+from bot.feishu.dedup import SqliteEventDedup
+from bot.feishu.dispatcher import EventDispatcher
+from bot.feishu.events import EventSink
+from bot.feishu.ingress import WebhookIngress
+from bot.feishu.longconn import LongConnection
+from bot.feishu.throttle import CardUpdateThrottle
+from bot.feishu.verifier import WebhookVerifier
+from hub.errors import AmuxError, InvalidArgument
+
+logger = logging.getLogger(__name__)
+
+DEDUP_FILE = "feishu-events.sqlite3"
+
+
+class FeishuAdapter:
+    """Client, ingress (webhook or long connection), de-duplication and card throttle."""
+
+    def __init__(
+        self,
+        settings: FeishuSettings,
+        sink: EventSink,
+        state_dir: Path,
+        *,
+        client: FeishuClient | None = None,
+        identity_retry_seconds: float = 30.0,
+    ) -> None:
+        """Build everything without I/O beyond opening the dedup database.
+
+        Raises:
+            InvalidArgument: the bot is not configured, or webhook mode lacks its secrets.
+        """
+        if not settings.enabled:
+            raise InvalidArgument("Feishu is not configured (AMUX_FEISHU_APP_ID is empty)")
+        self.settings = settings
+        self._identity_retry = identity_retry_seconds
+        self.client = client or FeishuClient(settings)
+        verifier = (
+            WebhookVerifier(
+                encrypt_key=settings.encrypt_key.get_secret_value(),
+                verification_token=settings.verification_token.get_secret_value(),
+                max_skew_seconds=settings.max_clock_skew_seconds,
+            )
+            if settings.mode == "webhook"
+            else None
+        )
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.dedup = SqliteEventDedup(
+            state_dir / DEDUP_FILE, retention_seconds=settings.dedup_hours * 3600
+        )
+        self.dispatcher = EventDispatcher(sink, self.dedup)
+        self.cards = CardUpdateThrottle(
+            self.client.update_card, settings.card_update_interval_seconds
+        )
+        self._webhook = WebhookIngress(verifier, self.dispatcher) if verifier else None
+        self._longconn = (
+            LongConnection(settings, self.dispatcher)
+            if settings.mode == "long_connection"
+            else None
+        )
+        self._identity_task: asyncio.Task[None] | None = None
+        self.identity_known = asyncio.Event()
+
+    def routes(self) -> list[web.RouteDef]:
+        """The webhook route in webhook mode; nothing for the long connection."""
+        return self._webhook.routes() if self._webhook else []
+
+    @property
+    def bot_open_id(self) -> str:
+        return self.dispatcher.bot_open_id
+
+    async def start(self) -> None:
+        """Learn the bot's identity (retrying in the background) and open the long connection."""
+        logger.info(self.settings.describe())
+        self._identity_task = asyncio.get_running_loop().create_task(
+            self._learn_identity(), name="feishu-bot-identity"
+        )
+        if self._longconn is not None:
+            self._longconn.start()
+            try:
+                await self._longconn.wait_connected()
+            except AmuxError as error:
+                # The SDK keeps reconnecting on its own; refused credentials need the operator.
+                logger.error("Feishu long connection: %s", error.message)
+
+    async def _learn_identity(self) -> None:
+        while True:
+            try:
+                info = await self.client.bot_info()
+            except AmuxError as error:
+                logger.warning("cannot read the Feishu bot's identity yet: %s", error.message)
+                await asyncio.sleep(self._identity_retry)
+                continue
+            self.dispatcher.bot_open_id = info.open_id
+            self.identity_known.set()
+            logger.info("Feishu bot identity known (%s)", info.name or "unnamed")
+            return
+
+    async def stop(self) -> None:
+        """Stop taking events, finish handlers and card updates, release resources."""
+        if self._longconn is not None:
+            await self._longconn.stop()
+        if self._identity_task is not None:
+            self._identity_task.cancel()
+            await asyncio.gather(self._identity_task, return_exceptions=True)
+        await self.dispatcher.drain()
+        await self.cards.close()
+        await self.client.close()
+        self.dedup.close()
+
+    async def context(self, app: web.Application) -> AsyncIterator[None]:
+        """For ``app.cleanup_ctx``: start with the app, stop with it."""
+        await self.start()
+        try:
+            yield
+        finally:
+            await self.stop()
