@@ -2,18 +2,81 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
+from bot.drain import DRAIN, Drain
+from hub.client import HubClient
 from hub.config import HubSettings
+from hub.errors import NotFound
+from hub.rpc import HUB
 from hub.server import add_hub
+from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.worker import Worker
 
 logger = logging.getLogger("amux.serve")
 
+IN_PROCESS_WORKER = "in-process worker"
+RUNTIME_PRINCIPAL = "runtime"
 
-def create_app(hub_settings: HubSettings) -> web.Application:
-    """Build the service; nothing starts until the application's startup runs."""
-    app = web.Application(client_max_size=hub_settings.max_request_bytes)
+
+def create_app(
+    hub_settings: HubSettings,
+    runtime_settings: RuntimeSettings | None = None,
+    worker_url: str | None = None,
+) -> web.Application:
+    """Build the service; nothing starts until the application's startup runs.
+
+    With ``worker_url`` (the Hub's own address) an in-process Runtime worker runs beside the
+    Hub, reaching it over HTTP like any remote worker, so one machine works out of the box.
+    """
+    drain = Drain()
+    app = web.Application(
+        client_max_size=hub_settings.max_request_bytes, middlewares=[drain.middleware]
+    )
+    app[DRAIN] = drain
     add_hub(app, hub_settings)
+    if worker_url is not None:
+        settings = runtime_settings or RuntimeSettings()
+        app.cleanup_ctx.append(_in_process_worker(hub_settings, settings, worker_url))
     return app
+
+
+def _in_process_worker(
+    hub_settings: HubSettings, settings: RuntimeSettings, url: str
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def lifetime(app: web.Application) -> AsyncIterator[None]:
+        state = app[HUB].state
+        try:
+            principal = state.principal_by_name(RUNTIME_PRINCIPAL)
+        except NotFound:
+            principal = state.add_principal(RUNTIME_PRINCIPAL, "service")
+        # A fresh credential per start, held only in memory; the previous one is revoked.
+        for credential in state.credentials(principal.id):
+            if credential.label == IN_PROCESS_WORKER and credential.revoked_at is None:
+                state.revoke_credential(credential.id)
+        token, _ = state.issue_credential(principal.id, "cli", label=IN_PROCESS_WORKER)
+        work_dir = settings.work_dir or (hub_settings.home / "runtime")
+        stop = asyncio.Event()
+        client = HubClient(url, token, timeout=60)
+        worker = Worker(client, url, settings, work_dir)
+        task = asyncio.create_task(worker.run_forever(stop))
+
+        async def stop_worker(app: web.Application) -> None:
+            # Before in-flight requests are drained: the worker's own long poll is one of them.
+            # A turn it was running is retried after the restart, when its lease expires.
+            stop.set()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await client.close()
+
+        app.on_shutdown.append(stop_worker)
+        yield
+        await stop_worker(app)
+
+    return lifetime

@@ -7,6 +7,7 @@ import logging
 import typer
 
 from bot import serve as serving
+from bot.runtime_cli import agent_app, runtime_app
 from hub.cli import CliEnv, fail, memory_app, principal_app, system_app, token_app
 from hub.config import ClientSettings, HubSettings
 from hub.errors import AmuxError
@@ -22,6 +23,8 @@ app.add_typer(memory_app, name="memory")
 app.add_typer(system_app, name="system")
 app.add_typer(principal_app, name="principal")
 app.add_typer(token_app, name="token")
+app.add_typer(agent_app, name="agent")
+app.add_typer(runtime_app, name="runtime")
 
 
 @app.callback()
@@ -53,6 +56,14 @@ def serve(
             f"error: cannot listen on {settings.host}:{settings.port}: {error.strerror}", err=True
         )
         raise typer.Exit(1) from None
+
+
+@app.command("mcp")
+def mcp() -> None:
+    """Run the stdio MCP server Agents use for memory (configured by AMUX_* variables)."""
+    from runtime_bridge.mcp_server import main as mcp_main
+
+    mcp_main()
 
 
 def main() -> None:

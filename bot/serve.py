@@ -12,6 +12,7 @@ from enum import Enum
 from aiohttp import web
 
 from bot.app import create_app
+from bot.drain import DRAIN
 from hub.config import HubSettings
 from hub.rpc import HUB
 
@@ -22,6 +23,17 @@ RESTART_EXIT_STATUS = 75
 DRAIN_SECONDS = 30.0
 
 
+def local_url(host: str, port: int) -> str:
+    """How a worker in this process reaches the Hub it runs beside."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
 class Outcome(Enum):
     STOP = "stop"
     RESTART = "restart"
@@ -29,8 +41,8 @@ class Outcome(Enum):
 
 async def serve(settings: HubSettings) -> Outcome:
     """Serve until SIGTERM/SIGINT or an owner's restart request, then drain in-flight work."""
-    app = create_app(settings)
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=DRAIN_SECONDS)
+    app = create_app(settings, worker_url=local_url(settings.host, settings.port))
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     try:
         site = web.TCPSite(runner, settings.host, settings.port)
@@ -50,6 +62,10 @@ async def serve(settings: HubSettings) -> Outcome:
             task.cancel()
         outcome = waiters[done.pop()]
         logger.info("draining before %s", outcome.value)
+        # Long polls end first so they do not hold the drain open.
+        await app[HUB].executions.close()
+        if not await app[DRAIN].wait_idle(DRAIN_SECONDS):
+            logger.warning("requests still running after %.0fs; stopping anyway", DRAIN_SECONDS)
         return outcome
     finally:
         await runner.cleanup()

@@ -22,6 +22,8 @@ class HubSettings(BaseSettings):
     # exec: re-exec in place after a graceful drain; exit: leave the restart to a supervisor.
     restart_mode: Literal["exec", "exit"] = "exec"
     max_request_bytes: int = 1024 * 1024
+    # A worker that misses heart-beats this long loses its turn to a retry.
+    lease_seconds: float = 30.0
 
     @property
     def memory_root(self) -> Path:

@@ -224,6 +224,7 @@ async def system_capabilities(call: Call) -> dict[str, Any]:
             "response_bytes": limits.response_bytes,
         },
     }
+    result["runtime"] = {"workers": hub.executions.connected_workers()}
     for hook in hub.capability_hooks:
         result.update(hook())
     return result

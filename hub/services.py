@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from hub.config import OWNER_TOKEN_FILE, HubSettings
 from hub.errors import Forbidden, MemoryDisabled
+from hub.executions import Executions
 from hub.identity import Actor, check_binding, memory_scope
 from hub.rootlock import RootLock
 from hub.state import State
@@ -30,6 +31,7 @@ class Hub:
     store: MemoryStore
     config: SystemConfig
     root_lock: RootLock
+    executions: Executions
     restart_requested: asyncio.Event = field(default_factory=asyncio.Event)
     # Hooks other packages register to extend ``system.capabilities`` (e.g. connected workers).
     capability_hooks: list[Callable[[], dict[str, object]]] = field(default_factory=list)
@@ -48,7 +50,8 @@ class Hub:
             state = State(settings.state_path)
             store = MemoryStore(settings.memory_root)
             store.open()
-            hub = cls(settings, state, store, SystemConfig(state), root_lock)
+            executions = Executions(state, lease_seconds=settings.lease_seconds)
+            hub = cls(settings, state, store, SystemConfig(state), root_lock, executions)
             hub._bootstrap_owner()
         except BaseException:
             root_lock.release()

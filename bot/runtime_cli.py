@@ -1,0 +1,195 @@
+"""`amux agent run` and `amux runtime plan|worker`: managed Agent turns without Feishu."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from hub.cli import emit, env_of, fail, run
+from hub.client import HubClient
+from hub.errors import AmuxError, InvalidArgument
+from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.providers import LaunchRequest, MemoryAttachment, build_plan
+from runtime_bridge.worker import Worker, default_amux_executable
+
+agent_app = typer.Typer(help="Run managed Agent turns through the Hub and a Runtime worker.")
+runtime_app = typer.Typer(help="Runtime workers and launch plans.")
+
+WATCH_SECONDS = 20
+
+
+async def follow(hub: HubClient, execution_id: str, quiet: bool) -> dict[str, Any]:
+    """Print progress to stderr until the turn finishes; return its final description."""
+    after = 0
+    while True:
+        answer = await hub.call(
+            "executions.watch", execution_id=execution_id, after=after, wait_seconds=WATCH_SECONDS
+        )
+        for event in answer["events"]:
+            after = max(after, int(event["seq"]))
+            if not quiet:
+                prefix = {"warning": "warning: ", "status": "status: "}.get(event["kind"], "")
+                typer.echo(f"{prefix}{event['text']}", err=True)
+        if answer["state"] in ("succeeded", "failed", "cancelled"):
+            return answer
+
+
+@agent_app.command("run")
+def agent_run(
+    ctx: typer.Context,
+    prompt: str = typer.Argument(..., help="What to ask the Agent."),
+    provider: str = typer.Option("claude", "--provider", help="claude, codex or pi."),
+    session: str | None = typer.Option(None, "--session", help="Resume this amux session."),
+    cwd: Path | None = typer.Option(None, "--cwd", help="Where the Agent works."),
+    as_json: bool = typer.Option(False, "--json", help="Print the structured result."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress on stderr."),
+) -> None:
+    """Run one Agent turn; progress on stderr, the answer on stdout."""
+    env = env_of(ctx)
+    workdir = str(cwd.resolve()) if cwd else None
+
+    async def work() -> dict[str, Any]:
+        async with env.client() as hub:
+            submitted = await hub.call(
+                "executions.submit",
+                provider=provider,
+                prompt=prompt,
+                session_id=session,
+                cwd=workdir,
+            )
+            execution_id = submitted["execution"]["id"]
+            try:
+                final = await follow(hub, execution_id, quiet or as_json)
+            except (KeyboardInterrupt, asyncio.CancelledError):
+                with contextlib.suppress(AmuxError):
+                    await hub.call("executions.cancel", execution_id=execution_id)
+                raise
+            final["session"] = submitted["session"]["id"]
+            return final
+
+    final = run(work())
+    result = final.get("result") or {}
+    if as_json:
+        emit(
+            {
+                "execution_id": final["id"],
+                "session_id": final["session"],
+                "state": final["state"],
+                "text": result.get("text"),
+                "binding": result.get("binding"),
+                "warnings": result.get("warnings", []),
+                "usage": result.get("usage", {}),
+                "error": final.get("error"),
+            }
+        )
+    elif final["state"] == "succeeded":
+        typer.echo(result.get("text") or "")
+    if final["state"] != "succeeded":
+        if not as_json:
+            typer.echo(f"error: {final['state']}: {final.get('error') or 'no answer'}", err=True)
+        raise typer.Exit(1)
+    if not as_json:
+        typer.echo(f"session: {final['session']}", err=True)
+
+
+@runtime_app.command("plan")
+def runtime_plan(
+    ctx: typer.Context,
+    provider: str = typer.Option(..., "--provider", help="claude, codex, pi or another name."),
+    session: str | None = typer.Option(None, "--session", help="Plan a resume of this session."),
+    prompt: str = typer.Option("<prompt>", "--prompt", help="The prompt to show in the plan."),
+) -> None:
+    """Print the launch plan as JSON (secrets masked) without starting anything."""
+    env = env_of(ctx)
+    settings = RuntimeSettings()
+    client_settings = env.client_settings()
+
+    async def work() -> dict[str, Any]:
+        warnings: list[str] = []
+        async with env.client() as hub:
+            described: dict[str, Any] | None = None
+            if session is not None:
+                described = await hub.call("sessions.get", session_id=session)
+                if described["provider"] != provider:
+                    raise InvalidArgument(f"session {session} runs {described['provider']}")
+            binding: str | None = None
+            if described is not None:
+                binding = described["binding"] if described["memory"] == "bound" else None
+            else:
+                try:
+                    binding = (await hub.call("memory.binding.resolve"))["binding"]
+                except AmuxError as error:
+                    if error.code != "memory_disabled":
+                        warnings.append(f"memory unavailable: {error.message}")
+        work_dir = settings.work_dir or (client_settings.home / "runtime")
+        run_dir = work_dir / "runs" / "<execution>"
+        amux = settings.amux or default_amux_executable()
+        memory = None
+        if binding is not None:
+            memory = MemoryAttachment(
+                hub_url=client_settings.hub_url,
+                credential="<delegated at launch>",
+                binding=binding,
+                mcp_argv=(amux, "mcp"),
+                cli_dir=run_dir / "agent-config" / "memory",
+            )
+        request = LaunchRequest(
+            provider=provider,
+            prompt=prompt,
+            cwd=settings.default_cwd or (work_dir / "workspace"),
+            run_dir=run_dir,
+            state_dir=work_dir / "sessions" / (session or "<session>"),
+            resume_id=(described or {}).get("native_id"),
+            append_instructions=settings.append_instructions,
+            developer_instructions=settings.developer_instructions,
+            memory=memory,
+            executable=settings.executable(provider),
+            extra_args=settings.extra_args(provider),
+            base_env=dict(os.environ),
+            pass_env=tuple(settings.pass_env),
+            provider_home_source=settings.home_source(provider),
+        )
+        plan = build_plan(request).to_json(mask_secrets=True)
+        plan["warnings"] = warnings + list(plan["warnings"])
+        return plan
+
+    emit(run(work()))
+
+
+@runtime_app.command("worker")
+def runtime_worker(
+    ctx: typer.Context,
+    hub_url: str | None = typer.Option(None, "--hub", help="The Hub URL (default AMUX_HUB_URL)."),
+) -> None:
+    """Run a Runtime worker: claim Agent turns from the Hub and launch them (service token)."""
+    env = env_of(ctx)
+    client_settings = env.client_settings()
+    url = hub_url or client_settings.hub_url
+    token = client_settings.resolved_token()
+    if not token:
+        fail(InvalidArgument("a worker needs a service token in AMUX_TOKEN"))
+    settings = RuntimeSettings()
+    work_dir = settings.work_dir or Path(tempfile.gettempdir()) / f"amux-runtime-{os.getuid()}"
+
+    async def work() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        async with HubClient(url, token, timeout=60) as hub:
+            worker = Worker(hub, url, settings, work_dir)
+            await worker.register()
+            typer.echo(f"worker {settings.name} serving {url}", err=True)
+            await worker.run_forever(stop)
+
+    run(work())
+    sys.stdout.write(json.dumps({"stopped": True}) + "\n")

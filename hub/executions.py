@@ -1,0 +1,490 @@
+"""Sessions and executions: the Hub's queue of Agent turns that Runtime workers claim.
+
+A Session is one native Agent conversation. Its memory binding is frozen at its first execution
+and reused by every resume; an unbound Session stays unbound. An execution is one turn: queued,
+claimed by a worker under a lease kept alive by heartbeats, and finished with a result. A worker
+that stops heart-beating loses its lease; the turn is retried once elsewhere, then failed visibly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hub.errors import Conflict, Forbidden, InvalidArgument, NotFound
+from hub.paths import GLOBAL_SCOPE, principal_scope
+from hub.state import State
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    principal_id TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    cwd TEXT,
+    origin TEXT UNIQUE,
+    native_id TEXT,
+    memory TEXT NOT NULL DEFAULT 'pending' CHECK (memory IN ('pending', 'bound', 'unbound')),
+    binding TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS executions (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    prompt TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    worker_id TEXT,
+    lease_expires_at REAL,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    result TEXT,
+    error TEXT,
+    submitted_by TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS executions_by_state ON executions(state, created_at);
+CREATE TABLE IF NOT EXISTS execution_events (
+    execution_id TEXT NOT NULL REFERENCES executions(id),
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    text TEXT NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (execution_id, seq)
+);
+CREATE TABLE IF NOT EXISTS workers (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    principal_id TEXT NOT NULL,
+    last_seen REAL NOT NULL
+);
+"""
+
+QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = (
+    "queued",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+)
+FINISHED = frozenset({SUCCEEDED, FAILED, CANCELLED})
+EVENT_KINDS = frozenset({"progress", "warning", "status"})
+MAX_ATTEMPTS = 2
+MAX_PROMPT_BYTES = 256 * 1024
+MAX_EVENT_BYTES = 16 * 1024
+WORKER_FRESH_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    principal_id: str
+    provider: str
+    cwd: str | None
+    origin: str | None
+    native_id: str | None
+    memory: str
+    binding: str | None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "principal_id": self.principal_id,
+            "provider": self.provider,
+            "cwd": self.cwd,
+            "origin": self.origin,
+            "native_id": self.native_id,
+            "memory": self.memory,
+            "binding": self.binding,
+        }
+
+
+class Executions:
+    """Durable queue of executions with long-poll wake-ups, on the Hub's state database."""
+
+    def __init__(
+        self,
+        state: State,
+        lease_seconds: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = state.db
+        self._state = state
+        self.lease_seconds = lease_seconds
+        self._clock = clock
+        self.db.executescript(_SCHEMA)
+        self._changed = asyncio.Condition()
+        self._version = 0
+        self._closing = False
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._version += 1
+            self._changed.notify_all()
+
+    async def close(self) -> None:
+        """Release every long poll now, so a graceful shutdown does not wait them out."""
+        self._closing = True
+        await self._notify()
+
+    async def _wait_change(self, seen: int, seconds: float) -> None:
+        """Wait until something changed after version ``seen`` was observed, or time runs out."""
+        if self._closing:
+            return
+        async with self._changed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._changed.wait_for(lambda: self._version != seen), seconds
+                )
+
+    # -- sessions --------------------------------------------------------------------------------
+
+    def session(self, session_id: str) -> Session:
+        """Raises: NotFound: no such session."""
+        row = self.db.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        if row is None:
+            raise NotFound("no such session", session_id=session_id)
+        return Session(
+            row["id"],
+            row["principal_id"],
+            row["provider"],
+            row["cwd"],
+            row["origin"],
+            row["native_id"],
+            row["memory"],
+            row["binding"],
+        )
+
+    def session_by_origin(self, origin: str) -> Session | None:
+        row = self.db.execute("SELECT id FROM sessions WHERE origin = ?", (origin,)).fetchone()
+        return self.session(row["id"]) if row else None
+
+    def _create_session(
+        self, principal_id: str, provider: str, cwd: str | None, origin: str | None
+    ) -> Session:
+        now = self._clock()
+        session_id = uuid.uuid4().hex
+        self.db.execute(
+            "INSERT INTO sessions (id, principal_id, provider, cwd, origin, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (session_id, principal_id, provider, cwd, origin, now, now),
+        )
+        return self.session(session_id)
+
+    def freeze_memory(
+        self, session_id: str, *, enabled: bool, isolation: bool, capable: bool
+    ) -> tuple[Session, str | None]:
+        """Decide a fresh Session's binding once; later calls return what was frozen.
+
+        Returns the Session and a warning for the user, if any. Memory off means unbound with
+        no warning: people who never turned memory on hear nothing about it.
+        """
+        session = self.session(session_id)
+        if session.memory != "pending":
+            return session, None
+        warning = None
+        if enabled and capable:
+            binding = principal_scope(session.principal_id) if isolation else GLOBAL_SCOPE
+            memory: str = "bound"
+        else:
+            binding = None
+            memory = "unbound"
+            if enabled:
+                warning = (
+                    f"memory capability missing for provider {session.provider}: "
+                    "this conversation runs without amux memory"
+                )
+        self.db.execute(
+            "UPDATE sessions SET memory = ?, binding = ?, updated_at = ? "
+            "WHERE id = ? AND memory = 'pending'",
+            (memory, binding, self._clock(), session_id),
+        )
+        return self.session(session_id), warning
+
+    def mark_unbound(self, session_id: str) -> None:
+        """A launch whose memory discovery failed leaves its Session unbound for good."""
+        self.db.execute(
+            "UPDATE sessions SET memory = 'unbound', updated_at = ? "
+            "WHERE id = ? AND memory = 'pending'",
+            (self._clock(), session_id),
+        )
+
+    # -- submitting and following ----------------------------------------------------------------
+
+    async def submit(
+        self,
+        *,
+        principal_id: str,
+        submitted_by: str,
+        provider: str,
+        prompt: str,
+        cwd: str | None = None,
+        session_id: str | None = None,
+        origin: str | None = None,
+    ) -> tuple[dict[str, Any], Session]:
+        """Queue one turn, in a new Session or resuming one of this Principal's.
+
+        Raises:
+            InvalidArgument: bad prompt or provider, or a provider change on an existing Session.
+            Forbidden: the Session belongs to another Principal.
+        """
+        if not prompt.strip():
+            raise InvalidArgument("the prompt is empty")
+        if len(prompt.encode("utf-8")) > MAX_PROMPT_BYTES:
+            raise InvalidArgument(f"the prompt is longer than {MAX_PROMPT_BYTES} bytes")
+        if not provider or len(provider) > 64 or not provider.replace("-", "").isalnum():
+            raise InvalidArgument("provider must be a short name such as claude, codex or pi")
+        session: Session | None = None
+        if session_id is not None:
+            session = self.session(session_id)
+        elif origin is not None:
+            session = self.session_by_origin(origin)
+        if session is not None:
+            if session.principal_id != principal_id:
+                raise Forbidden("this conversation belongs to someone else")
+            if session.provider != provider:
+                raise InvalidArgument(
+                    f"this conversation runs {session.provider}; start a new one for {provider}"
+                )
+        else:
+            session = self._create_session(principal_id, provider, cwd, origin)
+        now = self._clock()
+        execution_id = uuid.uuid4().hex
+        self.db.execute(
+            "INSERT INTO executions (id, session_id, prompt, state, submitted_by, created_at, "
+            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (execution_id, session.id, prompt, QUEUED, submitted_by, now, now),
+        )
+        await self._notify()
+        return self.describe(execution_id), session
+
+    def describe(self, execution_id: str) -> dict[str, Any]:
+        """Raises: NotFound: no such execution."""
+        row = self.db.execute("SELECT * FROM executions WHERE id = ?", (execution_id,)).fetchone()
+        if row is None:
+            raise NotFound("no such execution", execution_id=execution_id)
+        return {
+            "id": row["id"],
+            "session_id": row["session_id"],
+            "state": row["state"],
+            "attempts": row["attempts"],
+            "result": json.loads(row["result"]) if row["result"] else None,
+            "error": row["error"],
+            "submitted_by": row["submitted_by"],
+        }
+
+    def events(self, execution_id: str, after: int = 0) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT seq, kind, text, at FROM execution_events WHERE execution_id = ? AND seq > ? "
+            "ORDER BY seq",
+            (execution_id, after),
+        ).fetchall()
+        return [dict(row) for row in rows]
+
+    async def watch(self, execution_id: str, after: int, wait: float) -> dict[str, Any]:
+        """Events after ``after``; waits up to ``wait`` seconds for news if there is none yet."""
+        deadline = asyncio.get_running_loop().time() + wait
+        while True:
+            seen = self._version
+            described = self.describe(execution_id)
+            events = self.events(execution_id, after)
+            remaining = deadline - asyncio.get_running_loop().time()
+            if events or described["state"] in FINISHED or remaining <= 0 or self._closing:
+                return {**described, "events": events}
+            await self._wait_change(seen, remaining)
+
+    async def cancel(self, execution_id: str) -> dict[str, Any]:
+        described = self.describe(execution_id)
+        if described["state"] == QUEUED:
+            self._finish(execution_id, CANCELLED, None, "cancelled before it started")
+        elif described["state"] == RUNNING:
+            self.db.execute(
+                "UPDATE executions SET cancel_requested = 1 WHERE id = ?", (execution_id,)
+            )
+        await self._notify()
+        return self.describe(execution_id)
+
+    # -- the worker side -------------------------------------------------------------------------
+
+    def register_worker(self, name: str, principal_id: str) -> str:
+        worker_id = uuid.uuid4().hex[:16]
+        self.db.execute(
+            "INSERT INTO workers (id, name, principal_id, last_seen) VALUES (?, ?, ?, ?)",
+            (worker_id, name, principal_id, self._clock()),
+        )
+        return worker_id
+
+    def _touch_worker(self, worker_id: str, principal_id: str) -> None:
+        cursor = self.db.execute(
+            "UPDATE workers SET last_seen = ? WHERE id = ? AND principal_id = ?",
+            (self._clock(), worker_id, principal_id),
+        )
+        if cursor.rowcount == 0:
+            raise NotFound("unknown worker; register again", worker_id=worker_id)
+
+    def connected_workers(self) -> int:
+        row = self.db.execute(
+            "SELECT COUNT(*) AS n FROM workers WHERE last_seen >= ?",
+            (self._clock() - WORKER_FRESH_SECONDS,),
+        ).fetchone()
+        return int(row["n"])
+
+    async def claim(self, worker_id: str, principal_id: str, wait: float) -> dict[str, Any] | None:
+        """The oldest queued turn whose Session is idle, leased to this worker; None on timeout."""
+        deadline = asyncio.get_running_loop().time() + wait
+        while True:
+            seen = self._version
+            self._touch_worker(worker_id, principal_id)
+            claimed = self._claim_one(worker_id)
+            if claimed is not None:
+                return claimed
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0 or self._closing:
+                return None
+            await self._wait_change(seen, min(remaining, 5.0))
+
+    def _claim_one(self, worker_id: str) -> dict[str, Any] | None:
+        now = self._clock()
+        with self._state.transaction() as db:
+            row = db.execute(
+                "SELECT e.id FROM executions e WHERE e.state = ? AND NOT EXISTS ("
+                " SELECT 1 FROM executions r WHERE r.session_id = e.session_id AND r.state = ?)"
+                " ORDER BY e.created_at LIMIT 1",
+                (QUEUED, RUNNING),
+            ).fetchone()
+            if row is None:
+                return None
+            db.execute(
+                "UPDATE executions SET state = ?, worker_id = ?, attempts = attempts + 1, "
+                "lease_expires_at = ?, updated_at = ? WHERE id = ?",
+                (RUNNING, worker_id, now + self.lease_seconds, now, row["id"]),
+            )
+        execution = self.db.execute(
+            "SELECT * FROM executions WHERE id = ?", (row["id"],)
+        ).fetchone()
+        session = self.session(execution["session_id"])
+        return {
+            "execution": {
+                "id": execution["id"],
+                "prompt": execution["prompt"],
+                "attempt": execution["attempts"],
+            },
+            "session": session.to_wire(),
+            "lease_seconds": self.lease_seconds,
+        }
+
+    def _owned(self, execution_id: str, worker_id: str) -> Any:
+        row = self.db.execute("SELECT * FROM executions WHERE id = ?", (execution_id,)).fetchone()
+        if row is None:
+            raise NotFound("no such execution", execution_id=execution_id)
+        if row["worker_id"] != worker_id or row["state"] != RUNNING:
+            raise Conflict(
+                "this worker no longer holds the execution's lease", execution_id=execution_id
+            )
+        return row
+
+    async def heartbeat(self, execution_id: str, worker_id: str) -> dict[str, Any]:
+        """Extend the lease. Raises: Conflict: the lease was lost (the turn went elsewhere)."""
+        row = self._owned(execution_id, worker_id)
+        now = self._clock()
+        self.db.execute(
+            "UPDATE executions SET lease_expires_at = ?, updated_at = ? WHERE id = ?",
+            (now + self.lease_seconds, now, execution_id),
+        )
+        self.db.execute("UPDATE workers SET last_seen = ? WHERE id = ?", (now, worker_id))
+        return {"cancel_requested": bool(row["cancel_requested"])}
+
+    async def add_event(self, execution_id: str, worker_id: str, kind: str, text: str) -> int:
+        if kind not in EVENT_KINDS:
+            raise InvalidArgument(f"event kind must be one of {', '.join(sorted(EVENT_KINDS))}")
+        self._owned(execution_id, worker_id)
+        seq = self._append_event(execution_id, kind, text[:MAX_EVENT_BYTES])
+        await self._notify()
+        return seq
+
+    def _append_event(self, execution_id: str, kind: str, text: str) -> int:
+        with self._state.transaction() as db:
+            row = db.execute(
+                "SELECT COALESCE(MAX(seq), 0) AS last FROM execution_events WHERE execution_id = ?",
+                (execution_id,),
+            ).fetchone()
+            seq = int(row["last"]) + 1
+            db.execute(
+                "INSERT INTO execution_events (execution_id, seq, kind, text, at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (execution_id, seq, kind, text, self._clock()),
+            )
+        return seq
+
+    async def complete(
+        self,
+        execution_id: str,
+        worker_id: str,
+        *,
+        succeeded: bool,
+        result: dict[str, Any] | None,
+        error: str | None,
+        native_id: str | None,
+    ) -> dict[str, Any]:
+        row = self._owned(execution_id, worker_id)
+        if native_id:
+            self.db.execute(
+                "UPDATE sessions SET native_id = ?, updated_at = ? WHERE id = ?",
+                (native_id, self._clock(), row["session_id"]),
+            )
+        if row["cancel_requested"] and not succeeded:
+            self._finish(execution_id, CANCELLED, result, error or "cancelled")
+        else:
+            self._finish(execution_id, SUCCEEDED if succeeded else FAILED, result, error)
+        await self._notify()
+        return self.describe(execution_id)
+
+    def _finish(
+        self, execution_id: str, state: str, result: dict[str, Any] | None, error: str | None
+    ) -> None:
+        self.db.execute(
+            "UPDATE executions SET state = ?, result = ?, error = ?, lease_expires_at = NULL, "
+            "updated_at = ? WHERE id = ?",
+            (
+                state,
+                json.dumps(result, ensure_ascii=False) if result is not None else None,
+                error,
+                self._clock(),
+                execution_id,
+            ),
+        )
+
+    async def expire_leases(self) -> int:
+        """Retry or fail the turns of workers that stopped heart-beating; returns how many."""
+        now = self._clock()
+        rows = self.db.execute(
+            "SELECT id, attempts FROM executions WHERE state = ? AND lease_expires_at < ?",
+            (RUNNING, now),
+        ).fetchall()
+        for row in rows:
+            if row["attempts"] < MAX_ATTEMPTS:
+                self.db.execute(
+                    "UPDATE executions SET state = ?, worker_id = NULL, lease_expires_at = NULL, "
+                    "updated_at = ? WHERE id = ?",
+                    (QUEUED, now, row["id"]),
+                )
+                self._append_event(
+                    row["id"], "status", "the worker running this turn was lost; retrying"
+                )
+            else:
+                self._finish(
+                    row["id"],
+                    FAILED,
+                    None,
+                    "the worker running this turn stopped responding, and so did the retry",
+                )
+                self._append_event(row["id"], "status", "failed: the worker was lost")
+        if rows:
+            await self._notify()
+        return len(rows)

@@ -1,0 +1,49 @@
+"""Runtime worker settings (env prefix ``AMUX_RUNTIME_``). Only composition roots build these."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from runtime_bridge.launch_env import DEFAULT_PASS_ENV
+
+
+class RuntimeSettings(BaseSettings):
+    """How a worker launches agents. List values are JSON in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="AMUX_RUNTIME_", extra="ignore")
+
+    name: str = Field(default_factory=socket.gethostname)
+    # Each agent CLI's executable: a name looked up on PATH, or an absolute path.
+    claude: str = "claude"
+    codex: str = "codex"
+    pi: str = "pi"
+    claude_args: list[str] = []
+    codex_args: list[str] = []
+    pi_args: list[str] = []
+    # Provisioned explicitly into each launch's own CODEX_HOME / PI_CODING_AGENT_DIR.
+    codex_config: Path | None = None
+    pi_agent_dir: Path | None = None
+    # Extra instructions merged with the memory protocol (never replaced by it).
+    append_instructions: str | None = None
+    developer_instructions: str | None = None
+    pass_env: list[str] = list(DEFAULT_PASS_ENV)
+    # Per-run files and per-session agent homes; default: <AMUX_HOME>/runtime.
+    work_dir: Path | None = None
+    # Where Agents work when a conversation names no directory; default: <work_dir>/workspace.
+    default_cwd: Path | None = None
+    # The amux executable launches use for `amux mcp` and the CLI; default: the running one.
+    amux: str | None = None
+
+    def executable(self, provider: str) -> str | None:
+        return {"claude": self.claude, "codex": self.codex, "pi": self.pi}.get(provider)
+
+    def extra_args(self, provider: str) -> tuple[str, ...]:
+        args = {"claude": self.claude_args, "codex": self.codex_args, "pi": self.pi_args}
+        return tuple(args.get(provider, []))
+
+    def home_source(self, provider: str) -> Path | None:
+        return {"codex": self.codex_config, "pi": self.pi_agent_dir}.get(provider)

@@ -1,0 +1,72 @@
+"""Per-run memory tooling: a CLI wrapper and minimal connection config under the run directory.
+
+The wrapper lets an Agent without MCP (Pi) run ``amux memory …`` as itself with this launch's
+delegated credential and binding, and nothing of the service's own configuration. It lives in
+``<run>/agent-config/memory/`` and disappears with the run.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+from runtime_bridge.providers.errors import ExecutableMissing
+
+CONFIG_DIR = Path("agent-config") / "memory"
+
+
+def memory_cli_dir(run_dir: Path) -> Path:
+    return run_dir / CONFIG_DIR
+
+
+def materialize_memory_cli(
+    run_dir: Path,
+    amux_executable: str,
+    *,
+    hub_url: str,
+    token: str,
+    binding: str,
+    owner_uid: int | None = None,
+) -> Path:
+    """Write ``amux`` (0700) and ``connection.env`` (0600) and return their directory.
+
+    Raises:
+        ExecutableMissing: the amux executable the wrapper should run does not exist.
+    """
+    if not (os.path.isfile(amux_executable) and os.access(amux_executable, os.X_OK)):
+        raise ExecutableMissing(
+            f"the amux executable {amux_executable!r} is missing; memory tools cannot be offered",
+            executable=amux_executable,
+            provider="amux",
+        )
+    directory = memory_cli_dir(run_dir)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    connection = directory / "connection.env"
+    lines = [
+        f"AMUX_HUB_URL={shlex.quote(hub_url)}",
+        f"AMUX_TOKEN={shlex.quote(token)}",
+        f"AMUX_MEMORY_BINDING={shlex.quote(binding)}",
+    ]
+    _write(connection, "\n".join(lines) + "\n", 0o600)
+    wrapper = directory / "amux"
+    script = (
+        "#!/bin/sh\n"
+        "# amux memory tools for this launch only; removed with the run.\n"
+        "set -a\n"
+        f". {shlex.quote(str(connection))}\n"
+        "set +a\n"
+        f'exec {shlex.quote(amux_executable)} "$@"\n'
+    )
+    _write(wrapper, script, 0o700)
+    if owner_uid is not None:
+        for path in (directory, connection, wrapper):
+            os.chown(path, owner_uid, -1)
+    return directory
+
+
+def _write(path: Path, text: str, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(path, mode)

@@ -1,0 +1,302 @@
+"""The Runtime worker: claim turns from the Hub, launch the Agent, stream progress, post results.
+
+A worker talks to the Hub only over HTTP with a service credential, so it runs in the Hub's
+process or on any other host the same way. While a turn runs, heart-beats keep its lease; a lost
+lease or a cancel request stops the Agent's whole process group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hub.client import HubClient
+from hub.errors import AmuxError, Conflict, Unavailable
+from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.materializer import materialize_memory_cli
+from runtime_bridge.providers import (
+    MEMORY_PROVIDERS,
+    Failure,
+    LaunchRequest,
+    MemoryAttachment,
+    Progress,
+    Result,
+    build_plan,
+    run,
+)
+
+logger = logging.getLogger("amux.worker")
+
+CLAIM_WAIT_SECONDS = 20.0
+RETRY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+def default_amux_executable() -> str:
+    """The amux CLI this process was started as, else the one on PATH, else the venv's."""
+    candidates = [
+        shutil.which("amux", path=str(Path(sys.executable).parent)),
+        shutil.which("amux"),
+    ]
+    for candidate in candidates:
+        if candidate:
+            return candidate
+    return str(Path(sys.executable).parent / "amux")
+
+
+@dataclass(frozen=True)
+class Claimed:
+    execution_id: str
+    prompt: str
+    attempt: int
+    session: Mapping[str, Any]
+    lease_seconds: float
+
+
+# succeeded, result, error, native session id
+Outcome = tuple[bool, dict[str, Any] | None, str | None, str | None]
+
+
+def memory_warning(reason: str) -> str:
+    return f"amux memory is unavailable for this conversation ({reason}); it runs without memory"
+
+
+class Worker:
+    """One worker loop; ``run_forever`` until ``stop`` is set."""
+
+    def __init__(
+        self,
+        hub: HubClient,
+        hub_url: str,
+        settings: RuntimeSettings,
+        work_dir: Path,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.hub = hub
+        self.hub_url = hub_url
+        self.settings = settings
+        self.work_dir = work_dir
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.amux = settings.amux or default_amux_executable()
+        self.worker_id: str | None = None
+
+    async def register(self) -> str:
+        answer = await self.hub.call("workers.register", name=self.settings.name)
+        self.worker_id = str(answer["worker_id"])
+        logger.info("worker %s registered as %s", self.settings.name, self.worker_id)
+        return self.worker_id
+
+    async def run_forever(self, stop: asyncio.Event) -> None:
+        failures = 0
+        while not stop.is_set():
+            try:
+                if self.worker_id is None:
+                    await self.register()
+                claimed = await self.claim()
+                failures = 0
+                if claimed is not None:
+                    await self.execute(claimed)
+            except AmuxError as error:
+                if error.code == "not_found":
+                    self.worker_id = None  # The Hub forgot us (e.g. a new state): register anew.
+                delay = RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)]
+                failures += 1
+                if failures in (1, 10) or failures % 100 == 0:
+                    logger.warning("worker cannot reach the Hub (%s); retrying", error.message)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+
+    async def claim(self) -> Claimed | None:
+        answer = await self.hub.call(
+            "executions.claim", worker_id=self.worker_id, wait_seconds=CLAIM_WAIT_SECONDS
+        )
+        if not answer:
+            return None
+        execution = answer["execution"]
+        return Claimed(
+            execution["id"],
+            execution["prompt"],
+            int(execution["attempt"]),
+            answer["session"],
+            float(answer["lease_seconds"]),
+        )
+
+    async def _event(self, claimed: Claimed, kind: str, text: str) -> None:
+        await self.hub.call(
+            "executions.event",
+            execution_id=claimed.execution_id,
+            worker_id=self.worker_id,
+            kind=kind,
+            text=text,
+        )
+
+    async def execute(self, claimed: Claimed) -> None:
+        """Run one claimed turn to a posted result, whatever happens to the Agent."""
+        runner = asyncio.create_task(self._launch(claimed))
+        keeper = asyncio.create_task(self._keep_lease(claimed, runner))
+        done, _ = await asyncio.wait({runner, keeper}, return_when=asyncio.FIRST_COMPLETED)
+        outcome: Outcome | None
+        if runner in done:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+            outcome = runner.result()
+        else:
+            # The keeper stopped the Agent (lease lost or cancel requested); let it wind down.
+            outcome = keeper.result()
+            with contextlib.suppress(asyncio.CancelledError):
+                finished = await runner
+                outcome = finished if outcome is not None else None
+        if outcome is None:
+            return  # The lease was lost: the Hub already gave the turn to someone else.
+        succeeded, result, error, native_id = outcome
+        try:
+            await self.hub.call(
+                "executions.complete",
+                execution_id=claimed.execution_id,
+                worker_id=self.worker_id,
+                succeeded=succeeded,
+                result=result,
+                error=error,
+                native_id=native_id,
+            )
+        except Conflict:
+            logger.warning("execution %s finished after its lease was lost", claimed.execution_id)
+
+    async def _keep_lease(self, claimed: Claimed, runner: asyncio.Task[Outcome]) -> Outcome | None:
+        interval = max(0.05, claimed.lease_seconds / 3)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                beat = await self.hub.call(
+                    "executions.heartbeat",
+                    execution_id=claimed.execution_id,
+                    worker_id=self.worker_id,
+                )
+            except Conflict:
+                runner.cancel()
+                return None
+            except Unavailable:
+                continue  # Keep working; the lease covers short Hub outages.
+            if beat.get("cancel_requested"):
+                runner.cancel()
+                return False, None, "cancelled", None
+
+    async def _launch(self, claimed: Claimed) -> Outcome:
+        session = claimed.session
+        provider = str(session["provider"])
+        run_dir = self.work_dir / "runs" / claimed.execution_id
+        state_dir = self.work_dir / "sessions" / str(session["id"])
+        warnings: list[str] = []
+        credential_id: str | None = None
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            memory, credential_id = await self._memory(claimed, provider, run_dir, warnings)
+            cwd = Path(session["cwd"]) if session.get("cwd") else self._default_cwd()
+            request = LaunchRequest(
+                provider=provider,
+                prompt=claimed.prompt,
+                cwd=cwd,
+                run_dir=run_dir,
+                state_dir=state_dir,
+                resume_id=session.get("native_id") or None,
+                append_instructions=self.settings.append_instructions,
+                developer_instructions=self.settings.developer_instructions,
+                memory=memory,
+                executable=self.settings.executable(provider),
+                extra_args=self.settings.extra_args(provider),
+                base_env=self.base_env,
+                pass_env=tuple(self.settings.pass_env),
+                provider_home_source=self.settings.home_source(provider),
+            )
+            plan = build_plan(request)
+            for warning in plan.warnings:
+                if warning not in warnings:
+                    warnings.append(warning)
+                    await self._event(claimed, "warning", warning)
+            text: str | None = None
+            native_id: str | None = None
+            usage: dict[str, Any] = {}
+            failure: str | None = None
+            async for event in run(plan):
+                if isinstance(event, Progress):
+                    await self._event(claimed, "progress", plan.mask(event.text))
+                elif isinstance(event, Result):
+                    text = plan.mask(event.text)
+                    native_id = event.native_session_id
+                    usage = dict(event.usage)
+                elif isinstance(event, Failure):
+                    failure = plan.mask(event.message)
+            result = {
+                "text": text,
+                "usage": usage,
+                "warnings": warnings,
+                "binding": plan.binding,
+                "provider": provider,
+            }
+            if failure is not None or text is None:
+                return False, result, failure or "the Agent ended without an answer", native_id
+            return True, result, None, native_id
+        except AmuxError as error:
+            return False, {"warnings": warnings, "provider": provider}, error.message, None
+        except Exception:
+            logger.exception("launching execution %s failed", claimed.execution_id)
+            return (
+                False,
+                {"warnings": warnings, "provider": provider},
+                "the worker failed to launch the Agent; see its log",
+                None,
+            )
+        finally:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            if credential_id is not None:
+                with contextlib.suppress(AmuxError):
+                    await self.hub.call("credentials.revoke", id=credential_id)
+
+    def _default_cwd(self) -> Path:
+        cwd = self.settings.default_cwd or (self.work_dir / "workspace")
+        cwd.mkdir(parents=True, exist_ok=True)
+        return cwd
+
+    async def _memory(
+        self, claimed: Claimed, provider: str, run_dir: Path, warnings: list[str]
+    ) -> tuple[MemoryAttachment | None, str | None]:
+        """Freeze or reuse the Session's binding; on any failure run without memory, warned."""
+        session_id = str(claimed.session["id"])
+        try:
+            answer = await self.hub.call(
+                "sessions.memory", session_id=session_id, capable=provider in MEMORY_PROVIDERS
+            )
+        except AmuxError as error:
+            warning = memory_warning(error.message)
+            warnings.append(warning)
+            await self._event(claimed, "warning", warning)
+            with contextlib.suppress(AmuxError):
+                await self.hub.call("sessions.unbind", session_id=session_id)
+            return None, None
+        if answer.get("warning"):
+            warnings.append(str(answer["warning"]))
+            await self._event(claimed, "warning", str(answer["warning"]))
+        if answer.get("memory") != "bound" or not answer.get("token"):
+            return None, None
+        token = str(answer["token"])
+        binding = str(answer["binding"])
+        cli_dir = materialize_memory_cli(
+            run_dir, self.amux, hub_url=self.hub_url, token=token, binding=binding
+        )
+        attachment = MemoryAttachment(
+            hub_url=self.hub_url,
+            credential=token,
+            binding=binding,
+            mcp_argv=(self.amux, "mcp"),
+            cli_dir=cli_dir,
+        )
+        return attachment, answer.get("credential_id")

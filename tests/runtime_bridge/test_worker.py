@@ -1,0 +1,175 @@
+"""Managed turns end to end: `amux agent run` → Hub queue → in-process worker → real agent CLI.
+
+The agent CLIs are real; only the model provider is a scripted fake on loopback. Memory calls go
+from the agent through the real `amux mcp` (or the `amux` CLI for Pi) to the Hub with a
+delegated credential, so a document appearing in the Hub proves the whole chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime_bridge.memoryprotocol import protocol_text
+from tests.conftest import CliResult, HubProcess, free_port
+from tests.fakes.model_server import Answer, CallTool, FakeModelServer
+from tests.runtime_bridge.conftest import find_agent_cli
+
+pytestmark = pytest.mark.timeout(180)
+
+AUTO_MEMORY_MARK = "persistent file-based memory"
+
+
+def start_hub(tmp_path: Path, model_url: str, **env: str) -> HubProcess:
+    home = tmp_path / "amux-home"
+    agent_home = tmp_path / "agent-home"
+    agent_home.mkdir()
+    hub = HubProcess(
+        home,
+        free_port(),
+        extra_env={
+            "HOME": str(agent_home),
+            "ANTHROPIC_BASE_URL": model_url,
+            "ANTHROPIC_API_KEY": "sk-ant-test",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "AMUX_RUNTIME_CLAUDE": find_agent_cli("claude"),
+            "AMUX_RUNTIME_WORK_DIR": str(tmp_path / "runtime"),
+            **env,
+        },
+    )
+    hub.start()
+    return hub
+
+
+async def cli(hub: HubProcess, *args: str, **kwargs: Any) -> CliResult:
+    # The fake model shares this event loop, so the blocking CLI runs in a thread.
+    return await asyncio.to_thread(hub.cli, *args, **kwargs)
+
+
+async def agent_run(hub: HubProcess, *args: str) -> dict[str, Any]:
+    done = await cli(hub, "agent", "run", "--json", *args, timeout=150)
+    assert done.stdout, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+async def test_a_bound_claude_turn_saves_memory_through_the_hub_and_resumes_with_its_binding(
+    tmp_path: Path,
+) -> None:
+    content = "# Review format\nconclusion, evidence, unresolved questions\n"
+    script = [
+        CallTool(
+            "mcp__memory__amux_memory_upsert",
+            {"path": "topics/review-format.md", "content": content, "expected_revision": "absent"},
+        ),
+        Answer("Saved to topics/review-format.md."),
+    ]
+    async with FakeModelServer(script) as model:
+        hub = start_hub(tmp_path, model.base_url)
+        try:
+            await asyncio.to_thread(hub.enable_memory)
+            first = await agent_run(hub, "--provider", "claude", "Remember our review format")
+            assert first["state"] == "succeeded", first
+            assert first["text"] == "Saved to topics/review-format.md."
+            assert first["binding"] == "global"
+            assert first["warnings"] == []
+
+            shown = (await cli(hub, "memory", "show", "topics/review-format.md")).json()
+            assert shown["content"] == content
+
+            request = model.main_requests[0]
+            assert protocol_text("mcp").strip() in request.system_text
+            assert AUTO_MEMORY_MARK not in request.system_text
+            assert "mcp__memory__amux_memory_upsert" in request.tool_names
+            upsert_result = model.tool_results[0][1]
+            assert '"revision"' in upsert_result
+
+            # A resume reuses the native conversation and the frozen binding.
+            model.add_steps([Answer("Still here.")])
+            second = await agent_run(
+                hub, "--provider", "claude", "--session", first["session_id"], "Anything else?"
+            )
+            assert second["state"] == "succeeded", second
+            assert second["session_id"] == first["session_id"]
+            assert second["binding"] == "global"
+            last = model.main_requests[-1]
+            assert "Remember our review format" in json.dumps(last.body["messages"])
+            assert protocol_text("mcp").strip() in last.system_text
+        finally:
+            hub.stop()
+
+
+async def test_with_memory_off_a_turn_runs_unbound_with_native_memory_and_no_warning(
+    tmp_path: Path,
+) -> None:
+    async with FakeModelServer([Answer("Plain answer.")]) as model:
+        hub = start_hub(tmp_path, model.base_url)
+        try:
+            done = await agent_run(hub, "--provider", "claude", "Hello")
+            assert done["state"] == "succeeded", done
+            assert done["text"] == "Plain answer."
+            assert done["binding"] is None
+            assert done["warnings"] == []
+            system = model.main_requests[0].system_text
+            assert protocol_text("mcp").strip() not in system
+            # Ordinary native-memory policy: Claude's own auto-memory section is present.
+            assert AUTO_MEMORY_MARK in system
+
+            # Enabling memory later does not adopt the unbound conversation.
+            await asyncio.to_thread(hub.enable_memory)
+            model.add_steps([Answer("Second.")])
+            again = await agent_run(
+                hub, "--provider", "claude", "--session", done["session_id"], "Again"
+            )
+            assert again["state"] == "succeeded", again
+            assert again["binding"] is None
+            assert protocol_text("mcp").strip() not in model.main_requests[-1].system_text
+        finally:
+            hub.stop()
+
+
+async def test_a_missing_agent_executable_fails_the_turn_with_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    async with FakeModelServer([]) as model:
+        hub = start_hub(tmp_path, model.base_url, AMUX_RUNTIME_CLAUDE="/nonexistent/claude")
+        try:
+            done = await cli(hub, "agent", "run", "--provider", "claude", "Hello", timeout=120)
+            assert done.returncode == 1
+            assert "/nonexistent/claude" in done.stderr
+            assert "not found" in done.stderr or "missing" in done.stderr
+            assert "Traceback" not in done.stderr
+            assert model.main_requests == []
+        finally:
+            hub.stop()
+
+
+async def test_an_isolation_change_fails_the_old_bindings_memory_calls_without_fallback(
+    tmp_path: Path,
+) -> None:
+    async with FakeModelServer([Answer("First.")]) as model:
+        hub = start_hub(tmp_path, model.base_url)
+        try:
+            await asyncio.to_thread(hub.enable_memory)
+            first = await agent_run(hub, "--provider", "claude", "Start")
+            assert first["binding"] == "global"
+            await asyncio.to_thread(hub.enable_memory, True)
+
+            model.add_steps(
+                [
+                    CallTool("mcp__memory__amux_memory_search", {"query": "anything"}),
+                    Answer("Could not read memory."),
+                ]
+            )
+            second = await agent_run(
+                hub, "--provider", "claude", "--session", first["session_id"], "Search memory"
+            )
+            assert second["state"] == "succeeded", second
+            assert second["binding"] == "global"
+            tool_output = model.tool_results[-1][1]
+            assert "binding_mismatch" in tool_output
+        finally:
+            hub.stop()
