@@ -135,7 +135,12 @@ class EventSink(Protocol):
         """Handle a message; runs after Feishu was answered."""
 
     async def on_card_action(self, action: CardAction) -> CardResponse | None:
-        """Answer a click; Feishu waits at most 3 s, so return quickly (work can continue)."""
+        """Answer a click with the card to show in its place (and a toast).
+
+        Feishu waits at most 3 s. Slower work should return ``None`` (or a "working" card) at
+        once and update later with ``FeishuClient.update_card(action.open_message_id, ...)`` or
+        ``FeishuClient.delayed_update(action.token, ...)``.
+        """
 
     async def on_event(self, event: OtherEvent) -> None:
         """Handle any other subscribed event (bot added to a chat, menu click, ...)."""

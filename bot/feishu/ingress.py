@@ -48,7 +48,11 @@ class WebhookIngress:
         try:
             if (request.content_length or 0) > self._max_body:
                 raise PayloadTooLarge("Feishu request body too large")
-            body = await request.content.read(self._max_body + 1)
+            try:
+                # The whole body: the signature covers the exact bytes received.
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                raise PayloadTooLarge("Feishu request body too large") from None
             if len(body) > self._max_body:
                 raise PayloadTooLarge("Feishu request body too large")
             payload = self._verifier.open(request.headers, body, self._clock())

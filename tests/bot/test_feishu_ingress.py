@@ -1,3 +1,4 @@
+import io
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,7 +31,8 @@ class Webhook:
         return await self.post_raw(body, headers)
 
     async def post_raw(self, body: bytes, headers: dict[str, str]) -> tuple[int, dict]:
-        response = await self.client.post(EVENTS_PATH, data=body, headers=headers)
+        # A stream, as aiohttp warns about (large) raw bytes bodies.
+        response = await self.client.post(EVENTS_PATH, data=io.BytesIO(body), headers=headers)
         return response.status, await response.json()
 
 
@@ -169,3 +171,17 @@ async def test_duplicates_are_remembered_across_a_restart(
         await client.close()
     assert json.loads(body)  # the last request was well-formed
     assert sink.messages == []  # the second "process" saw it as a duplicate
+
+
+async def test_a_large_event_is_read_whole_and_an_oversized_one_is_413(
+    webhook: Webhook,
+) -> None:
+    big = "x" * 200_000
+    status, _ = await webhook.post(signer.message(big, event_id="ev_big"))
+    assert status == 200
+    await webhook.sink.wait_for(lambda s: len(s.messages) == 1)
+    assert webhook.sink.messages[0].text == big
+    huge = signer.message("y" * 2_000_000)
+    status, answer = await webhook.post(huge)
+    assert status == 413
+    assert answer["error"]["code"] == "payload_too_large"
