@@ -15,6 +15,7 @@ from bot.app import create_app
 from bot.drain import DRAIN
 from hub.config import HubSettings
 from hub.rpc import HUB
+from runtime_bridge.config import RuntimeSettings
 
 logger = logging.getLogger("amux.serve")
 
@@ -41,7 +42,9 @@ class Outcome(Enum):
 
 async def serve(settings: HubSettings) -> Outcome:
     """Serve until SIGTERM/SIGINT or an owner's restart request, then drain in-flight work."""
-    app = create_app(settings, worker_url=local_url(settings.host, settings.port))
+    runtime = RuntimeSettings()
+    worker_url = local_url(settings.host, settings.port) if runtime.in_process else None
+    app = create_app(settings, runtime, worker_url=worker_url)
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     try:

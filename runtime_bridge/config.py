@@ -17,6 +17,8 @@ class RuntimeSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AMUX_RUNTIME_", extra="ignore")
 
     name: str = Field(default_factory=socket.gethostname)
+    # `amux serve` runs one worker beside the Hub unless this is false.
+    in_process: bool = True
     # Each agent CLI's executable: a name looked up on PATH, or an absolute path.
     claude: str = "claude"
     codex: str = "codex"
