@@ -15,9 +15,14 @@ means for later calls:
   or a refused credential make every tool answer that error without another Hub call. The Hub's
   running settings change only at its restart, which drains executions (and so their Agents and
   this server) first;
-- an unreachable Hub is not definitive: each data call then goes to the Hub itself (bounded by the
-  client timeout), so a Hub that was restarting when the Agent launched still serves the
-  conversation, and a Hub that stays down answers "cannot reach the Hub" on every call.
+- an unreachable Hub is not definitive: each data call then goes to the Hub itself, so a Hub that
+  was restarting when the Agent launched still serves the conversation, and a Hub that stays down
+  answers "cannot reach the Hub" on every call.
+
+``CALL_TIMEOUT`` bounds a whole tool call, the wait for the start-up verdict included;
+``AMUX_TIMEOUT`` can shorten both bounds, never lengthen them. Invalid settings do not stop the
+server either: it still lists its tools and each answers what is wrong, because an Agent launch
+that requires this server must not fail over memory alone.
 """
 
 from __future__ import annotations
@@ -35,11 +40,11 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from hub.client import HubClient
 from hub.config import ClientSettings
-from hub.errors import AmuxError, MemoryDisabled, Unavailable
+from hub.errors import AmuxError, InvalidArgument, MemoryDisabled, Unavailable
 from runtime_bridge.mcp_paging import CONTINUE_TOOL, PageCache
 
 logger = logging.getLogger("amux.mcp")
@@ -97,14 +102,18 @@ class MemoryBridge:
 
     def __init__(
         self,
-        hub: HubClient,
+        hub: HubClient | None,
         *,
+        refusal: AmuxError | None = None,
         startup_timeout: float = STARTUP_TIMEOUT,
         call_timeout: float = CALL_TIMEOUT,
         pages: PageCache | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
+        if hub is None and refusal is None:
+            raise ValueError("a bridge without a Hub client needs the refusal its tools answer")
         self._hub = hub
+        self._refusal = refusal
         self._startup_timeout = startup_timeout
         self._call_timeout = call_timeout
         self._pages = pages if pages is not None else PageCache(lambda: secrets.token_urlsafe(12))
@@ -127,20 +136,24 @@ class MemoryBridge:
                 await self._check
             except asyncio.CancelledError:
                 pass
-        await self._hub.close()
+        if self._hub is not None:
+            await self._hub.close()
 
     def start(self) -> None:
         """Begin the one capability check in the background."""
-        if self._check is None:
+        if self._check is None and self._refusal is None:
             self._check = asyncio.create_task(self._startup_check(), name="amux-mcp-startup-check")
 
     async def verdict(self) -> Verdict:
+        if self._refusal is not None:
+            return Verdict(False, self._refusal)
         self.start()
         assert self._check is not None
         # shield: a cancelled tool call must not cancel the check other calls wait on.
         return await asyncio.shield(self._check)
 
     async def _startup_check(self) -> Verdict:
+        assert self._hub is not None
         url = self._hub.base_url
         try:
             async with asyncio.timeout(self._startup_timeout):
@@ -177,11 +190,13 @@ class MemoryBridge:
                 verdict = await self.verdict()
                 if verdict.error is not None:
                     return error_result(verdict.error)
+                assert self._hub is not None
                 result = await call(self._hub)
         except TimeoutError:
+            url = self._hub.base_url if self._hub is not None else "?"
             return error_result(
                 Unavailable(
-                    f"amux memory is unavailable: the Hub at {self._hub.base_url} did not answer "
+                    f"amux memory is unavailable: the Hub at {url} did not answer "
                     f"within {self._call_timeout:g} s"
                 )
             )
@@ -311,21 +326,34 @@ def build_server(bridge: MemoryBridge) -> MCPServer:
     return server
 
 
-async def serve(settings: ClientSettings) -> None:
-    """Serve MCP on stdin/stdout until the client closes the stream."""
+def bridge_for(settings: ClientSettings) -> MemoryBridge:
+    """The bridge a launch's settings describe."""
     hub = HubClient(
         settings.hub_url,
         settings.resolved_token(),
         binding=settings.memory_binding,
         timeout=settings.timeout,
     )
-    bridge = MemoryBridge(
+    return MemoryBridge(
         hub,
         # AMUX_TIMEOUT can only shorten these bounds: an Agent should never wait on memory for
         # as long as the client's generous default.
         startup_timeout=min(settings.timeout, STARTUP_TIMEOUT),
         call_timeout=min(settings.timeout, CALL_TIMEOUT),
     )
+
+
+def settings_refusal(err: ValidationError) -> InvalidArgument:
+    """Name the bad variables and why, never their values (one of them may be a credential)."""
+    problems = "; ".join(
+        f"AMUX_{'_'.join(str(part) for part in problem['loc']).upper()}: {problem['msg']}"
+        for problem in err.errors()
+    )
+    return InvalidArgument(f"amux memory is not configured correctly: {problems}")
+
+
+async def serve(bridge: MemoryBridge) -> None:
+    """Serve MCP on stdin/stdout until the client closes the stream."""
     async with bridge:
         await build_server(bridge).run_stdio_async()
 
@@ -338,12 +366,13 @@ def main() -> None:
         level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
     try:
-        settings = ClientSettings()
-    except ValueError as err:
-        print(f"amux mcp: invalid settings: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+        bridge = bridge_for(ClientSettings())
+    except ValidationError as err:
+        refusal = settings_refusal(err)
+        logger.error("%s", refusal.message)
+        bridge = MemoryBridge(None, refusal=refusal)
     try:
-        asyncio.run(serve(settings))
+        asyncio.run(serve(bridge))
     except KeyboardInterrupt:
         pass
     except Exception:

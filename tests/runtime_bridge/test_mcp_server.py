@@ -405,6 +405,25 @@ async def test_a_stalled_hub_is_cut_off_at_the_call_timeout(
     assert elapsed < 4.0
 
 
+@pytest.mark.parametrize(
+    ("hub_url", "extra", "code", "says"),
+    [
+        ("http://127.0.0.1:9", {"AMUX_TIMEOUT": "soon"}, "invalid_argument", "AMUX_TIMEOUT"),
+        ("no-scheme-or-host", {}, "unavailable", "cannot reach the Hub at no-scheme-or-host"),
+    ],
+)
+async def test_broken_settings_still_start_the_server_and_every_tool_says_what_is_wrong(
+    mcp_log: Path, hub_url: str, extra: dict[str, str], code: str, says: str
+) -> None:
+    secret = "amux_do-not-print-me"
+    async with mcp_session(mcp_log, hub_url, secret, **extra) as s:
+        assert {t.name for t in (await s.list_tools()).tools} == set(TOOLS)
+        refused = await error(s, "amux.memory_get", path="MEMORY.md")
+    assert refused["code"] == code
+    assert says in refused["message"]
+    assert secret not in refused["message"] and secret not in logged(mcp_log)
+
+
 async def test_the_amux_mcp_command_serves_the_same_tools(
     memory_hub: MemoryHub, mcp_log: Path
 ) -> None:
