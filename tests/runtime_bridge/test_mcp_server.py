@@ -48,6 +48,9 @@ class MemoryHub:
         return f"principal:{self.ids[name]}"
 
     def delegate(self, name: str, binding: str) -> str:
+        return str(self.delegation(name, binding)["token"])
+
+    def delegation(self, name: str, binding: str) -> dict[str, Any]:
         status, body = self.hub.rpc(
             "credentials.delegate",
             token=self.tokens["runtime"],
@@ -55,7 +58,7 @@ class MemoryHub:
             binding=binding,
         )
         assert status == 200, body
-        return str(body["token"])
+        return dict(body)
 
 
 def seeded_hub(home: Path, *, enabled: bool = True, isolation: bool = True) -> MemoryHub:
@@ -73,6 +76,13 @@ def seeded_hub(home: Path, *, enabled: bool = True, isolation: bool = True) -> M
             principal = state.add_principal(name, kind, owner=False)
             ids[name] = principal.id
             tokens[name], _ = state.issue_credential(principal.id, "cli")
+        tokens["alice-expired-agent"], _ = state.issue_credential(
+            ids["alice"],
+            "delegated",
+            binding=f"principal:{ids['alice']}" if isolation else "global",
+            expires_at=time.time() - 60,
+            issued_by=ids["runtime"],
+        )
     finally:
         state.close()
     return MemoryHub(HubProcess(home, free_port()), tokens, ids)
@@ -343,6 +353,21 @@ async def test_a_delegated_credential_works_only_with_its_binding_and_only_in_it
             refused = await error(s, "amux.memory_get", path="prefs/tone.md")
             assert refused["code"] == "binding_mismatch", binding
     assert agent not in logged(mcp_log)
+
+
+async def test_expired_and_revoked_agent_credentials_are_unauthenticated(
+    memory_hub: MemoryHub, mcp_log: Path
+) -> None:
+    binding = memory_hub.binding("alice")
+    revoked = memory_hub.delegation("alice", binding)
+    status, body = memory_hub.hub.rpc(
+        "credentials.revoke", token=memory_hub.tokens["runtime"], id=revoked["id"]
+    )
+    assert status == 200, body
+    for token in [memory_hub.tokens["alice-expired-agent"], revoked["token"]]:
+        async with mcp_session(mcp_log, memory_hub.hub.url, token, binding) as s:
+            refused = await error(s, "amux.memory_search", query="anything")
+        assert refused["code"] == "unauthenticated"
 
 
 async def test_memory_disabled_answers_every_tool_with_a_clear_error(
