@@ -30,6 +30,7 @@ from tenacity import (
 
 from bot.config import FeishuSettings
 from bot.feishu.errors import FeishuApiError
+from bot.feishu.ratelimit import Pacer
 from bot.feishu.sdk import (
     AccessTokenType,
     HttpMethod,
@@ -114,8 +115,10 @@ class FeishuClient:
         max_retry_after: float = 30.0,
         timeout: float = 10.0,
         workers: int = 8,
+        pacer: Pacer | None = None,
     ) -> None:
         self._settings = settings
+        self._pacer = pacer or Pacer()
         self._client = (
             lark.Client.builder()
             .app_id(settings.app_id)
@@ -163,6 +166,7 @@ class FeishuClient:
             HttpMethod.POST,
             "/open-apis/im/v1/messages/:message_id/reply",
             paths={"message_id": message_id},
+            receiver=message_id,
             body={
                 "msg_type": msg_type,
                 "content": content,
@@ -180,6 +184,7 @@ class FeishuClient:
             HttpMethod.PATCH,
             "/open-apis/im/v1/messages/:message_id",
             paths={"message_id": message_id},
+            receiver=message_id,
             body={"content": json.dumps(card, ensure_ascii=False)},
         )
 
@@ -208,6 +213,7 @@ class FeishuClient:
             HttpMethod.POST,
             "/open-apis/im/v1/messages",
             queries=[("receive_id_type", receive_id_type)],
+            receiver=receive_id,
             body={
                 "receive_id": receive_id,
                 "msg_type": msg_type,
@@ -233,6 +239,7 @@ class FeishuClient:
         paths: dict[str, str] | None = None,
         queries: Sequence[tuple[str, str]] = (),
         body: dict[str, Any] | None = None,
+        receiver: str = "",
     ) -> dict[str, Any]:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._attempts),
@@ -243,6 +250,7 @@ class FeishuClient:
         try:
             async for attempt in retrying:
                 with attempt:
+                    await self._pacer.wait(receiver)
                     call = functools.partial(
                         self._call_once, operation, method, uri, paths, queries, body
                     )

@@ -15,6 +15,7 @@ import asyncio
 import base64
 import itertools
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ class Recorded:
     query: dict[str, str]
     headers: dict[str, str]
     body: Any
+    at: float = 0.0  # time.monotonic() on arrival
 
 
 @dataclass
@@ -143,7 +145,14 @@ class FakeFeishu:
         except ValueError:
             body = raw
         self.requests.append(
-            Recorded(request.method, request.path, dict(request.query), dict(request.headers), body)
+            Recorded(
+                request.method,
+                request.path,
+                dict(request.query),
+                dict(request.headers),
+                body,
+                time.monotonic(),
+            )
         )
         for failure in self._failures:
             if failure.remaining > 0 and failure.path_contains in request.path:
