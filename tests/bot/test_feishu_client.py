@@ -106,6 +106,15 @@ async def test_rate_limited_send_is_retried_then_succeeds_once(fake: FakeFeishu)
     assert list(fake.messages) == [sent.message_id]
 
 
+async def test_the_servers_rate_limit_reset_hint_is_honoured(fake: FakeFeishu) -> None:
+    client = _client(fake)
+    await client.bot_info()
+    fake.fail_next(1, path_contains="/im/v1/messages", headers={"x-ogw-ratelimit-reset": "0.3"})
+    await client.send_text("oc_chat1", "hi")
+    first, second = fake.calls("POST", "/im/v1/messages")
+    assert second.at - first.at >= 0.3
+
+
 async def test_rate_limit_code_with_http_200_is_retried(fake: FakeFeishu) -> None:
     fake.fail_next(1, status=200, code=230020, path_contains="/reply")
     client = _client(fake)

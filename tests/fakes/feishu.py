@@ -41,6 +41,7 @@ class Failure:
     status: int
     code: int
     path_contains: str
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -120,10 +121,15 @@ class FakeFeishu:
     # -- test controls ---------------------------------------------------------------------
 
     def fail_next(
-        self, count: int, status: int = 429, code: int = 99991400, path_contains: str = ""
+        self,
+        count: int,
+        status: int = 429,
+        code: int = 99991400,
+        path_contains: str = "",
+        headers: dict[str, str] | None = None,
     ) -> None:
         """Answer the next ``count`` calls whose path contains ``path_contains`` with an error."""
-        self._failures.append(Failure(count, status, code, path_contains))
+        self._failures.append(Failure(count, status, code, path_contains, dict(headers or {})))
 
     def add_message(self, chat_id: str, text: str) -> StoredMessage:
         """A message a user wrote, so the bot can reply to it."""
@@ -158,7 +164,9 @@ class FakeFeishu:
             if failure.remaining > 0 and failure.path_contains in request.path:
                 failure.remaining -= 1
                 return web.json_response(
-                    {"code": failure.code, "msg": "injected failure"}, status=failure.status
+                    {"code": failure.code, "msg": "injected failure"},
+                    status=failure.status,
+                    headers=failure.headers,
                 )
         if request.path.startswith("/open-apis/") and request.path != TOKEN_PATH:
             auth = request.headers.get("Authorization", "")
