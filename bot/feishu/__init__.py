@@ -1,6 +1,18 @@
-"""The Feishu (Lark) adapter: outbound client, webhook and long-connection ingress, dedup, throttle.
+"""The Feishu (Lark) adapter, built on lark-oapi.
 
-Seams for the composition root: :class:`~bot.feishu.events.EventSink` receives parsed events,
-:class:`~bot.feishu.events.EventDedup` remembers event ids, and
-:class:`~bot.feishu.client.FeishuClient` sends and updates messages.
+Start at :class:`bot.feishu.adapter.FeishuAdapter`: it assembles the outbound
+:class:`~bot.feishu.client.FeishuClient` (retries, pacing), the ingress (webhook route or long
+connection), event-id de-duplication and the card-update throttle from ``FeishuSettings``.
+The bot plugs its handlers in as an :class:`~bot.feishu.events.EventSink`.
+
+    events.py      typed events, EventSink / EventDedup seams, the pure parser
+    verifier.py    webhook signature, freshness, token and decryption (pure)
+    ingress.py     POST /feishu/events
+    longconn.py    the SDK's WebSocket client in its own thread
+    dispatcher.py  parse → de-duplicate → sink, ack first
+    dedup.py       SQLite event-id memory
+    client.py      outbound API calls off the event loop
+    ratelimit.py   pacing under Feishu's per-chat and app-wide limits
+    throttle.py    coalesced in-place card updates
+    sdk.py         the one import of lark-oapi
 """
