@@ -85,7 +85,10 @@ def seeded_hub(home: Path, *, enabled: bool = True, isolation: bool = True) -> M
         )
     finally:
         state.close()
-    return MemoryHub(HubProcess(home, free_port()), tokens, ids)
+    # No Runtime worker inside the Hub: these tests need none, and a worker's long poll would hold
+    # up every stop for the whole drain.
+    hub = HubProcess(home, free_port(), extra_env={"AMUX_RUNTIME_IN_PROCESS": "false"})
+    return MemoryHub(hub, tokens, ids)
 
 
 @pytest.fixture(scope="module")
@@ -371,7 +374,7 @@ async def test_expired_and_revoked_agent_credentials_are_unauthenticated(
 
 
 async def test_memory_disabled_answers_every_tool_with_a_clear_error(
-    hub_process: HubProcess, mcp_log: Path
+    tmp_path: Path, mcp_log: Path
 ) -> None:
     calls = [
         ("amux.memory_search", {"query": "x"}),
@@ -379,12 +382,17 @@ async def test_memory_disabled_answers_every_tool_with_a_clear_error(
         ("amux.memory_upsert", {"path": "a.md", "content": "x", "expected_revision": "absent"}),
         ("amux.memory_forget", {"path": "a.md", "expected_revision": "absent"}),
     ]
-    async with mcp_session(mcp_log, hub_process.url, hub_process.owner_token) as s:
-        assert {t.name for t in (await s.list_tools()).tools} == set(TOOLS)
-        for tool, arguments in calls:
-            refused = await error(s, tool, **arguments)
-            assert refused["code"] == "memory_disabled", tool
-            assert "disabled on this Hub" in refused["message"]
+    world = seeded_hub(tmp_path / "amux-home", enabled=False)
+    world.hub.start()
+    try:
+        async with mcp_session(mcp_log, world.hub.url, world.tokens["alice"]) as s:
+            assert {t.name for t in (await s.list_tools()).tools} == set(TOOLS)
+            for tool, arguments in calls:
+                refused = await error(s, tool, **arguments)
+                assert refused["code"] == "memory_disabled", tool
+                assert "disabled on this Hub" in refused["message"]
+    finally:
+        world.hub.stop()
 
 
 async def test_a_hub_that_is_down_gives_a_quick_clear_error_and_later_calls_reach_it_again(
