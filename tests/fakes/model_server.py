@@ -21,11 +21,12 @@ developer instructions, the tools offered, and the tool results that came back f
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from aiohttp import web
@@ -43,13 +44,19 @@ class CallTool:
 
     name: str
     arguments: dict[str, Any]
+    hold: asyncio.Event | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
 class Answer:
-    """Finish the turn with this assistant text."""
+    """Finish the turn with this assistant text.
+
+    With ``hold``, the fake keeps the request open until the event is set: an Agent that is
+    mid-turn for as long as a test needs (to kill its worker, or to cancel it).
+    """
 
     text: str
+    hold: asyncio.Event | None = field(default=None, compare=False)
 
 
 Step = CallTool | Answer
@@ -245,6 +252,8 @@ class FakeModelServer:
                     step = Answer("done")
                 self._last = (key, step)
         self.requests.append(RecordedRequest(api, request.path_qs, body, main, step))
+        if step is not None and step.hold is not None:
+            await step.hold.wait()
         return body, step
 
     @staticmethod
