@@ -244,8 +244,13 @@ class MemoryFiles:
 
 
 def _read_all(fd: int, size_hint: int) -> bytes:
-    chunks = []
     want = max(size_hint, 0) + 1
+    first = os.read(fd, want)
+    # A regular file reads short only at its end, so one read usually suffices; asking for one
+    # byte more than fstat said notices a file that grew meanwhile.
+    if len(first) < want:
+        return first
+    chunks = [first]
     while True:
         chunk = os.read(fd, max(want, 65536))
         if not chunk:

@@ -19,17 +19,33 @@ from hub.limits import DEFAULT_LIMITS, Limits
 class Query:
     terms: tuple[str, ...]
     folded: tuple[str, ...]
+    # Per folded keyword: its UTF-8 bytes to find in ASCII-lower-cased document bytes, or None
+    # when it holds cased non-ASCII letters ("ÜBER") and needs the decoded text lower-cased.
+    needles: tuple[bytes | None, ...] = ()
+    # Whether any needle has ASCII letters, i.e. whether documents must be lower-cased at all.
+    folds_ascii: bool = True
+
+
+def _needs_unicode_folding(term: str) -> bool:
+    # ASCII case folding works on bytes (bytes.lower() leaves UTF-8 sequences alone), so only
+    # keywords with cased non-ASCII letters need the document decoded and lower-cased.
+    return any(ord(ch) > 127 and (ch.lower() != ch or ch.upper() != ch) for ch in term)
 
 
 def parse_query(query: object, limits: Limits = DEFAULT_LIMITS) -> Query:
     """Split a query into distinct literal keywords.
 
     Raises:
-        InvalidArgument: not a string, empty, over the byte limit or over the keyword limit.
+        InvalidArgument: not a string of valid text, empty, over the byte limit or over the
+            keyword limit.
     """
     if not isinstance(query, str):
         raise InvalidArgument("query must be a string")
-    if len(query.encode("utf-8", "surrogatepass")) > limits.query_bytes:
+    try:
+        size = len(query.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgument("query is not valid UTF-8 text") from None
+    if size > limits.query_bytes:
         raise InvalidArgument(f"query is longer than {limits.query_bytes} bytes")
     terms = query.split()
     if not terms:
@@ -43,7 +59,14 @@ def parse_query(query: object, limits: Limits = DEFAULT_LIMITS) -> Query:
         if low not in folded:
             folded.append(low)
             kept.append(term)
-    return Query(tuple(kept), tuple(folded))
+    needles = tuple(
+        None if _needs_unicode_folding(low) else low.encode("utf-8") for low in folded
+    )
+    folds_ascii = any(
+        needle is None or any(65 <= b <= 90 or 97 <= b <= 122 for b in needle)
+        for needle in needles
+    )
+    return Query(tuple(kept), tuple(folded), needles, folds_ascii)
 
 
 def parse_limit(limit: object, limits: Limits = DEFAULT_LIMITS) -> int:
@@ -96,52 +119,54 @@ class Candidate:
         return self._shown[2]
 
 
-def _needs_unicode_folding(term: str) -> bool:
-    # ASCII case folding works on bytes (bytes.lower() leaves UTF-8 sequences alone), so only
-    # keywords with cased non-ASCII letters ("ÜBER") need the document decoded and lower-cased.
-    return any(ord(ch) > 127 and (ch.lower() != ch or ch.upper() != ch) for ch in term)
-
-
 def match_document(
     parts: tuple[str, ...], data: bytes, query: Query, limits: Limits = DEFAULT_LIMITS
 ) -> Candidate | None:
     """Score one document against the query; None when no keyword occurs in its path or text."""
-    low_bytes = data.lower()
+    haystack = data.lower() if query.folds_ascii else data
     low_text: str | None = None
     path_low = "/".join(parts).lower()
     title_low: str | None = None
     distinct = 0
     path_title = 0
+    first_pos = -1  # earliest byte position among keywords found in the bytes
     first_line = 0
     first_term = ""
-    for term in query.folded:
-        line = 0
-        if _needs_unicode_folding(term):
+    first_byte_term = ""
+    for term, needle in zip(query.folded, query.needles, strict=True):
+        found = False
+        if needle is None:
             if low_text is None:
                 low_text = data.decode("utf-8", "replace").lower()
             pos = low_text.find(term)
             if pos >= 0:
+                found = True
                 # lower() never adds or removes a newline, so lines still count right.
                 line = low_text.count("\n", 0, pos) + 1
+                if not first_line or line < first_line:
+                    first_line, first_term = line, term
         else:
-            pos = low_bytes.find(term.encode("utf-8"))
+            pos = haystack.find(needle)
             if pos >= 0:
-                line = low_bytes.count(b"\n", 0, pos) + 1
+                found = True
+                if first_pos < 0 or pos < first_pos:
+                    first_pos, first_byte_term = pos, term
         in_heading = term in path_low
         if not in_heading:
             if title_low is None:
                 title_low = _title(data).lower()
             in_heading = term in title_low
-        if not line and not in_heading:
+        if not found and not in_heading:
             continue
         distinct += 1
         if in_heading:
             path_title += 1
-        if line and (not first_line or line < first_line):
-            first_line = line
-            first_term = term
     if distinct == 0:
         return None
+    if first_pos >= 0:
+        line = haystack.count(b"\n", 0, first_pos) + 1
+        if not first_line or line <= first_line:
+            first_line, first_term = line, first_byte_term
     return Candidate(
         parts, data, distinct, path_title, first_line, first_term, limits.snippet_bytes
     )
@@ -149,13 +174,12 @@ def match_document(
 
 def _title(data: bytes) -> str:
     """The text of a leading Markdown heading, if the first non-empty line is one."""
-    for raw in data[:4096].split(b"\n", 64)[:64]:
-        stripped = raw.strip()
-        if stripped.startswith(b"#"):
-            return stripped.lstrip(b"#").strip().decode("utf-8", "replace")
-        if stripped:
-            return ""
-    return ""
+    head = data[:4096].lstrip()
+    if not head.startswith(b"#"):
+        return ""
+    end = head.find(b"\n")
+    line = head if end < 0 else head[:end]
+    return line.lstrip(b"#").strip().decode("utf-8", "replace")
 
 
 def _line_bytes(data: bytes, number: int) -> bytes:

@@ -34,8 +34,8 @@ def store(tmp_path: Path) -> MemoryStore:
 # -- query rules ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("query", ["", "   ", "\t\n", None, 3, ["a"]])
-def test_a_query_without_keywords_or_not_text_is_invalid_argument(query: object) -> None:
+@pytest.mark.parametrize("query", ["", "   ", "\t\n", None, 3, ["a"], "ok \ud800", "\udcff"])
+def test_a_query_without_keywords_or_not_valid_text_is_invalid_argument(query: object) -> None:
     with pytest.raises(InvalidArgument):
         parse_query(query)
 
@@ -222,3 +222,11 @@ async def test_a_repeated_keyword_counts_once(store: MemoryStore) -> None:
     await fill(store, {"a.md": "kiwi kiwi kiwi\n", "b.md": "kiwi mango\n"})
     result = await store.search(SCOPE, "kiwi KIWI mango")
     assert [m["path"] for m in result["matches"]] == ["b.md", "a.md"]
+
+
+def test_a_case_free_query_matches_without_lower_casing_the_document() -> None:
+    parsed = parse_query("发布 2024")
+    assert parsed.folds_ascii is False
+    assert match_document(("n.md",), "2024 年的发布\n".encode(), parsed) is not None
+    assert parse_query("Deploy 发布").folds_ascii is True
+    assert parse_query("ÜBER").needles == (None,)
