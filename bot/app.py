@@ -6,9 +6,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from bot.config import FeishuSettings
 from bot.drain import DRAIN, Drain
 from hub.client import HubClient
 from hub.config import HubSettings
@@ -17,6 +19,9 @@ from hub.rpc import HUB
 from hub.server import add_hub
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.worker import Worker
+
+if TYPE_CHECKING:
+    from bot.feishu.client import FeishuClient
 
 logger = logging.getLogger("amux.serve")
 
@@ -28,6 +33,8 @@ def create_app(
     hub_settings: HubSettings,
     runtime_settings: RuntimeSettings | None = None,
     worker_url: str | None = None,
+    feishu_settings: FeishuSettings | None = None,
+    feishu_client: FeishuClient | None = None,
 ) -> web.Application:
     """Build the service; nothing starts until the application's startup runs.
 
@@ -43,6 +50,14 @@ def create_app(
     if worker_url is not None:
         settings = runtime_settings or RuntimeSettings()
         app.cleanup_ctx.append(_in_process_worker(hub_settings, settings, worker_url))
+    feishu = feishu_settings or FeishuSettings()
+    if feishu.enabled:
+        # Imported only when the bot is on: lark-oapi takes seconds to import.
+        from bot.feishu_app import add_feishu
+
+        add_feishu(app, hub_settings, feishu, feishu_client)
+    else:
+        logger.info(feishu.describe())
     return app
 
 

@@ -30,6 +30,10 @@ class FeishuSettings(BaseSettings):
     max_clock_skew_seconds: float = 300.0
     # At most one in-place card update per message per interval while streaming.
     card_update_interval_seconds: float = 1.5
+    # The Agent a new Feishu conversation runs (claude, codex or pi).
+    provider: str = "claude"
+    # Language of the bot's cards and replies.
+    language: Literal["zh_cn", "en_us"] = "zh_cn"
 
     @field_validator("domain")
     @classmethod

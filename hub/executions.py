@@ -128,6 +128,10 @@ class Executions:
             self._version += 1
             self._changed.notify_all()
 
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
     async def close(self) -> None:
         """Release every long poll now, so a graceful shutdown does not wait them out."""
         self._closing = True

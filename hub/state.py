@@ -215,6 +215,15 @@ class State:
                 (kind, value, principal_id, time.time()),
             )
 
+    def move_alias(self, kind: str, value: str, principal_id: str) -> None:
+        """Point an alias at ``principal_id``, taking it from whoever had it."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM aliases WHERE kind = ? AND value = ?", (kind, value))
+            db.execute(
+                "INSERT INTO aliases (kind, value, principal_id, created_at) VALUES (?, ?, ?, ?)",
+                (kind, value, principal_id, time.time()),
+            )
+
     def principal_by_alias(self, kind: str, value: str) -> Principal | None:
         row = self.db.execute(
             "SELECT p.* FROM aliases a JOIN principals p ON p.id = a.principal_id "

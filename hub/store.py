@@ -302,3 +302,30 @@ class MemoryStore:
                 size += len(document.data)
             usage = self._usage[scope] = _Usage(documents, size)
         return usage
+
+    async def list_documents(
+        self, scope: str, path_prefix: object = None, limit: int = 50
+    ) -> dict[str, Any]:
+        """Paths, sizes and revisions of a scope's documents in path order, at most ``limit``."""
+        prefix = validate_prefix(path_prefix, self.limits)
+        return await asyncio.to_thread(self._list, scope, prefix, limit)
+
+    def _list(self, scope: str, prefix: tuple[str, ...], limit: int) -> dict[str, Any]:
+        documents: list[dict[str, Any]] = []
+        truncated = False
+        walk = self.files.walk(scope_directory(scope), prefix)
+        try:
+            for document in walk:
+                if len(documents) >= limit:
+                    truncated = True
+                    break
+                documents.append(
+                    {
+                        "path": "/".join(document.parts),
+                        "size_bytes": len(document.data),
+                        "revision": revision_of(document.data),
+                    }
+                )
+        finally:
+            walk.close()
+        return {"documents": documents, "truncated": truncated}

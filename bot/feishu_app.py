@@ -1,0 +1,87 @@
+"""The Feishu bot inside `amux serve`: the adapter, wired to the Hub's identity and Agent turns."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from bot.config import FeishuSettings
+from bot.conversations import Conversations
+from bot.feishu.adapter import FeishuAdapter
+from bot.feishu.client import FeishuClient
+from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
+from bot.identity import FeishuIdentities
+from bot.management import Management
+from bot.sink import BotSink
+from hub.config import HubSettings
+from hub.errors import AmuxError
+from hub.rpc import HUB
+
+logger = logging.getLogger("amux.serve")
+
+
+class _DeferredSink:
+    """Stands in for the bot until the Hub it needs is open; no event arrives before that."""
+
+    def __init__(self) -> None:
+        self.target: BotSink | None = None
+
+    def _bot(self) -> BotSink:
+        assert self.target is not None, "Feishu events arrived before start-up finished"
+        return self.target
+
+    async def on_message(self, event: MessageEvent) -> None:
+        await self._bot().on_message(event)
+
+    async def on_card_action(self, action: CardAction) -> CardResponse | None:
+        return await self._bot().on_card_action(action)
+
+    async def on_event(self, event: OtherEvent) -> None:
+        await self._bot().on_event(event)
+
+
+def add_feishu(
+    app: web.Application,
+    hub_settings: HubSettings,
+    settings: FeishuSettings,
+    client: FeishuClient | None,
+) -> None:
+    sink = _DeferredSink()
+    adapter = FeishuAdapter(settings, sink, state_dir=hub_settings.home, client=client)
+    app.add_routes(adapter.routes())
+
+    async def lifetime(app: web.Application) -> AsyncIterator[None]:
+        hub = app[HUB]
+        lang = settings.language
+        identities = FeishuIdentities(hub.state, enroll=settings.enroll == "auto")
+        management = Management(hub, lang)
+        conversations = Conversations(
+            hub,
+            adapter.client,
+            adapter.cards.update,
+            adapter.cards.finish,
+            provider=settings.provider,
+            lang=lang,
+        )
+        sink.target = BotSink(adapter.client, identities, management, conversations, lang)
+        code = identities.offer_claim()
+        if code is not None:
+            logger.warning(
+                "no owner in Feishu yet: the owner sends '/amux claim %s' to the bot in a "
+                "private chat (the code changes at every start)",
+                code,
+            )
+        await adapter.start()
+        pending = management.pending_restart_card()
+        if pending is not None:
+            message_id, card = pending
+            try:
+                await adapter.client.update_card(message_id, card)
+            except AmuxError as error:
+                logger.warning("could not refresh the restart card: %s", error.message)
+        yield
+        await adapter.stop()
+
+    app.cleanup_ctx.append(lifetime)

@@ -1,0 +1,208 @@
+"""The private `/amux` card: identity and scope for everyone, Experiments for the owner only.
+
+Card clicks arrive as callbacks anyone could forge or replay from an old card, so every owner-only
+action is checked against the operator's Principal here, not inferred from what the card showed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from cards import actions
+from cards.management import (
+    management_card,
+    restart_deferred_card,
+    restart_notice_card,
+    restart_scheduled_card,
+)
+from cards.memory import (
+    forget_confirm_card,
+    forget_done_card,
+    memory_document_card,
+    memory_list_card,
+    memory_search_card,
+)
+from cards.models import (
+    ForgetOutcome,
+    Identity,
+    Lang,
+    ManagementView,
+    MemoryDocument,
+    MemoryItem,
+    MemoryList,
+    MemorySearch,
+    RestartNotice,
+    SearchHit,
+    Setting,
+)
+from cards.notices import error_card, memory_disabled_card, owner_only_card
+from hub.errors import AmuxError, InvalidArgument
+from hub.paths import GLOBAL_SCOPE, principal_scope
+from hub.services import Hub
+from hub.state import Principal
+
+logger = logging.getLogger("amux.bot")
+
+RESTART_CARD_KEY = "bot.restart_card"
+LIST_LIMIT = 50
+
+Card = dict[str, Any]
+
+
+def _bool(value: Any, default: bool) -> bool:
+    return value if isinstance(value, bool) else default
+
+
+class Management:
+    """Builds the management cards and applies their actions for one Hub."""
+
+    def __init__(self, hub: Hub, lang: Lang) -> None:
+        self._hub = hub
+        self.lang = lang
+
+    def scope_of(self, principal: Principal) -> str:
+        return principal_scope(principal.id) if self._hub.config.isolation else GLOBAL_SCOPE
+
+    def view(
+        self,
+        principal: Principal,
+        draft_memory: bool | None = None,
+        draft_isolation: bool | None = None,
+        restarted: bool = False,
+    ) -> ManagementView:
+        described = self._hub.config.describe()
+        memory = described["memory.enabled"]
+        isolation = described["memory.isolation"]
+        return ManagementView(
+            identity=Identity(principal.name, principal.id, "user", principal.is_owner),
+            memory_scope=self.scope_of(principal),
+            memory=Setting(bool(memory["saved"]), bool(memory["running"]), draft_memory),
+            isolation=Setting(
+                isolation["saved"] == "on", isolation["running"] == "on", draft_isolation
+            ),
+            restarted=restarted,
+        )
+
+    def card(self, principal: Principal, **draft: Any) -> Card:
+        return management_card(self.view(principal, **draft), self.lang)
+
+    async def act(
+        self,
+        principal: Principal,
+        value: dict[str, Any],
+        form: dict[str, Any] | None,
+        message_id: str,
+    ) -> Card | None:
+        """Apply one card action for ``principal`` and return the card to show in its place."""
+        action = value.get("action")
+        if action in actions.OWNER_ONLY and not principal.is_owner:
+            logger.warning("refused owner-only card action %s from %s", action, principal.name)
+            return owner_only_card(self.lang)
+        try:
+            return await self._act(principal, str(action), value, form or {}, message_id)
+        except AmuxError as error:
+            return error_card(error.code, error.message, self.lang)
+
+    async def _act(
+        self,
+        principal: Principal,
+        action: str,
+        value: dict[str, Any],
+        form: dict[str, Any],
+        message_id: str,
+    ) -> Card | None:
+        hub = self._hub
+        saved = self.view(principal)
+        if action == actions.MANAGE_OPEN:
+            return self.card(principal)
+        if action in (actions.MEMORY_TOGGLE, actions.ISOLATION_TOGGLE):
+            return self.card(
+                principal,
+                draft_memory=_bool(value.get("memory_enabled"), saved.memory.saved),
+                draft_isolation=_bool(value.get("isolation"), saved.isolation.saved),
+            )
+        if action == actions.SETTINGS_SAVE:
+            memory = _bool(value.get("memory_enabled"), saved.memory.saved)
+            isolation = _bool(value.get("isolation"), saved.isolation.saved)
+            hub.config.save("memory.enabled", memory)
+            hub.config.save("memory.isolation", "on" if isolation else "off")
+            logger.info("settings saved from Feishu by %s", principal.name)
+            after = self.view(principal)
+            return restart_notice_card(RestartNotice(after.memory, after.isolation), self.lang)
+        if action == actions.RESTART_NOW:
+            # The new process updates this card once it runs (see ``after_restart``).
+            hub.state.save_setting(
+                RESTART_CARD_KEY, {"message_id": message_id, "principal_id": principal.id}
+            )
+            logger.info("restart requested from Feishu by %s", principal.name)
+            hub.restart_requested.set()
+            return restart_scheduled_card(self.lang)
+        if action == actions.RESTART_LATER:
+            return restart_deferred_card(self.lang)
+        return await self._memory_action(principal, action, value, form)
+
+    async def _memory_action(
+        self, principal: Principal, action: str, value: dict[str, Any], form: dict[str, Any]
+    ) -> Card | None:
+        hub = self._hub
+        if action not in (
+            actions.MEMORY_LIST,
+            actions.MEMORY_SEARCH,
+            actions.MEMORY_OPEN,
+            actions.MEMORY_FORGET_ASK,
+            actions.MEMORY_FORGET_CONFIRM,
+        ):
+            return None
+        if not hub.config.memory_enabled:
+            return memory_disabled_card(self.lang)
+        scope = self.scope_of(principal)
+        store = hub.store
+        if action == actions.MEMORY_LIST:
+            listed = await store.list_documents(scope, value.get("path_prefix"), LIST_LIMIT)
+            items = tuple(
+                MemoryItem(d["path"], d["revision"], d["size_bytes"]) for d in listed["documents"]
+            )
+            view = MemoryList(
+                scope, items, str(value.get("path_prefix") or ""), listed["truncated"]
+            )
+            return memory_list_card(view, self.lang)
+        if action == actions.MEMORY_SEARCH:
+            query = str(form.get("query") or "").strip()
+            if not query:
+                raise InvalidArgument("type some keywords to search for")
+            found = await store.search(scope, query, limit=10)
+            hits = tuple(SearchHit(m["path"], m["snippet"], m["line"]) for m in found["matches"])
+            return memory_search_card(
+                MemorySearch(scope, query, hits, found["incomplete"]), self.lang
+            )
+        path = value.get("path")
+        if action == actions.MEMORY_OPEN:
+            got = await store.get(scope, path, offset=value.get("offset"))
+            if not got["exists"]:
+                raise InvalidArgument(f"{path} no longer exists")
+            document = MemoryDocument(
+                got["path"], got["revision"], got["content"], got["next_offset"]
+            )
+            return memory_document_card(document, self.lang)
+        revision = str(value.get("revision") or "")
+        if action == actions.MEMORY_FORGET_ASK:
+            return forget_confirm_card(str(path), revision, self.lang)
+        forgotten = await store.forget(scope, path, revision)
+        logger.info("memory document forgotten from Feishu by %s", principal.name)
+        return forget_done_card(
+            ForgetOutcome(forgotten["path"], forgotten["already_absent"]), self.lang
+        )
+
+    def pending_restart_card(self) -> tuple[str, Card] | None:
+        """After a restart from Feishu: the card to refresh with the now-running values."""
+        hub = self._hub
+        pending = hub.state.saved_settings().get(RESTART_CARD_KEY)
+        if not isinstance(pending, dict):
+            return None
+        hub.state.save_setting(RESTART_CARD_KEY, None)
+        principal = hub.state.principal(str(pending.get("principal_id")))
+        message_id = pending.get("message_id")
+        if principal is None or not isinstance(message_id, str) or not message_id:
+            return None
+        return message_id, management_card(self.view(principal, restarted=True), self.lang)

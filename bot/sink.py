@@ -1,0 +1,122 @@
+"""The bot's event handlers: what a Feishu message or card click does in amux."""
+
+from __future__ import annotations
+
+import logging
+
+from bot.conversations import Conversations
+from bot.feishu.client import FeishuClient
+from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
+from bot.identity import FeishuIdentities
+from bot.management import Management
+from cards import actions
+from cards.models import Lang
+from cards.notices import enrollment_closed_card, error_card
+from hub.errors import AmuxError
+
+logger = logging.getLogger("amux.bot")
+
+COMMAND = "/amux"
+PRIVATE_ONLY = {
+    "zh_cn": "请在与机器人的私聊中发送 /amux。",
+    "en_us": "Send /amux to the bot in a private chat.",
+}
+BAD_CLAIM = {
+    "zh_cn": "认领码无效或已被使用。",
+    "en_us": "That claim code is not valid (or was already used).",
+}
+
+
+class BotSink:
+    """Routes Feishu events to the management card, the owner claim, or an Agent turn."""
+
+    def __init__(
+        self,
+        client: FeishuClient,
+        identities: FeishuIdentities,
+        management: Management,
+        conversations: Conversations,
+        lang: Lang,
+    ) -> None:
+        self._client = client
+        self._identities = identities
+        self._management = management
+        self._conversations = conversations
+        self._lang = lang
+
+    async def on_message(self, event: MessageEvent) -> None:
+        if event.sender_type not in ("user", ""):
+            return  # Other bots and apps do not drive Agents.
+        text = event.text.strip()
+        is_command = text == COMMAND or text.startswith(COMMAND + " ")
+        if not event.is_private and not event.mentions_bot:
+            return
+        try:
+            if is_command:
+                await self._command(event, text[len(COMMAND) :].strip())
+                return
+            principal = self._identities.resolve(event.sender)
+            if principal is None:
+                await self._client.reply(
+                    event.message_id, card=enrollment_closed_card(self._lang), in_thread=False
+                )
+                return
+            await self._conversations.handle(event, principal)
+        except AmuxError as error:
+            logger.warning("Feishu message %s failed: %s", event.message_id, error.message)
+            await self._client.reply(
+                event.message_id, card=error_card(error.code, error.message, self._lang)
+            )
+
+    async def _command(self, event: MessageEvent, rest: str) -> None:
+        if not event.is_private:
+            await self._client.reply(
+                event.message_id, text=PRIVATE_ONLY[self._lang], in_thread=False
+            )
+            return
+        if rest.startswith("claim"):
+            owner = self._identities.claim(rest[len("claim") :].strip(), event.sender)
+            if owner is None:
+                logger.warning("a wrong or used owner claim code was sent from Feishu")
+                await self._client.reply(
+                    event.message_id, text=BAD_CLAIM[self._lang], in_thread=False
+                )
+                return
+            await self._client.reply(
+                event.message_id, card=self._management.card(owner), in_thread=False
+            )
+            return
+        principal = self._identities.resolve(event.sender)
+        if principal is None:
+            await self._client.reply(
+                event.message_id, card=enrollment_closed_card(self._lang), in_thread=False
+            )
+            return
+        await self._client.reply(
+            event.message_id, card=self._management.card(principal), in_thread=False
+        )
+
+    async def on_card_action(self, action: CardAction) -> CardResponse | None:
+        principal = self._identities.resolve(action.operator)
+        if principal is None:
+            return CardResponse(card=enrollment_closed_card(self._lang))
+        value = action.value
+        if value.get("action") == actions.RUN_CANCEL:
+            run_id = str(value.get("run_id") or "")
+            try:
+                cancelled = await self._conversations.cancel(run_id, principal)
+            except AmuxError as error:
+                return CardResponse(toast=error.message, toast_type="error")
+            if not cancelled:
+                return CardResponse(toast="not yours to cancel", toast_type="error")
+            return CardResponse(toast="cancelling", toast_type="info")
+        card = await self._management.act(
+            principal, value, action.form_value, action.open_message_id
+        )
+        if card is None:
+            logger.warning("unknown card action %r", value.get("action"))
+            return None
+        return CardResponse(card=card)
+
+    async def on_event(self, event: OtherEvent) -> None:
+        logger.debug("Feishu event %s needs no action", event.event_type)
