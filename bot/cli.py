@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import logging
-
 import typer
 
+from bot import logs
 from bot import serve as serving
+from bot.config import FeishuSettings
 from bot.runtime_cli import agent_app, runtime_app
 from hub.cli import CliEnv, fail, memory_app, principal_app, system_app, token_app
 from hub.config import ClientSettings, HubSettings
@@ -36,11 +36,18 @@ def root(ctx: typer.Context) -> None:
 def serve(
     host: str | None = typer.Option(None, "--host", help="Listen address (default 127.0.0.1)."),
     port: int | None = typer.Option(None, "--port", help="Listen port (default 8765)."),
+    log_format: str | None = typer.Option(
+        None, "--log-format", help="text or json (default: AMUX_LOG_FORMAT, else text)."
+    ),
 ) -> None:
     """Run the Hub (and, when configured, the Feishu bot and an in-process worker)."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    log_overrides: dict[str, object] = {} if log_format is None else {"format": log_format}
+    try:
+        log_settings = logs.LogSettings(**log_overrides)  # type: ignore[arg-type]
+    except ValueError as error:
+        typer.echo(f"error: invalid_argument: bad logging setting: {error}", err=True)
+        raise typer.Exit(2) from None
+    logs.configure(log_settings, secrets=_process_secrets())
     overrides: dict[str, object] = {}
     if host is not None:
         overrides["host"] = host
@@ -56,6 +63,16 @@ def serve(
             f"error: cannot listen on {settings.host}:{settings.port}: {error.strerror}", err=True
         )
         raise typer.Exit(1) from None
+
+
+def _process_secrets() -> list[str]:
+    """Secret values this process may hold, so the log can never print them even by mistake."""
+    feishu = FeishuSettings()
+    values = [feishu.app_secret, feishu.encrypt_key, feishu.verification_token]
+    token = ClientSettings().token
+    if token is not None:
+        values.append(token)
+    return [value.get_secret_value() for value in values]
 
 
 @app.command("mcp")

@@ -28,6 +28,7 @@ from hub.errors import (
 )
 from hub.identity import Actor, authenticate, bearer_token, memory_scope
 from hub.limits import DEFAULT_LIMITS
+from hub.metrics import METRICS, UNKNOWN_METHOD
 from hub.paths import GLOBAL_SCOPE, principal_scope
 from hub.services import Hub
 from hub.state import Principal
@@ -36,6 +37,7 @@ logger = logging.getLogger("amux.hub.rpc")
 
 HUB = web.AppKey("hub", Hub)
 ACTOR_KEY = web.RequestKey("actor", Actor)
+ERROR_CODE_KEY = web.RequestKey("error_code", str)
 BINDING_HEADER = "X-Amux-Memory-Binding"
 PROTOCOL_VERSION = 1
 
@@ -106,18 +108,47 @@ async def errors_middleware(
     try:
         return await handler(request)
     except AmuxError as error:
-        return error_response(error)
+        return _failed(request, error)
     except web.HTTPRequestEntityTooLarge:
-        return error_response(PayloadTooLarge("request body is too large"))
+        return _failed(request, PayloadTooLarge("request body is too large"))
     except web.HTTPException as http:
         if http.status == 404:
-            return error_response(NotFound(f"no such RPC route: {request.path}"))
+            return _failed(request, NotFound(f"no such RPC route: {request.path}"))
         if http.status == 405:
-            return error_response(InvalidArgument("Hub RPC calls use POST"))
+            return _failed(request, InvalidArgument("Hub RPC calls use POST"))
         raise
     except Exception:
         logger.exception("RPC %s failed", request.path)
-        return error_response(InternalError("internal error; see the Hub log"))
+        return _failed(request, InternalError("internal error; see the Hub log"))
+
+
+def _failed(request: web.Request, error: AmuxError) -> web.Response:
+    # The metrics middleware outside this one counts outcomes by code.
+    request[ERROR_CODE_KEY] = error.code
+    return error_response(error)
+
+
+@web.middleware
+async def metrics_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    metrics = request.config_dict.get(METRICS)
+    if metrics is None:
+        return await handler(request)
+    started = time.perf_counter()
+    response = await handler(request)
+    name = request.match_info.get("method", "")
+    # Unknown names are the caller's to choose; one label keeps the series count bounded.
+    label = name if name in METHODS else UNKNOWN_METHOD
+    body = response.body if isinstance(response, web.Response) else b""
+    metrics.observe_rpc(
+        label,
+        response.status,
+        time.perf_counter() - started,
+        request.get(ERROR_CODE_KEY),
+        body if isinstance(body, bytes) else b"",
+    )
+    return response
 
 
 @web.middleware
@@ -151,7 +182,8 @@ async def dispatch(request: web.Request) -> web.Response:
 def create_rpc_app(max_request_bytes: int) -> web.Application:
     """The ``/rpc/v1`` sub-application; its middleware covers only RPC routes."""
     app = web.Application(
-        middlewares=[errors_middleware, auth_middleware], client_max_size=max_request_bytes
+        middlewares=[metrics_middleware, errors_middleware, auth_middleware],
+        client_max_size=max_request_bytes,
     )
     app.router.add_post("/{method}", dispatch)
     return app

@@ -1,29 +1,78 @@
-"""Mounts the Hub onto an aiohttp application: its services, the RPC sub-app and health checks."""
+"""Mounts the Hub onto an aiohttp application: its services, the RPC sub-app, health and metrics.
+
+``/healthz`` answers while the process is up; ``/readyz`` runs every readiness check (the Hub's own
+plus those other parts of the service register on ``app[READINESS]``) and answers 503 if one fails.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from hub import rpc_executions  # noqa: F401  (registers the execution methods)
 from hub.config import HubSettings
+from hub.executions import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED
+from hub.metrics import METRICS, Metrics, Snapshot, metrics_endpoint
 from hub.rpc import HUB, create_rpc_app
 from hub.services import Hub
 
 logger = logging.getLogger("amux.hub")
 
+# A readiness check answers (ready, detail); the detail is shown to operators, so no secrets.
+ReadinessCheck = Callable[[], Awaitable[tuple[bool, str]]]
+CHECK_SECONDS = 2.0
+EXECUTION_STATES = (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
+
+
+@dataclass
+class Readiness:
+    """Named readiness checks; others register theirs (e.g. the Feishu connection) with ``add``."""
+
+    checks: dict[str, ReadinessCheck] = field(default_factory=dict)
+
+    def add(self, name: str, check: ReadinessCheck) -> None:
+        self.checks[name] = check
+
+    async def run(self) -> tuple[bool, list[dict[str, object]]]:
+        results: list[dict[str, object]] = []
+        for name, check in self.checks.items():
+            try:
+                ok, detail = await asyncio.wait_for(check(), CHECK_SECONDS)
+            except TimeoutError:
+                ok, detail = False, f"no answer within {CHECK_SECONDS:.0f}s"
+            except Exception as error:  # a failing check is reported, never fatal
+                logger.exception("readiness check %s failed", name)
+                ok, detail = False, f"check failed: {type(error).__name__}"
+            results.append({"name": name, "ok": ok, "detail": detail})
+        return all(bool(r["ok"]) for r in results), results
+
+
+READINESS = web.AppKey("readiness", Readiness)
+
 
 def add_hub(app: web.Application, settings: HubSettings) -> None:
     """Open the Hub with the application and close it after the last request has drained."""
 
+    metrics = Metrics()
+    readiness = Readiness()
+    app[METRICS] = metrics
+    app[READINESS] = readiness
+
     async def hub_lifetime(app: web.Application) -> AsyncIterator[None]:
-        app[HUB] = Hub.open(settings)
+        hub = Hub.open(settings)
+        app[HUB] = hub
+        metrics.set_snapshot_source(lambda: snapshot(hub))
+        readiness.add("state_db", lambda: state_db_ready(hub))
+        readiness.add("memory_root_lock", lambda: root_lock_ready(hub))
         yield
-        app[HUB].close()
+        metrics.set_snapshot_source(None)
+        hub.close()
 
     async def lease_sweeper(app: web.Application) -> AsyncIterator[None]:
         task = asyncio.create_task(sweep_leases(app[HUB]))
@@ -40,10 +89,50 @@ def add_hub(app: web.Application, settings: HubSettings) -> None:
     app.on_shutdown.append(release_long_polls)
     app.add_subapp("/rpc/v1/", create_rpc_app(settings.max_request_bytes))
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_endpoint)
 
 
 async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """200 with each check when all pass, else 503 naming the failing ones."""
+    ready, checks = await request.app[READINESS].run()
+    body = {"status": "ready" if ready else "not_ready", "checks": checks}
+    return web.json_response(body, status=200 if ready else 503)
+
+
+async def state_db_ready(hub: Hub) -> tuple[bool, str]:
+    try:
+        hub.state.db.execute("SELECT COUNT(*) FROM principals").fetchone()
+    except sqlite3.Error as error:
+        return False, f"state database query failed: {error}"
+    return True, "state database answers queries"
+
+
+async def root_lock_ready(hub: Hub) -> tuple[bool, str]:
+    lock = hub.root_lock
+    if not lock.held:
+        return False, "this Hub does not hold the memory root lock"
+    # A lock file someone deleted no longer excludes a second Hub on the same root.
+    if not lock.path.exists():
+        return False, f"the lock file {lock.path} was removed; restart the Hub"
+    return True, f"holding {lock.path}"
+
+
+def snapshot(hub: Hub) -> Snapshot:
+    rows = hub.state.db.execute(
+        "SELECT state, COUNT(*) AS n FROM executions GROUP BY state"
+    ).fetchall()
+    # Every state appears, at zero too, so dashboards see a series before its first turn.
+    counts = dict.fromkeys(EXECUTION_STATES, 0)
+    counts.update({row["state"]: int(row["n"]) for row in rows})
+    return Snapshot(
+        executions_by_state=counts,
+        connected_workers=hub.executions.connected_workers(),
+    )
 
 
 async def sweep_leases(hub: Hub) -> None:

@@ -1,0 +1,172 @@
+"""Process logging: one JSON object per line (or plain text), request ids, and secret redaction.
+
+A request id comes from a valid incoming ``X-Request-Id`` or is generated, lives in a contextvar for
+the request's task (so every log line written while serving it carries it), and is echoed in the
+response header. Redaction scrubs bearer tokens, ``amux_`` credentials and any secret value the
+process registers, from the message, extra fields and tracebacks alike.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import Any, Literal, TextIO
+
+from aiohttp import web
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REQUEST_ID_HEADER = "X-Request-Id"
+REQUEST_ID: ContextVar[str | None] = ContextVar("amux_request_id", default=None)
+REQUEST_ID_KEY = web.RequestKey("request_id", str)
+# Callers' ids end up in every log line, so only short, printable, unambiguous ones are kept.
+_VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+REDACTED = "[redacted]"
+_PATTERNS = (
+    (re.compile(r"(?i)\b(bearer)\s+[^\s\"',;]+"), rf"\1 {REDACTED}"),
+    # Hub credentials are "amux_" + 43 URL-safe characters; shorter words like amux_home stay.
+    (re.compile(r"\bamux_[A-Za-z0-9_-]{20,}"), f"amux_{REDACTED}"),
+)
+# Attributes every LogRecord has; anything else was passed as ``extra=`` and is logged as a field.
+_STANDARD = frozenset(
+    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime"}
+)
+
+
+class LogSettings(BaseSettings):
+    """How ``amux serve`` writes its log (stderr)."""
+
+    model_config = SettingsConfigDict(env_prefix="AMUX_LOG_", extra="ignore")
+
+    # json: one object per line for collectors; text: one readable line for a terminal.
+    format: Literal["text", "json"] = "text"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class Redactor:
+    """Removes credentials from text: token shapes by pattern, registered secrets by value."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        # Very short values would blank out ordinary words, so they are not treated as secrets.
+        self._secrets = sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for pattern, replacement in _PATTERNS:
+            text = pattern.sub(replacement, text)
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return text
+
+
+class RedactionFilter(logging.Filter):
+    """Renders each record's message once, redacted, so no formatter sees the raw arguments."""
+
+    def __init__(self, redact: Redactor) -> None:
+        super().__init__()
+        self.redact = redact
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = self.redact(record.getMessage())
+        record.args = None
+        for key, value in list(vars(record).items()):
+            if key not in _STANDARD and isinstance(value, str):
+                setattr(record, key, self.redact(value))
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """time, level, logger, message, request_id, then extra fields; tracebacks as ``exception``."""
+
+    def __init__(self, redact: Redactor) -> None:
+        super().__init__()
+        self.redact = redact
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": getattr(record, "request_id", None) or REQUEST_ID.get(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and key not in entry:
+                entry[key] = value if _is_json_scalar(value) else repr(value)
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return self.redact(json.dumps(entry, ensure_ascii=False, default=repr))
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self, redact: Redactor) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self.redact = redact
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        request_id = REQUEST_ID.get()
+        if request_id:
+            line += f" [request_id={request_id}]"
+        return self.redact(line)
+
+
+def configure(
+    settings: LogSettings, secrets: Iterable[str] = (), stream: TextIO | None = None
+) -> logging.Handler:
+    """Send the root logger's records to ``stream`` (stderr) in the chosen format, redacted."""
+    redact = Redactor(secrets)
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.addFilter(RedactionFilter(redact))
+    formatter: logging.Formatter = (
+        JsonFormatter(redact) if settings.format == "json" else TextFormatter(redact)
+    )
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(settings.level)
+    return handler
+
+
+def request_id_of(value: str | None) -> str:
+    """The caller's id when it is well-formed, else a fresh one."""
+    if value is not None and _VALID_REQUEST_ID.fullmatch(value):
+        return value
+    return uuid.uuid4().hex
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    request_id = request_id_of(request.headers.get(REQUEST_ID_HEADER))
+    request[REQUEST_ID_KEY] = request_id
+    token = REQUEST_ID.set(request_id)
+    try:
+        return await handler(request)
+    finally:
+        REQUEST_ID.reset(token)
+
+
+async def _echo_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    request_id = request.get(REQUEST_ID_KEY)
+    if request_id is not None:
+        response.headers[REQUEST_ID_HEADER] = request_id
+
+
+def install_request_ids(app: web.Application) -> None:
+    """Give every request of ``app`` an id: outermost middleware, echoed on every response."""
+    app.middlewares.insert(0, request_id_middleware)
+    app.on_response_prepare.append(_echo_request_id)
+
+
+def _is_json_scalar(value: object) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)

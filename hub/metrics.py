@@ -1,0 +1,157 @@
+"""Prometheus metrics of one amux process, served at ``GET /metrics``.
+
+Each application owns its own ``CollectorRegistry`` (never the global one) so several apps in one
+process, as in tests, keep separate counts. Gauges that describe current state (executions by state,
+connected workers) are computed when scraped, from a source the composition root provides.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
+# Hub RPC calls are mostly sub-millisecond reads, with long polls of up to 30 s at the far end.
+RPC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+OK = "ok"
+UNKNOWN_METHOD = "unknown"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """State read at scrape time."""
+
+    executions_by_state: Mapping[str, int] = field(default_factory=dict)
+    connected_workers: int = 0
+
+
+SnapshotSource = Callable[[], Snapshot]
+
+
+class _StateCollector(Collector):
+    def __init__(self) -> None:
+        self.source: SnapshotSource | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        snapshot = self.source() if self.source is not None else Snapshot()
+        executions = GaugeMetricFamily(
+            "amux_executions", "Agent turns on the Hub by state.", labels=["state"]
+        )
+        for state, count in sorted(snapshot.executions_by_state.items()):
+            executions.add_metric([state], count)
+        yield executions
+        yield GaugeMetricFamily(
+            "amux_connected_workers",
+            "Runtime workers that polled or heart-beat recently.",
+            value=snapshot.connected_workers,
+        )
+
+
+class Metrics:
+    """The metric objects of one application and a small API to record into them."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.rpc_seconds = Histogram(
+            "amux_rpc_request_duration_seconds",
+            "Hub RPC latency by method and HTTP status.",
+            ["method", "status"],
+            buckets=RPC_BUCKETS,
+            registry=r,
+        )
+        self.memory_operations = Counter(
+            "amux_memory_operations",
+            "Memory RPC calls by method and outcome (ok or the error code).",
+            ["method", "outcome"],
+            registry=r,
+        )
+        self.memory_conflicts = Counter(
+            "amux_memory_conflicts",
+            "Memory writes refused because the document changed since it was read.",
+            ["method"],
+            registry=r,
+        )
+        self.search_incomplete = Counter(
+            "amux_memory_search_incomplete",
+            "Searches that stopped at the scan budget and answered incomplete=true.",
+            registry=r,
+        )
+        self.feishu_events = Counter(
+            "amux_feishu_events",
+            "Feishu events by outcome: received, deduplicated or failed.",
+            ["outcome"],
+            registry=r,
+        )
+        self.feishu_calls = Counter(
+            "amux_feishu_api_calls",
+            "Outbound Feishu OpenAPI calls by API and outcome (ok or error).",
+            ["api", "outcome"],
+            registry=r,
+        )
+        self.feishu_retries = Counter(
+            "amux_feishu_api_retries",
+            "Outbound Feishu OpenAPI calls retried after a rate limit or transient error.",
+            ["api"],
+            registry=r,
+        )
+        self._state = _StateCollector()
+        r.register(self._state)
+
+    def set_snapshot_source(self, source: SnapshotSource | None) -> None:
+        """Where scrape-time gauges come from; None while the Hub is not open."""
+        self._state.source = source
+
+    def observe_rpc(
+        self, method: str, status: int, seconds: float, error_code: str | None, body: bytes
+    ) -> None:
+        """Record one finished RPC call (``body`` is the JSON answer, read for search results)."""
+        self.rpc_seconds.labels(method, str(status)).observe(seconds)
+        if not method.startswith("memory."):
+            return
+        outcome = error_code or OK
+        self.memory_operations.labels(method, outcome).inc()
+        if outcome == "conflict":
+            self.memory_conflicts.labels(method).inc()
+        if method == "memory.search" and outcome == OK and _incomplete(body):
+            self.search_incomplete.inc()
+
+    def feishu_event(self, outcome: str) -> None:
+        """Count one Feishu event: ``received``, ``deduplicated`` or ``failed``."""
+        self.feishu_events.labels(outcome).inc()
+
+    def feishu_call(self, api: str, ok: bool) -> None:
+        """Count one outbound Feishu call (after its retries) by API name."""
+        self.feishu_calls.labels(api, OK if ok else "error").inc()
+
+    def feishu_retry(self, api: str) -> None:
+        self.feishu_retries.labels(api).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _incomplete(body: bytes) -> bool:
+    try:
+        decoded = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(decoded, dict) and decoded.get("incomplete") is True
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    """``GET /metrics`` in the Prometheus text format."""
+    body = request.app[METRICS].render()
+    response = web.Response(body=body)
+    # The exposition content type carries its own version parameter, so set the header whole.
+    response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    return response
+
+
+METRICS = web.AppKey("metrics", Metrics)
