@@ -122,11 +122,15 @@ def runtime_plan(
                 if described["provider"] != provider:
                     raise InvalidArgument(f"session {session} runs {described['provider']}")
             binding: str | None = None
-            if described is not None:
+            if described is not None and described["memory"] != "pending":
                 binding = described["binding"] if described["memory"] == "bound" else None
             else:
+                # A fresh session, or one whose first turn has not started yet: its binding is
+                # frozen at launch, so show what the Hub's current policy would freeze.
+                owner = described["principal_id"] if described is not None else None
                 try:
-                    binding = (await hub.call("memory.binding.resolve"))["binding"]
+                    resolved = await hub.call("memory.binding.resolve", principal_id=owner)
+                    binding = resolved["binding"]
                 except AmuxError as error:
                     if error.code != "memory_disabled":
                         warnings.append(f"memory unavailable: {error.message}")

@@ -1,0 +1,143 @@
+"""`amux runtime plan`: the launch an operator would get, as JSON, without starting anything."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime_bridge.memoryprotocol import protocol_text
+from runtime_bridge.providers.plan import MASK
+from tests.conftest import HubProcess, free_port
+
+pytestmark = pytest.mark.timeout(120)
+
+PROVIDER_SECRET = "sk-ant-plan-secret-4711"
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Iterator[HubProcess]:
+    """A Hub with no worker of its own, so submitted turns stay queued and nothing launches."""
+    process = HubProcess(
+        tmp_path / "amux-home",
+        free_port(),
+        extra_env={
+            "AMUX_RUNTIME_IN_PROCESS": "false",
+            "AMUX_RUNTIME_WORK_DIR": str(tmp_path / "runtime"),
+        },
+    )
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def plan(hub: HubProcess, *args: str) -> tuple[dict[str, Any], str]:
+    """Run `amux runtime plan` with a provider key and the owner's token in its environment."""
+    env = {"ANTHROPIC_API_KEY": PROVIDER_SECRET, "AMUX_TOKEN": hub.owner_token}
+    done = hub.cli("runtime", "plan", *args, env=env)
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout)), done.stdout
+
+
+def test_a_bound_claude_plan_shows_argv_env_files_and_binding_with_secrets_masked(
+    hub: HubProcess, tmp_path: Path
+) -> None:
+    hub.enable_memory()
+    shown, raw = plan(hub, "--provider", "claude", "--prompt", "hello")
+
+    assert shown["provider"] == "claude"
+    assert shown["binding"] == "global"
+    assert shown["warnings"] == []
+    argv = shown["argv"]
+    assert argv[0] == "claude"
+    assert "--mcp-config" in argv and "--strict-mcp-config" in argv
+    assert protocol_text("mcp").strip() in argv[argv.index("--append-system-prompt") + 1]
+    env = shown["env"]
+    assert env["CLAUDE_CODE_DISABLE_AUTO_MEMORY"] == "1"
+    # The credential reaches only `amux mcp` (through its config file), not the Agent itself.
+    assert not any(key.startswith("AMUX_") for key in env)
+    assert env["ANTHROPIC_API_KEY"] == MASK
+    (mcp_file,) = [f for f in shown["files"] if f["path"].endswith(".json")]
+    assert mcp_file["mode"] == "0600"
+    assert mcp_file["path"].startswith(str(tmp_path / "runtime" / "runs"))
+    server = json.loads(mcp_file["content"])["mcpServers"]["memory"]
+    assert server["args"] == ["mcp"]
+    assert server["env"]["AMUX_MEMORY_BINDING"] == "global"
+    assert server["env"]["AMUX_HUB_URL"] == hub.url
+    assert server["env"]["AMUX_TOKEN"] == MASK
+    # Neither the operator's token nor the provider key is anywhere in the output.
+    assert hub.owner_token not in raw
+    assert PROVIDER_SECRET not in raw
+    # Nothing was started or written.
+    assert not (tmp_path / "runtime").exists()
+
+
+def test_a_pi_plan_puts_the_per_run_cli_first_on_path_with_the_cli_protocol(
+    hub: HubProcess,
+) -> None:
+    hub.enable_memory()
+    shown, _ = plan(hub, "--provider", "pi")
+    assert shown["binding"] == "global"
+    assert shown["env"]["PATH"].split(":")[0].endswith("agent-config/memory")
+    argv = shown["argv"]
+    assert protocol_text("cli").strip() in argv[argv.index("--append-system-prompt") + 1]
+
+
+def test_an_unknown_provider_plan_warns_that_the_memory_capability_is_missing(
+    hub: HubProcess,
+) -> None:
+    hub.enable_memory()
+    shown, _ = plan(hub, "--provider", "aider")
+    assert shown["binding"] is None
+    assert shown["warnings"] == ["memory capability missing for provider aider"]
+    assert not any(key.startswith("AMUX_") for key in shown["env"])
+    assert protocol_text("mcp").strip() not in json.dumps(shown)
+
+
+def test_with_memory_disabled_the_plan_has_no_binding_no_protocol_and_no_warning(
+    hub: HubProcess,
+) -> None:
+    shown, _ = plan(hub, "--provider", "claude")
+    assert shown["binding"] is None
+    assert shown["warnings"] == []
+    assert shown["files"] == []
+    assert "--mcp-config" not in shown["argv"]
+    assert "CLAUDE_CODE_DISABLE_AUTO_MEMORY" not in shown["env"]
+    assert protocol_text("mcp").strip() not in json.dumps(shown)
+
+
+def test_a_session_plan_shows_its_frozen_binding_after_the_policy_changes(
+    hub: HubProcess,
+) -> None:
+    hub.enable_memory()
+    status, submitted = hub.rpc("executions.submit", provider="claude", prompt="hi")
+    assert status == 200, submitted
+    session_id = submitted["session"]["id"]
+    principal_id = submitted["session"]["principal_id"]
+
+    # Not launched yet: the plan shows what the launch would freeze.
+    pending, _ = plan(hub, "--provider", "claude", "--session", session_id)
+    assert pending["binding"] == "global"
+
+    # A Runtime freezes the binding at the first launch.
+    assert hub.cli("principal", "add", "runtime-test", "--service").returncode == 0
+    token = hub.cli("token", "issue", "runtime-test").stdout.strip()
+    status, frozen = hub.rpc("sessions.memory", token=token, session_id=session_id, capable=True)
+    assert status == 200, frozen
+    assert frozen["binding"] == "global"
+
+    hub.enable_memory(isolation=True)
+    resumed, _ = plan(hub, "--provider", "claude", "--session", session_id)
+    assert resumed["binding"] == "global"
+    fresh, _ = plan(hub, "--provider", "claude")
+    assert fresh["binding"] == f"principal:{principal_id}"
+
+    other = hub.cli("runtime", "plan", "--provider", "pi", "--session", session_id)
+    assert other.returncode == 1
+    assert "runs claude" in other.stderr
+    assert "Traceback" not in other.stderr
