@@ -51,14 +51,14 @@ class Conversations:
         update_card: Callable[[str, dict[str, object]], None],
         finish_card: Callable[[str, dict[str, object]], Awaitable[None]],
         *,
-        provider: str,
+        provider_of: Callable[[str], str],
         lang: Lang,
     ) -> None:
         self._hub = hub
         self._client = client
         self._update = update_card
         self._finish = finish_card
-        self._provider = provider
+        self._provider_of = provider_of
         self._lang = lang
 
     async def handle(self, event: MessageEvent, sender: Principal) -> Turn | None:
@@ -80,7 +80,7 @@ class Conversations:
             submitted, session = await executions.submit(
                 principal_id=principal_id,
                 submitted_by=sender.id,
-                provider=session.provider if session else self._provider,
+                provider=session.provider if session else self._provider_of(event.chat_id),
                 prompt=prompt,
                 origin=origin,
             )

@@ -56,13 +56,13 @@ def add_feishu(
         hub = app[HUB]
         lang = settings.language
         identities = FeishuIdentities(hub.state, enroll=settings.enroll == "auto")
-        management = Management(hub, lang)
+        management = Management(hub, lang, settings.provider)
         conversations = Conversations(
             hub,
             adapter.client,
             adapter.cards.update,
             adapter.cards.finish,
-            provider=settings.provider,
+            provider_of=management.provider_of,
             lang=lang,
         )
         sink.target = BotSink(adapter.client, identities, management, conversations, lang)

@@ -45,6 +45,8 @@ from hub.state import Principal
 logger = logging.getLogger("amux.bot")
 
 RESTART_CARD_KEY = "bot.restart_card"
+CHAT_PROVIDER_KEY = "bot.chat_provider."
+PROVIDERS = ("claude", "codex", "pi")
 LIST_LIMIT = 50
 
 Card = dict[str, Any]
@@ -57,9 +59,23 @@ def _bool(value: Any, default: bool) -> bool:
 class Management:
     """Builds the management cards and applies their actions for one Hub."""
 
-    def __init__(self, hub: Hub, lang: Lang) -> None:
+    def __init__(self, hub: Hub, lang: Lang, default_provider: str) -> None:
         self._hub = hub
         self.lang = lang
+        self.default_provider = default_provider
+
+    def provider_of(self, chat_id: str) -> str:
+        """The Agent new conversations in this chat run."""
+        chosen = self._hub.state.saved_settings().get(CHAT_PROVIDER_KEY + chat_id)
+        return chosen if isinstance(chosen, str) and chosen else self.default_provider
+
+    def set_provider(self, chat_id: str, provider: str) -> None:
+        """Raises: InvalidArgument: not an Agent amux can launch."""
+        if provider not in PROVIDERS:
+            raise InvalidArgument(f"choose one of {', '.join(PROVIDERS)}")
+        if not chat_id:
+            raise InvalidArgument("this card does not name a chat")
+        self._hub.state.save_setting(CHAT_PROVIDER_KEY + chat_id, provider)
 
     def scope_of(self, principal: Principal) -> str:
         return principal_scope(principal.id) if self._hub.config.isolation else GLOBAL_SCOPE
@@ -70,6 +86,7 @@ class Management:
         draft_memory: bool | None = None,
         draft_isolation: bool | None = None,
         restarted: bool = False,
+        chat_id: str = "",
     ) -> ManagementView:
         described = self._hub.config.describe()
         memory = described["memory.enabled"]
@@ -82,6 +99,9 @@ class Management:
                 isolation["saved"] == "on", isolation["running"] == "on", draft_isolation
             ),
             restarted=restarted,
+            chat_id=chat_id,
+            provider=self.provider_of(chat_id) if chat_id else "",
+            providers=PROVIDERS if chat_id else (),
         )
 
     def card(self, principal: Principal, **draft: Any) -> Card:
@@ -93,6 +113,7 @@ class Management:
         value: dict[str, Any],
         form: dict[str, Any] | None,
         message_id: str,
+        chat_id: str = "",
     ) -> Card | None:
         """Apply one card action for ``principal`` and return the card to show in its place."""
         action = value.get("action")
@@ -100,7 +121,7 @@ class Management:
             logger.warning("refused owner-only card action %s from %s", action, principal.name)
             return owner_only_card(self.lang)
         try:
-            return await self._act(principal, str(action), value, form or {}, message_id)
+            return await self._act(principal, str(action), value, form or {}, message_id, chat_id)
         except AmuxError as error:
             return error_card(error.code, error.message, self.lang)
 
@@ -111,14 +132,21 @@ class Management:
         value: dict[str, Any],
         form: dict[str, Any],
         message_id: str,
+        chat_id: str,
     ) -> Card | None:
         hub = self._hub
         saved = self.view(principal)
         if action == actions.MANAGE_OPEN:
-            return self.card(principal)
+            return self.card(principal, chat_id=chat_id)
+        if action == actions.PROVIDER_SET:
+            # The card's own chat, not one named in the (forgeable) value: people choose the
+            # Agent of the chat they are in.
+            self.set_provider(chat_id, str(value.get("provider") or ""))
+            return self.card(principal, chat_id=chat_id)
         if action in (actions.MEMORY_TOGGLE, actions.ISOLATION_TOGGLE):
             return self.card(
                 principal,
+                chat_id=chat_id,
                 draft_memory=_bool(value.get("memory_enabled"), saved.memory.saved),
                 draft_isolation=_bool(value.get("isolation"), saved.isolation.saved),
             )

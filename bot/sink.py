@@ -11,7 +11,7 @@ from bot.identity import FeishuIdentities
 from bot.management import Management
 from cards import actions
 from cards.models import Lang
-from cards.notices import enrollment_closed_card, error_card
+from cards.notices import enrollment_closed_card, error_card, owner_only_card
 from hub.errors import AmuxError
 
 logger = logging.getLogger("amux.bot")
@@ -20,6 +20,10 @@ COMMAND = "/amux"
 PRIVATE_ONLY = {
     "zh_cn": "请在与机器人的私聊中发送 /amux。",
     "en_us": "Send /amux to the bot in a private chat.",
+}
+PROVIDER_SET = {
+    "zh_cn": "本会话的新对话将使用 {provider}。",
+    "en_us": "New conversations in this chat now run {provider}.",
 }
 BAD_CLAIM = {
     "zh_cn": "认领码无效或已被使用。",
@@ -69,6 +73,9 @@ class BotSink:
             )
 
     async def _command(self, event: MessageEvent, rest: str) -> None:
+        if rest.startswith("provider"):
+            await self._provider_command(event, rest[len("provider") :].strip())
+            return
         if not event.is_private:
             await self._client.reply(
                 event.message_id, text=PRIVATE_ONLY[self._lang], in_thread=False
@@ -93,8 +100,27 @@ class BotSink:
             )
             return
         await self._client.reply(
-            event.message_id, card=self._management.card(principal), in_thread=False
+            event.message_id,
+            card=self._management.card(principal, chat_id=event.chat_id),
+            in_thread=False,
         )
+
+    async def _provider_command(self, event: MessageEvent, provider: str) -> None:
+        principal = self._identities.resolve(event.sender)
+        if principal is None:
+            await self._client.reply(
+                event.message_id, card=enrollment_closed_card(self._lang), in_thread=False
+            )
+            return
+        if not event.is_private and not principal.is_owner:
+            # A group's Agent affects everyone in it; the owner decides.
+            await self._client.reply(
+                event.message_id, card=owner_only_card(self._lang), in_thread=False
+            )
+            return
+        self._management.set_provider(event.chat_id, provider)
+        message = PROVIDER_SET[self._lang].format(provider=provider)
+        await self._client.reply(event.message_id, text=message, in_thread=False)
 
     async def on_card_action(self, action: CardAction) -> CardResponse | None:
         principal = self._identities.resolve(action.operator)
@@ -111,7 +137,7 @@ class BotSink:
                 return CardResponse(toast="not yours to cancel", toast_type="error")
             return CardResponse(toast="cancelling", toast_type="info")
         card = await self._management.act(
-            principal, value, action.form_value, action.open_message_id
+            principal, value, action.form_value, action.open_message_id, action.chat_id
         )
         if card is None:
             logger.warning("unknown card action %r", value.get("action"))

@@ -21,6 +21,7 @@ action                     fields carried in the value
 ``memory.forget.ask``      ``path``, ``revision``: show the confirmation card
 ``memory.forget.confirm``  ``path``, ``revision``: delete if the document is still at ``revision``
 ``run.cancel``             ``run_id``: stop a running Agent execution
+``provider.set``           ``provider``, ``chat_id``: the Agent new conversations in a chat run
 =========================  ======================================================================
 """
 
@@ -40,6 +41,7 @@ MEMORY_OPEN: Final = "memory.open"
 MEMORY_FORGET_ASK: Final = "memory.forget.ask"
 MEMORY_FORGET_CONFIRM: Final = "memory.forget.confirm"
 RUN_CANCEL: Final = "run.cancel"
+PROVIDER_SET: Final = "provider.set"
 
 ALL: Final[frozenset[str]] = frozenset(
     {
@@ -55,6 +57,7 @@ ALL: Final[frozenset[str]] = frozenset(
         MEMORY_FORGET_ASK,
         MEMORY_FORGET_CONFIRM,
         RUN_CANCEL,
+        PROVIDER_SET,
     }
 )
 

@@ -46,6 +46,22 @@ def _identity_section(view: ManagementView, lang: Lang) -> list[Element]:
     ]
 
 
+def _provider_section(view: ManagementView, lang: Lang) -> list[Element]:
+    if not view.providers:
+        return []
+    choices = [
+        button(
+            name,
+            actions.PROVIDER_SET,
+            kind="primary" if name == view.provider else "default",
+            provider=name,
+            chat_id=view.chat_id,
+        )
+        for name in view.providers
+    ]
+    return [markdown(text(lang, "manage.provider", provider=view.provider)), row(*choices)]
+
+
 def _setting_line(lang: Lang, setting: Setting) -> Element:
     return markdown(
         text(
@@ -59,7 +75,7 @@ def _setting_line(lang: Lang, setting: Setting) -> Element:
 
 def management_card(view: ManagementView, lang: Lang) -> Card:
     """The management card; switches appear only when the viewer is the owner."""
-    elements = _identity_section(view, lang)
+    elements = _identity_section(view, lang) + _provider_section(view, lang)
     if view.restarted:
         elements.insert(0, markdown(text(lang, "manage.restarted")))
     if not view.identity.is_owner:

@@ -46,6 +46,10 @@ class ManagementView:
     memory: Setting
     isolation: Setting
     restarted: bool = False
+    # The Agent new conversations in this chat run, and the choices offered.
+    chat_id: str = ""
+    provider: str = ""
+    providers: tuple[str, ...] = ()
 
     @property
     def restart_pending(self) -> bool:
