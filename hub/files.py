@@ -223,10 +223,13 @@ class MemoryFiles:
                 except OSError:
                     continue
                 try:
-                    size = os.fstat(fd).st_size
-                    if not admit(size):
+                    info = os.fstat(fd)
+                    # The entry may have been swapped for a pipe or device since it was listed.
+                    if not stat.S_ISREG(info.st_mode):
+                        continue
+                    if not admit(info.st_size):
                         raise WalkStop
-                    data = _read_all(fd, size)
+                    data = _read_all(fd, info.st_size)
                 finally:
                     os.close(fd)
                 yield WalkedFile(rel + (name,), data)

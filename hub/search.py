@@ -152,7 +152,8 @@ def match_document(
                 if first_pos < 0 or pos < first_pos:
                     first_pos, first_byte_term = pos, term
         in_heading = term in path_low
-        if not in_heading:
+        # The title is the text's first line, so only a keyword found in the text can be in it.
+        if found and not in_heading:
             if title_low is None:
                 title_low = _title(data).lower()
             in_heading = term in title_low
