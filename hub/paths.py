@@ -46,13 +46,12 @@ def _validate_components(path: object, limits: Limits, *, what: str) -> tuple[st
         raise InvalidPath(f"{what} is empty")
     if len(path.encode("utf-8", "surrogatepass")) > limits.path_bytes:
         raise InvalidPath(f"{what} is longer than {limits.path_bytes} bytes", path=path[:64])
-    for ch in path:
-        if "\ud800" <= ch <= "\udfff":
-            raise InvalidPath(f"{what} is not valid UTF-8")
-        if ch == "\\":
+    # Printable ASCII holds no control character or surrogate: only the backslash to look for.
+    if path.isascii() and path.isprintable():
+        if "\\" in path:
             raise InvalidPath(f"{what} must use '/' separators, not backslashes", path=path)
-        if _is_control(ch):
-            raise InvalidPath(f"{what} contains a control character", path=path.encode().hex())
+    else:
+        _check_characters(path, what)
     if path.startswith("/"):
         raise InvalidPath(f"{what} must be relative to the memory scope, not absolute", path=path)
     parts = tuple(path.split("/"))
@@ -70,6 +69,19 @@ def _validate_components(path: object, limits: Limits, *, what: str) -> tuple[st
                 f"a name in {what} is longer than {limits.name_bytes} bytes", path=path
             )
     return parts
+
+
+def _check_characters(path: str, what: str) -> None:
+    for ch in path:
+        if "\ud800" <= ch <= "\udfff":
+            raise InvalidPath(f"{what} is not valid UTF-8")
+        if ch == "\\":
+            raise InvalidPath(f"{what} must use '/' separators, not backslashes", path=path)
+        if _is_control(ch):
+            raise InvalidPath(
+                f"{what} contains a control character",
+                path=path.encode("utf-8", "surrogatepass").hex(),
+            )
 
 
 def _is_control(ch: str) -> bool:

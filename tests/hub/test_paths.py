@@ -45,6 +45,7 @@ from hub.paths import in_prefix, scope_directory, validate_path, validate_prefix
         "x" * 256 + ".md",
         "/".join(["d"] * 16) + "/n.md",
         "\udcff.md",
+        "\x01\udcff.md",
     ],
 )
 def test_paths_outside_the_rules_are_invalid_path(path: str) -> None:
