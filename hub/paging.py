@@ -67,7 +67,8 @@ def select(data: bytes, start_line: int, end_line: int, offset: int, budget: int
     Raises:
         InvalidArgument: the offset lies beyond the document or inside a UTF-8 character.
     """
-    starts = _line_starts(data)
+    # Line positions cost a pass over the document; plain and offset reads need none.
+    starts = _line_starts(data) if start_line or end_line else [0]
     line_count = len(starts) if starts[-1] < len(data) else len(starts) - 1
     stop = len(data)
     if end_line and end_line < line_count:
