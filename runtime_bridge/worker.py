@@ -99,7 +99,7 @@ class Worker:
             try:
                 if self.worker_id is None:
                     await self.register()
-                claimed = await self.claim()
+                claimed = await self._claim_unless(stop)
                 failures = 0
                 if claimed is not None:
                     await self.execute(claimed)
@@ -112,6 +112,29 @@ class Worker:
                     logger.warning("worker cannot reach the Hub (%s); retrying", error.message)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
+
+    async def _claim_unless(self, stop: asyncio.Event) -> Claimed | None:
+        """Claim, but give up the long poll as soon as ``stop`` is set.
+
+        A stop that races a claim the Hub has just granted leaves that turn to its lease: it
+        expires and the Hub retries the turn elsewhere, so nothing is dropped.
+        """
+        claiming = asyncio.create_task(self.claim())
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({claiming, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not claiming.done():
+                claiming.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stopping
+        try:
+            return await claiming
+        except asyncio.CancelledError:
+            if claiming.cancelled():
+                return None
+            raise
 
     async def claim(self) -> Claimed | None:
         answer = await self.hub.call(
