@@ -230,3 +230,42 @@ def test_a_case_free_query_matches_without_lower_casing_the_document() -> None:
     assert match_document(("n.md",), "2024 年的发布\n".encode(), parsed) is not None
     assert parse_query("Deploy 发布").folds_ascii is True
     assert parse_query("ÜBER").needles == (None,)
+
+
+_vocab = ["alpha", "Beta", "GAMMA", "发布", "流程", "审核", "delta", "🚀", "#", "# alpha"]
+
+
+@given(
+    docs=st.dictionaries(
+        st.lists(st.sampled_from(["a", "b", "alpha", "流程", "z"]), min_size=1, max_size=3).map(
+            lambda parts: "/".join(parts) + ".md"
+        ),
+        st.lists(st.lists(st.sampled_from(_vocab), max_size=6), max_size=6),
+        max_size=12,
+    ),
+    query=st.lists(st.sampled_from(_vocab), min_size=1, max_size=4),
+    limit=st.integers(1, 20),
+)
+def test_ranking_agrees_with_a_plain_reading_of_the_rules(
+    docs: dict[str, list[list[str]]], query: list[str], limit: int
+) -> None:
+    parsed = parse_query(" ".join(query))
+    ranking = Ranking(limit)
+    expected = []
+    for path, lines in docs.items():
+        text = "\n".join(" ".join(words) for words in lines) + "\n"
+        parts = tuple(path.split("/"))
+        found = match_document(parts, text.encode(), parsed)
+        if found is not None:
+            ranking.offer(found)
+        body = text.lower()
+        first = next((line for line in text.split("\n") if line.strip()), "")
+        title = first.strip().lstrip("#").strip().lower() if first.strip().startswith("#") else ""
+        in_text = [t for t in parsed.folded if t in body]
+        in_heading = [t for t in parsed.folded if t in path.lower() or t in title]
+        distinct = len(set(in_text) | set(in_heading))
+        assert (found is not None) == (distinct > 0)
+        if distinct:
+            expected.append((-distinct, -len(in_heading), parts))
+    assert [c.rank_key for c in ranking.ranked()] == sorted(expected)[:limit]
+    assert ranking.matched == len(expected)
