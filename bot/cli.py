@@ -83,6 +83,25 @@ def mcp() -> None:
     mcp_main()
 
 
+@app.command("doctor")
+def doctor(
+    as_json: bool = typer.Option(False, "--json", help="Print the checks as JSON for scripts."),
+) -> None:
+    """Check the installation and say how to fix each failure; exits 1 if a check fails."""
+    import asyncio
+    import json
+
+    from bot import doctor as doctoring
+
+    checks = asyncio.run(doctoring.diagnose())
+    if as_json:
+        typer.echo(json.dumps(doctoring.to_json(checks), ensure_ascii=False, indent=2))
+    else:
+        typer.echo(doctoring.render(checks))
+    if not doctoring.passed(checks):
+        raise typer.Exit(1)
+
+
 def main() -> None:
     app(prog_name="amux")
 

@@ -1,0 +1,478 @@
+"""``amux doctor``: check an installation and say how to fix each failure.
+
+Each check answers a ``Check`` with a status: ``ok``, ``warn`` (works, but worth knowing), ``fail``
+(something users will notice; comes with a fix) or ``skip`` (not applicable, or blocked by an
+earlier failure). The report is printed for people or as JSON for scripts; the exit code is 1 when
+any check failed. Nothing here changes the installation: the memory root lock is inspected through
+``/proc/locks``, never taken, so a Hub starting meanwhile is not disturbed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import stat
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import aiohttp
+from pydantic import ValidationError
+
+from bot.config import FeishuSettings
+from bot.logs import LogSettings
+from hub.client import HubClient
+from hub.config import ClientSettings, HubSettings
+from hub.errors import AmuxError, Unauthenticated, Unavailable
+from hub.rootlock import LOCK_NAME
+from runtime_bridge.config import RuntimeSettings
+
+Status = Literal["ok", "warn", "fail", "skip"]
+PROVIDERS = ("claude", "codex", "pi")
+VERSION_SECONDS = 15.0
+HTTP_SECONDS = 10.0
+LONG_CONNECTION_ENDPOINT = "/callback/ws/endpoint"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class Settings:
+    """Every settings model the checks read; loaded once so a bad value fails one check only."""
+
+    hub: HubSettings
+    client: ClientSettings
+    runtime: RuntimeSettings
+    feishu: FeishuSettings
+    log: LogSettings
+
+
+# -- the pure part: the report ---------------------------------------------------------------------
+
+
+def passed(checks: list[Check]) -> bool:
+    return all(check.status != "fail" for check in checks)
+
+
+def to_json(checks: list[Check]) -> dict[str, Any]:
+    return {"ok": passed(checks), "checks": [asdict(check) for check in checks]}
+
+
+def render(checks: list[Check]) -> str:
+    """One line per check, a fix line under each failure, and a summary line."""
+    marks = {"ok": "ok  ", "warn": "warn", "fail": "FAIL", "skip": "skip"}
+    width = max((len(c.name) for c in checks), default=0)
+    lines: list[str] = []
+    for check in checks:
+        lines.append(f"[{marks[check.status]}] {check.name:<{width}}  {check.detail}")
+        if check.fix and check.status in ("fail", "warn"):
+            lines.append(f"       {'':<{width}}  fix: {check.fix}")
+    failed = sum(c.status == "fail" for c in checks)
+    warned = sum(c.status == "warn" for c in checks)
+    if failed:
+        lines.append(f"{failed} check(s) failed, {warned} warning(s).")
+    else:
+        lines.append(f"All checks passed ({warned} warning(s)).")
+    return "\n".join(lines)
+
+
+# -- checks ---------------------------------------------------------------------------------------
+
+
+def load_settings() -> tuple[Settings | None, Check]:
+    try:
+        settings = Settings(
+            HubSettings(), ClientSettings(), RuntimeSettings(), FeishuSettings(), LogSettings()
+        )
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "?"
+        title = error.title
+        return None, Check(
+            "settings",
+            "fail",
+            f"{title}: {where}: {first['msg']}",
+            "correct that AMUX_* variable in the environment or the service's EnvironmentFile "
+            "(deploy/amux.env.example lists them all)",
+        )
+    return settings, Check("settings", "ok", "all AMUX_* settings load")
+
+
+def check_home(home: Path) -> Check:
+    try:
+        info = home.stat()
+    except FileNotFoundError:
+        return Check(
+            "amux_home",
+            "warn",
+            f"{home} does not exist yet",
+            "`amux serve` creates it on first start; on a worker host set AMUX_HOME or ignore",
+        )
+    except OSError as error:
+        return Check("amux_home", "fail", f"cannot read {home}: {error.strerror}", _home_fix(home))
+    if not stat.S_ISDIR(info.st_mode):
+        return Check("amux_home", "fail", f"{home} is not a directory", "point AMUX_HOME elsewhere")
+    problems = []
+    if info.st_uid != os.geteuid():
+        problems.append(f"owned by uid {info.st_uid}, not by this user (uid {os.geteuid()})")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        problems.append(f"mode {mode:04o} lets other users in")
+    if problems:
+        return Check("amux_home", "fail", f"{home}: {'; '.join(problems)}", _home_fix(home))
+    return Check("amux_home", "ok", f"{home} (mode {mode:04o}, owned by this user)")
+
+
+def _home_fix(home: Path) -> str:
+    return f"chown -R $(id -un) {home} && chmod 700 {home}"
+
+
+def check_root_lock(memory_root: Path, proc_locks: Path = Path("/proc/locks")) -> Check:
+    path = memory_root / LOCK_NAME
+    try:
+        inode = path.stat().st_ino
+    except FileNotFoundError:
+        return Check(
+            "memory_root_lock", "warn", f"no Hub has used {memory_root} yet", "start `amux serve`"
+        )
+    holder = _flock_holder(inode, proc_locks)
+    recorded = _recorded_pid(path)
+    if holder is None and recorded is not None and _alive(recorded):
+        # Without /proc/locks, a live process with the recorded pid is the best evidence.
+        holder = recorded
+    if holder is None:
+        return Check(
+            "memory_root_lock",
+            "warn",
+            f"free: no running Hub serves {memory_root}",
+            "start the Hub (`amux serve`, or `systemctl start amux`)",
+        )
+    return Check("memory_root_lock", "ok", f"held by a running Hub (pid {holder})")
+
+
+def _flock_holder(inode: int, proc_locks: Path) -> int | None:
+    try:
+        text = proc_locks.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1626 fe:00:2351412 0 EOF"; blocked waiters are marked "->".
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+            try:
+                return int(fields[4])
+            except ValueError:
+                return None
+    return None
+
+
+def _recorded_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def check_hub(client: HubClient, has_token: bool) -> tuple[Check, bool]:
+    """Reachable (/healthz) and authenticated (system.whoami); the flag gates later Hub checks."""
+    start = "start the Hub (`amux serve` or `systemctl start amux`), or set AMUX_HUB_URL to it"
+    url = client.base_url + "/healthz"
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HTTP_SECONDS)) as session,
+            session.get(url) as response,
+        ):
+            healthy = response.status == 200
+    except (TimeoutError, aiohttp.ClientError, OSError) as error:
+        reason = str(error) or type(error).__name__
+        return Check(
+            "hub", "fail", f"cannot reach the Hub at {client.base_url}: {reason}", start
+        ), (False)
+    if not healthy:
+        return Check("hub", "fail", f"{url} answered HTTP {response.status}", start), False
+    token_fix = "set AMUX_TOKEN to a valid token (on the Hub host: `amux token issue <principal>`)"
+    if not has_token:
+        return Check(
+            "hub",
+            "fail",
+            f"{client.base_url} is up, but this host has no Hub credential",
+            token_fix + ", or run on the Hub host with its AMUX_HOME",
+        ), False
+    try:
+        whoami = await client.call("system.whoami")
+    except Unauthenticated as error:
+        return Check(
+            "hub", "fail", f"up, but the credential is refused: {error.message}", token_fix
+        ), (False)
+    except Unavailable as error:
+        return Check("hub", "fail", error.message, start), False
+    except AmuxError as error:
+        return Check("hub", "fail", f"{error.code}: {error.message}", "see the Hub's log"), False
+    principal = whoami.get("principal", {})
+    return Check(
+        "hub",
+        "ok",
+        f"{client.base_url} as {principal.get('name')} ({principal.get('kind')})",
+    ), True
+
+
+async def check_memory(client: HubClient) -> Check:
+    try:
+        config = await client.call("system.config.get")
+    except AmuxError as error:
+        return Check("memory", "fail", f"{error.code}: {error.message}", "see the Hub's log")
+    enabled = config.get("memory.enabled", {})
+    isolation = config.get("memory.isolation", {})
+    detail = (
+        f"enabled: saved {_word(enabled.get('saved'))}, running {_word(enabled.get('running'))}; "
+        f"isolation: saved {isolation.get('saved')}, running {isolation.get('running')}"
+    )
+    if enabled.get("restart_pending") or isolation.get("restart_pending"):
+        return Check(
+            "memory",
+            "warn",
+            detail + "; restart pending",
+            "restart the Hub to apply the saved values (`amux system restart`, owner only)",
+        )
+    return Check("memory", "ok", detail)
+
+
+def _word(value: object) -> str:
+    return "on" if value is True else "off" if value is False else str(value)
+
+
+async def check_workers(client: HubClient) -> Check:
+    try:
+        capabilities = await client.call("system.capabilities")
+    except AmuxError as error:
+        return Check("workers", "fail", f"{error.code}: {error.message}", "see the Hub's log")
+    workers = int(capabilities.get("runtime", {}).get("workers", 0))
+    if workers == 0:
+        return Check(
+            "workers",
+            "fail",
+            "no Runtime worker is connected: Agent turns will wait in the queue",
+            "run `amux runtime worker` with a service token on a worker host, or keep "
+            "AMUX_RUNTIME_IN_PROCESS=true on the Hub",
+        )
+    return Check("workers", "ok", f"{workers} connected")
+
+
+async def check_feishu_credentials(feishu: FeishuSettings) -> Check:
+    if not feishu.enabled:
+        return Check(
+            "feishu_credentials",
+            "skip",
+            "Feishu bot not configured (AMUX_FEISHU_APP_ID is empty)",
+        )
+    if not feishu.app_secret.get_secret_value():
+        return Check(
+            "feishu_credentials",
+            "fail",
+            "AMUX_FEISHU_APP_SECRET is empty",
+            "copy the App Secret from the app's Credentials page into AMUX_FEISHU_APP_SECRET",
+        )
+    # Imported only when needed: lark-oapi takes seconds to import.
+    from bot.feishu.client import FeishuClient
+
+    client = FeishuClient(feishu, attempts=1, timeout=HTTP_SECONDS, workers=1)
+    try:
+        info = await client.bot_info()
+    except AmuxError as error:
+        return Check(
+            "feishu_credentials",
+            "fail",
+            f"bot/v3/info via {feishu.domain} failed: {error.message}",
+            "check AMUX_FEISHU_APP_ID / AMUX_FEISHU_APP_SECRET, that the app has the bot feature "
+            "and is published, and AMUX_FEISHU_DOMAIN (Feishu or Lark)",
+        )
+    finally:
+        await client.close()
+    name = f"{info.name} " if info.name else ""
+    return Check("feishu_credentials", "ok", f"bot {name}(open_id {info.open_id})")
+
+
+async def check_feishu_ingress(feishu: FeishuSettings, hub_url: str) -> Check:
+    if not feishu.enabled:
+        return Check("feishu_ingress", "skip", "Feishu bot not configured")
+    if feishu.mode == "webhook":
+        missing = [
+            name
+            for name, value in (
+                ("AMUX_FEISHU_ENCRYPT_KEY", feishu.encrypt_key),
+                ("AMUX_FEISHU_VERIFICATION_TOKEN", feishu.verification_token),
+            )
+            if not value.get_secret_value()
+        ]
+        if missing:
+            return Check(
+                "feishu_ingress",
+                "fail",
+                f"webhook mode without {' and '.join(missing)}: events cannot be verified",
+                "copy the Encrypt Key and Verification Token from the app's Events & Callbacks "
+                "page, or set AMUX_FEISHU_MODE=long_connection",
+            )
+        return await _probe_webhook(hub_url)
+    return await _probe_long_connection(feishu)
+
+
+async def _probe_webhook(hub_url: str) -> Check:
+    from bot.feishu.ingress import EVENTS_PATH
+
+    url = hub_url.rstrip("/") + EVENTS_PATH
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HTTP_SECONDS)) as session,
+            session.post(url, data=b"{}") as response,
+        ):
+            status = response.status
+    except (TimeoutError, aiohttp.ClientError, OSError) as error:
+        return Check(
+            "feishu_ingress",
+            "fail",
+            f"cannot reach {url}: {error or type(error).__name__}",
+            "start the Hub with these Feishu settings",
+        )
+    if status == 404:
+        return Check(
+            "feishu_ingress",
+            "fail",
+            f"the Hub at {hub_url} does not serve {EVENTS_PATH}",
+            "restart the Hub with AMUX_FEISHU_APP_ID set and AMUX_FEISHU_MODE=webhook",
+        )
+    return Check(
+        "feishu_ingress",
+        "ok",
+        f"webhook {EVENTS_PATH} answers (HTTP {status} to an unsigned probe); Feishu must reach "
+        f"it at your public callback URL",
+    )
+
+
+async def _probe_long_connection(feishu: FeishuSettings) -> Check:
+    """Ask Feishu for a long-connection endpoint, as the SDK does before it connects."""
+    url = feishu.domain + LONG_CONNECTION_ENDPOINT
+    body = {"AppID": feishu.app_id, "AppSecret": feishu.app_secret.get_secret_value()}
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HTTP_SECONDS)) as session,
+            session.post(url, json=body) as response,
+        ):
+            answer = await response.json(content_type=None)
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as error:
+        return Check(
+            "feishu_ingress",
+            "fail",
+            f"cannot reach the long-connection endpoint at {feishu.domain}: "
+            f"{error or type(error).__name__}",
+            "allow outbound HTTPS (and WebSocket) to AMUX_FEISHU_DOMAIN from the Hub host",
+        )
+    if not isinstance(answer, dict) or answer.get("code") != 0:
+        code = answer.get("code") if isinstance(answer, dict) else "?"
+        return Check(
+            "feishu_ingress",
+            "fail",
+            f"Feishu refused a long connection (code {code})",
+            "enable 'Receive events through persistent connection' on the app's Events page "
+            "and check the app credentials",
+        )
+    return Check("feishu_ingress", "ok", "long connection: Feishu offers an endpoint")
+
+
+async def check_agent(provider: str, executable: str, required: bool) -> Check:
+    name = f"agent_{provider}"
+    path = shutil.which(executable)
+    if path is None:
+        status: Status = "fail" if required else "warn"
+        variable = f"AMUX_RUNTIME_{provider.upper()}"
+        return Check(
+            name,
+            status,
+            f"{executable!r} not found",
+            f"install the {provider} CLI on this host or set {variable} to its path",
+        )
+    try:
+        process = await asyncio.create_subprocess_exec(
+            path,
+            "--version",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    except OSError as error:
+        return Check(name, "fail", f"{path} cannot run: {error.strerror}", f"check {path}")
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), VERSION_SECONDS)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return Check(
+            name,
+            "fail",
+            f"{path} --version gave no answer within {VERSION_SECONDS:.0f}s",
+            f"run `{path} --version` by hand to see what it waits for",
+        )
+    first = output.decode(errors="replace").strip().splitlines()
+    version = first[0] if first else ""
+    if process.returncode != 0:
+        return Check(
+            name,
+            "fail",
+            f"{path} --version exited {process.returncode}: {version}",
+            f"reinstall the {provider} CLI",
+        )
+    return Check(name, "ok", f"{version} ({path})")
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+Step = Callable[[], Awaitable[Check]]
+
+
+async def diagnose(
+    settings_loader: Callable[[], tuple[Settings | None, Check]] = load_settings,
+) -> list[Check]:
+    """Run every check in order; later checks are skipped when what they need has failed."""
+    settings, loaded = settings_loader()
+    checks = [loaded]
+    if settings is None:
+        return checks
+    checks.append(check_home(settings.hub.home))
+    checks.append(check_root_lock(settings.hub.memory_root))
+    client = settings.client
+    token = client.resolved_token()
+    async with HubClient(client.hub_url, token, timeout=min(client.timeout, HTTP_SECONDS)) as hub:
+        reached, hub_ok = await check_hub(hub, token is not None)
+        checks.append(reached)
+        if hub_ok:
+            checks.append(await check_memory(hub))
+        else:
+            checks.append(Check("memory", "skip", "needs the Hub"))
+        checks.append(await check_feishu_credentials(settings.feishu))
+        checks.append(await check_feishu_ingress(settings.feishu, client.hub_url))
+        for provider in PROVIDERS:
+            executable = settings.runtime.executable(provider) or provider
+            required = settings.runtime.in_process and provider == settings.feishu.provider
+            checks.append(await check_agent(provider, executable, required))
+        if hub_ok:
+            checks.append(await check_workers(hub))
+        else:
+            checks.append(Check("workers", "skip", "needs the Hub"))
+    return checks
