@@ -21,6 +21,9 @@ from hub.rpc import HUB
 
 logger = logging.getLogger("amux.serve")
 
+# The running adapter, for whatever needs Feishu beside the bot (and for tests to wait on it).
+FEISHU = web.AppKey("feishu_adapter", FeishuAdapter)
+
 
 class _DeferredSink:
     """Stands in for the bot until the Hub it needs is open; no event arrives before that."""
@@ -50,6 +53,7 @@ def add_feishu(
 ) -> None:
     sink = _DeferredSink()
     adapter = FeishuAdapter(settings, sink, state_dir=hub_settings.home, client=client)
+    app[FEISHU] = adapter
     app.add_routes(adapter.routes())
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:

@@ -1,0 +1,585 @@
+"""What Feishu users notice of the bot, with the whole service in-process.
+
+The real ``create_app`` (Hub, bot, adapter, lark-oapi client) runs behind aiohttp's test server;
+Feishu's servers are the loopback fake and events are signed and encrypted as Feishu does. Turns
+that must finish run on a real Runtime worker with the real ``claude`` CLI against the scripted
+model; the rest need no worker (a queued turn is enough).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from pydantic import SecretStr
+
+from bot.app import create_app
+from bot.config import FeishuSettings
+from bot.conversations import origin_of
+from bot.feishu.adapter import FeishuAdapter
+from bot.feishu.events import MessageEvent, UserIds
+from bot.feishu_app import FEISHU
+from hub.client import HubClient
+from hub.config import HubSettings
+from hub.executions import Session
+from hub.paths import principal_scope
+from hub.rpc import HUB
+from hub.services import Hub
+from hub.state import State
+from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.worker import Worker
+from tests.conftest import free_port
+from tests.fakes.feishu import FakeFeishu, StoredMessage
+from tests.fakes.feishu_events import FeishuSigner
+from tests.fakes.model_server import Answer, FakeModelServer
+from tests.runtime_bridge.conftest import find_agent_cli
+
+pytestmark = pytest.mark.timeout(120)
+
+APP_ID = "cli_flows"
+signer = FeishuSigner(encrypt_key="ek_flows", verification_token="vt_flows", app_id=APP_ID)
+BOT_OPEN_ID = "ou_amux_bot"
+GROUP = "oc_group1"
+
+Who = dict[str, Any]
+ALICE: Who = {"sender_open_id": "ou_alice", "sender_union_id": "on_alice", "sender_user_id": "u_a"}
+BOB: Who = {"sender_open_id": "ou_bob", "sender_union_id": "on_bob", "sender_user_id": "u_b"}
+CAROL: Who = {"sender_open_id": "ou_carol", "sender_union_id": "on_carol", "sender_user_id": "u_c"}
+
+
+def private_chat(who: Who) -> str:
+    return f"oc_p2p_{who['sender_open_id']}"
+
+
+def as_operator(who: Who) -> Who:
+    return {k.replace("sender_", "operator_"): v for k, v in who.items()}
+
+
+def card_text(card: dict[str, Any]) -> str:
+    return json.dumps(card, ensure_ascii=False)
+
+
+def markdown_of(card: dict[str, Any]) -> str:
+    return "".join(e["content"] for e in card["body"]["elements"] if e.get("tag") == "markdown")
+
+
+def plain_of(card: dict[str, Any]) -> str:
+    return "".join(e["text"]["content"] for e in card["body"]["elements"] if e.get("tag") == "div")
+
+
+def buttons(card: dict[str, Any]) -> list[dict[str, Any]]:
+    """The callback values of every button on the card, in order."""
+    found: list[dict[str, Any]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("tag") == "button":
+                found.append(node["behaviors"][0]["value"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(card)
+    return found
+
+
+async def until(predicate: Callable[[], Any], seconds: float = 30.0) -> Any:
+    """Poll a condition with a deadline (the fakes share this loop, so never block it)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {seconds}s")
+        await asyncio.sleep(0.02)
+
+
+def seed(home: Path, *, memory: bool, isolation: bool) -> dict[str, str]:
+    """What an operator set up before this start: Alice owns the Hub, Bob is a member."""
+    state = State(HubSettings(home=home).state_path)
+    try:
+        state.save_setting("memory.enabled", memory)
+        state.save_setting("memory.isolation", "on" if isolation else "off")
+        alice = state.add_principal("alice", "user", owner=True)
+        bob = state.add_principal("bob", "user")
+        state.add_alias(alice.id, "feishu_union_id", ALICE["sender_union_id"])
+        state.add_alias(bob.id, "feishu_union_id", BOB["sender_union_id"])
+        return {"alice": alice.id, "bob": bob.id}
+    finally:
+        state.close()
+
+
+@dataclass
+class Bot:
+    client: TestClient[Any, Any]
+    feishu: FakeFeishu
+    hub: Hub
+    adapter: FeishuAdapter
+    ids: dict[str, str]
+    sent: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return str(self.client.make_url("")).rstrip("/")
+
+    async def post(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        body, headers = signer.sign(payload)
+        response = await self.client.post("/feishu/events", data=body, headers=headers)
+        return response.status, await response.json(content_type=None)
+
+    async def say(
+        self,
+        text: str,
+        who: Who = ALICE,
+        *,
+        group: bool = False,
+        mention: bool = False,
+        root_id: str = "",
+        sender_type: str = "user",
+    ) -> str:
+        """Post what Feishu sends when ``who`` writes ``text``; returns the message id."""
+        chat_id = GROUP if group else private_chat(who)
+        if mention:
+            text = f"@_user_1 {text}"
+        # The fake must hold the user's message for the bot to reply to it.
+        stored = self.feishu.add_message(chat_id, text)
+        stored.root_id = root_id
+        mentions = [signer.mention("@_user_1", BOT_OPEN_ID, "amux")] if mention else None
+        payload = signer.message(
+            text,
+            **who,
+            chat_id=chat_id,
+            chat_type="group" if group else "p2p",
+            message_id=stored.message_id,
+            root_id=root_id,
+            mentions=mentions,
+        )
+        payload["event"]["sender"]["sender_type"] = sender_type
+        self.sent[stored.message_id] = payload
+        status, _ = await self.post(payload)
+        assert status == 200
+        return stored.message_id
+
+    async def click(
+        self,
+        value: dict[str, Any],
+        who: Who = ALICE,
+        *,
+        chat_id: str = "",
+        message_id: str = "om_card",
+        form_value: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """A card click; returns what Feishu gets back (toast and/or the in-place card)."""
+        payload = signer.card_action(
+            value,
+            **as_operator(who),
+            open_chat_id=chat_id or private_chat(who),
+            open_message_id=message_id,
+            form_value=form_value,
+        )
+        status, body = await self.post(payload)
+        assert status == 200, body
+        return body
+
+    async def card_after(self, value: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        answer = await self.click(value, **kw)
+        card: dict[str, Any] = answer["card"]["data"]
+        return card
+
+    def replies_to(self, message_id: str) -> list[StoredMessage]:
+        """The bot's replies to this message, oldest first (in a topic they share its root)."""
+        calls = self.feishu.calls("POST", f"/messages/{message_id}/reply")
+        contents = {str(call.body.get("content")) for call in calls}
+        root = self.feishu.messages[message_id].root_id or message_id
+        return [
+            m
+            for m in self.feishu.messages.values()
+            if m.root_id == root and m.message_id != message_id and m.content in contents
+        ]
+
+    async def reply_to(self, message_id: str) -> StoredMessage:
+        replies: list[StoredMessage] = await until(lambda: self.replies_to(message_id))
+        return replies[0]
+
+    async def idle(self) -> None:
+        """Every event handler has run to its end."""
+        await until(lambda: self.adapter.dispatcher.pending == 0)
+
+    def session_of(self, message_id: str) -> Session | None:
+        payload = self.sent[message_id]
+        message = payload["event"]["message"]
+        event = MessageEvent(
+            event_id="",
+            sender=UserIds(),
+            sender_type="user",
+            chat_id=message["chat_id"],
+            chat_type=message["chat_type"],
+            message_id=message["message_id"],
+            message_type="text",
+            text="",
+            root_id=message.get("root_id", ""),
+        )
+        return self.hub.executions.session_by_origin(origin_of(event))
+
+    def executions_of(self, session_id: str) -> list[dict[str, Any]]:
+        rows = self.hub.executions.db.execute(
+            "SELECT id FROM executions WHERE session_id = ? ORDER BY created_at", (session_id,)
+        ).fetchall()
+        return [self.hub.executions.describe(row["id"]) for row in rows]
+
+    def principal_names(self) -> set[str]:
+        return {p.name for p in self.hub.state.principals()}
+
+
+@asynccontextmanager
+async def running_bot(
+    tmp_path: Path,
+    *,
+    memory: bool = False,
+    isolation: bool = False,
+    enroll: str = "auto",
+    runtime: RuntimeSettings | None = None,
+) -> AsyncIterator[Bot]:
+    """The service with Feishu on; ``runtime`` adds the in-process worker ``amux serve`` runs."""
+    home = tmp_path / "amux-home"
+    ids = seed(home, memory=memory, isolation=isolation)
+    async with FakeFeishu(app_id=APP_ID, bot_open_id=BOT_OPEN_ID) as feishu:
+        settings = FeishuSettings(
+            app_id=APP_ID,
+            app_secret=SecretStr(feishu.app_secret),
+            encrypt_key=SecretStr(signer.encrypt_key),
+            verification_token=SecretStr(signer.verification_token),
+            domain=feishu.url,
+            enroll=enroll,  # type: ignore[arg-type]
+            language="en_us",
+            card_update_interval_seconds=0.1,
+        )
+        port = free_port()
+        app = create_app(
+            HubSettings(home=home),
+            runtime_settings=runtime,
+            worker_url=f"http://127.0.0.1:{port}" if runtime else None,
+            feishu_settings=settings,
+        )
+        async with TestClient(TestServer(app, host="127.0.0.1", port=port)) as client:
+            adapter = app[FEISHU]
+            # Mentions are recognised only once the bot knows its own open_id.
+            await asyncio.wait_for(adapter.identity_known.wait(), 15)
+            yield Bot(client, feishu, app[HUB], adapter, ids)
+
+
+def agent_env(tmp_path: Path, model: FakeModelServer) -> dict[str, str]:
+    home = tmp_path / "agent-home"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AMUX_", "ANTHROPIC_"))}
+    env.update(
+        HOME=str(home),
+        ANTHROPIC_BASE_URL=model.base_url,
+        ANTHROPIC_API_KEY="sk-ant-test",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+    )
+    return env
+
+
+@asynccontextmanager
+async def claude_worker(bot: Bot, tmp_path: Path, model: FakeModelServer) -> AsyncIterator[None]:
+    """A Runtime worker beside the Hub (as `amux runtime worker` runs), launching real claude."""
+    state = bot.hub.state
+    service = state.add_principal("test-runtime", "service")
+    token, _ = state.issue_credential(service.id, "cli", label="test worker")
+    settings = RuntimeSettings(claude=find_agent_cli("claude"), work_dir=tmp_path / "runtime")
+    hub = HubClient(bot.url, token, timeout=60)
+    worker = Worker(
+        hub, bot.url, settings, tmp_path / "runtime", base_env=agent_env(tmp_path, model)
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run_forever(stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await hub.close()
+
+
+# -- who may talk to the bot, and where ---------------------------------------------------------
+
+
+async def test_under_isolation_a_member_in_someone_elses_topic_is_sent_to_their_own(
+    tmp_path: Path,
+) -> None:
+    async with (
+        FakeModelServer([Answer("Hello Alice.")]) as model,
+        running_bot(tmp_path, memory=True, isolation=True) as bot,
+        claude_worker(bot, tmp_path, model),
+    ):
+        started = await bot.say("Summarise the release plan", group=True, mention=True)
+        progress = await bot.reply_to(started)
+        await until(lambda: "Hello Alice." in card_text(progress.card))
+        session = bot.session_of(started)
+        assert session is not None
+        assert session.principal_id == bot.ids["alice"]
+        # The turn ran with Alice's own memory scope, frozen at its first execution.
+        assert session.binding == principal_scope(bot.ids["alice"])
+
+        intruder = await bot.say(
+            "Also show me what you remember", BOB, group=True, mention=True, root_id=started
+        )
+        refusal = await bot.reply_to(intruder)
+        assert "Open your own topic" in card_text(refusal.card)
+        await bot.idle()
+        executions = bot.executions_of(session.id)
+        assert len(executions) == 1
+        assert {e["submitted_by"] for e in executions} == {bot.ids["alice"]}
+        assert len(model.main_requests) == 1
+
+
+async def test_closed_enrollment_refuses_newcomers_politely_and_creates_no_principal(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, enroll="closed") as bot:
+        before = bot.principal_names()
+        asked = await bot.say("hello there", CAROL)
+        refusal = await bot.reply_to(asked)
+        text = card_text(refusal.card)
+        assert "Not enrolled" in text and "owner" in text
+        command = await bot.say("/amux", CAROL)
+        assert "Not enrolled" in card_text((await bot.reply_to(command)).card)
+        clicked = await bot.card_after({"action": "memory.list"}, who=CAROL)
+        assert "Not enrolled" in card_text(clicked)
+        assert bot.principal_names() == before
+        assert bot.hub.executions.db.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
+
+        # Enrolled members still get through.
+        known = await bot.say("/amux", BOB)
+        assert "bob" in card_text((await bot.reply_to(known)).card)
+
+
+async def test_group_messages_need_a_mention_and_management_stays_private(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        before = len(bot.feishu.messages)
+        await bot.say("just chatting among ourselves", BOB, group=True)
+        await bot.say("/amux", BOB, group=True)
+        await bot.say("a message from another app", BOB, sender_type="app")
+        await bot.say("a message from a bot", group=True, mention=True, sender_type="bot")
+        await bot.idle()
+        # Only the four incoming messages the fake stored; the bot said nothing.
+        assert len(bot.feishu.messages) == before + 4
+        assert bot.feishu.calls("POST", "/reply") == []
+
+        hinted = await bot.say("/amux", BOB, group=True, mention=True)
+        hint = await bot.reply_to(hinted)
+        assert hint.msg_type == "text"
+        assert "private chat" in json.loads(hint.content)["text"]
+        (call,) = bot.feishu.calls("POST", f"{hinted}/reply")
+        assert call.body["reply_in_thread"] is False
+        assert bot.hub.executions.db.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
+
+
+# -- My memory -------------------------------------------------------------------------------
+
+
+async def test_my_memory_lists_searches_opens_page_by_page_and_forgets_by_revision(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, memory=True) as bot:
+        store = bot.hub.store
+        # Long enough that one card page cannot hold it: the reader must continue.
+        long_doc = "".join(
+            f"line {n:04d}: the release checklist keeps growing\n" for n in range(400)
+        )
+        await store.upsert("global", "projects/release-checklist.md", long_doc, "absent")
+        short = await store.upsert(
+            "global", "topics/review-format.md", "# Review format\nconclusion, evidence\n", "absent"
+        )
+
+        listed = await bot.card_after({"action": "memory.list"})
+        paths = [b.get("path") for b in buttons(listed) if b["action"] == "memory.open"]
+        assert paths == ["projects/release-checklist.md", "topics/review-format.md"]
+
+        found = await bot.card_after(
+            {"action": "memory.search"}, form_value={"query": "review format"}
+        )
+        assert "topics/review-format.md" in card_text(found)
+        assert "release-checklist" not in card_text(found)
+
+        pages: list[str] = []
+        value: dict[str, Any] = {"action": "memory.open", "path": "projects/release-checklist.md"}
+        for _ in range(20):
+            page = await bot.card_after(value)
+            pages.append(plain_of(page))
+            more = [b for b in buttons(page) if b["action"] == "memory.open" and "offset" in b]
+            if not more:
+                break
+            value = more[0]
+        assert len(pages) > 1
+        assert "".join(pages) == long_doc
+
+        opened = await bot.card_after({"action": "memory.open", "path": "topics/review-format.md"})
+        (ask,) = [b for b in buttons(opened) if b["action"] == "memory.forget.ask"]
+        assert ask["revision"] == short["revision"]
+        confirm_card = await bot.card_after(ask)
+        (confirm,) = [b for b in buttons(confirm_card) if b["action"] == "memory.forget.confirm"]
+
+        # Someone changed the document after the card was shown: the old revision is refused.
+        changed = await store.upsert(
+            "global", "topics/review-format.md", "# Review format\nrisks too\n", short["revision"]
+        )
+        stale = await bot.card_after(confirm)
+        assert "Something went wrong" in card_text(stale)
+        assert "conflict" in card_text(stale).lower()
+        assert "Traceback" not in card_text(stale)
+        kept = await store.get("global", "topics/review-format.md")
+        assert kept["exists"] and kept["revision"] == changed["revision"]
+
+        fresh = dict(confirm, revision=changed["revision"])
+        done = await bot.card_after(fresh)
+        assert "topics/review-format.md" in card_text(done)
+        gone = await store.get("global", "topics/review-format.md")
+        assert gone["exists"] is False
+
+
+async def test_my_memory_under_isolation_shows_only_the_members_own_documents(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, memory=True, isolation=True) as bot:
+        store = bot.hub.store
+        await store.upsert(principal_scope(bot.ids["alice"]), "alice.md", "mine\n", "absent")
+        await store.upsert(principal_scope(bot.ids["bob"]), "bob.md", "his\n", "absent")
+        listed = await bot.card_after({"action": "memory.list"}, who=BOB)
+        paths = [b.get("path") for b in buttons(listed) if b["action"] == "memory.open"]
+        assert paths == ["bob.md"]
+        refused = await bot.card_after({"action": "memory.open", "path": "alice.md"}, who=BOB)
+        assert "alice.md no longer exists" in card_text(refused)
+
+
+async def test_my_memory_says_when_memory_is_off(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, memory=False) as bot:
+        for value in (
+            {"action": "memory.list"},
+            {"action": "memory.open", "path": "MEMORY.md"},
+            {"action": "memory.forget.confirm", "path": "MEMORY.md", "revision": "absent"},
+        ):
+            card = await bot.card_after(value, who=BOB)
+            assert "Memory unavailable" in card_text(card)
+            assert "off on this Hub" in card_text(card)
+
+
+# -- per-chat provider -----------------------------------------------------------------------
+
+
+async def test_a_private_chat_chooses_its_agent_for_new_conversations(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        before = await bot.say("first question", BOB)
+        await bot.reply_to(before)
+        chosen = await bot.say("/amux provider codex", BOB)
+        answer = await bot.reply_to(chosen)
+        assert "codex" in json.loads(answer.content)["text"]
+        after = await bot.say("second question", BOB)
+        await bot.reply_to(after)
+        old, new = bot.session_of(before), bot.session_of(after)
+        assert old is not None and new is not None
+        assert (old.provider, new.provider) == ("claude", "codex")
+
+        wrong = await bot.say("/amux provider gpt", BOB)
+        assert "claude, codex, pi" in card_text((await bot.reply_to(wrong)).card)
+
+        card = await bot.card_after({"action": "provider.set", "provider": "pi"}, who=BOB)
+        assert "`pi`" in card_text(card)
+        (pi_button,) = [b for b in buttons(card) if b.get("provider") == "pi"]
+        assert pi_button["action"] == "provider.set"
+        third = await bot.say("third question", BOB)
+        await bot.reply_to(third)
+        session = bot.session_of(third)
+        assert session is not None and session.provider == "pi"
+
+
+async def test_only_the_owner_chooses_a_groups_agent(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        refused = await bot.say("/amux provider pi", BOB, group=True, mention=True)
+        assert "Owner only" in card_text((await bot.reply_to(refused)).card)
+        started = await bot.say("what runs here?", BOB, group=True, mention=True)
+        await bot.reply_to(started)
+        session = bot.session_of(started)
+        assert session is not None and session.provider == "claude"
+
+        allowed = await bot.say("/amux provider pi", ALICE, group=True, mention=True)
+        assert "pi" in json.loads((await bot.reply_to(allowed)).content)["text"]
+        later = await bot.say("and now?", BOB, group=True, mention=True)
+        await bot.reply_to(later)
+        session = bot.session_of(later)
+        assert session is not None and session.provider == "pi"
+
+
+# -- turns -----------------------------------------------------------------------------------
+
+
+async def test_the_topics_starter_can_cancel_a_run_and_others_cannot(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        asked = await bot.say("a long job", BOB, group=True, mention=True)
+        progress = await bot.reply_to(asked)
+        (cancel,) = [b for b in buttons(progress.card) if b["action"] == "run.cancel"]
+
+        refused = await bot.click(cancel, who=CAROL, chat_id=GROUP)
+        assert refused["toast"]["type"] == "error"
+        assert bot.hub.executions.describe(cancel["run_id"])["state"] == "queued"
+
+        accepted = await bot.click(cancel, who=BOB, chat_id=GROUP)
+        assert accepted["toast"]["type"] != "error"
+        assert bot.hub.executions.describe(cancel["run_id"])["state"] == "cancelled"
+        # The progress card says so and loses its Cancel button.
+        await until(lambda: "Cancelled" in card_text(progress.card))
+        assert not [b for b in buttons(progress.card) if b["action"] == "run.cancel"]
+
+
+async def test_a_long_answer_arrives_as_several_cards_that_add_up_to_it(tmp_path: Path) -> None:
+    paragraphs = [
+        f"Paragraph {n}: " + " ".join(f"word{n}-{k}" for k in range(60)) for n in range(110)
+    ]
+    answer = "\n\n".join(paragraphs)
+    assert len(answer.encode()) > 60_000
+    async with (
+        FakeModelServer([Answer(answer)]) as model,
+        running_bot(tmp_path) as bot,
+        claude_worker(bot, tmp_path, model),
+    ):
+        asked = await bot.say("Write the long report")
+        progress = await bot.reply_to(asked)
+        await until(lambda: "Result (1/" in card_text(progress.card), seconds=90)
+        total = int(card_text(progress.card).split("Result (1/")[1].split(")")[0])
+        assert total >= 3
+        await until(lambda: len(bot.replies_to(asked)) >= total)
+        results = [m.card for m in bot.replies_to(asked) if "Result (" in card_text(m.card)]
+        assert len(results) == total
+        assert "".join(markdown_of(card) for card in results) == answer
+
+
+async def test_a_failed_launch_is_reported_as_a_readable_card(tmp_path: Path) -> None:
+    runtime = RuntimeSettings(claude=str(tmp_path / "nonexistent" / "claude"))
+    async with running_bot(tmp_path, runtime=runtime) as bot:
+        asked = await bot.say("Do something")
+        progress = await bot.reply_to(asked)
+        await until(lambda: "Failed" in card_text(progress.card), seconds=60)
+        error = await until(
+            lambda: [
+                m for m in bot.replies_to(asked) if "Something went wrong" in card_text(m.card)
+            ]
+        )
+        text = card_text(error[0].card)
+        assert "Traceback" not in text and 'File "' not in text
+        assert "executable" in text and "was not found" in text
