@@ -17,6 +17,7 @@ from cards.management import (
     restart_scheduled_card,
 )
 from cards.memory import (
+    DOCUMENT_CHARS,
     forget_confirm_card,
     forget_done_card,
     memory_document_card,
@@ -54,6 +55,21 @@ Card = dict[str, Any]
 
 def _bool(value: Any, default: bool) -> bool:
     return value if isinstance(value, bool) else default
+
+
+def _card_page(content: str, next_offset: int | None, offset: int) -> tuple[str, int | None]:
+    """The part of a Hub page one card shows, and the byte offset that continues after it.
+
+    A Hub page can hold more than a card shows; continuing from the Hub's own offset would skip
+    the text in between.
+    """
+    if len(content) <= DOCUMENT_CHARS:
+        return content, next_offset
+    cut = content.rfind("\n", 0, DOCUMENT_CHARS) + 1
+    if cut < DOCUMENT_CHARS // 2:
+        cut = DOCUMENT_CHARS  # No line break late enough: cut between characters.
+    shown = content[:cut]
+    return shown, offset + len(shown.encode("utf-8"))
 
 
 class Management:
@@ -209,9 +225,10 @@ class Management:
             got = await store.get(scope, path, offset=value.get("offset"))
             if not got["exists"]:
                 raise InvalidArgument(f"{path} no longer exists")
-            document = MemoryDocument(
-                got["path"], got["revision"], got["content"], got["next_offset"]
+            content, next_offset = _card_page(
+                got["content"], got["next_offset"], int(value.get("offset") or 0)
             )
+            document = MemoryDocument(got["path"], got["revision"], content, next_offset)
             return memory_document_card(document, self.lang)
         revision = str(value.get("revision") or "")
         if action == actions.MEMORY_FORGET_ASK:
