@@ -181,3 +181,42 @@ def test_escaped_size_counts_json_escapes() -> None:
     assert paging.escaped_size('a"b\\c') == 7
     assert paging.escaped_size("\x01") == 6
     assert paging.escaped_size("发") == 3
+
+
+async def test_pages_on_the_wire_fit_8_kib_and_rebuild_the_document(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    from bot.app import create_app
+    from hub.config import OWNER_TOKEN_FILE, HubSettings
+    from hub.state import State
+
+    settings = HubSettings(home=tmp_path / "home")
+    settings.home.mkdir()
+    state = State(settings.state_path)
+    state.save_setting("memory.enabled", True)
+    state.close()
+    client = await aiohttp_client(create_app(settings))
+    token = (settings.home / OWNER_TOKEN_FILE).read_text().strip()
+    headers = {"Authorization": f"Bearer {token}"}
+    text = "".join(f'{i}: "发布" \\ \x01 🚀 {"x" * (i % 200)}\n' for i in range(400))
+    assert len(text.encode()) < 64 * 1024
+    created = await client.post(
+        "/rpc/v1/memory.upsert",
+        json={"path": "big.md", "content": text, "expected_revision": "absent"},
+        headers=headers,
+    )
+    assert created.status == 200, await created.text()
+    pieces: list[str] = []
+    params: dict[str, Any] = {"path": "big.md"}
+    while True:
+        response = await client.post("/rpc/v1/memory.get", json=params, headers=headers)
+        raw = await response.read()
+        assert response.status == 200, raw
+        assert len(raw) <= RESPONSE_BUDGET
+        page = json.loads(raw)
+        pieces.append(page["content"])
+        if not page["truncated"]:
+            break
+        params = {"path": "big.md", "offset": page["next_offset"]}
+    assert len(pieces) > 3
+    assert "".join(pieces) == text
