@@ -367,3 +367,15 @@ async def test_invalid_prefixes_are_rejected(store: MemoryStore) -> None:
     for bad in ["/abs", "../up", ".hidden"]:
         with pytest.raises(InvalidPath):
             await store.search(SCOPE, "x", path_prefix=bad)
+
+
+async def test_a_directory_flooded_with_junk_entries_ends_the_scan_as_incomplete(
+    tmp_path: Path,
+) -> None:
+    store = make_store(tmp_path, Limits(scan_entries=50), clock=lambda: 0.0)
+    plant(store, "a/kiwi.md", "kiwi\n")
+    for i in range(60):
+        plant(store, f"junk/{i:03}.txt", "")
+    result = await store.search(SCOPE, "kiwi")
+    assert result["incomplete"] is True
+    assert [m["path"] for m in result["matches"]] == ["a/kiwi.md"]
