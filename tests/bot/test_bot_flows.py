@@ -250,6 +250,7 @@ async def running_bot(
     memory: bool = False,
     isolation: bool = False,
     enroll: str = "auto",
+    mode: str = "webhook",
     runtime: RuntimeSettings | None = None,
 ) -> AsyncIterator[Bot]:
     """The service with Feishu on; ``runtime`` adds the in-process worker ``amux serve`` runs."""
@@ -263,6 +264,7 @@ async def running_bot(
             verification_token=SecretStr(signer.verification_token),
             domain=feishu.url,
             enroll=enroll,  # type: ignore[arg-type]
+            mode=mode,  # type: ignore[arg-type]
             language="en_us",
             card_update_interval_seconds=0.1,
         )
@@ -583,3 +585,17 @@ async def test_a_failed_launch_is_reported_as_a_readable_card(tmp_path: Path) ->
         text = card_text(error[0].card)
         assert "Traceback" not in text and 'File "' not in text
         assert "executable" in text and "was not found" in text
+
+
+async def test_a_reply_refused_for_rate_limits_is_retried_and_lands_once(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        bot.feishu.fail_next(2, status=429, code=99991400, path_contains="/reply")
+        asked = await bot.say("/amux", BOB)
+        card = await bot.reply_to(asked)
+        assert "bob" in card_text(card.card)
+        await bot.idle()
+        calls = bot.feishu.calls("POST", f"{asked}/reply")
+        assert len(calls) == 3
+        # One uuid for every try, so Feishu posts the reply once even if a try had landed.
+        assert len({call.body["uuid"] for call in calls}) == 1
+        assert len(bot.replies_to(asked)) == 1
