@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REQUEST_ID_HEADER = "X-Request-Id"
@@ -110,7 +111,7 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        request_id = REQUEST_ID.get()
+        request_id = getattr(record, "request_id", None) or REQUEST_ID.get()
         if request_id:
             line += f" [request_id={request_id}]"
         return self.redact(line)
@@ -136,13 +137,14 @@ def configure(
 
 
 def request_id_of(value: str | None) -> str:
-    """The caller's id when it is well-formed, else a fresh one."""
-    if value is not None and _VALID_REQUEST_ID.fullmatch(value):
+    """The caller's id when it is well-formed and not shaped like a credential, else a fresh one."""
+    if value is not None and _VALID_REQUEST_ID.fullmatch(value) and _PLAIN(value) == value:
         return value
     return uuid.uuid4().hex
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_PLAIN = Redactor()
 
 
 @web.middleware
@@ -160,6 +162,26 @@ async def _echo_request_id(request: web.Request, response: web.StreamResponse) -
     request_id = request.get(REQUEST_ID_KEY)
     if request_id is not None:
         response.headers[REQUEST_ID_HEADER] = request_id
+
+
+class AccessLogger(AbstractAccessLogger):
+    """One line per request, with its id: aiohttp writes these after the handler's context ends."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        # Only the path: query strings are the caller's to fill and are not needed here.
+        self.logger.info(
+            "%s %s %s",
+            request.method,
+            request.path,
+            response.status,
+            extra={
+                "request_id": request.get(REQUEST_ID_KEY),
+                "method": request.method,
+                "path": request.path,
+                "status": response.status,
+                "duration_ms": round(time * 1000, 2),
+            },
+        )
 
 
 def install_request_ids(app: web.Application) -> None:

@@ -271,6 +271,9 @@ async def test_a_malformed_request_id_is_replaced_by_a_fresh_one(
     assert echoed != "bad id\twith spaces"
     assert len(echoed) == 32
     assert second.headers[REQUEST_ID_HEADER] != echoed
+    token_like = "amux_" + "k" * 43
+    third = await client.get("/healthz", headers={REQUEST_ID_HEADER: token_like})
+    assert third.headers[REQUEST_ID_HEADER] != token_like
 
 
 async def test_errors_outside_rpc_also_carry_the_request_id(service: tuple[Client, str]) -> None:
@@ -374,6 +377,8 @@ def test_e2e_json_log_never_contains_tokens_app_secrets_or_memory_contents(
         assert status == 200
         status, _ = hub.rpc("system.whoami", token="amux_" + "wrong" * 9)
         assert status == 401
+        status, _ = hub.rpc("system.whoami", headers={REQUEST_ID_HEADER: "ops-trace-1"})
+        assert status == 200
     finally:
         hub.stop()
     log = hub.log()
@@ -386,6 +391,11 @@ def test_e2e_json_log_never_contains_tokens_app_secrets_or_memory_contents(
     assert "0429-7713" not in log
     assert "wrong" * 9 not in log
     assert all({"time", "level", "logger", "message"} <= r.keys() for r in records)
+    # Access lines carry the request id too, though aiohttp writes them after the handler.
+    access = [r for r in records if r.get("request_id") == "ops-trace-1"]
+    assert access, log
+    assert access[-1]["path"] == "/rpc/v1/system.whoami"
+    assert access[-1]["status"] == 200
 
 
 def test_serve_rejects_an_unknown_log_format(tmp_path: Path) -> None:
