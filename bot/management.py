@@ -47,6 +47,7 @@ logger = logging.getLogger("amux.bot")
 
 RESTART_CARD_KEY = "bot.restart_card"
 CHAT_PROVIDER_KEY = "bot.chat_provider."
+PRIVATE_CHAT_KEY = "bot.private_chat."
 PROVIDERS = ("claude", "codex", "pi")
 LIST_LIMIT = 50
 
@@ -92,6 +93,20 @@ class Management:
         if not chat_id:
             raise InvalidArgument("this card does not name a chat")
         self._hub.state.save_setting(CHAT_PROVIDER_KEY + chat_id, provider)
+
+    def note_private_chat(self, chat_id: str, principal: Principal) -> None:
+        """Remember whose private chat this is (learned from a signed message event)."""
+        key = PRIVATE_CHAT_KEY + chat_id
+        if chat_id and self._hub.state.saved_settings().get(key) != principal.id:
+            self._hub.state.save_setting(key, principal.id)
+
+    def may_choose_provider(self, principal: Principal, chat_id: str) -> bool:
+        """The owner chooses for any chat; others only for their own private chat."""
+        if principal.is_owner:
+            return True
+        return bool(chat_id) and (
+            self._hub.state.saved_settings().get(PRIVATE_CHAT_KEY + chat_id) == principal.id
+        )
 
     def scope_of(self, principal: Principal) -> str:
         return principal_scope(principal.id) if self._hub.config.isolation else GLOBAL_SCOPE
@@ -156,7 +171,13 @@ class Management:
             return self.card(principal, chat_id=chat_id)
         if action == actions.PROVIDER_SET:
             # The card's own chat, not one named in the (forgeable) value: people choose the
-            # Agent of the chat they are in.
+            # Agent of the chat they are in. A click carries no chat type, and a group's Agent
+            # affects everyone in it, so only a chat known to be the clicker's own is theirs.
+            if not self.may_choose_provider(principal, chat_id):
+                logger.warning(
+                    "refused a provider choice from %s for a chat not theirs", principal.name
+                )
+                return owner_only_card(self.lang)
             self.set_provider(chat_id, str(value.get("provider") or ""))
             return self.card(principal, chat_id=chat_id)
         if action in (actions.MEMORY_TOGGLE, actions.ISOLATION_TOGGLE):

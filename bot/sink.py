@@ -99,6 +99,8 @@ class BotSink:
                 event.message_id, card=enrollment_closed_card(self._lang), in_thread=False
             )
             return
+        # Its provider buttons act on this chat; remember it is this person's own.
+        self._management.note_private_chat(event.chat_id, principal)
         await self._client.reply(
             event.message_id,
             card=self._management.card(principal, chat_id=event.chat_id),
@@ -118,6 +120,8 @@ class BotSink:
                 event.message_id, card=owner_only_card(self._lang), in_thread=False
             )
             return
+        if event.is_private:
+            self._management.note_private_chat(event.chat_id, principal)
         self._management.set_provider(event.chat_id, provider)
         message = PROVIDER_SET[self._lang].format(provider=provider)
         await self._client.reply(event.message_id, text=message, in_thread=False)

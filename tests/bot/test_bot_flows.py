@@ -501,7 +501,10 @@ async def test_a_private_chat_chooses_its_agent_for_new_conversations(tmp_path: 
         wrong = await bot.say("/amux provider gpt", BOB)
         assert "claude, codex, pi" in card_text((await bot.reply_to(wrong)).card)
 
-        card = await bot.card_after({"action": "provider.set", "provider": "pi"}, who=BOB)
+        opened = await bot.say("/amux", BOB)
+        management = await bot.reply_to(opened)
+        (pi_choice,) = [b for b in buttons(management.card) if b.get("provider") == "pi"]
+        card = await bot.card_after(pi_choice, who=BOB, message_id=management.message_id)
         assert "`pi`" in card_text(card)
         (pi_button,) = [b for b in buttons(card) if b.get("provider") == "pi"]
         assert pi_button["action"] == "provider.set"
@@ -515,6 +518,11 @@ async def test_only_the_owner_chooses_a_groups_agent(tmp_path: Path) -> None:
     async with running_bot(tmp_path) as bot:
         refused = await bot.say("/amux provider pi", BOB, group=True, mention=True)
         assert "Owner only" in card_text((await bot.reply_to(refused)).card)
+        # A click forged to name the group is refused too: cards offer choices in private chats.
+        forged = await bot.card_after(
+            {"action": "provider.set", "provider": "pi", "chat_id": GROUP}, who=BOB, chat_id=GROUP
+        )
+        assert "Owner only" in card_text(forged)
         started = await bot.say("what runs here?", BOB, group=True, mention=True)
         await bot.reply_to(started)
         session = bot.session_of(started)
