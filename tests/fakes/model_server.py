@@ -25,6 +25,7 @@ import asyncio
 import hashlib
 import itertools
 import json
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -73,6 +74,8 @@ class RecordedRequest:
     body: dict[str, Any]
     main: bool
     step: Step | None
+    # time.perf_counter() when the request arrived, for benchmarks in the same process.
+    arrived: float = 0.0
 
     @property
     def tool_names(self) -> list[str]:
@@ -237,6 +240,7 @@ class FakeModelServer:
     # -- step selection ------------------------------------------------------------------------
 
     async def _take(self, api: Api, request: web.Request) -> tuple[dict[str, Any], Step | None]:
+        arrived = time.perf_counter()
         body: dict[str, Any] = await request.json()
         main = bool(body.get("tools"))
         step: Step | None = None
@@ -251,7 +255,7 @@ class FakeModelServer:
                 else:
                     step = Answer("done")
                 self._last = (key, step)
-        self.requests.append(RecordedRequest(api, request.path_qs, body, main, step))
+        self.requests.append(RecordedRequest(api, request.path_qs, body, main, step, arrived))
         if step is not None and step.hold is not None:
             await step.hold.wait()
         return body, step

@@ -1,0 +1,387 @@
+"""Runtime bridge overhead: launching an Agent through a worker, and the MCP hop per memory call.
+
+1. Launch: time from the worker's claim to the Agent's first model request, for claude, codex
+   and pi in a bound (memory on) launch, minus the bare CLI's own time from spawn to its first
+   request against the same fake model with the same prompt. Bare codex is ``codex exec``; the
+   bridge drives ``codex app-server``. The bridge's share includes the Hub calls (binding,
+   delegated credential), per-run files, and for claude and codex the start of ``amux mcp``
+   when the CLI waits for its tools before the first request.
+2. Memory call: ``amux.memory_get`` through the real MCP client SDK → ``amux mcp`` (stdio) → Hub,
+   against ``HubClient.memory_get`` straight to the Hub; plus the cold start of ``amux mcp``.
+
+Run: .venv/bin/python tests/benchmarks/bench_bridge.py [--samples N]
+Targets: < 100 ms added per launch, < 20 ms added per memory call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from hub.client import HubClient
+from hub.config import OWNER_TOKEN_FILE
+from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.launch_env import DEFAULT_PASS_ENV
+from runtime_bridge.worker import Claimed, Worker
+from tests.benchmarks.harness import (
+    AMUX,
+    REPO,
+    enable_memory_offline,
+    free_port,
+    header,
+    ratio,
+    stopping,
+    time_awaits,
+    timing,
+    wait_healthy,
+)
+from tests.fakes.model_server import FakeModelServer
+from tests.runtime_bridge.conftest import find_agent_cli
+from tests.runtime_bridge.test_providers_codex import codex_config
+from tests.runtime_bridge.test_providers_pi import pi_agent_source
+
+PROMPT = "Say hello."
+PI_ARGS = ["--provider", "fake", "--model", "fake-model"]
+PROVIDERS = ("pi", "claude", "codex")
+MEMORY_CALLS = 50
+DOCUMENT = "# Bench\n" + "a line of remembered text\n" * 40
+LAUNCH_TARGET_MS = 100.0
+CALL_TARGET_MS = 20.0
+
+
+class TimedWorker(Worker):
+    """The real worker, noting when each claim arrived (the start of the launch's clock)."""
+
+    claimed_at: float = 0.0
+
+    async def claim(self) -> Claimed | None:
+        claimed = await super().claim()
+        if claimed is not None:
+            self.claimed_at = time.perf_counter()
+        return claimed
+
+
+def offline_env(home: Path, model_url: str) -> dict[str, str]:
+    home.mkdir(parents=True, exist_ok=True)
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "ANTHROPIC_BASE_URL": model_url,
+        "ANTHROPIC_API_KEY": "sk-ant-bench",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "OPENAI_API_KEY": "sk-openai-bench",
+        "PI_OFFLINE": "1",
+    }
+
+
+def first_request_after(model: FakeModelServer, start: float) -> float | None:
+    arrivals = [r.arrived for r in model.requests if r.arrived >= start]
+    return min(arrivals) if arrivals else None
+
+
+async def wait_for(predicate: Callable[[], Any], within: float = 120.0) -> Any:
+    deadline = time.monotonic() + within
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"nothing happened within {within}s")
+        await asyncio.sleep(0.005)
+    return value
+
+
+def bare_command(
+    provider: str, root: Path, model: FakeModelServer
+) -> tuple[list[str], dict[str, str], str | None]:
+    """The CLI run by hand against the fake: argv, environment, stdin."""
+    env = offline_env(root / "bare-home", model.base_url)
+    executable = find_agent_cli(provider)
+    if provider == "pi":
+        # A fresh agent directory per run, as each bridged session gets its own.
+        agent_dir = Path(tempfile.mkdtemp(prefix="bare-pi-agent-", dir=root))
+        source = pi_agent_source(root / "bare", model)
+        shutil.copytree(
+            source, agent_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns("sessions")
+        )
+        env["PI_CODING_AGENT_DIR"] = str(agent_dir)
+        return [executable, "-p", "--mode", "json", *PI_ARGS], env, PROMPT
+    if provider == "claude":
+        argv = [executable, "-p", "--output-format", "stream-json", "--verbose"]
+        return argv, env, PROMPT
+    codex_home = root / "bare-codex-home"
+    codex_home.mkdir(exist_ok=True)
+    shutil.copyfile(codex_config(root / "bare", model), codex_home / "config.toml")
+    env["CODEX_HOME"] = str(codex_home)
+    return [executable, "exec", "--skip-git-repo-check", PROMPT], env, None
+
+
+async def bare_launch(provider: str, root: Path, model: FakeModelServer) -> float:
+    """Seconds from spawning the CLI to its first model request."""
+    argv, env, stdin = bare_command(provider, root, model)
+    workdir = root / "bare-work"
+    workdir.mkdir(exist_ok=True)
+    start = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=workdir,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    assert process.stdin is not None
+    process.stdin.write((stdin or "").encode())
+    process.stdin.close()
+    arrived = await wait_for(lambda: first_request_after(model, start))
+    await asyncio.wait_for(process.wait(), 120)
+    return float(arrived - start)
+
+
+async def bridged_launch(
+    provider: str,
+    worker: TimedWorker,
+    owner: HubClient,
+    model: FakeModelServer,
+    binding: str | None,
+) -> float:
+    """Seconds from the worker's claim to the Agent's first model request."""
+    submitted = await owner.call("executions.submit", provider=provider, prompt=PROMPT)
+    execution_id = submitted["execution"]["id"]
+    worker.claimed_at = 0.0
+    claimed_at = await wait_for(lambda: worker.claimed_at)
+    arrived = await wait_for(lambda: first_request_after(model, claimed_at))
+    while True:
+        answer = await owner.call(
+            "executions.watch", execution_id=execution_id, after=0, wait_seconds=20
+        )
+        if answer["state"] in ("succeeded", "failed", "cancelled"):
+            break
+    if answer["state"] != "succeeded":
+        raise RuntimeError(f"{provider} turn {answer['state']}: {answer.get('error')}")
+    if (answer.get("result") or {}).get("binding") != binding:
+        raise RuntimeError(f"{provider} launch was not bound as {binding}: {answer}")
+    return float(arrived - claimed_at)
+
+
+def amux(home: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AMUX_")}
+    env["AMUX_HOME"] = str(home)
+    done = subprocess.run([AMUX, *args], env=env, capture_output=True, check=True)
+    return done.stdout.decode().strip()
+
+
+@contextmanager
+def serving_hub(home: Path, log_path: Path, memory: bool = True) -> Iterator[str]:
+    """``amux serve`` with no worker of its own (memory on unless told); yields its URL."""
+    if memory:
+        enable_memory_offline(home)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AMUX_")}
+    env.update({"AMUX_HOME": str(home), "AMUX_RUNTIME_IN_PROCESS": "false"})
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [AMUX, "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+    with stopping(proc):
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(f"{url}/healthz", proc)
+        yield url
+
+
+def import_cost() -> float:
+    """Median seconds a fresh interpreter spends importing the MCP server module."""
+    samples = []
+    for _ in range(3):
+        start = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-c", "import runtime_bridge.mcp_server"], cwd=REPO, check=True
+        )
+        middle = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], cwd=REPO, check=True)
+        samples.append((middle - start) - (time.perf_counter() - middle))
+    return statistics.median(samples)
+
+
+@contextlib.asynccontextmanager
+async def bridge(
+    root: Path, model: FakeModelServer, memory: bool
+) -> AsyncIterator[tuple[TimedWorker, HubClient]]:
+    """A Hub (memory on or off) and a real worker in this process, for timing launches."""
+    name = "bound" if memory else "unbound"
+    home = root / f"{name}-amux-home"
+    home.mkdir(mode=0o700)
+    amux(home, "principal", "add", "bench-runtime", "--service")
+    service_token = amux(home, "token", "issue", "bench-runtime")
+    amux(home, "principal", "add", "bench-owner", "--owner")
+    owner_token = amux(home, "token", "issue", "bench-owner")
+    settings = RuntimeSettings(
+        name="bench",
+        claude=find_agent_cli("claude"),
+        codex=find_agent_cli("codex"),
+        pi=find_agent_cli("pi"),
+        pi_args=PI_ARGS,
+        pi_agent_dir=pi_agent_source(root / "bridged", model),
+        codex_config=codex_config(root / "bridged", model),
+        pass_env=[*DEFAULT_PASS_ENV, "PI_OFFLINE"],
+        work_dir=root / f"{name}-runtime",
+    )
+    base_env = offline_env(root / "bridged-home", model.base_url)
+    with serving_hub(home, root / f"{name}-hub.log", memory) as url:
+        async with (
+            HubClient(url, service_token, timeout=60) as service,
+            HubClient(url, owner_token, timeout=60) as owner,
+        ):
+            worker = TimedWorker(service, url, settings, root / f"{name}-runtime", base_env)
+            stop = asyncio.Event()
+            running = asyncio.create_task(worker.run_forever(stop))
+            try:
+                yield worker, owner
+            finally:
+                stop.set()
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
+
+
+async def launches(root: Path, samples: int, providers: tuple[str, ...]) -> None:
+    print(f"\nlaunch: spawn or claim → first model request, {samples} samples each")
+    async with (
+        FakeModelServer() as model,
+        bridge(root, model, memory=False) as (plain, plain_owner),
+        bridge(root, model, memory=True) as (bound, bound_owner),
+    ):
+        for provider in providers:
+            # One warm-up each, so disk caches favour no side.
+            await bare_launch(provider, root, model)
+            await bridged_launch(provider, plain, plain_owner, model, None)
+            await bridged_launch(provider, bound, bound_owner, model, "global")
+            bare = timing([await bare_launch(provider, root, model) for _ in range(samples)])
+            unbound = timing(
+                [
+                    await bridged_launch(provider, plain, plain_owner, model, None)
+                    for _ in range(samples)
+                ]
+            )
+            with_memory = timing(
+                [
+                    await bridged_launch(provider, bound, bound_owner, model, "global")
+                    for _ in range(samples)
+                ]
+            )
+            added = (with_memory.median - bare.median) * 1000
+            verdict = "meets" if added < LAUNCH_TARGET_MS else "misses"
+            print(f"  {provider}")
+            print(f"    bare CLI          {bare.ms()}")
+            print(
+                f"    bridged, no memory {unbound.ms()}  "
+                f"added {(unbound.median - bare.median) * 1000:7.1f} ms"
+            )
+            print(
+                f"    bridged, memory    {with_memory.ms()}  added {added:7.1f} ms "
+                f"({ratio(with_memory.median, bare.median)}) {verdict} < {LAUNCH_TARGET_MS:.0f} ms"
+            )
+
+
+async def memory_calls(root: Path) -> None:
+    home = root / "mcp-amux-home"
+    with serving_hub(home, root / "mcp-hub.log") as url:
+        token = (home / OWNER_TOKEN_FILE).read_text().strip()
+        async with HubClient(url, token, binding="global") as hub:
+            await hub.memory_upsert("topics/bench.md", DOCUMENT, "absent")
+            direct = await time_awaits(lambda: hub.memory_get("topics/bench.md"), MEMORY_CALLS)
+
+        agent_home = root / "mcp-agent-home"
+        agent_home.mkdir()
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "AMUX_HOME": str(agent_home),
+            "AMUX_HUB_URL": url,
+            "AMUX_TOKEN": token,
+            "AMUX_MEMORY_BINDING": "global",
+        }
+        cli = StdioServerParameters(command=AMUX, args=["mcp"], env=env, cwd=REPO)
+        module = StdioServerParameters(
+            command=sys.executable, args=["-m", "runtime_bridge.mcp_server"], env=env, cwd=REPO
+        )
+        cold: dict[str, list[float]] = {"amux mcp": [], "python -m runtime_bridge.mcp_server": []}
+        hops: list[float] = []
+        with (root / "mcp-stderr.log").open("a", encoding="utf-8") as errlog:
+            for _ in range(3):
+                for name, params in (
+                    ("amux mcp", cli),
+                    ("python -m runtime_bridge.mcp_server", module),
+                ):
+                    start = time.perf_counter()
+                    async with (
+                        stdio_client(params, errlog=errlog) as (read, write),
+                        ClientSession(read, write) as session,
+                    ):
+                        await session.initialize()
+                        await session.list_tools()
+                        cold[name].append(time.perf_counter() - start)
+                        if name != "amux mcp":
+                            continue
+                        check = await session.call_tool(
+                            "amux.memory_get", {"path": "topics/bench.md"}
+                        )
+                        if check.is_error:
+                            raise RuntimeError(f"amux mcp failed: {check}")
+                        hop = await time_awaits(
+                            lambda: session.call_tool(
+                                "amux.memory_get", {"path": "topics/bench.md"}
+                            ),
+                            MEMORY_CALLS,
+                        )
+                        hops.append(hop.median)
+    imported = await asyncio.to_thread(import_cost)
+    hop_median = statistics.median(hops)
+    added = (hop_median - direct.median) * 1000
+    verdict = "meets" if added < CALL_TARGET_MS else "misses"
+    print(f"\nmemory call: memory.get of a {len(DOCUMENT)}-byte document, {MEMORY_CALLS} calls")
+    print(f"  direct HubClient     {direct.ms()}")
+    print(f"  MCP → amux mcp → Hub {hop_median * 1000:6.1f} ms (median of 3 server runs)")
+    print(
+        f"  added per call {added:6.1f} ms ({ratio(hop_median, direct.median)}) "
+        f"{verdict} < {CALL_TARGET_MS:.0f} ms"
+    )
+    print("MCP server cold start (spawn → initialize → tools listed), 3 runs each:")
+    for name, samples in cold.items():
+        print(f"  {name:36} {', '.join(f'{c * 1000:.0f}' for c in samples)} ms")
+    print(f"  importing runtime_bridge.mcp_server alone: {imported * 1000:.0f} ms")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--only", choices=("launch", "calls"), default=None)
+    parser.add_argument("--providers", default=",".join(PROVIDERS))
+    args = parser.parse_args()
+    header("Runtime bridge overhead")
+    with tempfile.TemporaryDirectory(prefix="amux-bench-bridge-") as tmp:
+        root = Path(tmp)
+        if args.only in (None, "calls"):
+            await memory_calls(root)
+        if args.only in (None, "launch"):
+            await launches(root, args.samples, tuple(args.providers.split(",")))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
