@@ -82,14 +82,15 @@ def stopping(proc: subprocess.Popen[bytes]) -> Iterator[None]:
 
 
 @contextmanager
-def hub_server(home: Path) -> Iterator[HubServer]:
-    """``amux serve`` on a free loopback port over ``home`` (memory enabled)."""
+def hub_server(home: Path, **environ: str) -> Iterator[HubServer]:
+    """``amux serve`` on a free loopback port over ``home`` (memory enabled), with ``environ``."""
     from hub.config import OWNER_TOKEN_FILE
 
     enable_memory_offline(home)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AMUX_")}
     env["AMUX_HOME"] = str(home)
+    env.update(environ)
     with (home.parent / f"hub-{port}.log").open("ab") as log:
         proc = subprocess.Popen(
             [AMUX, "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
