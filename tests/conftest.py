@@ -174,7 +174,7 @@ class HubProcess:
             status, body = self.rpc("system.config.get")
             return status == 200 and not any(v["restart_pending"] for v in body.values())
 
-        wait_until(lambda: self._quietly(restarted), 30)
+        wait_until(lambda: self._quietly(restarted), 60)
 
     @staticmethod
     def _quietly(check: Any) -> bool:
