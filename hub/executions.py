@@ -81,6 +81,11 @@ MAX_EVENT_BYTES = 16 * 1024
 WORKER_FRESH_SECONDS = 60.0
 
 
+def delegation_label(session_id: str) -> str:
+    """The label of a Session's delegated Agent credentials, so a lost launch's can be found."""
+    return f"session {session_id}"
+
+
 @dataclass(frozen=True)
 class Session:
     id: str
@@ -464,14 +469,29 @@ class Executions:
             ),
         )
 
+    def _revoke_delegations(self, session_id: str) -> None:
+        principal_id = self.session(session_id).principal_id
+        label = delegation_label(session_id)
+        for credential in self._state.credentials(principal_id):
+            if (
+                credential.kind == "delegated"
+                and credential.label == label
+                and credential.revoked_at is None
+            ):
+                self._state.revoke_credential(credential.id)
+
     async def expire_leases(self) -> int:
         """Retry or fail the turns of workers that stopped heart-beating; returns how many."""
         now = self._clock()
         rows = self.db.execute(
-            "SELECT id, attempts FROM executions WHERE state = ? AND lease_expires_at < ?",
+            "SELECT id, session_id, attempts FROM executions "
+            "WHERE state = ? AND lease_expires_at < ?",
             (RUNNING, now),
         ).fetchall()
         for row in rows:
+            # A SIGKILLed worker could not revoke its Agent's credential, and the Agent may
+            # outlive it; it must not keep writing memory beside the retry.
+            self._revoke_delegations(row["session_id"])
             if row["attempts"] < MAX_ATTEMPTS:
                 self.db.execute(
                     "UPDATE executions SET state = ?, worker_id = NULL, lease_expires_at = NULL, "

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from hub.errors import Forbidden, InvalidArgument, NotFound
-from hub.executions import Session
+from hub.executions import Session, delegation_label
 from hub.identity import Actor
 from hub.rpc import Call, method
 from hub.state import Principal
@@ -195,7 +195,7 @@ async def sessions_memory(call: Call) -> dict[str, Any]:
             session.principal_id,
             "delegated",
             binding=session.binding,
-            label=f"session {session.id}",
+            label=delegation_label(session.id),
             expires_at=time.time() + DELEGATION_SECONDS,
             issued_by=call.actor.principal.id,
         )

@@ -249,6 +249,7 @@ async def test_a_turn_whose_worker_is_killed_is_retried_on_another_worker(
     script: list[Step] = [Answer("Done after retry.", hold=release)] * 2
     async with FakeModelServer(script) as model:
         cluster = cluster_for(model)
+        await asyncio.to_thread(cluster.hub.enable_memory)
         try:
             await asyncio.to_thread(cluster.start_worker, "a")
             await asyncio.to_thread(cluster.start_worker, "b")
@@ -270,6 +271,12 @@ async def test_a_turn_whose_worker_is_killed_is_retried_on_another_worker(
     assert described["attempts"] == 2
     assert described["result"]["text"] == "Done after retry."
     assert "the worker running this turn was lost; retrying" in event_texts(described)
+    # Each launch had its own Agent credential; the killed worker's was revoked by the Hub,
+    # since its Agent could outlive it.
+    listed = await cli(cluster.hub, "token", "list")
+    delegated = [c for c in listed.json() if c["kind"] == "delegated"]
+    assert len(delegated) == 2
+    assert all(c["revoked"] for c in delegated)
 
 
 async def test_a_turn_that_loses_its_retry_too_fails_visibly(
