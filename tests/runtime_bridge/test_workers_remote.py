@@ -337,3 +337,26 @@ async def test_cancelling_a_running_turn_stops_the_agents_process_group(
         assert worker.proc.poll() is None
         again = await finished(cluster.hub, await submit(cluster.hub, "And now?"))
         assert again["state"] == "succeeded", again
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="providers/process.py starts the Agent in a session of its own with nothing tying it "
+    "to the worker's life (e.g. PR_SET_PDEATHSIG), so a SIGKILLed worker leaves it running",
+)
+async def test_an_agent_does_not_outlive_its_killed_worker(
+    tmp_path: Path, cluster_for: Callable[..., Cluster]
+) -> None:
+    release = asyncio.Event()
+    async with FakeModelServer([Answer("late", hold=release)]) as model:
+        cluster = cluster_for(model)
+        try:
+            await asyncio.to_thread(cluster.start_worker, "doomed")
+            await submit(cluster.hub, "Outlive me")
+            await eventually(requests_reach(model, 1))
+            worker, agent = await eventually(cluster.running_on)
+            cluster.orphans.append(agent)
+            worker.kill()
+            await eventually(lambda: not alive(agent), within=10)
+        finally:
+            release.set()
