@@ -57,6 +57,9 @@ class FeishuIdentities:
 
     def _remember(self, principal: Principal, ids: UserIds) -> None:
         for kind, value in _aliases(ids):
+            holder = self._state.principal_by_alias(kind, value)
+            if holder is not None and holder.id == principal.id:
+                continue  # Known already: a read, where adding would take the write lock.
             try:
                 self._state.add_alias(principal.id, kind, value)
             except Conflict:

@@ -47,7 +47,8 @@ logger = logging.getLogger("amux.bot")
 
 RESTART_CARD_KEY = "bot.restart_card"
 CHAT_PROVIDER_KEY = "bot.chat_provider."
-PRIVATE_CHAT_KEY = "bot.private_chat."
+# A private chat with the bot belongs to one person: an alias of theirs, looked up by key.
+PRIVATE_CHAT_ALIAS = "feishu_p2p_chat"
 PROVIDERS = ("claude", "codex", "pi")
 LIST_LIMIT = 50
 
@@ -96,17 +97,19 @@ class Management:
 
     def note_private_chat(self, chat_id: str, principal: Principal) -> None:
         """Remember whose private chat this is (learned from a signed message event)."""
-        key = PRIVATE_CHAT_KEY + chat_id
-        if chat_id and self._hub.state.saved_settings().get(key) != principal.id:
-            self._hub.state.save_setting(key, principal.id)
+        state = self._hub.state
+        holder = state.principal_by_alias(PRIVATE_CHAT_ALIAS, chat_id) if chat_id else None
+        if chat_id and (holder is None or holder.id != principal.id):
+            state.move_alias(PRIVATE_CHAT_ALIAS, chat_id, principal.id)
 
     def may_choose_provider(self, principal: Principal, chat_id: str) -> bool:
         """The owner chooses for any chat; others only for their own private chat."""
         if principal.is_owner:
             return True
-        return bool(chat_id) and (
-            self._hub.state.saved_settings().get(PRIVATE_CHAT_KEY + chat_id) == principal.id
+        holder = (
+            self._hub.state.principal_by_alias(PRIVATE_CHAT_ALIAS, chat_id) if chat_id else None
         )
+        return holder is not None and holder.id == principal.id
 
     def scope_of(self, principal: Principal) -> str:
         return principal_scope(principal.id) if self._hub.config.isolation else GLOBAL_SCOPE
