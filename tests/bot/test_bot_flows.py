@@ -252,6 +252,7 @@ async def running_bot(
     enroll: str = "auto",
     mode: str = "webhook",
     runtime: RuntimeSettings | None = None,
+    lease_seconds: float = 30.0,
 ) -> AsyncIterator[Bot]:
     """The service with Feishu on; ``runtime`` adds the in-process worker ``amux serve`` runs."""
     home = tmp_path / "amux-home"
@@ -270,7 +271,7 @@ async def running_bot(
         )
         port = free_port()
         app = create_app(
-            HubSettings(home=home),
+            HubSettings(home=home, lease_seconds=lease_seconds),
             runtime_settings=runtime,
             worker_url=f"http://127.0.0.1:{port}" if runtime else None,
             feishu_settings=settings,
@@ -557,11 +558,50 @@ async def test_the_topics_starter_can_cancel_a_run_and_others_cannot(tmp_path: P
         assert not [b for b in buttons(progress.card) if b["action"] == "run.cancel"]
 
 
+async def test_cancelling_a_running_turn_stops_the_agent(tmp_path: Path) -> None:
+    held = asyncio.Event()
+    # Short leases: the worker hears of a cancel at its next heartbeat (a third of the lease).
+    async with (
+        FakeModelServer([Answer("too late", hold=held)]) as model,
+        running_bot(tmp_path, lease_seconds=3) as bot,
+        claude_worker(bot, tmp_path, model),
+    ):
+        try:
+            asked = await bot.say("a job that never ends", BOB, group=True, mention=True)
+            progress = await bot.reply_to(asked)
+            (cancel,) = [b for b in buttons(progress.card) if b["action"] == "run.cancel"]
+            run_id = cancel["run_id"]
+            await until(lambda: model.main_requests, seconds=60)
+            assert bot.hub.executions.describe(run_id)["state"] == "running"
+
+            refused = await bot.click(cancel, who=CAROL, chat_id=GROUP)
+            assert refused["toast"]["type"] == "error"
+            accepted = await bot.click(cancel, who=BOB, chat_id=GROUP)
+            assert accepted["toast"]["type"] != "error"
+            await until(lambda: bot.hub.executions.describe(run_id)["state"] == "cancelled")
+            await until(lambda: "Cancelled" in card_text(progress.card))
+            assert "too late" not in json.dumps([m.card for m in bot.replies_to(asked)])
+        finally:
+            held.set()
+
+
+def unrepair(parts: list[str]) -> str:
+    """Join result cards, undoing the fence repair: a code block cut between two cards is
+    closed at the end of one and reopened (with its info string) at the start of the next."""
+    joined = parts[0]
+    for part in parts[1:]:
+        if joined.endswith("\n```") and part.startswith("```"):
+            joined = joined[: -len("\n```")]
+            part = part.split("\n", 1)[1]
+        joined += part
+    return joined
+
+
 async def test_a_long_answer_arrives_as_several_cards_that_add_up_to_it(tmp_path: Path) -> None:
-    paragraphs = [
-        f"Paragraph {n}: " + " ".join(f"word{n}-{k}" for k in range(60)) for n in range(110)
-    ]
-    answer = "\n\n".join(paragraphs)
+    prose = [f"Paragraph {n}: " + " ".join(f"word{n}-{k}" for k in range(60)) for n in range(50)]
+    code = "\n".join(f"    step_{n} = compute({n}, 'x' * {n % 7})  # line {n}" for n in range(700))
+    answer = "\n\n".join(prose[:25]) + "\n\n```python\n" + code + "\n```\n\n"
+    answer += "\n\n".join(prose[25:])
     assert len(answer.encode()) > 60_000
     async with (
         FakeModelServer([Answer(answer)]) as model,
@@ -576,7 +616,10 @@ async def test_a_long_answer_arrives_as_several_cards_that_add_up_to_it(tmp_path
         await until(lambda: len(bot.replies_to(asked)) >= total)
         results = [m.card for m in bot.replies_to(asked) if "Result (" in card_text(m.card)]
         assert len(results) == total
-        assert "".join(markdown_of(card) for card in results) == answer
+        parts = [markdown_of(card) for card in results]
+        # Every card's code blocks are balanced, so each renders on its own.
+        assert all(part.count("```") % 2 == 0 for part in parts)
+        assert unrepair(parts) == answer
 
 
 async def test_a_failed_launch_is_reported_as_a_readable_card(tmp_path: Path) -> None:
