@@ -5,7 +5,6 @@ from __future__ import annotations
 import typer
 
 from bot import logs
-from bot import serve as serving
 from bot.config import FeishuSettings
 from bot.runtime_cli import agent_app, runtime_app
 from hub.cli import CliEnv, fail, memory_app, principal_app, system_app, token_app
@@ -54,6 +53,10 @@ def serve(
     if port is not None:
         overrides["port"] = port
     settings = HubSettings(**overrides)  # type: ignore[arg-type]
+    # Imported here: the service pulls in lark-oapi, which takes seconds to import, and every
+    # other command (the CLI Agents run, `amux mcp`) must start quickly.
+    from bot import serve as serving
+
     try:
         serving.run(settings)
     except AmuxError as error:
