@@ -12,6 +12,7 @@ from aiohttp import web
 
 from bot.config import FeishuSettings
 from bot.drain import DRAIN, Drain
+from bot.logs import install_request_ids
 from hub.client import HubClient
 from hub.config import HubSettings
 from hub.errors import NotFound
@@ -46,6 +47,7 @@ def create_app(
         client_max_size=hub_settings.max_request_bytes, middlewares=[drain.middleware]
     )
     app[DRAIN] = drain
+    install_request_ids(app)
     add_hub(app, hub_settings)
     if worker_url is not None:
         settings = runtime_settings or RuntimeSettings()

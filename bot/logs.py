@@ -14,7 +14,6 @@ import re
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
@@ -22,8 +21,8 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-REQUEST_ID_HEADER = "X-Request-Id"
-REQUEST_ID: ContextVar[str | None] = ContextVar("amux_request_id", default=None)
+from hub.requestid import REQUEST_ID, REQUEST_ID_HEADER
+
 REQUEST_ID_KEY = web.RequestKey("request_id", str)
 # Callers' ids end up in every log line, so only short, printable, unambiguous ones are kept.
 _VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from bot.app import create_app
 from bot.drain import DRAIN
-from bot.logs import AccessLogger, install_request_ids
+from bot.logs import AccessLogger
 from hub.config import HubSettings
 from hub.rpc import HUB
 from runtime_bridge.config import RuntimeSettings
@@ -46,7 +46,6 @@ async def serve(settings: HubSettings) -> Outcome:
     runtime = RuntimeSettings()
     worker_url = local_url(settings.host, settings.port) if runtime.in_process else None
     app = create_app(settings, runtime, worker_url=worker_url)
-    install_request_ids(app)
     runner = web.AppRunner(
         app, handle_signals=False, shutdown_timeout=1.0, access_log_class=AccessLogger
     )

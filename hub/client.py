@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 
 from hub.errors import AmuxError, Unauthenticated, Unavailable, error_from_wire
+from hub.requestid import REQUEST_ID, REQUEST_ID_HEADER
 
 BINDING_HEADER = "X-Amux-Memory-Binding"
 
@@ -69,8 +70,10 @@ class HubClient:
         body = {key: value for key, value in params.items() if value is not None}
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
         url = f"{self.base_url}/rpc/v1/{method}"
+        request_id = REQUEST_ID.get()
+        headers = {REQUEST_ID_HEADER: request_id} if request_id else None
         try:
-            async with self._client().post(url, data=payload) as response:
+            async with self._client().post(url, data=payload, headers=headers) as response:
                 raw = await response.read()
                 status = response.status
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
