@@ -116,25 +116,18 @@ class Worker:
     async def _claim_unless(self, stop: asyncio.Event) -> Claimed | None:
         """Claim, but give up the long poll as soon as ``stop`` is set.
 
-        A stop that races a claim the Hub has just granted leaves that turn to its lease: it
-        expires and the Hub retries the turn elsewhere, so nothing is dropped.
+        A claim that completes anyway is still run. One the Hub grants just as the request is
+        abandoned is left to its lease: it expires and the Hub retries the turn elsewhere.
         """
         claiming = asyncio.create_task(self.claim())
         stopping = asyncio.create_task(stop.wait())
         try:
             await asyncio.wait({claiming, stopping}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stopping.cancel()
-            if not claiming.done():
-                claiming.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await stopping
-        try:
-            return await claiming
-        except asyncio.CancelledError:
-            if claiming.cancelled():
-                return None
-            raise
+            for task in (claiming, stopping):
+                task.cancel()
+            await asyncio.gather(claiming, stopping, return_exceptions=True)
+        return None if claiming.cancelled() else claiming.result()
 
     async def claim(self) -> Claimed | None:
         answer = await self.hub.call(
