@@ -9,6 +9,7 @@ may omit it. Nothing here ever falls back to global memory while isolation is on
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hub.errors import BindingMismatch, Unauthenticated
@@ -53,6 +54,45 @@ def authenticate(state: State, token: str, now: float | None = None) -> Actor:
     if credential.expires_at is not None and credential.expires_at <= moment:
         raise Unauthenticated("invalid credential")
     return Actor(principal, credential)
+
+
+class Authenticator:
+    """``authenticate`` with a short-lived cache of known credentials.
+
+    Every RPC authenticates, and the lookup is the largest fixed cost of a small read. A cached
+    credential is still checked for expiry on each call; a revocation through this Hub applies at
+    once, one made directly in the database by another process within ``ttl`` seconds.
+    """
+
+    def __init__(
+        self,
+        state: State,
+        ttl: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+        max_entries: int = 4096,
+    ) -> None:
+        self._state = state
+        self._ttl = ttl
+        self._clock = clock
+        self._max_entries = max_entries
+        self._cache: dict[str, tuple[Actor, float, int]] = {}
+
+    def __call__(self, token: str) -> Actor:
+        """Raises: Unauthenticated: unknown, revoked or expired credential."""
+        now = self._clock()
+        generation = self._state.credential_changes
+        hit = self._cache.get(token)
+        if hit is not None and now - hit[1] < self._ttl and hit[2] == generation:
+            actor = hit[0]
+            expires_at = actor.credential.expires_at
+            if expires_at is not None and expires_at <= time.time():
+                raise Unauthenticated("invalid credential")
+            return actor
+        actor = authenticate(self._state, token)
+        if len(self._cache) >= self._max_entries:
+            self._cache.clear()
+        self._cache[token] = (actor, now, generation)
+        return actor
 
 
 def memory_scope(actor: Actor, isolation: bool) -> str:

@@ -19,7 +19,7 @@ from hub import rpc_executions  # noqa: F401  (registers the execution methods)
 from hub.config import HubSettings
 from hub.executions import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED
 from hub.metrics import METRICS, Metrics, Snapshot, metrics_endpoint
-from hub.rpc import HUB, create_rpc_app
+from hub.rpc import HUB, RPC_PATH, rpc_handler
 from hub.services import Hub
 
 logger = logging.getLogger("amux.hub")
@@ -87,7 +87,7 @@ def add_hub(app: web.Application, settings: HubSettings) -> None:
     app.cleanup_ctx.append(hub_lifetime)
     app.cleanup_ctx.append(lease_sweeper)
     app.on_shutdown.append(release_long_polls)
-    app.add_subapp("/rpc/v1/", create_rpc_app(settings.max_request_bytes))
+    app.router.add_route("*", RPC_PATH, rpc_handler())
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_endpoint)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from hub.config import OWNER_TOKEN_FILE, HubSettings
 from hub.errors import Forbidden, MemoryDisabled
 from hub.executions import Executions
-from hub.identity import Actor, check_binding, memory_scope
+from hub.identity import Actor, Authenticator, check_binding, memory_scope
 from hub.rootlock import RootLock
 from hub.state import State
 from hub.store import MemoryStore
@@ -32,6 +32,7 @@ class Hub:
     config: SystemConfig
     root_lock: RootLock
     executions: Executions
+    authenticate: Authenticator
     restart_requested: asyncio.Event = field(default_factory=asyncio.Event)
     # Hooks other packages register to extend ``system.capabilities`` (e.g. connected workers).
     capability_hooks: list[Callable[[], dict[str, object]]] = field(default_factory=list)
@@ -51,7 +52,15 @@ class Hub:
             store = MemoryStore(settings.memory_root)
             store.open()
             executions = Executions(state, lease_seconds=settings.lease_seconds)
-            hub = cls(settings, state, store, SystemConfig(state), root_lock, executions)
+            hub = cls(
+                settings,
+                state,
+                store,
+                SystemConfig(state),
+                root_lock,
+                executions,
+                Authenticator(state),
+            )
             hub._bootstrap_owner()
         except BaseException:
             root_lock.release()

@@ -135,6 +135,8 @@ class State:
         self.db.execute("PRAGMA foreign_keys=ON")
         self.db.execute("PRAGMA busy_timeout=5000")
         self.db.executescript(_SCHEMA)
+        # Bumped on every revocation through this connection, so caches of credentials can tell.
+        self.credential_changes = 0
         self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def close(self) -> None:
@@ -317,6 +319,7 @@ class State:
             if cursor.rowcount == 0:
                 raise NotFound(f"no credential with id '{credential_id}'")
             row = db.execute("SELECT * FROM credentials WHERE id = ?", (credential_id,)).fetchone()
+        self.credential_changes += 1
         return _credential(row)
 
     # -- settings --------------------------------------------------------------------------------
