@@ -70,10 +70,12 @@ class Authenticator:
         ttl: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
         max_entries: int = 4096,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._state = state
         self._ttl = ttl
         self._clock = clock
+        self._wall_clock = wall_clock
         self._max_entries = max_entries
         self._cache: dict[str, tuple[Actor, float, int]] = {}
 
@@ -85,10 +87,10 @@ class Authenticator:
         if hit is not None and now - hit[1] < self._ttl and hit[2] == generation:
             actor = hit[0]
             expires_at = actor.credential.expires_at
-            if expires_at is not None and expires_at <= time.time():
+            if expires_at is not None and expires_at <= self._wall_clock():
                 raise Unauthenticated("invalid credential")
             return actor
-        actor = authenticate(self._state, token)
+        actor = authenticate(self._state, token, self._wall_clock())
         if len(self._cache) >= self._max_entries:
             self._cache.clear()
         self._cache[token] = (actor, now, generation)
