@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 AGENTS := tools/agent-clis
 
-.PHONY: venv agents serve test lint bench clean
+.PHONY: venv agents serve test lint bench reference clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -31,6 +31,9 @@ test: venv agents lint
 
 bench: venv
 	for script in tests/benchmarks/bench_*.py; do $(PY) $$script || exit 1; done
+
+reference: venv
+	$(PY) -m scripts.reference
 
 clean:
 	rm -rf $(VENV) $(AGENTS)/node_modules .mypy_cache .pytest_cache .ruff_cache
