@@ -79,6 +79,7 @@ MAX_ATTEMPTS = 2
 MAX_PROMPT_BYTES = 256 * 1024
 MAX_EVENT_BYTES = 16 * 1024
 WORKER_FRESH_SECONDS = 60.0
+NO_WORKER = "no Runtime worker is connected; this turn waits until one is"
 
 
 def delegation_label(session_id: str) -> str:
@@ -270,6 +271,8 @@ class Executions:
             "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (execution_id, session.id, prompt, QUEUED, submitted_by, now, now),
         )
+        if self.connected_workers() == 0:
+            self._append_event(execution_id, "status", NO_WORKER)
         await self._notify()
         return self.describe(execution_id), session
 
@@ -337,10 +340,11 @@ class Executions:
         if cursor.rowcount == 0:
             raise NotFound("unknown worker; register again", worker_id=worker_id)
 
-    def connected_workers(self) -> int:
+    def connected_workers(self, besides: str | None = None) -> int:
+        """Workers seen recently, not counting ``besides``."""
         row = self.db.execute(
-            "SELECT COUNT(*) AS n FROM workers WHERE last_seen >= ?",
-            (self._clock() - WORKER_FRESH_SECONDS,),
+            "SELECT COUNT(*) AS n FROM workers WHERE last_seen >= ? AND id IS NOT ?",
+            (self._clock() - WORKER_FRESH_SECONDS, besides),
         ).fetchone()
         return int(row["n"])
 
@@ -484,7 +488,7 @@ class Executions:
         """Retry or fail the turns of workers that stopped heart-beating; returns how many."""
         now = self._clock()
         rows = self.db.execute(
-            "SELECT id, session_id, attempts FROM executions "
+            "SELECT id, session_id, worker_id, attempts FROM executions "
             "WHERE state = ? AND lease_expires_at < ?",
             (RUNNING, now),
         ).fetchall()
@@ -501,6 +505,8 @@ class Executions:
                 self._append_event(
                     row["id"], "status", "the worker running this turn was lost; retrying"
                 )
+                if self.connected_workers(besides=row["worker_id"]) == 0:
+                    self._append_event(row["id"], "status", NO_WORKER)
             else:
                 self._finish(
                     row["id"],

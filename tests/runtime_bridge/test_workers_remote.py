@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from hub.executions import NO_WORKER
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
 from tests.conftest import AMUX, HubProcess, free_port
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
@@ -337,6 +338,47 @@ async def test_cancelling_a_running_turn_stops_the_agents_process_group(
         assert worker.proc.poll() is None
         again = await finished(cluster.hub, await submit(cluster.hub, "And now?"))
         assert again["state"] == "succeeded", again
+
+
+async def test_a_turn_without_a_worker_says_so_and_runs_when_one_connects(
+    tmp_path: Path, cluster_for: Callable[..., Cluster]
+) -> None:
+    release = asyncio.Event()
+    script: list[Step] = [Answer("Finally.", hold=release)] * 2
+    async with FakeModelServer(script) as model:
+        cluster = cluster_for(model)
+        try:
+            execution_id = await submit(cluster.hub, "Anyone there?")
+            waiting = await watch(cluster.hub, execution_id)
+            assert waiting["state"] == "queued"
+            assert event_texts(waiting) == [NO_WORKER]
+
+            # A worker takes it, and is lost with no other worker around: the user hears both.
+            await asyncio.to_thread(cluster.start_worker, "a")
+            await eventually(requests_reach(model, 1))
+            worker, agent = await eventually(cluster.running_on)
+            cluster.orphans.append(agent)
+            worker.kill()
+            deadline = time.monotonic() + 60
+            while (texts := event_texts(await watch(cluster.hub, execution_id))).count(
+                NO_WORKER
+            ) < 2:
+                assert time.monotonic() < deadline, texts
+                await asyncio.sleep(0.1)
+            assert texts == [
+                NO_WORKER,
+                "the worker running this turn was lost; retrying",
+                NO_WORKER,
+            ]
+
+            await asyncio.to_thread(cluster.start_worker, "b")
+            await eventually(requests_reach(model, 2))
+            release.set()
+            described = await finished(cluster.hub, execution_id)
+        finally:
+            release.set()
+    assert described["state"] == "succeeded", described
+    assert described["result"]["text"] == "Finally."
 
 
 @pytest.mark.xfail(
