@@ -14,6 +14,9 @@ import errno
 import os
 import secrets
 import stat
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,11 +62,60 @@ def _refuse(
     return InvalidPath(f"'{shown}' cannot be opened ({os.strerror(err.errno or 0)})")
 
 
+# (inode, size, mtime ns, ctime ns): a file replaced by rename or edited in place changes one.
+_Stamp = tuple[int, int, int, int]
+_RACY_NS = 2_000_000_000
+
+
+def _stamp(info: os.stat_result) -> _Stamp:
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+class _ContentCache:
+    """Recently scanned documents, trusted only while their stat stamp is unchanged.
+
+    A search then costs one ``stat`` per unchanged document instead of open, read and close,
+    which is most of a scan. Bounded in bytes; the least recently used documents go first.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._entries: OrderedDict[tuple[str, ...], tuple[_Stamp, bytes]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, ...], stamp: _Stamp) -> bytes | None:
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is None or hit[0] != stamp:
+                return None
+            self._entries.move_to_end(key)
+            return hit[1]
+
+    def put(self, key: tuple[str, ...], stamp: _Stamp, data: bytes) -> None:
+        if len(data) > self._max_bytes // 8:
+            return
+        # File times tick coarsely: a same-size edit within one tick of this read would keep the
+        # stamp, so documents changed moments ago are not cached (the "racy git" rule).
+        if time.time_ns() - max(stamp[2], stamp[3]) < _RACY_NS:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old[1])
+            self._entries[key] = (stamp, data)
+            self._bytes += len(data)
+            while self._bytes > self._max_bytes:
+                _, (_, evicted) = self._entries.popitem(last=False)
+                self._bytes -= len(evicted)
+
+
 class MemoryFiles:
     """File access to one memory root (``<AMUX_HOME>/memory``)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, cache_bytes: int = 64 * 1024 * 1024) -> None:
         self.root = root
+        self._cache = _ContentCache(cache_bytes)
 
     def ensure_root(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -188,13 +240,14 @@ class MemoryFiles:
             return
         try:
             if dir_fd is not None:
-                yield from self._walk_fd(dir_fd, prefix, admit, [max_entries])
+                yield from self._walk_fd(dir_fd, scope_parts, prefix, admit, [max_entries])
         finally:
             directory.__exit__(None, None, None)
 
     def _walk_fd(
         self,
         dir_fd: int,
+        scope_parts: tuple[str, ...],
         rel: tuple[str, ...],
         admit: Callable[[int], bool],
         entries_left: list[int],
@@ -214,10 +267,25 @@ class MemoryFiles:
                 except OSError:
                     continue
                 try:
-                    yield from self._walk_fd(child, rel + (name,), admit, entries_left)
+                    yield from self._walk_fd(
+                        child, scope_parts, rel + (name,), admit, entries_left
+                    )
                 finally:
                     os.close(child)
             elif name.endswith(".md") and entry.is_file(follow_symlinks=False):
+                key = scope_parts + rel + (name,)
+                try:
+                    listed = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                cached = (
+                    self._cache.get(key, _stamp(listed)) if stat.S_ISREG(listed.st_mode) else None
+                )
+                if cached is not None:
+                    if not admit(len(cached)):
+                        raise WalkStop
+                    yield WalkedFile(rel + (name,), cached)
+                    continue
                 try:
                     fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
                 except OSError:
@@ -232,6 +300,7 @@ class MemoryFiles:
                     data = _read_all(fd, info.st_size)
                 finally:
                     os.close(fd)
+                self._cache.put(key, _stamp(info), data)
                 yield WalkedFile(rel + (name,), data)
 
     def sweep_temp_files(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,26 @@ def test_the_memory_root_must_not_be_a_link(tmp_path: Path, outside: Path) -> No
     (tmp_path / "memory").symlink_to(outside)
     with pytest.raises(InvalidPath):
         MemoryFiles(tmp_path / "memory").ensure_root()
+
+
+def test_a_scan_never_returns_stale_content_after_edits(tmp_path: Path) -> None:
+    files = MemoryFiles(tmp_path / "memory")
+    files.ensure_root()
+    scope = ("global",)
+    files.write_atomic(scope + ("a.md",), b"first version\n")
+    target = tmp_path / "memory" / "global" / "a.md"
+    # Age the file so the scan may cache it, as it would a document not touched for a while.
+    old = time.time_ns() - 10_000_000_000
+    os.utime(target, ns=(old, old))
+    assert [d.data for d in files.walk(scope)] == [b"first version\n"]
+    assert [d.data for d in files.walk(scope)] == [b"first version\n"]
+
+    files.write_atomic(scope + ("a.md",), b"second version\n")
+    assert [d.data for d in files.walk(scope)] == [b"second version\n"]
+
+    # An edit in place by another tool, same size, same inode.
+    os.utime(target, ns=(old, old))
+    assert [d.data for d in files.walk(scope)] == [b"second version\n"]
+    with open(target, "r+b") as handle:
+        handle.write(b"SECOND")
+    assert [d.data for d in files.walk(scope)] == [b"SECOND version\n"]
