@@ -545,6 +545,8 @@ async def test_the_topics_starter_can_cancel_a_run_and_others_cannot(tmp_path: P
         asked = await bot.say("a long job", BOB, group=True, mention=True)
         progress = await bot.reply_to(asked)
         (cancel,) = [b for b in buttons(progress.card) if b["action"] == "run.cancel"]
+        # No Runtime worker is connected: the progress card says why nothing happens yet.
+        await until(lambda: "no Runtime worker is connected" in card_text(progress.card))
 
         refused = await bot.click(cancel, who=CAROL, chat_id=GROUP)
         assert refused["toast"]["type"] == "error"
