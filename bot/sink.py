@@ -25,6 +25,10 @@ PROVIDER_SET = {
     "zh_cn": "本会话的新对话将使用 {provider}。",
     "en_us": "New conversations in this chat now run {provider}.",
 }
+TEXT_ONLY = {
+    "zh_cn": "请用文字描述你的请求（目前只读取文字和富文本消息）。",
+    "en_us": "Please write your request as text (only text and rich-text messages are read).",
+}
 BAD_CLAIM = {
     "zh_cn": "认领码无效或已被使用。",
     "en_us": "That claim code is not valid (or was already used).",
@@ -64,6 +68,10 @@ class BotSink:
                 await self._client.reply(
                     event.message_id, card=enrollment_closed_card(self._lang), in_thread=False
                 )
+                return
+            if not text:
+                # An image, file or sticker (or a bare mention): say so rather than stay silent.
+                await self._client.reply(event.message_id, text=TEXT_ONLY[self._lang])
                 return
             await self._conversations.handle(event, principal)
         except AmuxError as error:

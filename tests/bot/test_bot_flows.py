@@ -394,6 +394,27 @@ async def test_group_messages_need_a_mention_and_management_stays_private(
         assert bot.hub.executions.db.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
 
 
+async def test_a_message_without_text_gets_a_hint_instead_of_silence(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        stored = bot.feishu.add_message(private_chat(BOB), "")
+        image = signer.message(
+            "",
+            **BOB,
+            chat_id=private_chat(BOB),
+            message_id=stored.message_id,
+            message_type="image",
+            content={"image_key": "img_v2_123"},
+        )
+        bot.sent[stored.message_id] = image
+        status, _ = await bot.post(image)
+        assert status == 200
+        hint = await bot.reply_to(stored.message_id)
+        assert "as text" in json.loads(hint.content)["text"]
+        bare = await bot.say("", BOB, group=True, mention=True)
+        assert "as text" in json.loads((await bot.reply_to(bare)).content)["text"]
+        assert bot.hub.executions.db.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
+
+
 # -- My memory -------------------------------------------------------------------------------
 
 
