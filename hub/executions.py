@@ -19,6 +19,7 @@ from typing import Any
 
 from hub.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from hub.paths import GLOBAL_SCOPE, principal_scope
+from hub.requestid import REQUEST_ID
 from hub.state import State
 
 _SCHEMA = """
@@ -125,9 +126,16 @@ class Executions:
         self.lease_seconds = lease_seconds
         self._clock = clock
         self.db.executescript(_SCHEMA)
+        self._migrate()
         self._changed = asyncio.Condition()
         self._version = 0
         self._closing = False
+
+    def _migrate(self) -> None:
+        columns = {row["name"] for row in self.db.execute("PRAGMA table_info(executions)")}
+        if "request_id" not in columns:
+            # Added later: the id that follows a turn from Feishu to the worker and back.
+            self.db.execute("ALTER TABLE executions ADD COLUMN request_id TEXT")
 
     async def _notify(self) -> None:
         async with self._changed:
@@ -267,9 +275,9 @@ class Executions:
         now = self._clock()
         execution_id = uuid.uuid4().hex
         self.db.execute(
-            "INSERT INTO executions (id, session_id, prompt, state, submitted_by, created_at, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (execution_id, session.id, prompt, QUEUED, submitted_by, now, now),
+            "INSERT INTO executions (id, session_id, prompt, state, submitted_by, request_id, "
+            "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (execution_id, session.id, prompt, QUEUED, submitted_by, REQUEST_ID.get(), now, now),
         )
         if self.connected_workers() == 0:
             self._append_event(execution_id, "status", NO_WORKER)
@@ -386,6 +394,7 @@ class Executions:
             "execution": {
                 "id": execution["id"],
                 "prompt": execution["prompt"],
+                "request_id": execution["request_id"],
                 "attempt": execution["attempts"],
             },
             "session": session.to_wire(),

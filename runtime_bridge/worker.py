@@ -20,6 +20,7 @@ from typing import Any
 
 from hub.client import HubClient
 from hub.errors import AmuxError, Conflict, Unavailable
+from hub.requestid import REQUEST_ID
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.materializer import materialize_memory_cli
 from runtime_bridge.providers import (
@@ -58,6 +59,7 @@ class Claimed:
     attempt: int
     session: Mapping[str, Any]
     lease_seconds: float
+    request_id: str | None = None
 
 
 # succeeded, result, error, native session id
@@ -142,6 +144,7 @@ class Worker:
             int(execution["attempt"]),
             answer["session"],
             float(answer["lease_seconds"]),
+            execution.get("request_id"),
         )
 
     async def _event(self, claimed: Claimed, kind: str, text: str) -> None:
@@ -155,6 +158,15 @@ class Worker:
 
     async def execute(self, claimed: Claimed) -> None:
         """Run one claimed turn to a posted result, whatever happens to the Agent."""
+        # The turn's request id rides on every Hub call and log line made for it (tasks created
+        # below copy this context).
+        context = REQUEST_ID.set(claimed.request_id)
+        try:
+            await self._execute(claimed)
+        finally:
+            REQUEST_ID.reset(context)
+
+    async def _execute(self, claimed: Claimed) -> None:
         runner = asyncio.create_task(self._launch(claimed))
         keeper = asyncio.create_task(self._keep_lease(claimed, runner))
         done, _ = await asyncio.wait({runner, keeper}, return_when=asyncio.FIRST_COMPLETED)

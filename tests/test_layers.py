@@ -15,7 +15,13 @@ OURS = ("hub", "bot", "runtime_bridge", "cards")
 ALLOWED: dict[str, set[str]] = {
     "cards": {"cards"},
     "hub": {"hub"},
-    "runtime_bridge": {"runtime_bridge", "hub.client", "hub.config", "hub.errors"},
+    "runtime_bridge": {
+        "runtime_bridge",
+        "hub.client",
+        "hub.config",
+        "hub.errors",
+        "hub.requestid",
+    },
     "bot": {"bot", "hub", "runtime_bridge", "cards"},
 }
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from runtime_bridge.memoryprotocol import protocol_text
-from tests.conftest import CliResult, HubProcess, free_port
-from tests.fakes.model_server import Answer, CallTool, FakeModelServer
+from tests.conftest import CliResult, HubProcess, free_port, wait_until
+from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
 from tests.runtime_bridge.conftest import find_agent_cli
 
 pytestmark = pytest.mark.timeout(180)
@@ -60,7 +60,7 @@ async def test_a_bound_claude_turn_saves_memory_through_the_hub_and_resumes_with
     tmp_path: Path,
 ) -> None:
     content = "# Review format\nconclusion, evidence, unresolved questions\n"
-    script = [
+    script: list[Step] = [
         CallTool(
             "mcp__memory__amux_memory_upsert",
             {"path": "topics/review-format.md", "content": content, "expected_revision": "absent"},
@@ -171,5 +171,37 @@ async def test_an_isolation_change_fails_the_old_bindings_memory_calls_without_f
             assert second["binding"] == "global"
             tool_output = model.tool_results[-1][1]
             assert "binding_mismatch" in tool_output
+        finally:
+            hub.stop()
+
+
+async def test_a_turns_request_id_follows_it_to_the_worker_and_back(tmp_path: Path) -> None:
+    async with FakeModelServer([Answer("Traced.")]) as model:
+        hub = start_hub(tmp_path, model.base_url, AMUX_LOG_FORMAT="json")
+        try:
+            trace = "trace-7f3a9c"
+            status, submitted = await asyncio.to_thread(
+                hub.rpc,
+                "executions.submit",
+                headers={"X-Request-Id": trace},
+                provider="claude",
+                prompt="Hello",
+            )
+            assert status == 200, submitted
+            execution_id = submitted["execution"]["id"]
+
+            def finished() -> bool:
+                _, state = hub.rpc("executions.watch", execution_id=execution_id)
+                return state["state"] == "succeeded"
+
+            await asyncio.to_thread(wait_until, finished, 120)
+            lines = [json.loads(line) for line in hub.log().splitlines() if line.startswith("{")]
+            traced = {line.get("path") for line in lines if line.get("request_id") == trace}
+            # The worker's own calls for this turn carry the id the turn was submitted with.
+            assert {
+                "/rpc/v1/executions.submit",
+                "/rpc/v1/sessions.memory",
+                "/rpc/v1/executions.complete",
+            } <= traced
         finally:
             hub.stop()
