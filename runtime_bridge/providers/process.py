@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -65,9 +66,18 @@ def materialize(plan: LaunchPlan) -> None:
         os.chmod(planned.path, planned.mode)
 
 
+@functools.cache
+def _death_signal_prefix() -> tuple[str, ...]:
+    # The agent runs in a session of its own (so it can be stopped as a group), which also cuts
+    # it loose from the worker: if the worker is killed, the kernel should stop the agent too.
+    setpriv = shutil.which("setpriv")
+    return (setpriv, "--pdeathsig", "TERM", "--") if setpriv else ()
+
+
 async def start(plan: LaunchPlan, argv: list[str]) -> asyncio.subprocess.Process:
-    """Start the agent in its own process group with the plan's environment."""
+    """Start the agent in its own process group, ended with the worker that started it."""
     return await asyncio.create_subprocess_exec(
+        *_death_signal_prefix(),
         *argv,
         cwd=plan.cwd,
         env=dict(plan.env),

@@ -192,7 +192,7 @@ async def test_a_turns_request_id_follows_it_to_the_worker_and_back(tmp_path: Pa
 
             def finished() -> bool:
                 _, state = hub.rpc("executions.watch", execution_id=execution_id)
-                return state["state"] == "succeeded"
+                return bool(state["state"] == "succeeded")
 
             await asyncio.to_thread(wait_until, finished, 120)
             lines = [json.loads(line) for line in hub.log().splitlines() if line.startswith("{")]

@@ -381,11 +381,6 @@ async def test_a_turn_without_a_worker_says_so_and_runs_when_one_connects(
     assert described["result"]["text"] == "Finally."
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="providers/process.py starts the Agent in a session of its own with nothing tying it "
-    "to the worker's life (e.g. PR_SET_PDEATHSIG), so a SIGKILLed worker leaves it running",
-)
 async def test_an_agent_does_not_outlive_its_killed_worker(
     tmp_path: Path, cluster_for: Callable[..., Cluster]
 ) -> None:
