@@ -17,7 +17,9 @@ from bot.management import Management
 from bot.sink import BotSink
 from hub.config import HubSettings
 from hub.errors import AmuxError
+from hub.metrics import METRICS
 from hub.rpc import HUB
+from hub.server import READINESS
 
 logger = logging.getLogger("amux.serve")
 
@@ -55,6 +57,18 @@ def add_feishu(
     adapter = FeishuAdapter(settings, sink, state_dir=hub_settings.home, client=client)
     app[FEISHU] = adapter
     app.add_routes(adapter.routes())
+    metrics = app.get(METRICS)
+    if metrics is not None:
+        adapter.client.observer = metrics
+        adapter.dispatcher.observer = metrics
+
+    async def feishu_ready() -> tuple[bool, str]:
+        # Knowing the bot's own identity proves the credentials and the API are reachable.
+        if adapter.identity_known.is_set():
+            return True, f"connected ({settings.mode})"
+        return False, "the bot's identity is not known yet: check the app id, secret and domain"
+
+    app[READINESS].add("feishu", feishu_ready)
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         hub = app[HUB]

@@ -30,6 +30,7 @@ from tenacity import (
 
 from bot.config import FeishuSettings
 from bot.feishu.errors import FeishuApiError
+from bot.feishu.observer import FeishuObserver, NoObserver
 from bot.feishu.ratelimit import Pacer
 from bot.feishu.sdk import (
     AccessTokenType,
@@ -119,6 +120,7 @@ class FeishuClient:
     ) -> None:
         self._settings = settings
         self._pacer = pacer or Pacer()
+        self.observer: FeishuObserver = NoObserver()
         self._client = (
             lark.Client.builder()
             .app_id(settings.app_id)
@@ -245,8 +247,10 @@ class FeishuClient:
             stop=stop_after_attempt(self._attempts),
             wait=self._wait,
             retry=retry_if_exception_type(_Retryable),
+            before_sleep=lambda _state: self.observer.feishu_retry(operation),
             reraise=True,
         )
+        ok = False
         try:
             async for attempt in retrying:
                 with attempt:
@@ -254,12 +258,18 @@ class FeishuClient:
                     call = functools.partial(
                         self._call_once, operation, method, uri, paths, queries, body
                     )
-                    return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+                    result = await asyncio.get_running_loop().run_in_executor(
+                        self._executor, call
+                    )
+                    ok = True
+                    return result
         except _Retryable as error:
             raise Unavailable(
                 f"Feishu {operation} failed after {self._attempts} attempts: {error.reason}",
                 operation=operation,
             ) from None
+        finally:
+            self.observer.feishu_call(operation, ok)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _call_once(

@@ -22,6 +22,7 @@ from bot.feishu.events import (
     UrlVerification,
     parse_event,
 )
+from bot.feishu.observer import FeishuObserver, NoObserver
 from hub.errors import InvalidArgument
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class EventDispatcher:
         self.bot_open_id = bot_open_id
         self._card_timeout = card_timeout
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.observer: FeishuObserver = NoObserver()
 
     @property
     def pending(self) -> int:
@@ -65,8 +67,10 @@ class EventDispatcher:
         if isinstance(event, UrlVerification):
             return {"challenge": event.challenge}
         if not await self._first_time(event.event_id):
+            self.observer.feishu_event("deduplicated")
             logger.info("duplicate Feishu event %s ignored", event.event_id)
             return {} if isinstance(event, CardAction) else ACK
+        self.observer.feishu_event("received")
         if isinstance(event, MessageEvent):
             self._spawn(self._sink.on_message(event), event.event_id)
             return ACK
@@ -101,6 +105,7 @@ class EventDispatcher:
     def _finished(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
+            self.observer.feishu_event("failed")
             logger.error(
                 "Feishu event handler %s failed", task.get_name(), exc_info=task.exception()
             )
