@@ -14,6 +14,7 @@ from typing import Any
 
 import typer
 
+from bot import logs
 from hub.cli import emit, env_of, fail, run
 from hub.client import HubClient
 from hub.errors import AmuxError, InvalidArgument
@@ -183,6 +184,7 @@ def runtime_worker(
         fail(InvalidArgument("a worker needs a service token in AMUX_TOKEN"))
     settings = RuntimeSettings()
     work_dir = settings.work_dir or Path(tempfile.gettempdir()) / f"amux-runtime-{os.getuid()}"
+    logs.configure(logs.LogSettings(), secrets=[token])
 
     async def work() -> None:
         stop = asyncio.Event()
