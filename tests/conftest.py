@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -43,6 +44,18 @@ def wait_until(predicate: Any, timeout: float = 15.0, interval: float = 0.02) ->
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+async def until(predicate: Any, seconds: float = 60.0, interval: float = 0.02) -> Any:
+    """``wait_until`` for tests whose fakes share the event loop, which must never block."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {seconds}s")
+        await asyncio.sleep(interval)
 
 
 @dataclass

@@ -11,8 +11,7 @@ import asyncio
 import io
 import json
 import re
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import HubProcess, free_port
+from tests.conftest import HubProcess, free_port, until
 from tests.fakes.feishu import FakeFeishu, StoredMessage
 from tests.fakes.feishu_events import FeishuSigner
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer
@@ -35,18 +34,6 @@ OTHER = {"sender_open_id": "ou_other", "sender_union_id": "on_other", "sender_us
 
 def as_operator(who: dict[str, str]) -> dict[str, str]:
     return {k.replace("sender_", "operator_"): v for k, v in who.items()}
-
-
-async def until(predicate: Callable[[], Any], seconds: float = 60.0) -> Any:
-    """Poll a condition with a deadline (the fakes run on this loop, so never block it)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {seconds}s")
-        await asyncio.sleep(0.05)
 
 
 @dataclass

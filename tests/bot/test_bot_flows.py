@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,7 @@ from hub.services import Hub
 from hub.state import State
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.worker import Worker
-from tests.conftest import free_port
+from tests.conftest import free_port, until
 from tests.fakes.feishu import FakeFeishu, StoredMessage
 from tests.fakes.feishu_events import FeishuSigner
 from tests.fakes.model_server import Answer, FakeModelServer
@@ -92,18 +91,6 @@ def buttons(card: dict[str, Any]) -> list[dict[str, Any]]:
 
     walk(card)
     return found
-
-
-async def until(predicate: Callable[[], Any], seconds: float = 30.0) -> Any:
-    """Poll a condition with a deadline (the fakes share this loop, so never block it)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {seconds}s")
-        await asyncio.sleep(0.02)
 
 
 def seed(home: Path, *, memory: bool, isolation: bool) -> dict[str, str]:
