@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Coroutine
 from typing import Any
 
@@ -24,6 +25,7 @@ from bot.feishu.events import (
 )
 from bot.feishu.observer import FeishuObserver, NoObserver
 from hub.errors import InvalidArgument
+from hub.requestid import REQUEST_ID
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +62,9 @@ class EventDispatcher:
         Raises:
             InvalidArgument: the payload is not a Feishu event.
         """
+        if REQUEST_ID.get() is None:
+            # Long-connection events arrive outside any HTTP request; give each its own id.
+            REQUEST_ID.set(uuid.uuid4().hex)
         try:
             event = parse_event(payload, self.bot_open_id)
         except MalformedEvent as error:
