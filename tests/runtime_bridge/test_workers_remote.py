@@ -23,7 +23,7 @@ import pytest
 
 from hub.executions import NO_WORKER
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
-from tests.conftest import AMUX, HubProcess, free_port
+from tests.conftest import AMUX, HubProcess, free_port, until
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
 from tests.runtime_bridge.conftest import find_agent_cli
 from tests.runtime_bridge.test_providers_pi import pi_agent_source
@@ -35,18 +35,6 @@ PI_ARGS = ["--provider", "fake", "--model", "fake-model"]
 # Short enough that a lost worker is noticed quickly, long enough that a loaded machine's
 # heart-beats (every third of it) still arrive in time.
 LEASE_SECONDS = "4"
-
-
-async def eventually(predicate: Callable[[], Any], within: float = 60.0) -> Any:
-    """Poll ``predicate`` without blocking the loop (the fake model shares it) until truthy."""
-    deadline = time.monotonic() + within
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {within}s")
-        await asyncio.sleep(0.05)
 
 
 def alive(pid: int) -> bool:
@@ -255,14 +243,14 @@ async def test_a_turn_whose_worker_is_killed_is_retried_on_another_worker(
             await asyncio.to_thread(cluster.start_worker, "a")
             await asyncio.to_thread(cluster.start_worker, "b")
             execution_id = await submit(cluster.hub, "Survive a crash")
-            await eventually(requests_reach(model, 1))
-            first, agent = await eventually(cluster.running_on)
+            await until(requests_reach(model, 1))
+            first, agent = await until(cluster.running_on)
             cluster.orphans.append(agent)
             first.kill()
 
             # The lease runs out, the Hub requeues the turn, and the other worker takes it.
-            await eventually(requests_reach(model, 2))
-            second, _ = await eventually(cluster.running_on)
+            await until(requests_reach(model, 2))
+            second, _ = await until(cluster.running_on)
             assert second is not first
             release.set()
             described = await finished(cluster.hub, execution_id)
@@ -294,8 +282,8 @@ async def test_a_turn_that_loses_its_retry_too_fails_visibly(
                 cli(cluster.hub, "agent", "run", "--provider", "pi", "Doomed", timeout=150)
             )
             for expected in (1, 2):
-                await eventually(requests_reach(model, expected))
-                worker, agent = await eventually(cluster.running_on)
+                await until(requests_reach(model, expected))
+                worker, agent = await until(cluster.running_on)
                 cluster.orphans.append(agent)
                 worker.kill()
             done = await follower
@@ -320,7 +308,7 @@ async def test_cancelling_a_running_turn_stops_the_agents_process_group(
         cluster = cluster_for(model)
         worker = await asyncio.to_thread(cluster.start_worker, "solo")
         execution_id = await submit(cluster.hub, "Run something long")
-        await eventually(lambda: (pids / "shell").is_file() and (pids / "shell").read_text())
+        await until(lambda: (pids / "shell").is_file() and (pids / "shell").read_text())
         agent = int((pids / "agent").read_text())
         shell = int((pids / "shell").read_text())
         assert alive(agent) and alive(shell)
@@ -332,7 +320,7 @@ async def test_cancelling_a_running_turn_stops_the_agents_process_group(
         assert status == 200, body
         described = await finished(cluster.hub, execution_id)
         assert described["state"] == "cancelled", described
-        await eventually(lambda: not alive(agent) and not alive(shell), within=20)
+        await until(lambda: not alive(agent) and not alive(shell), seconds=20)
         assert len(model.main_requests) == 1
         # The worker lives on and takes the next turn.
         assert worker.proc.poll() is None
@@ -355,8 +343,8 @@ async def test_a_turn_without_a_worker_says_so_and_runs_when_one_connects(
 
             # A worker takes it, and is lost with no other worker around: the user hears both.
             await asyncio.to_thread(cluster.start_worker, "a")
-            await eventually(requests_reach(model, 1))
-            worker, agent = await eventually(cluster.running_on)
+            await until(requests_reach(model, 1))
+            worker, agent = await until(cluster.running_on)
             cluster.orphans.append(agent)
             worker.kill()
             deadline = time.monotonic() + 60
@@ -372,7 +360,7 @@ async def test_a_turn_without_a_worker_says_so_and_runs_when_one_connects(
             ]
 
             await asyncio.to_thread(cluster.start_worker, "b")
-            await eventually(requests_reach(model, 2))
+            await until(requests_reach(model, 2))
             release.set()
             described = await finished(cluster.hub, execution_id)
         finally:
@@ -390,10 +378,10 @@ async def test_an_agent_does_not_outlive_its_killed_worker(
         try:
             await asyncio.to_thread(cluster.start_worker, "doomed")
             await submit(cluster.hub, "Outlive me")
-            await eventually(requests_reach(model, 1))
-            worker, agent = await eventually(cluster.running_on)
+            await until(requests_reach(model, 1))
+            worker, agent = await until(cluster.running_on)
             cluster.orphans.append(agent)
             worker.kill()
-            await eventually(lambda: not alive(agent), within=10)
+            await until(lambda: not alive(agent), seconds=10)
         finally:
             release.set()
