@@ -37,6 +37,9 @@ class RuntimeSettings(BaseSettings):
     work_dir: Path | None = None
     # Where Agents work when a conversation names no directory; default: <work_dir>/workspace.
     default_cwd: Path | None = None
+    # Run Agents as this local user (a name or uid) instead of the worker's own; the worker must
+    # run as root. Each run's files and the Agent's home then belong to that user alone.
+    run_as: str | None = None
     # The amux executable launches use for `amux mcp` and the CLI; default: the running one.
     amux: str | None = None
 

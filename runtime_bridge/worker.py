@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
+import pwd
 import shutil
 import sys
 from collections.abc import Mapping
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hub.client import HubClient
-from hub.errors import AmuxError, Conflict, Unavailable
+from hub.errors import AmuxError, Conflict, InvalidArgument, Unavailable
 from hub.requestid import REQUEST_ID
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.materializer import materialize_memory_cli
@@ -64,6 +66,19 @@ class Claimed:
 
 # succeeded, result, error, native session id
 Outcome = tuple[bool, dict[str, Any] | None, str | None, str | None]
+
+
+def run_as_ids(user: str) -> tuple[int, int]:
+    """(uid, gid) of a local user given by name or number.
+
+    Raises:
+        InvalidArgument: there is no such user.
+    """
+    try:
+        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except KeyError:
+        raise InvalidArgument(f"AMUX_RUNTIME_RUN_AS names no local user: {user}") from None
+    return entry.pw_uid, entry.pw_gid
 
 
 def memory_warning(reason: str) -> str:
@@ -227,8 +242,14 @@ class Worker:
         try:
             run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            memory, credential_id = await self._memory(claimed, provider, run_dir, warnings)
+            run_as = run_as_ids(self.settings.run_as) if self.settings.run_as else None
+            base_env = dict(self.base_env)
             cwd = Path(session["cwd"]) if session.get("cwd") else self._default_cwd()
+            if run_as is not None:
+                base_env["HOME"] = str(self._hand_over(run_as, run_dir, state_dir, cwd, session))
+            memory, credential_id = await self._memory(
+                claimed, provider, run_dir, warnings, run_as[0] if run_as else None
+            )
             request = LaunchRequest(
                 provider=provider,
                 prompt=claimed.prompt,
@@ -241,11 +262,11 @@ class Worker:
                 memory=memory,
                 executable=self.settings.executable(provider),
                 extra_args=self.settings.extra_args(provider),
-                base_env=self.base_env,
+                base_env=base_env,
                 pass_env=tuple(self.settings.pass_env),
                 provider_home_source=self.settings.home_source(provider),
             )
-            plan = build_plan(request)
+            plan = dataclasses.replace(build_plan(request), run_as=run_as)
             for warning in plan.warnings:
                 if warning not in warnings:
                     warnings.append(warning)
@@ -289,13 +310,39 @@ class Worker:
                 with contextlib.suppress(AmuxError):
                     await self.hub.call("credentials.revoke", id=credential_id)
 
+    def _hand_over(
+        self,
+        run_as: tuple[int, int],
+        run_dir: Path,
+        state_dir: Path,
+        cwd: Path,
+        session: Mapping[str, Any],
+    ) -> Path:
+        """Give the Agent's user its run, session and home directories; returns its home."""
+        uid, gid = run_as
+        # Others may pass through the worker's directories, never list or read them.
+        for parent in (self.work_dir, run_dir.parent, state_dir.parent):
+            parent.chmod(0o711)
+        home = state_dir / "home"
+        home.mkdir(exist_ok=True, mode=0o700)
+        for owned in (run_dir, state_dir, home):
+            os.chown(owned, uid, gid)
+        if not session.get("cwd"):
+            os.chown(cwd, uid, gid)
+        return home
+
     def _default_cwd(self) -> Path:
         cwd = self.settings.default_cwd or (self.work_dir / "workspace")
         cwd.mkdir(parents=True, exist_ok=True)
         return cwd
 
     async def _memory(
-        self, claimed: Claimed, provider: str, run_dir: Path, warnings: list[str]
+        self,
+        claimed: Claimed,
+        provider: str,
+        run_dir: Path,
+        warnings: list[str],
+        owner_uid: int | None = None,
     ) -> tuple[MemoryAttachment | None, str | None]:
         """Freeze or reuse the Session's binding; on any failure run without memory, warned."""
         session_id = str(claimed.session["id"])
@@ -318,7 +365,12 @@ class Worker:
         token = str(answer["token"])
         binding = str(answer["binding"])
         cli_dir = materialize_memory_cli(
-            run_dir, self.amux, hub_url=self.hub_url, token=token, binding=binding
+            run_dir,
+            self.amux,
+            hub_url=self.hub_url,
+            token=token,
+            binding=binding,
+            owner_uid=owner_uid,
         )
         attachment = MemoryAttachment(
             hub_url=self.hub_url,

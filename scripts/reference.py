@@ -77,6 +77,8 @@ MEANINGS: dict[str, str] = {
     "Unset: <work dir>/workspace.",
     "AMUX_RUNTIME_AMUX": "The amux executable launches use for `amux mcp` and the memory CLI. "
     "Unset: the running one.",
+    "AMUX_RUNTIME_RUN_AS": "Run Agents as this local user (name or uid); the worker runs as root "
+    "and amux must be installed where that user can read it. Unset: the worker's own user.",
     "AMUX_FEISHU_APP_ID": "Feishu app id (cli_...). Empty: the bot is off and only the Hub runs.",
     "AMUX_FEISHU_APP_SECRET": "Feishu app secret. Never logged.",
     "AMUX_FEISHU_ENCRYPT_KEY": "Event encryption key from the app's Events page (webhook mode). "

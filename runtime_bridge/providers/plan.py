@@ -122,6 +122,8 @@ class LaunchPlan:
     resume_id: str | None = None
     codex: CodexThread | None = None
     secrets: tuple[str, ...] = field(default=(), repr=False)
+    # (uid, gid) the Agent runs as, and owns its files as; None: the worker's own user.
+    run_as: tuple[int, int] | None = None
 
     def mask(self, text: str) -> str:
         """``text`` with every secret value of this plan replaced."""

@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 from runtime_bridge.providers.errors import ExecutableMissing
@@ -64,6 +65,25 @@ def materialize(plan: LaunchPlan) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(planned.content)
         os.chmod(planned.path, planned.mode)
+    if plan.run_as is not None:
+        # The Agent's own user must own what it reads and writes; nobody else can read it.
+        uid, gid = plan.run_as
+        for root in [*plan.directories, *(c.destination for c in plan.copies)]:
+            chown_tree(root, uid, gid)
+        for planned in plan.files:
+            os.chown(planned.path.parent, uid, gid)
+            os.chown(planned.path, uid, gid)
+
+
+def chown_tree(root: Path, uid: int, gid: int) -> None:
+    """Give ``root`` and everything below it (links not followed) to ``uid``:``gid``."""
+    if not root.exists() and not root.is_symlink():
+        return
+    os.chown(root, uid, gid, follow_symlinks=False)
+    if root.is_dir() and not root.is_symlink():
+        for directory, subdirs, names in os.walk(root, followlinks=False):
+            for name in [*subdirs, *names]:
+                os.chown(os.path.join(directory, name), uid, gid, follow_symlinks=False)
 
 
 @functools.cache
@@ -74,10 +94,25 @@ def _death_signal_prefix() -> tuple[str, ...]:
     return (setpriv, "--pdeathsig", "TERM", "--") if setpriv else ()
 
 
+def _user_prefix(plan: LaunchPlan) -> tuple[str, ...]:
+    if plan.run_as is None:
+        return ()
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise ExecutableMissing(
+            "setpriv (util-linux) is needed to run Agents as another user",
+            executable="setpriv",
+            provider=plan.provider,
+        )
+    uid, gid = plan.run_as
+    return (setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--")
+
+
 async def start(plan: LaunchPlan, argv: list[str]) -> asyncio.subprocess.Process:
     """Start the agent in its own process group, ended with the worker that started it."""
     return await asyncio.create_subprocess_exec(
         *_death_signal_prefix(),
+        *_user_prefix(plan),
         *argv,
         cwd=plan.cwd,
         env=dict(plan.env),
