@@ -25,6 +25,7 @@ from hub.errors import AmuxError, Conflict, InvalidArgument, Unavailable
 from hub.requestid import REQUEST_ID
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.materializer import materialize_memory_cli
+from runtime_bridge.mcp_launcher import WarmMcp
 from runtime_bridge.providers import (
     MEMORY_PROVIDERS,
     Failure,
@@ -103,6 +104,8 @@ class Worker:
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.amux = settings.amux or default_amux_executable()
         self.worker_id: str | None = None
+        # Agents of another user cannot reach the worker's private socket: they start cold.
+        self.warm_mcp = None if settings.run_as else WarmMcp(self.amux)
 
     async def register(self) -> str:
         answer = await self.hub.call("workers.register", name=self.settings.name)
@@ -111,6 +114,18 @@ class Worker:
         return self.worker_id
 
     async def run_forever(self, stop: asyncio.Event) -> None:
+        warming = asyncio.create_task(self.warm_mcp.start()) if self.warm_mcp else None
+        try:
+            await self._serve(stop)
+        finally:
+            if warming is not None:
+                warming.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await warming
+            if self.warm_mcp is not None:
+                await asyncio.shield(self.warm_mcp.stop())
+
+    async def _serve(self, stop: asyncio.Event) -> None:
         failures = 0
         while not stop.is_set():
             try:
@@ -331,6 +346,11 @@ class Worker:
             os.chown(cwd, uid, gid)
         return home
 
+    def _mcp_argv(self, owner_uid: int | None) -> tuple[str, ...]:
+        if owner_uid is None and self.warm_mcp is not None:
+            return self.warm_mcp.argv()
+        return (self.amux, "mcp")
+
     def _default_cwd(self) -> Path:
         cwd = self.settings.default_cwd or (self.work_dir / "workspace")
         cwd.mkdir(parents=True, exist_ok=True)
@@ -376,7 +396,7 @@ class Worker:
             hub_url=self.hub_url,
             credential=token,
             binding=binding,
-            mcp_argv=(self.amux, "mcp"),
+            mcp_argv=self._mcp_argv(owner_uid),
             cli_dir=cli_dir,
         )
         return attachment, answer.get("credential_id")

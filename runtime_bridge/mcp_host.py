@@ -1,0 +1,102 @@
+"""A warm ``amux mcp`` per worker: the MCP SDK imported once, one forked server per launch.
+
+Claude and Codex wait for their MCP servers before the first model request, and a cold
+``amux mcp`` spends about a second importing the SDK. The host imports it once and listens on a
+private Unix socket; for each connection from ``mcp_shim`` it forks a child that takes the
+launch's ``AMUX_*`` variables from the shim's first line, puts the connection on its stdin and
+stdout, and runs the ordinary ``amux mcp`` server there. The host itself never speaks to the
+Hub: every child authenticates with its own launch's delegated credential.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from runtime_bridge import mcp_server
+
+SHIM = Path(__file__).with_name("mcp_shim.py")
+FORWARDED = ("AMUX_HUB_URL", "AMUX_TOKEN", "AMUX_MEMORY_BINDING", "AMUX_TIMEOUT", "AMUX_HOME")
+HEADER_LIMIT = 64 * 1024
+READY = "ready"
+
+
+def _read_header(conn: socket.socket) -> dict[str, str]:
+    # Byte by byte: whatever follows the newline is the Agent's MCP traffic, not ours to read.
+    raw = bytearray()
+    while not raw.endswith(b"\n"):
+        byte = conn.recv(1)
+        if not byte or len(raw) > HEADER_LIMIT:
+            raise ConnectionError("the shim closed before sending its settings")
+        raw += byte
+    header = json.loads(raw)
+    if not isinstance(header, dict):
+        raise ConnectionError("the shim's settings are not an object")
+    return {k: v for k, v in header.items() if k in FORWARDED and isinstance(v, str)}
+
+
+def _child(conn: socket.socket) -> None:
+    """Serve one launch on ``conn``; never returns."""
+    code = 1
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        header = _read_header(conn)
+        for key in FORWARDED:
+            os.environ.pop(key, None)
+        os.environ.update(header)
+        os.dup2(conn.fileno(), 0)
+        os.dup2(conn.fileno(), 1)
+        conn.close()
+        mcp_server.main()
+        code = 0
+    except BaseException:
+        # A forked child must never return into the host's accept loop.
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _warm_up() -> None:
+    """Do once, before forking, what every server would otherwise repeat: settings parsing,
+    tool schema generation and the transport's imports."""
+    import mcp.server.stdio  # noqa: F401
+
+    from hub.config import ClientSettings
+
+    # As ``amux mcp`` does before building a server, whose own logging set-up then stays out.
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    )
+    from hub.errors import InvalidArgument
+
+    ClientSettings()
+    mcp_server.build_server(mcp_server.MemoryBridge(None, refusal=InvalidArgument("warm-up")))
+
+
+def serve(socket_path: str) -> None:
+    """Listen on ``socket_path`` (owner-only) and fork one server per connection."""
+    _warm_up()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    previous = os.umask(0o177)
+    try:
+        listener.bind(socket_path)
+    finally:
+        os.umask(previous)
+    listener.listen(64)
+    print(READY, flush=True)
+    while True:
+        conn, _ = listener.accept()
+        if os.fork() == 0:
+            listener.close()
+            _child(conn)
+        conn.close()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
