@@ -7,32 +7,20 @@ launches on the ordinary cold `amux mcp`.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from runtime_bridge.mcp_launcher import WarmMcp
 from tests.conftest import AMUX
-from tests.runtime_bridge.test_mcp_server import (
-    MemoryHub,
-    error,
-    mcp_session,
-    ok,
-    seeded_hub,
-)
+from tests.runtime_bridge import test_mcp_server as cold
+from tests.runtime_bridge.test_mcp_server import MemoryHub, error, mcp_session, ok
 
 pytestmark = pytest.mark.timeout(120)
 
-
-@pytest.fixture(scope="module")
-def memory_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MemoryHub]:
-    world = seeded_hub(tmp_path_factory.mktemp("warm-hub") / "amux-home")
-    world.hub.start()
-    try:
-        yield world
-    finally:
-        world.hub.stop()
+# The same module-scoped Hub (memory and isolation on, two users) the cold server is tested with.
+memory_hub = cold.memory_hub
 
 
 @pytest.fixture
