@@ -24,6 +24,8 @@ class HubSettings(BaseSettings):
     max_request_bytes: int = 1024 * 1024
     # A worker that misses heart-beats this long loses its turn to a retry.
     lease_seconds: float = 30.0
+    # A turn no worker takes within this long fails visibly instead of waiting forever.
+    queue_seconds: float = 900.0
 
     @property
     def memory_root(self) -> Path:

@@ -120,10 +120,12 @@ class Executions:
         state: State,
         lease_seconds: float = 30.0,
         clock: Callable[[], float] = time.time,
+        queue_seconds: float = 900.0,
     ) -> None:
         self.db = state.db
         self._state = state
         self.lease_seconds = lease_seconds
+        self.queue_seconds = queue_seconds
         self._clock = clock
         self.db.executescript(_SCHEMA)
         self._migrate()
@@ -524,6 +526,24 @@ class Executions:
                     "the worker running this turn stopped responding, and so did the retry",
                 )
                 self._append_event(row["id"], "status", "failed: the worker was lost")
-        if rows:
+        stale = self._fail_unclaimed(now)
+        if rows or stale:
             await self._notify()
+        return len(rows) + stale
+
+    def _fail_unclaimed(self, now: float) -> int:
+        """Fail turns no worker took in time: a visible answer beats an endless wait."""
+        rows = self.db.execute(
+            "SELECT id FROM executions WHERE state = ? AND updated_at < ?",
+            (QUEUED, now - self.queue_seconds),
+        ).fetchall()
+        minutes = max(1, round(self.queue_seconds / 60))
+        for row in rows:
+            self._finish(
+                row["id"],
+                FAILED,
+                None,
+                f"no Runtime worker took this turn within {minutes} min; start a worker and retry",
+            )
+            self._append_event(row["id"], "status", "failed: no Runtime worker took this turn")
         return len(rows)

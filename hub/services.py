@@ -51,7 +51,9 @@ class Hub:
             state = State(settings.state_path)
             store = MemoryStore(settings.memory_root)
             store.open()
-            executions = Executions(state, lease_seconds=settings.lease_seconds)
+            executions = Executions(
+                state, lease_seconds=settings.lease_seconds, queue_seconds=settings.queue_seconds
+            )
             hub = cls(
                 settings,
                 state,

@@ -46,6 +46,8 @@ MEANINGS: dict[str, str] = {
     "payload_too_large.",
     "AMUX_LEASE_SECONDS": "How long a worker may go without a heartbeat before its running turn is "
     "retried elsewhere (once) or failed visibly.",
+    "AMUX_QUEUE_SECONDS": "A turn no Runtime worker takes within this many seconds fails with a "
+    "clear error instead of waiting forever.",
     "AMUX_HUB_URL": "Where the CLI, `amux mcp` and remote workers reach the Hub.",
     "AMUX_TOKEN": "Credential the CLI or a worker presents to the Hub. Unset on the Hub host: the "
     "local owner token under AMUX_HOME is used.",
