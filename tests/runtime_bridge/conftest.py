@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
-from runtime_bridge.providers import Event, MemoryAttachment
+from runtime_bridge.providers import Event, LaunchRequest, MemoryAttachment
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT_BIN = REPO / "tools" / "agent-clis" / "node_modules" / ".bin"
@@ -147,6 +147,43 @@ def attachment_for() -> Callable[..., MemoryAttachment]:
         )
 
     return make
+
+
+def offline_request(
+    tmp_path: Path,
+    model_url: str,
+    provider: str,
+    executable: str,
+    memory: MemoryAttachment | None,
+    *,
+    prompt: str,
+    resume_id: str | None = None,
+    **options: Any,
+) -> LaunchRequest:
+    """A launch of the real CLI against the fake model: per-test dirs, no outside traffic."""
+    workdir = tmp_path / "work"
+    workdir.mkdir(exist_ok=True)
+    return LaunchRequest(
+        provider=provider,
+        prompt=prompt,
+        cwd=workdir,
+        run_dir=tmp_path / "run",
+        resume_id=resume_id,
+        memory=memory,
+        executable=executable,
+        base_env=offline_env(tmp_path / "home", model_url),
+        pass_env=TEST_PASS_ENV,
+        **options,
+    )
+
+
+def stub_search_call(query: str) -> dict[str, Any]:
+    """What the stub MCP server records for one amux.memory_search from a bound launch."""
+    return {
+        "tool": "amux.memory_search",
+        "arguments": {"query": query, "path_prefix": None, "limit": None},
+        "env": {"AMUX_HUB_URL": HUB_URL, "AMUX_TOKEN": CREDENTIAL, "AMUX_MEMORY_BINDING": BINDING},
+    }
 
 
 async def collect(events: AsyncIterator[Event]) -> list[Event]:

@@ -18,13 +18,10 @@ from runtime_bridge.providers import (
 )
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
 from tests.runtime_bridge.conftest import (
-    BINDING,
-    CREDENTIAL,
-    HUB_URL,
-    TEST_PASS_ENV,
     StubMcp,
     collect,
-    offline_env,
+    offline_request,
+    stub_search_call,
 )
 
 pytestmark = pytest.mark.timeout(90)
@@ -41,19 +38,15 @@ def request_for(
     resume_id: str | None = None,
     prompt: str = "Which language do I prefer?",
 ) -> LaunchRequest:
-    workdir = tmp_path / "work"
-    workdir.mkdir(exist_ok=True)
-    return LaunchRequest(
-        provider="claude",
-        prompt=prompt,
-        cwd=workdir,
-        run_dir=tmp_path / "run",
+    return offline_request(
+        tmp_path,
+        model.base_url,
+        "claude",
+        executable,
+        memory,
         resume_id=resume_id,
+        prompt=prompt,
         append_instructions="Answer briefly.",
-        memory=memory,
-        executable=executable,
-        base_env=offline_env(tmp_path / "home", model.base_url),
-        pass_env=TEST_PASS_ENV,
     )
 
 
@@ -77,17 +70,7 @@ async def test_bound_claude_calls_the_memory_mcp_server_and_gets_the_protocol(
     assert result.native_session_id
     assert result.usage.get("output_tokens")
 
-    assert stub_mcp.calls() == [
-        {
-            "tool": "amux.memory_search",
-            "arguments": {"query": "language preference", "path_prefix": None, "limit": None},
-            "env": {
-                "AMUX_HUB_URL": HUB_URL,
-                "AMUX_TOKEN": CREDENTIAL,
-                "AMUX_MEMORY_BINDING": BINDING,
-            },
-        }
-    ]
+    assert stub_mcp.calls() == [stub_search_call("language preference")]
     assert any("STUB-MEMORY-HIT" in text for _, text in model.tool_results)
 
     first = model.main_requests[0]

@@ -25,13 +25,11 @@ from runtime_bridge.providers.codex import CLIENT_INFO, unconfirmed_memory_setti
 from runtime_bridge.providers.process import materialize, start, stop
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
 from tests.runtime_bridge.conftest import (
-    BINDING,
     CREDENTIAL,
-    HUB_URL,
-    TEST_PASS_ENV,
     StubMcp,
     collect,
-    offline_env,
+    offline_request,
+    stub_search_call,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -68,21 +66,17 @@ def request_for(
     prompt: str = "Which language do I prefer?",
     extra_args: tuple[str, ...] = (),
 ) -> LaunchRequest:
-    workdir = tmp_path / "work"
-    workdir.mkdir(exist_ok=True)
-    return LaunchRequest(
-        provider="codex",
-        prompt=prompt,
-        cwd=workdir,
-        run_dir=tmp_path / "run",
-        state_dir=tmp_path / "state",
+    return offline_request(
+        tmp_path,
+        model.base_url,
+        "codex",
+        executable,
+        memory,
         resume_id=resume_id,
-        developer_instructions="Answer briefly.",
-        memory=memory,
-        executable=executable,
+        prompt=prompt,
         extra_args=extra_args,
-        base_env=offline_env(tmp_path / "home", model.base_url),
-        pass_env=TEST_PASS_ENV,
+        state_dir=tmp_path / "state",
+        developer_instructions="Answer briefly.",
         provider_home_source=codex_config(tmp_path, model),
     )
 
@@ -123,17 +117,7 @@ async def test_bound_codex_calls_the_memory_mcp_server_with_native_memory_off(
     assert result.text == "You prefer English."
     assert result.native_session_id
     assert result.usage.get("totalTokens")
-    assert stub_mcp.calls() == [
-        {
-            "tool": "amux.memory_search",
-            "arguments": {"query": "language preference", "path_prefix": None, "limit": None},
-            "env": {
-                "AMUX_HUB_URL": HUB_URL,
-                "AMUX_TOKEN": CREDENTIAL,
-                "AMUX_MEMORY_BINDING": BINDING,
-            },
-        }
-    ]
+    assert stub_mcp.calls() == [stub_search_call("language preference")]
     assert any("STUB-MEMORY-HIT" in text for _, text in model.tool_results)
     merged = merge_instructions("Answer briefly.", protocol_text("mcp"))
     assert merged.strip() in developer_text(model)

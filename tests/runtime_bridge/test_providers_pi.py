@@ -22,10 +22,9 @@ from tests.runtime_bridge.conftest import (
     BINDING,
     CREDENTIAL,
     HUB_URL,
-    TEST_PASS_ENV,
     StubCli,
     collect,
-    offline_env,
+    offline_request,
 )
 
 pytestmark = pytest.mark.timeout(90)
@@ -68,21 +67,17 @@ def request_for(
     resume_id: str | None = None,
     prompt: str = "-Which language do I prefer?",
 ) -> LaunchRequest:
-    workdir = tmp_path / "work"
-    workdir.mkdir(exist_ok=True)
-    return LaunchRequest(
-        provider="pi",
-        prompt=prompt,
-        cwd=workdir,
-        run_dir=tmp_path / "run",
-        state_dir=tmp_path / "state",
+    return offline_request(
+        tmp_path,
+        model.base_url,
+        "pi",
+        executable,
+        memory,
         resume_id=resume_id,
+        prompt=prompt,
+        state_dir=tmp_path / "state",
         append_instructions="Answer briefly.",
-        memory=memory,
-        executable=executable,
         extra_args=PI_ARGS,
-        base_env=offline_env(tmp_path / "home", model.base_url),
-        pass_env=TEST_PASS_ENV,
         provider_home_source=pi_agent_source(tmp_path, model),
     )
 
