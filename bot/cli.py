@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
+from pydantic import ValidationError
 
 from bot import logs
 from bot.config import FeishuSettings
 from bot.runtime_cli import agent_app, runtime_app
 from hub.cli import CliEnv, fail, memory_app, principal_app, system_app, token_app
-from hub.config import ClientSettings, HubSettings
+from hub.config import ClientSettings, HubSettings, invalid_settings
 from hub.errors import AmuxError
 
 app = typer.Typer(
@@ -106,7 +109,12 @@ def doctor(
 
 
 def main() -> None:
-    app(prog_name="amux")
+    try:
+        app(prog_name="amux")
+    except ValidationError as err:
+        # Settings are read from the environment when a command runs; name what is wrong.
+        typer.echo(f"error: invalid_argument: bad setting: {invalid_settings(err)}", err=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -5,10 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 OWNER_TOKEN_FILE = "owner.token"
+
+
+def invalid_settings(err: ValidationError, prefix: str = "AMUX_") -> str:
+    """Which variables are wrong and why, never their values (one may be a credential)."""
+    return "; ".join(
+        f"{prefix}{'_'.join(str(part) for part in problem['loc']).upper()}: {problem['msg']}"
+        for problem in err.errors()
+    )
 
 
 class HubSettings(BaseSettings):

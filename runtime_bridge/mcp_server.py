@@ -43,7 +43,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from hub.client import HubClient
-from hub.config import ClientSettings
+from hub.config import ClientSettings, invalid_settings
 from hub.errors import AmuxError, InvalidArgument, MemoryDisabled, Unavailable
 from runtime_bridge.mcp_paging import CONTINUE_TOOL, PageCache
 
@@ -345,11 +345,7 @@ def bridge_for(settings: ClientSettings) -> MemoryBridge:
 
 def settings_refusal(err: ValidationError) -> InvalidArgument:
     """Name the bad variables and why, never their values (one of them may be a credential)."""
-    problems = "; ".join(
-        f"AMUX_{'_'.join(str(part) for part in problem['loc']).upper()}: {problem['msg']}"
-        for problem in err.errors()
-    )
-    return InvalidArgument(f"amux memory is not configured correctly: {problems}")
+    return InvalidArgument(f"amux memory is not configured correctly: {invalid_settings(err)}")
 
 
 async def serve(bridge: MemoryBridge) -> None:

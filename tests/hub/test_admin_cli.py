@@ -81,3 +81,18 @@ def test_issued_token_works_once_shown_and_stops_when_revoked(hub_process: HubPr
     data(hub_process.cli("token", "revoke", listed[0]["id"]))
     after = hub_process.cli("system", "whoami", env={"AMUX_TOKEN": token})
     assert after.returncode == 1 and after.stderr.startswith("error: unauthenticated:")
+
+
+def test_a_bad_setting_is_one_line_naming_the_variable_not_its_value(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [AMUX, "memory", "search", "x"],
+        env={"AMUX_HOME": str(tmp_path), "AMUX_TIMEOUT": "soon-secretish", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: invalid_argument: bad setting: AMUX_TIMEOUT:")
+    assert done.stderr.count("\n") == 1
+    assert "soon-secretish" not in done.stderr and "Traceback" not in done.stderr
