@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -162,6 +163,37 @@ async def auth_middleware(
     return await handler(request)
 
 
+def _refuse_constant(name: str) -> Any:
+    # Python's json accepts NaN and Infinity, which JSON does not; a NaN wait never ends.
+    raise InvalidArgument(f"request body contains {name}, which is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        # 1e999 parses to infinity: as unusable as a literal Infinity.
+        raise InvalidArgument(f"request body contains a number out of range: {text[:40]}")
+    return value
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """A call's JSON object; anything else, however malformed, is ``invalid_argument``."""
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise InvalidArgument("request body is nested too deeply") from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise InvalidArgument("request body is not valid JSON") from None
+    except ValueError:
+        # What remains is int()'s digit limit on a huge integer literal.
+        raise InvalidArgument("request body contains an integer with too many digits") from None
+    if not isinstance(body, dict):
+        raise InvalidArgument("request body must be a JSON object")
+    return body
+
+
 async def dispatch(request: web.Request) -> web.Response:
     if request.method != "POST":
         raise InvalidArgument("Hub RPC calls use POST")
@@ -169,13 +201,7 @@ async def dispatch(request: web.Request) -> web.Response:
     spec = METHODS.get(name)
     if spec is None:
         raise NotFound(f"unknown RPC method '{name}'")
-    raw = await request.read()
-    try:
-        body = json.loads(raw) if raw.strip() else {}
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise InvalidArgument("request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise InvalidArgument("request body must be a JSON object")
+    body = parse_body(await request.read())
     binding = request.headers.get(BINDING_HEADER) or None
     hub = request.app[HUB]
     result = await spec.handler(Call(hub, request[ACTOR_KEY], binding, Params(body, spec.params)))

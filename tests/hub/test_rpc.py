@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from hub.config import OWNER_TOKEN_FILE, HubSettings
+from hub.state import State
 
 Client = TestClient[Any, Any]
 
@@ -112,3 +114,57 @@ async def test_saved_setting_applies_only_after_restart(
     }
     caps = await (await hub_client.post("/rpc/v1/system.capabilities", headers=headers)).json()
     assert caps["memory"]["enabled"] is False
+
+
+DEEP = b"[" * 10_000 + b"]" * 10_000
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"query": NaN}',
+        b'{"query": "x", "limit": Infinity}',
+        b'{"query": ["x", {"deep": -Infinity}]}',
+        b'{"query": "x", "limit": 1e999}',
+        b'{"query": "x", "limit": ' + b"9" * 5000 + b"}",
+        b'{"query": ' + DEEP + b"}",
+        DEEP,
+    ],
+    ids=["nan", "infinity", "nested-negative-infinity", "overflow", "huge-int", "deep", "deep-top"],
+)
+async def test_non_finite_numbers_huge_integers_and_deep_nesting_are_refused_before_any_handler(
+    hub_client: Client, hub_settings: HubSettings, body: bytes
+) -> None:
+    # Memory is off here: a body the Hub accepted would be refused as memory_disabled instead.
+    response = await hub_client.post(
+        "/rpc/v1/memory.search", data=body, headers=owner_headers(hub_settings)
+    )
+    assert response.status == 400
+    payload = await response.json()
+    assert payload["error"]["code"] == "invalid_argument"
+    assert "Traceback" not in payload["error"]["message"]
+
+
+async def test_a_nan_wait_is_refused_instead_of_holding_a_claim_open_forever(
+    hub_client: Client, hub_settings: HubSettings
+) -> None:
+    state = State(hub_settings.state_path)
+    try:
+        runtime = state.add_principal("runtime-nan", "service")
+        token, _ = state.issue_credential(runtime.id, "cli")
+    finally:
+        state.close()
+    headers = {"Authorization": f"Bearer {token}"}
+    registered = await hub_client.post(
+        "/rpc/v1/workers.register", json={"name": "nan-worker"}, headers=headers
+    )
+    worker_id = (await registered.json())["worker_id"]
+    # The guard only bounds a regression; a correct Hub answers at once.
+    async with asyncio.timeout(10):
+        response = await hub_client.post(
+            "/rpc/v1/executions.claim",
+            data=f'{{"worker_id": "{worker_id}", "wait_seconds": NaN}}'.encode(),
+            headers=headers,
+        )
+    assert response.status == 400
+    assert (await response.json())["error"]["code"] == "invalid_argument"
