@@ -193,8 +193,14 @@ class MemoryFiles:
                 raise
             os.fsync(dir_fd)
 
-    def delete(self, parts: tuple[str, ...]) -> bool:
-        """Remove the document and sync its directory; False when it was already gone."""
+    def delete(self, parts: tuple[str, ...], keep: int = 0) -> bool:
+        """Remove the document and sync its directory; False when it was already gone.
+
+        Then remove the directories that leaves empty, deepest first, down to the first ``keep``
+        components (a scope's own directory): left behind, they are outside every quota yet
+        spend the search's directory-entry budget. The caller must hold the lock that orders
+        writes to this part of the tree, or a concurrent write could lose its new directory.
+        """
         with self._directory(parts[:-1], create=False) as dir_fd:
             if dir_fd is None:
                 return False
@@ -203,7 +209,24 @@ class MemoryFiles:
             except FileNotFoundError:
                 return False
             os.fsync(dir_fd)
-            return True
+        self._prune_empty(parts[:-1], keep)
+        return True
+
+    def _prune_empty(self, directory: tuple[str, ...], keep: int) -> None:
+        while len(directory) > max(keep, 0):
+            with self._directory(directory[:-1], create=False) as parent_fd:
+                if parent_fd is None:
+                    return
+                try:
+                    # rmdir removes only an empty directory, and never follows a link.
+                    os.rmdir(directory[-1], dir_fd=parent_fd)
+                except OSError as err:
+                    if err.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR):
+                        return
+                    raise
+                # The removal is durable only once the directory that held it is synced.
+                os.fsync(parent_fd)
+            directory = directory[:-1]
 
     def walk(
         self,

@@ -273,7 +273,8 @@ class MemoryStore:
     def _forget(
         self, scope: str, parts: tuple[str, ...], logical: str, expected: str
     ) -> dict[str, Any]:
-        full = scope_directory(scope) + parts
+        scope_parts = scope_directory(scope)
+        full = scope_parts + parts
         current = self.files.read(full)
         if current is None:
             return {"path": logical, "already_absent": True}
@@ -285,7 +286,8 @@ class MemoryStore:
                 observed_revision=observed,
             )
         usage = self._scope_usage(scope)
-        removed = self.files.delete(full)
+        # Under the scope lock: no write in this scope can be creating a directory meanwhile.
+        removed = self.files.delete(full, keep=len(scope_parts))
         if removed:
             usage.documents -= 1
             usage.bytes -= len(current)

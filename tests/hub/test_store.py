@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import json
@@ -126,6 +127,61 @@ async def test_forget_deletes_only_at_the_expected_revision(store: MemoryStore) 
 async def test_forgetting_a_missing_document_reports_already_absent(store: MemoryStore) -> None:
     result = await store.forget(SCOPE, "gone/never.md", sha(b"x"))
     assert result == {"path": "gone/never.md", "already_absent": True}
+
+
+async def test_forget_removes_the_directories_it_empties_but_keeps_the_scope(
+    store: MemoryStore,
+) -> None:
+    deep = await store.upsert(SCOPE, "a/b/c/deep.md", "deep", "absent")
+    await store.upsert(SCOPE, "a/kept.md", "kept", "absent")
+    await store.forget(SCOPE, "a/b/c/deep.md", deep["revision"])
+    assert not (store.files.root / "global" / "a" / "b").exists()
+    assert on_disk(store, "a/kept.md").exists()
+    kept = await store.get(SCOPE, "a/kept.md")
+    await store.forget(SCOPE, "a/kept.md", kept["revision"])
+    assert not (store.files.root / "global" / "a").exists()
+    assert list((store.files.root / "global").iterdir()) == []
+
+
+async def test_a_create_racing_a_forget_in_the_same_directory_always_lands(
+    store: MemoryStore,
+) -> None:
+    for round_ in range(20):
+        old = await store.upsert(SCOPE, f"shared/{round_}/old.md", "old", "absent")
+        await asyncio.gather(
+            store.forget(SCOPE, f"shared/{round_}/old.md", old["revision"]),
+            store.upsert(SCOPE, f"shared/{round_}/new.md", "new", "absent"),
+        )
+        assert (await store.get(SCOPE, f"shared/{round_}/new.md"))["content"] == "new"
+
+
+async def test_forget_keeps_a_directory_holding_anything_else(store: MemoryStore) -> None:
+    created = await store.upsert(SCOPE, "notes/topic/a.md", "a", "absent")
+    plant(store, "notes/topic/attachment.txt", "not a document")
+    await store.forget(SCOPE, "notes/topic/a.md", created["revision"])
+    assert on_disk(store, "notes/topic/attachment.txt").exists()
+
+
+async def test_forget_in_a_principal_scope_keeps_that_scope_directory(store: MemoryStore) -> None:
+    alice = principal_scope("alice-id")
+    created = await store.upsert(alice, "x/y/only.md", "only", "absent")
+    await store.forget(alice, "x/y/only.md", created["revision"])
+    digest = hashlib.sha256(b"alice-id").hexdigest()
+    assert list((store.files.root / "users" / digest).iterdir()) == []
+
+
+async def test_forgotten_directories_do_not_spend_the_search_entry_budget(tmp_path: Path) -> None:
+    store = make_store(tmp_path, Limits(scan_entries=8))
+    revisions = [
+        (await store.upsert(SCOPE, f"old/{n}/note.md", "old", "absent"))["revision"]
+        for n in range(12)
+    ]
+    for n, revision in enumerate(revisions):
+        await store.forget(SCOPE, f"old/{n}/note.md", revision)
+    await store.upsert(SCOPE, "live.md", "live needle", "absent")
+    result = await store.search(SCOPE, "needle")
+    assert result["incomplete"] is False
+    assert [match["path"] for match in result["matches"]] == ["live.md"]
 
 
 async def test_scopes_are_separate_directories(store: MemoryStore) -> None:
