@@ -151,11 +151,15 @@ class Management:
     ) -> Card | None:
         """Apply one card action for ``principal`` and return the card to show in its place."""
         action = value.get("action")
+        if not isinstance(action, str):
+            # The value comes back from the client as it likes; a list or dict here is no action
+            # of ours, so it is unknown like any other (and unhashable for the set lookup below).
+            return None
         if action in actions.OWNER_ONLY and not principal.is_owner:
             logger.warning("refused owner-only card action %s from %s", action, principal.name)
             return owner_only_card(self.lang)
         try:
-            return await self._act(principal, str(action), value, form or {}, message_id, chat_id)
+            return await self._act(principal, action, value, form or {}, message_id, chat_id)
         except AmuxError as error:
             return error_card(error.code, error.message, self.lang)
 

@@ -402,6 +402,20 @@ async def test_a_message_without_text_gets_a_hint_instead_of_silence(tmp_path: P
         assert bot.hub.executions.db.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
 
 
+@pytest.mark.parametrize("action", [7, ["manage.open"], {"name": "settings.save"}, None])
+async def test_a_card_action_that_is_not_a_name_is_unknown_not_a_crash(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, action: Any
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        # Feishu keeps the card as it is, as for any action this version does not know.
+        assert await bot.click({"action": action}, BOB) == {}
+        await bot.idle()
+        # The bot still answers the next, well-formed click.
+        assert "bob" in card_text(await bot.card_after({"action": "manage.open"}, who=BOB))
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+    assert any("unknown card action" in r.getMessage() for r in caplog.records)
+
+
 # -- My memory -------------------------------------------------------------------------------
 
 
