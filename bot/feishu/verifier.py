@@ -35,6 +35,24 @@ def _same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode("utf-8"), b.encode("utf-8"))
 
 
+# Unix seconds in decimal digits, as Feishu sends them; twelve digits reach the year 33658.
+_MAX_TIMESTAMP_DIGITS = 12
+
+
+def _timestamp(text: str) -> int:
+    """The request's Unix time in seconds.
+
+    Only plain digits: ``float()`` would take "nan", whose every comparison is false, so a
+    signed request stamped "nan" would never count as stale and could be replayed forever.
+
+    Raises:
+        Unauthenticated: anything but a decimal integer of at most twelve digits.
+    """
+    if not (text.isascii() and text.isdigit() and len(text) <= _MAX_TIMESTAMP_DIGITS):
+        raise Unauthenticated("invalid Feishu request timestamp")
+    return int(text)
+
+
 @dataclass(frozen=True)
 class WebhookVerifier:
     """Checks one webhook request and returns its plaintext payload."""
@@ -65,10 +83,7 @@ class WebhookVerifier:
             expected = sign(timestamp, nonce, self.encrypt_key, body)
             if not _same(signature, expected):
                 raise Unauthenticated("invalid Feishu request signature")
-            try:
-                sent_at = float(timestamp)
-            except ValueError:
-                raise Unauthenticated("invalid Feishu request timestamp") from None
+            sent_at = _timestamp(timestamp)
             if abs(now - sent_at) > self.max_skew_seconds:
                 raise Unauthenticated("stale Feishu request timestamp")
             signed = True

@@ -14,7 +14,7 @@ from bot.feishu.dispatcher import EventDispatcher
 from bot.feishu.events import CardResponse
 from bot.feishu.ingress import EVENTS_PATH, WebhookIngress
 from bot.feishu.verifier import WebhookVerifier
-from tests.fakes.feishu_events import FeishuSigner, RecordingSink
+from tests.fakes.feishu_events import FeishuSigner, RecordingSink, signature
 
 AiohttpClient = Callable[[web.Application], Awaitable[TestClient]]
 signer = FeishuSigner(encrypt_key="ek_webhook", verification_token="vt_webhook")
@@ -103,6 +103,20 @@ async def test_wrong_verification_token_is_403(webhook: Webhook) -> None:
 async def test_stale_timestamp_is_401(webhook: Webhook) -> None:
     status, _ = await webhook.post(signer.message("hi"), timestamp=int(time.time()) - 3600)
     assert status == 401
+
+
+@pytest.mark.parametrize("timestamp", ["nan", "inf", "1e3", "", "9" * 40])
+async def test_a_signed_non_integer_timestamp_is_401_and_nothing_is_delivered(
+    webhook: Webhook, timestamp: str
+) -> None:
+    body, headers = signer.sign(signer.message("hi"))
+    nonce = headers["X-Lark-Request-Nonce"]
+    headers["X-Lark-Request-Timestamp"] = timestamp
+    headers["X-Lark-Signature"] = signature(timestamp, nonce, signer.encrypt_key, body)
+    status, answer = await webhook.post_raw(body, headers)
+    assert status == 401
+    assert answer["error"]["code"] == "unauthenticated"
+    assert webhook.sink.messages == [] and webhook.dispatcher.pending == 0
 
 
 async def test_garbage_body_is_400_not_500(webhook: Webhook) -> None:

@@ -7,7 +7,7 @@ from multidict import CIMultiDict
 
 from bot.feishu.verifier import WebhookVerifier
 from hub.errors import Forbidden, InvalidArgument, Unauthenticated
-from tests.fakes.feishu_events import FeishuSigner
+from tests.fakes.feishu_events import FeishuSigner, signature
 
 signer = FeishuSigner(encrypt_key="ek_1", verification_token="vt_1")
 verifier = WebhookVerifier(encrypt_key="ek_1", verification_token="vt_1")
@@ -39,6 +39,33 @@ def test_timestamps_outside_five_minutes_are_unauthenticated(offset: int) -> Non
     body, headers = signer.sign(signer.message("hi"), timestamp=int(now) + offset)
     with pytest.raises(Unauthenticated):
         verifier.open(CIMultiDict(headers), body, now)
+
+
+BAD_TIMESTAMPS = ["nan", "NaN", "inf", "-inf", "1e3", "", " 1", "1.5", "-1", "+1", "9" * 40]
+
+
+def signed_at(timestamp: str, payload: dict[str, object]) -> tuple[bytes, dict[str, str]]:
+    """A request correctly signed over a timestamp header Feishu would never send."""
+    body, headers = signer.sign(payload)
+    nonce = headers["X-Lark-Request-Nonce"]
+    headers["X-Lark-Request-Timestamp"] = timestamp
+    headers["X-Lark-Signature"] = signature(timestamp, nonce, signer.encrypt_key, body)
+    return body, headers
+
+
+@pytest.mark.parametrize("timestamp", BAD_TIMESTAMPS)
+def test_a_signed_timestamp_that_is_not_a_plain_integer_is_unauthenticated(
+    timestamp: str,
+) -> None:
+    body, headers = signed_at(timestamp, signer.message("hi"))
+    with pytest.raises(Unauthenticated, match="timestamp"):
+        verifier.open(CIMultiDict(headers), body, time.time())
+
+
+def test_the_current_integer_timestamp_is_accepted() -> None:
+    now = time.time()
+    body, headers = signed_at(str(int(now)), signer.message("hi"))
+    assert verifier.open(CIMultiDict(headers), body, now)["event"]
 
 
 def test_wrong_verification_token_is_forbidden() -> None:
