@@ -20,6 +20,8 @@ class FeishuSettings(BaseSettings):
     app_secret: SecretStr = SecretStr("")
     encrypt_key: SecretStr = SecretStr("")
     verification_token: SecretStr = SecretStr("")
+    # Without an encrypt key webhook events are neither signed nor encrypted; that takes a choice.
+    allow_unencrypted: bool = False
     # Feishu's, Lark's, or a loopback URL (tests); the SDK appends "/open-apis/...".
     domain: str = FEISHU_DOMAIN
     mode: Literal["webhook", "long_connection"] = "webhook"
@@ -43,6 +45,21 @@ class FeishuSettings(BaseSettings):
     @property
     def enabled(self) -> bool:
         return bool(self.app_id.strip())
+
+    def startup_problem(self) -> str | None:
+        """Why the bot must not start with these settings, in one line; None when it may."""
+        if (
+            self.enabled
+            and self.mode == "webhook"
+            and not self.encrypt_key.get_secret_value()
+            and not self.allow_unencrypted
+        ):
+            return (
+                "the Feishu webhook has no AMUX_FEISHU_ENCRYPT_KEY, so its events would arrive "
+                "unsigned and in clear text: set AMUX_FEISHU_ENCRYPT_KEY to the app's Encrypt "
+                "Key, or set AMUX_FEISHU_ALLOW_UNENCRYPTED=true to accept that"
+            )
+        return None
 
     def describe(self) -> str:
         """One log line about the bot's state, never including a secret."""

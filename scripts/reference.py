@@ -86,6 +86,9 @@ MEANINGS: dict[str, str] = {
     "AMUX_FEISHU_ENCRYPT_KEY": "Event encryption key from the app's Events page (webhook mode). "
     "Never logged.",
     "AMUX_FEISHU_VERIFICATION_TOKEN": "Event verification token (webhook mode). Never logged.",
+    "AMUX_FEISHU_ALLOW_UNENCRYPTED": "A webhook without AMUX_FEISHU_ENCRYPT_KEY gets events "
+    "unsigned and in clear text, checked by the verification token alone; `amux serve` refuses "
+    "to start that way unless this is true.",
     "AMUX_FEISHU_DOMAIN": "OpenAPI base: https://open.feishu.cn (Feishu) or "
     "https://open.larksuite.com (Lark).",
     "AMUX_FEISHU_MODE": "webhook: Feishu posts events to /feishu/events on this server; "

@@ -51,10 +51,14 @@ class FeishuAdapter:
         """Build everything without I/O beyond opening the dedup database.
 
         Raises:
-            InvalidArgument: the bot is not configured, or webhook mode lacks its secrets.
+            InvalidArgument: the bot is not configured, or webhook mode lacks its secrets
+                (an encrypt key, unless ``allow_unencrypted``).
         """
         if not settings.enabled:
             raise InvalidArgument("Feishu is not configured (AMUX_FEISHU_APP_ID is empty)")
+        problem = settings.startup_problem()
+        if problem is not None:
+            raise InvalidArgument(problem)
         self.settings = settings
         self._identity_retry = identity_retry_seconds
         self.client = client or FeishuClient(settings)

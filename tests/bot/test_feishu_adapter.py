@@ -133,3 +133,17 @@ def test_webhook_mode_without_secrets_is_refused(tmp_path: Path) -> None:
     settings = FeishuSettings(app_id="cli_x", app_secret=SecretStr("s"))
     with pytest.raises(InvalidArgument):
         FeishuAdapter(settings, EchoBot(), tmp_path)
+
+
+async def test_a_webhook_with_a_token_but_no_encrypt_key_needs_an_explicit_choice(
+    tmp_path: Path,
+) -> None:
+    token_only = {"app_id": "cli_x", "app_secret": SecretStr("s"), "verification_token": "vt"}
+    with pytest.raises(InvalidArgument, match="AMUX_FEISHU_ALLOW_UNENCRYPTED"):
+        FeishuAdapter(FeishuSettings(**token_only), EchoBot(), tmp_path)  # type: ignore[arg-type]
+    allowed = FeishuSettings(**token_only, allow_unencrypted=True)  # type: ignore[arg-type]
+    adapter = FeishuAdapter(allowed, EchoBot(), tmp_path)
+    try:
+        assert [route.path for route in adapter.routes()] == [EVENTS_PATH]
+    finally:
+        await adapter.stop()
