@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 from aiohttp import web
 
@@ -12,7 +13,7 @@ from bot.conversations import Conversations
 from bot.feishu.adapter import FeishuAdapter
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
-from bot.identity import FeishuIdentities
+from bot.identity import CLAIM_SECONDS, FeishuIdentities
 from bot.management import Management
 from bot.sink import BotSink
 from hub.config import HubSettings
@@ -85,11 +86,15 @@ def add_feishu(
         )
         sink.target = BotSink(adapter.client, identities, management, conversations, lang)
         code = identities.offer_claim()
-        if code is not None:
+        if code is not None and identities.claim_expires_at is not None:
+            expires = datetime.fromtimestamp(identities.claim_expires_at, UTC)
             logger.warning(
                 "no owner in Feishu yet: the owner sends '/amux claim %s' to the bot in a "
-                "private chat (the code changes at every start)",
+                "private chat before %s (the code works once, for %d minutes; a restart makes "
+                "a new one)",
                 code,
+                expires.strftime("%Y-%m-%d %H:%M:%S UTC"),
+                CLAIM_SECONDS // 60,
             )
         await adapter.start()
         pending = management.pending_restart_card()

@@ -7,7 +7,7 @@ import logging
 from bot.conversations import Conversations
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
-from bot.identity import FeishuIdentities
+from bot.identity import CLAIM_SECONDS, ClaimRefused, FeishuIdentities
 from bot.management import Management
 from cards import actions
 from cards.models import Lang
@@ -29,9 +29,20 @@ TEXT_ONLY = {
     "zh_cn": "请用文字描述你的请求（目前只读取文字和富文本消息）。",
     "en_us": "Please write your request as text (only text and rich-text messages are read).",
 }
-BAD_CLAIM = {
-    "zh_cn": "认领码无效或已被使用。",
-    "en_us": "That claim code is not valid (or was already used).",
+CLAIM_REFUSED = {
+    ClaimRefused.WRONG: {
+        "zh_cn": "认领码无效。",
+        "en_us": "That claim code is not valid.",
+    },
+    ClaimRefused.EXPIRED: {
+        "zh_cn": "认领码已过期（有效期 {minutes} 分钟）。重启 amux serve，使用其日志中的新认领码。",
+        "en_us": "That claim code has expired (codes last {minutes} minutes). Restart amux serve "
+        "and send the new code from its log.",
+    },
+    ClaimRefused.USED: {
+        "zh_cn": "该认领码已被使用过，不能再次使用。",
+        "en_us": "That claim code was already used; a code works only once.",
+    },
 }
 
 
@@ -91,11 +102,10 @@ class BotSink:
             return
         if rest.startswith("claim"):
             owner = self._identities.claim(rest[len("claim") :].strip(), event.sender)
-            if owner is None:
-                logger.warning("a wrong or used owner claim code was sent from Feishu")
-                await self._client.reply(
-                    event.message_id, text=BAD_CLAIM[self._lang], in_thread=False
-                )
+            if isinstance(owner, ClaimRefused):
+                logger.warning("an owner claim from Feishu was refused: %s code", owner.value)
+                refusal = CLAIM_REFUSED[owner][self._lang].format(minutes=CLAIM_SECONDS // 60)
+                await self._client.reply(event.message_id, text=refusal, in_thread=False)
                 return
             await self._client.reply(
                 event.message_id, card=self._management.card(owner), in_thread=False

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -93,15 +94,21 @@ def buttons(card: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-def seed(home: Path, *, memory: bool, isolation: bool) -> dict[str, str]:
-    """What an operator set up before this start: Alice owns the Hub, Bob is a member."""
+def seed(
+    home: Path, *, memory: bool, isolation: bool, owner_in_feishu: bool = True
+) -> dict[str, str]:
+    """What an operator set up before this start: Alice owns the Hub, Bob is a member.
+
+    Without ``owner_in_feishu`` Alice has no Feishu identity yet, so the bot offers a claim code.
+    """
     state = State(HubSettings(home=home).state_path)
     try:
         state.save_setting("memory.enabled", memory)
         state.save_setting("memory.isolation", "on" if isolation else "off")
         alice = state.add_principal("alice", "user", owner=True)
         bob = state.add_principal("bob", "user")
-        state.add_alias(alice.id, "feishu_union_id", ALICE["sender_union_id"])
+        if owner_in_feishu:
+            state.add_alias(alice.id, "feishu_union_id", ALICE["sender_union_id"])
         state.add_alias(bob.id, "feishu_union_id", BOB["sender_union_id"])
         return {"alice": alice.id, "bob": bob.id}
     finally:
@@ -240,10 +247,11 @@ async def running_bot(
     mode: str = "webhook",
     runtime: RuntimeSettings | None = None,
     lease_seconds: float = 30.0,
+    owner_in_feishu: bool = True,
 ) -> AsyncIterator[Bot]:
     """The service with Feishu on; ``runtime`` adds the in-process worker ``amux serve`` runs."""
     home = tmp_path / "amux-home"
-    ids = seed(home, memory=memory, isolation=isolation)
+    ids = seed(home, memory=memory, isolation=isolation, owner_in_feishu=owner_in_feishu)
     async with FakeFeishu(app_id=APP_ID, bot_open_id=BOT_OPEN_ID) as feishu:
         settings = FeishuSettings(
             app_id=APP_ID,
@@ -400,6 +408,25 @@ async def test_a_message_without_text_gets_a_hint_instead_of_silence(tmp_path: P
         bare = await bot.say("", BOB, group=True, mention=True)
         assert "as text" in json.loads((await bot.reply_to(bare)).content)["text"]
         assert bot.hub.executions.db.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
+
+
+async def test_the_owner_claim_code_is_logged_with_its_expiry_and_works_only_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with running_bot(tmp_path, owner_in_feishu=False) as bot:
+        (line,) = [r.getMessage() for r in caplog.records if "/amux claim" in r.getMessage()]
+        found = re.search(r"/amux claim ([0-9a-f]+)", line)
+        assert found is not None
+        assert re.search(r"before \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", line), line
+        assert "once, for 30 minutes" in line
+        claimed = await bot.say(f"/amux claim {found.group(1)}", CAROL)
+        assert "alice" in card_text((await bot.reply_to(claimed)).card)
+        again = await bot.say(f"/amux claim {found.group(1)}", BOB)
+        answer = json.loads((await bot.reply_to(again)).content)["text"]
+        assert answer == "That claim code was already used; a code works only once."
+        assert bot.hub.state.principal_by_alias("feishu_union_id", BOB["sender_union_id"]) != (
+            bot.hub.state.owner()
+        )
 
 
 @pytest.mark.parametrize("action", [7, ["manage.open"], {"name": "settings.save"}, None])
