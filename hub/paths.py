@@ -13,7 +13,7 @@ PRINCIPAL_SCOPE_PREFIX = "principal:"
 
 
 def validate_path(path: object, limits: Limits = DEFAULT_LIMITS) -> tuple[str, ...]:
-    """Check a logical document path and return its components.
+    """Check a logical document path and return its components, in Unicode NFC.
 
     Raises:
         InvalidPath: the path is not a relative, visible, plain ``.md`` path.
@@ -42,6 +42,11 @@ def validate_prefix(prefix: object, limits: Limits = DEFAULT_LIMITS) -> tuple[st
 def _validate_components(path: object, limits: Limits, *, what: str) -> tuple[str, ...]:
     if not isinstance(path, str):
         raise InvalidPath(f"{what} must be a string")
+    if not path.isascii():
+        # One document however its letters were composed: "café" typed on one system may arrive
+        # decomposed (NFD) from another, and the file system would keep the two names apart.
+        # Every check below sees the normalized name, the one that reaches the disk.
+        path = unicodedata.normalize("NFC", path)
     if path == "":
         raise InvalidPath(f"{what} is empty")
     if len(path.encode("utf-8", "surrogatepass")) > limits.path_bytes:

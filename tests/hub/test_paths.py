@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import unicodedata
+from typing import Literal
 
 import pytest
 from hypothesis import given
@@ -94,10 +96,34 @@ _name_chars = st.characters(
 _names = st.text(_name_chars, min_size=1, max_size=20)
 
 
+def nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
+
+
 @given(st.lists(_names, min_size=0, max_size=5), _names)
 def test_any_nested_visible_name_ending_in_md_is_accepted(dirs: list[str], leaf: str) -> None:
     path = "/".join([*dirs, leaf + ".md"])
-    assert validate_path(path) == (*dirs, leaf + ".md")
+    assert validate_path(path) == tuple(nfc(part) for part in (*dirs, leaf + ".md"))
+
+
+@given(st.lists(_names, min_size=0, max_size=5), _names, st.sampled_from(["NFC", "NFD"]))
+def test_every_spelling_of_a_path_is_one_path_in_nfc(
+    dirs: list[str], leaf: str, form: Literal["NFC", "NFD"]
+) -> None:
+    path = "/".join([*dirs, leaf + ".md"])
+    spelled = unicodedata.normalize(form, path)
+    parts = validate_path(spelled)
+    assert parts == validate_path(nfc(path))
+    assert all(unicodedata.is_normalized("NFC", part) for part in parts)
+    # Validating what validation returned changes nothing.
+    assert validate_path("/".join(parts)) == parts
+
+
+def test_cafe_composed_and_decomposed_is_one_path_and_one_prefix() -> None:
+    composed, decomposed = "notes/caf\u00e9.md", "notes/cafe\u0301.md"
+    assert composed != decomposed
+    assert validate_path(decomposed) == validate_path(composed) == ("notes", "caf\u00e9.md")
+    assert validate_prefix("cafe\u0301/") == validate_prefix("caf\u00e9") == ("caf\u00e9",)
 
 
 @given(

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
+from bot.app import create_app
 from hub.config import OWNER_TOKEN_FILE, HubSettings
 from hub.state import State
 
@@ -168,3 +169,48 @@ async def test_a_nan_wait_is_refused_instead_of_holding_a_claim_open_forever(
         )
     assert response.status == 400
     assert (await response.json())["error"]["code"] == "invalid_argument"
+
+
+@pytest.fixture
+async def memory_client(aiohttp_client: Any, hub_settings: HubSettings) -> Client:
+    hub_settings.home.mkdir(parents=True)
+    state = State(hub_settings.state_path)
+    try:
+        state.save_setting("memory.enabled", True)
+    finally:
+        state.close()
+    client: Client = await aiohttp_client(create_app(hub_settings))
+    return client
+
+
+async def test_a_path_spelled_decomposed_and_composed_is_one_document(
+    memory_client: Client, hub_settings: HubSettings
+) -> None:
+    headers = owner_headers(hub_settings)
+
+    async def call(method: str, **params: Any) -> Any:
+        response = await memory_client.post(f"/rpc/v1/{method}", json=params, headers=headers)
+        assert response.status == 200, await response.text()
+        return await response.json()
+
+    decomposed, composed = "notes/cafe\u0301.md", "notes/caf\u00e9.md"
+    created = await call(
+        "memory.upsert", path=decomposed, content="espresso\n", expected_revision="absent"
+    )
+    assert created["path"] == composed
+    got = await call("memory.get", path=composed)
+    assert got["exists"] and got["content"] == "espresso\n"
+    assert got["revision"] == created["revision"]
+    found = await call("memory.search", query="espresso", path_prefix="notes/")
+    assert [match["path"] for match in found["matches"]] == [composed]
+    # Creating "again" under the other spelling is a conflict with the same document.
+    response = await memory_client.post(
+        "/rpc/v1/memory.upsert",
+        json={"path": composed, "content": "latte\n", "expected_revision": "absent"},
+        headers=headers,
+    )
+    assert response.status == 409
+    assert (await response.json())["error"]["observed_revision"] == created["revision"]
+    forgotten = await call("memory.forget", path=decomposed, expected_revision=created["revision"])
+    assert forgotten == {"path": composed, "already_absent": False}
+    assert (await call("memory.get", path=composed))["exists"] is False
