@@ -48,9 +48,9 @@ def create_app(
     )
     app[DRAIN] = drain
     install_request_ids(app)
-    add_hub(app, hub_settings)
+    settings = runtime_settings or RuntimeSettings()
+    add_hub(app, hub_settings, settings.accepted_providers())
     if worker_url is not None:
-        settings = runtime_settings or RuntimeSettings()
         app.cleanup_ctx.append(_in_process_worker(hub_settings, settings, worker_url))
     feishu = feishu_settings or FeishuSettings()
     if feishu.enabled:
@@ -80,7 +80,7 @@ def _in_process_worker(
         work_dir = settings.work_dir or (hub_settings.home / "runtime")
         stop = asyncio.Event()
         client = HubClient(url, token, timeout=60)
-        worker = Worker(client, url, settings, work_dir)
+        worker = Worker(client, url, settings, work_dir, amux_home=hub_settings.home)
         task = asyncio.create_task(worker.run_forever(stop))
 
         async def stop_worker(app: web.Application) -> None:

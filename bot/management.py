@@ -49,7 +49,6 @@ RESTART_CARD_KEY = "bot.restart_card"
 CHAT_PROVIDER_KEY = "bot.chat_provider."
 # A private chat with the bot belongs to one person: an alias of theirs, looked up by key.
 PRIVATE_CHAT_ALIAS = "feishu_p2p_chat"
-PROVIDERS = ("claude", "codex", "pi")
 LIST_LIMIT = 50
 
 Card = dict[str, Any]
@@ -89,8 +88,9 @@ class Management:
 
     def set_provider(self, chat_id: str, provider: str) -> None:
         """Raises: InvalidArgument: not an Agent amux can launch."""
-        if provider not in PROVIDERS:
-            raise InvalidArgument(f"choose one of {', '.join(PROVIDERS)}")
+        providers = self._hub.executions.providers
+        if provider not in providers:
+            raise InvalidArgument(f"choose one of {', '.join(providers)}")
         if not chat_id:
             raise InvalidArgument("this card does not name a chat")
         self._hub.state.save_setting(CHAT_PROVIDER_KEY + chat_id, provider)
@@ -135,7 +135,7 @@ class Management:
             restarted=restarted,
             chat_id=chat_id,
             provider=self.provider_of(chat_id) if chat_id else "",
-            providers=PROVIDERS if chat_id else (),
+            providers=self._hub.executions.providers if chat_id else (),
         )
 
     def card(self, principal: Principal, **draft: Any) -> Card:

@@ -19,7 +19,9 @@ from hub.cli import emit, env_of, fail, run
 from hub.client import HubClient
 from hub.errors import AmuxError, InvalidArgument
 from runtime_bridge.config import RuntimeSettings
-from runtime_bridge.providers import LaunchRequest, MemoryAttachment, build_plan
+from runtime_bridge.launch import LaunchSite
+from runtime_bridge.materializer import memory_cli_dir
+from runtime_bridge.providers import ExecutableMissing, MemoryAttachment, build_plan
 from runtime_bridge.worker import Worker, default_amux_executable
 
 agent_app = typer.Typer(help="Run managed Agent turns through the Hub and a Runtime worker.")
@@ -135,8 +137,15 @@ def runtime_plan(
                 except AmuxError as error:
                     if error.code != "memory_disabled":
                         warnings.append(f"memory unavailable: {error.message}")
-        work_dir = settings.work_dir or (client_settings.home / "runtime")
-        run_dir = work_dir / "runs" / "<execution>"
+            if described is None:
+                who = await hub.call("system.whoami")
+                described = {"id": "<session>", "principal_id": who["principal"]["id"]}
+        site = LaunchSite(
+            settings,
+            settings.work_dir or (client_settings.home / "runtime"),
+            amux_home=client_settings.home,
+        )
+        run_dir = site.run_dir("<execution>")
         amux = settings.amux or default_amux_executable()
         memory = None
         if binding is not None:
@@ -145,25 +154,24 @@ def runtime_plan(
                 credential="<delegated at launch>",
                 binding=binding,
                 mcp_argv=(amux, "mcp"),
-                cli_dir=run_dir / "agent-config" / "memory",
+                cli_dir=memory_cli_dir(run_dir),
             )
-        request = LaunchRequest(
+        request = site.request(
             provider=provider,
             prompt=prompt,
-            cwd=settings.default_cwd or (work_dir / "workspace"),
-            run_dir=run_dir,
-            state_dir=work_dir / "sessions" / (session or "<session>"),
-            resume_id=(described or {}).get("native_id"),
-            append_instructions=settings.append_instructions,
-            developer_instructions=settings.developer_instructions,
+            session=described,
+            execution_id="<execution>",
             memory=memory,
-            executable=settings.executable(provider),
-            extra_args=settings.extra_args(provider),
             base_env=dict(os.environ),
-            pass_env=tuple(settings.pass_env),
-            provider_home_source=settings.home_source(provider),
+            own_home=site.sandboxed or settings.run_as is not None,
         )
-        plan = build_plan(request).to_json(mask_secrets=True)
+        launch = build_plan(request)
+        # The sandbox is shown as a worker would build it; what it binds is found on this host.
+        try:
+            launch = site.sandbox(launch, request, (), (amux,) if memory else ())
+        except ExecutableMissing as error:
+            warnings.append(f"sandbox not shown: {error.message}")
+        plan = launch.to_json(mask_secrets=True)
         plan["warnings"] = warnings + list(plan["warnings"])
         return plan
 
@@ -192,7 +200,7 @@ def runtime_worker(
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         async with HubClient(url, token, timeout=60) as hub:
-            worker = Worker(hub, url, settings, work_dir)
+            worker = Worker(hub, url, settings, work_dir, amux_home=client_settings.home)
             await worker.register()
             typer.echo(f"worker {settings.name} serving {url}", err=True)
             await worker.run_forever(stop)

@@ -13,7 +13,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,7 +121,11 @@ class Executions:
         lease_seconds: float = 30.0,
         clock: Callable[[], float] = time.time,
         queue_seconds: float = 900.0,
+        providers: Iterable[str] = (),
     ) -> None:
+        # The Agents turns may name (the composition root knows its workers' adapters); a turn
+        # naming any other is refused, so no caller picks a program for a worker to run.
+        self.providers = tuple(providers)
         self.db = state.db
         self._state = state
         self.lease_seconds = lease_seconds
@@ -260,6 +264,10 @@ class Executions:
             raise InvalidArgument(f"the prompt is longer than {MAX_PROMPT_BYTES} bytes")
         if not provider or len(provider) > 64 or not provider.replace("-", "").isalnum():
             raise InvalidArgument("provider must be a short name such as claude, codex or pi")
+        if provider not in self.providers:
+            raise InvalidArgument(
+                f"unknown provider {provider!r}; accepted: {', '.join(self.providers)}"
+            )
         session: Session | None = None
         if session_id is not None:
             session = self.session(session_id)

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -56,8 +56,12 @@ class Readiness:
 READINESS = web.AppKey("readiness", Readiness)
 
 
-def add_hub(app: web.Application, settings: HubSettings) -> None:
-    """Open the Hub with the application and close it after the last request has drained."""
+def add_hub(app: web.Application, settings: HubSettings, providers: Iterable[str] = ()) -> None:
+    """Open the Hub with the application and close it after the last request has drained.
+
+    ``providers`` are the Agents turns may name (the workers' adapters); others are refused.
+    """
+    providers = tuple(providers)
 
     metrics = Metrics()
     readiness = Readiness()
@@ -65,7 +69,7 @@ def add_hub(app: web.Application, settings: HubSettings) -> None:
     app[READINESS] = readiness
 
     async def hub_lifetime(app: web.Application) -> AsyncIterator[None]:
-        hub = Hub.open(settings)
+        hub = Hub.open(settings, providers)
         app[HUB] = hub
         metrics.set_snapshot_source(lambda: snapshot(hub))
         readiness.add("state_db", lambda: state_db_ready(hub))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from hub.config import OWNER_TOKEN_FILE, HubSettings
@@ -38,8 +38,10 @@ class Hub:
     capability_hooks: list[Callable[[], dict[str, object]]] = field(default_factory=list)
 
     @classmethod
-    def open(cls, settings: HubSettings) -> Hub:
+    def open(cls, settings: HubSettings, providers: Iterable[str] = ()) -> Hub:
         """Take the memory root lock, open state and store, and bootstrap a local owner.
+
+        ``providers`` are the Agents turns may name; no other is ever queued.
 
         Raises:
             Unavailable: another Hub already serves this memory root.
@@ -52,7 +54,10 @@ class Hub:
             store = MemoryStore(settings.memory_root)
             store.open()
             executions = Executions(
-                state, lease_seconds=settings.lease_seconds, queue_seconds=settings.queue_seconds
+                state,
+                lease_seconds=settings.lease_seconds,
+                queue_seconds=settings.queue_seconds,
+                providers=providers,
             )
             hub = cls(
                 settings,

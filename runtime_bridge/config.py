@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
+from runtime_bridge.providers import ADAPTERS
+
+PROVIDER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 
 
 class RuntimeSettings(BaseSettings):
@@ -23,6 +28,11 @@ class RuntimeSettings(BaseSettings):
     claude: str = "claude"
     codex: str = "codex"
     pi: str = "pi"
+    # Further Agents the operator allows, name -> executable, run without memory. Nothing else is
+    # ever launched: a provider name from a caller is never looked up on PATH by itself.
+    providers: dict[str, str] = {}
+    # bwrap: every launch runs in a bubblewrap sandbox; off: with the worker's own file access.
+    sandbox: Literal["bwrap", "off"] = "bwrap"
     claude_args: list[str] = []
     codex_args: list[str] = []
     pi_args: list[str] = []
@@ -35,7 +45,8 @@ class RuntimeSettings(BaseSettings):
     pass_env: list[str] = list(DEFAULT_PASS_ENV)
     # Per-run files and per-session agent homes; default: <AMUX_HOME>/runtime.
     work_dir: Path | None = None
-    # Where Agents work when a conversation names no directory; default: <work_dir>/workspace.
+    # Where Agents work when a conversation names no directory; default: a workspace of each
+    # Principal's own under <work_dir>/workspaces/. Setting it makes one directory all users share.
     default_cwd: Path | None = None
     # Run Agents as this local user (a name or uid) instead of the worker's own; the worker must
     # run as root. Each run's files and the Agent's home then belong to that user alone.
@@ -43,8 +54,25 @@ class RuntimeSettings(BaseSettings):
     # The amux executable launches use for `amux mcp` and the CLI; default: the running one.
     amux: str | None = None
 
+    @field_validator("providers")
+    @classmethod
+    def _declared_providers(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, executable in value.items():
+            if not PROVIDER_NAME.match(name):
+                raise ValueError(f"{name!r} is not a provider name (a-z, 0-9, -)")
+            if name in ADAPTERS:
+                raise ValueError(f"{name} is built in; set AMUX_RUNTIME_{name.upper()} instead")
+            if not executable.strip():
+                raise ValueError(f"provider {name} names no executable")
+        return value
+
+    def accepted_providers(self) -> tuple[str, ...]:
+        """The Agents this worker launches: the built-in adapters, then the declared ones."""
+        return (*ADAPTERS, *sorted(self.providers))
+
     def executable(self, provider: str) -> str | None:
-        return {"claude": self.claude, "codex": self.codex, "pi": self.pi}.get(provider)
+        built_in = {"claude": self.claude, "codex": self.codex, "pi": self.pi}
+        return built_in.get(provider) or self.providers.get(provider)
 
     def extra_args(self, provider: str) -> tuple[str, ...]:
         args = {"claude": self.claude_args, "codex": self.codex_args, "pi": self.pi_args}

@@ -11,6 +11,7 @@ import os
 import shlex
 from pathlib import Path
 
+from runtime_bridge.providers.confined import open_dir, open_root, write_file
 from runtime_bridge.providers.errors import ExecutableMissing
 
 CONFIG_DIR = Path("agent-config") / "memory"
@@ -27,9 +28,11 @@ def materialize_memory_cli(
     hub_url: str,
     token: str,
     binding: str,
-    owner_uid: int | None = None,
+    owner: tuple[int, int] | None = None,
 ) -> Path:
     """Write ``amux`` (0700) and ``connection.env`` (0600) and return their directory.
+
+    With ``owner`` (the Agent's user) that user owns both files and the directory.
 
     Raises:
         ExecutableMissing: the amux executable the wrapper should run does not exist.
@@ -41,15 +44,14 @@ def materialize_memory_cli(
             provider="amux",
         )
     directory = memory_cli_dir(run_dir)
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     connection = directory / "connection.env"
     lines = [
         f"AMUX_HUB_URL={shlex.quote(hub_url)}",
         f"AMUX_TOKEN={shlex.quote(token)}",
         f"AMUX_MEMORY_BINDING={shlex.quote(binding)}",
+        # The owner token a Hub leaves under AMUX_HOME is never an Agent's fallback.
+        "AMUX_OWNER_TOKEN_FALLBACK=false",
     ]
-    _write(connection, "\n".join(lines) + "\n", 0o600)
-    wrapper = directory / "amux"
     script = (
         "#!/bin/sh\n"
         "# amux memory tools for this launch only; removed with the run.\n"
@@ -58,15 +60,7 @@ def materialize_memory_cli(
         "set +a\n"
         f'exec {shlex.quote(amux_executable)} "$@"\n'
     )
-    _write(wrapper, script, 0o700)
-    if owner_uid is not None:
-        for path in (directory, connection, wrapper):
-            os.chown(path, owner_uid, -1)
+    with open_root(run_dir) as root, open_dir(root, CONFIG_DIR, owner) as config:
+        write_file(config, connection.name, "\n".join(lines).encode() + b"\n", 0o600, owner)
+        write_file(config, "amux", script.encode(), 0o700, owner)
     return directory
-
-
-def _write(path: Path, text: str, mode: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(path, mode)

@@ -23,6 +23,11 @@ SOCKET_NAME = "mcp.sock"
 HOST_ENV = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "PYTHONPATH"})
 
 
+def warm_socket(mcp_argv: tuple[str, ...]) -> tuple[Path, ...]:
+    """The host socket an MCP command from ``WarmMcp.argv`` connects to (none for a cold one)."""
+    return (Path(mcp_argv[4]),) if len(mcp_argv) > 4 and mcp_argv[3] == str(SHIM) else ()
+
+
 class WarmMcp:
     """One ``runtime_bridge.mcp_host`` process listening on a private socket."""
 

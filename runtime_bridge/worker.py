@@ -24,18 +24,19 @@ from hub.client import HubClient
 from hub.errors import AmuxError, Conflict, InvalidArgument, Unavailable
 from hub.requestid import REQUEST_ID
 from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.launch import SESSION_HOME, LaunchSite
 from runtime_bridge.materializer import materialize_memory_cli
-from runtime_bridge.mcp_launcher import WarmMcp
+from runtime_bridge.mcp_launcher import WarmMcp, warm_socket
 from runtime_bridge.providers import (
     MEMORY_PROVIDERS,
     Failure,
-    LaunchRequest,
     MemoryAttachment,
     Progress,
     Result,
     build_plan,
     run,
 )
+from runtime_bridge.providers.confined import open_dir, open_root
 
 logger = logging.getLogger("amux.worker")
 
@@ -96,11 +97,13 @@ class Worker:
         settings: RuntimeSettings,
         work_dir: Path,
         base_env: Mapping[str, str] | None = None,
+        amux_home: Path | None = None,
     ) -> None:
         self.hub = hub
         self.hub_url = hub_url
         self.settings = settings
         self.work_dir = work_dir
+        self.site = LaunchSite(settings, work_dir, amux_home)
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.amux = settings.amux or default_amux_executable()
         self.worker_id: str | None = None
@@ -250,38 +253,28 @@ class Worker:
     async def _launch(self, claimed: Claimed) -> Outcome:
         session = claimed.session
         provider = str(session["provider"])
-        run_dir = self.work_dir / "runs" / claimed.execution_id
-        state_dir = self.work_dir / "sessions" / str(session["id"])
+        site = self.site
+        run_dir = site.run_dir(claimed.execution_id)
         warnings: list[str] = []
         credential_id: str | None = None
         try:
-            run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            # Re-checked here: the Hub this worker serves may accept providers it does not.
+            site.check_provider(provider)
             run_as = run_as_ids(self.settings.run_as) if self.settings.run_as else None
-            base_env = dict(self.base_env)
-            cwd = Path(session["cwd"]) if session.get("cwd") else self._default_cwd()
-            if run_as is not None:
-                base_env["HOME"] = str(self._hand_over(run_as, run_dir, state_dir, cwd, session))
-            memory, credential_id = await self._memory(
-                claimed, provider, run_dir, warnings, run_as[0] if run_as else None
-            )
-            request = LaunchRequest(
+            self._prepare(site, session, claimed.execution_id, run_as)
+            memory, credential_id = await self._memory(claimed, provider, run_dir, warnings, run_as)
+            request = site.request(
                 provider=provider,
                 prompt=claimed.prompt,
-                cwd=cwd,
-                run_dir=run_dir,
-                state_dir=state_dir,
-                resume_id=session.get("native_id") or None,
-                append_instructions=self.settings.append_instructions,
-                developer_instructions=self.settings.developer_instructions,
+                session=session,
+                execution_id=claimed.execution_id,
                 memory=memory,
-                executable=self.settings.executable(provider),
-                extra_args=self.settings.extra_args(provider),
-                base_env=base_env,
-                pass_env=tuple(self.settings.pass_env),
-                provider_home_source=self.settings.home_source(provider),
+                base_env=self.base_env,
+                own_home=site.sandboxed or run_as is not None,
             )
             plan = dataclasses.replace(build_plan(request), run_as=run_as)
+            mcp_argv = memory.mcp_argv if memory is not None else ()
+            plan = site.sandbox(plan, request, warm_socket(mcp_argv), mcp_argv[:1])
             for warning in plan.warnings:
                 if warning not in warnings:
                     warnings.append(warning)
@@ -325,36 +318,54 @@ class Worker:
                 with contextlib.suppress(AmuxError):
                     await self.hub.call("credentials.revoke", id=credential_id)
 
-    def _hand_over(
+    def _prepare(
         self,
-        run_as: tuple[int, int],
-        run_dir: Path,
-        state_dir: Path,
-        cwd: Path,
+        site: LaunchSite,
         session: Mapping[str, Any],
-    ) -> Path:
-        """Give the Agent's user its run, session and home directories; returns its home."""
-        uid, gid = run_as
-        # Others may pass through the worker's directories, never list or read them.
-        for parent in (self.work_dir, run_dir.parent, state_dir.parent):
-            parent.chmod(0o711)
-        home = state_dir / "home"
-        home.mkdir(exist_ok=True, mode=0o700)
-        for owned in (run_dir, state_dir, home):
-            os.chown(owned, uid, gid)
-        if not session.get("cwd"):
-            os.chown(cwd, uid, gid)
-        return home
+        execution_id: str,
+        run_as: tuple[int, int] | None,
+    ) -> None:
+        """Create the launch's directories: run dir, Session home, workspace.
+
+        The run dir and the parents stay the worker's; with ``run_as`` the Agent's user gets its
+        Session directory, home and default workspace, made and handed over through directory
+        descriptors so that nothing it planted there is followed.
+        """
+        session_id = str(session["id"])
+        for parent in (site.work_dir / "runs", site.work_dir / "sessions", site.workspaces):
+            parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if run_as is not None:
+                # Others may pass through the worker's directories, never list or read them.
+                parent.chmod(0o711)
+        if run_as is not None:
+            site.work_dir.chmod(0o711)
+        with open_root(site.run_dir(execution_id)) as run_fd:
+            if run_as is not None:
+                os.fchmod(run_fd, 0o711)
+        owner = run_as
+        with open_root(site.work_dir / "sessions") as sessions:
+            with open_dir(sessions, Path(session_id) / SESSION_HOME, owner):
+                pass
+        cwd = site.workspace(session)
+        if session.get("cwd"):
+            cwd.mkdir(parents=True, exist_ok=True)
+        elif self.settings.default_cwd is not None:
+            cwd.mkdir(parents=True, exist_ok=True)
+            if run_as is not None:
+                # The operator's shared directory: every Agent (one user) writes there.
+                with open_root(cwd) as shared:
+                    os.fchown(shared, *run_as)
+        else:
+            with (
+                open_root(site.workspaces) as workspaces,
+                open_dir(workspaces, Path(cwd.name), owner),
+            ):
+                pass
 
     def _mcp_argv(self, owner_uid: int | None) -> tuple[str, ...]:
         if owner_uid is None and self.warm_mcp is not None:
             return self.warm_mcp.argv()
         return (self.amux, "mcp")
-
-    def _default_cwd(self) -> Path:
-        cwd = self.settings.default_cwd or (self.work_dir / "workspace")
-        cwd.mkdir(parents=True, exist_ok=True)
-        return cwd
 
     async def _memory(
         self,
@@ -362,7 +373,7 @@ class Worker:
         provider: str,
         run_dir: Path,
         warnings: list[str],
-        owner_uid: int | None = None,
+        run_as: tuple[int, int] | None = None,
     ) -> tuple[MemoryAttachment | None, str | None]:
         """Freeze or reuse the Session's binding; on any failure run without memory, warned."""
         session_id = str(claimed.session["id"])
@@ -390,13 +401,13 @@ class Worker:
             hub_url=self.hub_url,
             token=token,
             binding=binding,
-            owner_uid=owner_uid,
+            owner=run_as,
         )
         attachment = MemoryAttachment(
             hub_url=self.hub_url,
             credential=token,
             binding=binding,
-            mcp_argv=self._mcp_argv(owner_uid),
+            mcp_argv=self._mcp_argv(run_as[0] if run_as else None),
             cli_dir=cli_dir,
         )
         return attachment, answer.get("credential_id")

@@ -46,6 +46,19 @@ def wait_until(predicate: Any, timeout: float = 15.0, interval: float = 0.02) ->
         time.sleep(interval)
 
 
+def processes_tagged(tag: str) -> list[int]:
+    """The live processes whose command line contains ``tag``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if tag.encode() in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
 async def until(predicate: Any, seconds: float = 60.0, interval: float = 0.02) -> Any:
     """``wait_until`` for tests whose fakes share the event loop, which must never block."""
     deadline = time.monotonic() + seconds

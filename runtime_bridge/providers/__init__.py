@@ -9,6 +9,7 @@ the launch cannot start as planned; a started agent that fails its turn yields `
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from types import ModuleType
 
@@ -42,7 +43,9 @@ def _adapter(provider: str) -> ModuleType:
 def build_plan(request: LaunchRequest) -> LaunchPlan:
     """The launch plan for ``request.provider`` (pure)."""
     builder: Callable[[LaunchRequest], LaunchPlan] = _adapter(request.provider).build_plan
-    return builder(request)
+    # Every file a plan writes lies beneath the run directory or the Agent's own home.
+    roots = tuple(dict.fromkeys((request.run_dir, request.home_root)))
+    return dataclasses.replace(builder(request), roots=roots)
 
 
 def run(plan: LaunchPlan) -> AsyncIterator[Event]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from hub.errors import InvalidArgument
 from runtime_bridge.launch_env import launch_env
 from runtime_bridge.providers.plan import Event, Failure, LaunchPlan, LaunchRequest, Result
 from runtime_bridge.providers.process import (
@@ -20,13 +21,20 @@ from runtime_bridge.providers.process import (
 
 
 def build_plan(request: LaunchRequest) -> LaunchPlan:
-    """Argv ``[executable, *extra_args]`` with the prompt on stdin (pure)."""
+    """Argv ``[executable, *extra_args]`` with the prompt on stdin (pure).
+
+    Raises:
+        InvalidArgument: the operator declared no executable for this provider: a name from a
+            caller is never looked up on PATH by itself.
+    """
+    if not request.executable:
+        raise InvalidArgument(f"provider {request.provider} is not declared by the operator")
     warnings: tuple[str, ...] = ()
     if request.memory is not None:
         warnings = (f"memory capability missing for provider {request.provider}",)
     return LaunchPlan(
         provider=request.provider,
-        argv=(request.executable or request.provider, *request.extra_args),
+        argv=(request.executable, *request.extra_args),
         env=launch_env(request.base_env, request.pass_env),
         cwd=request.cwd,
         prompt=request.prompt,

@@ -21,7 +21,29 @@ MEMORY_SERVER = "memory"
 """The MCP server name memory tools are published under (``mcp__memory__…`` to the model)."""
 
 MASK = "********"
+# Names of variables whose values are secrets: API keys, tokens, passwords, credentials.
 _SECRET_NAME = re.compile(r"(_KEY$|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
+# ``scheme://user:password@host``: the password part.
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)[^\s@/]+(?=@)")
+# Shorter values ("1", "true") are settings, not secrets, and masking them would garble text.
+_MIN_SECRET_CHARS = 6
+
+
+def mask_text(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with each secret value, and every password inside a URL, replaced."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        if secret:
+            text = text.replace(secret, MASK)
+    return _URL_PASSWORD.sub(lambda m: m.group("head") + MASK, text)
+
+
+def secret_values(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The values of variables whose names look secret (``*_KEY``, ``*TOKEN*``, …)."""
+    return tuple(
+        value
+        for key, value in env.items()
+        if _SECRET_NAME.search(key) and len(value) >= _MIN_SECRET_CHARS
+    )
 
 
 @dataclass(frozen=True)
@@ -124,13 +146,15 @@ class LaunchPlan:
     secrets: tuple[str, ...] = field(default=(), repr=False)
     # (uid, gid) the Agent runs as, and owns its files as; None: the worker's own user.
     run_as: tuple[int, int] | None = None
+    # The directories the plan's files, copies and directories are written beneath.
+    roots: tuple[Path, ...] = ()
+    # The ``bwrap … --`` prefix the Agent runs under; empty: no sandbox.
+    sandbox: tuple[str, ...] = ()
 
     def mask(self, text: str) -> str:
-        """``text`` with every secret value of this plan replaced."""
-        for secret in self.secrets:
-            if secret:
-                text = text.replace(secret, MASK)
-        return text
+        """``text`` with every secret of this plan (its credential, secret-named variables of its
+        environment, passwords inside URLs) replaced."""
+        return mask_text(text, (*self.secrets, *secret_values(self.env)))
 
     def to_json(self, mask_secrets: bool = True) -> dict[str, Any]:
         """A JSON-ready view of the plan; secrets masked unless ``mask_secrets`` is false."""
@@ -157,6 +181,7 @@ class LaunchPlan:
             "copies": [
                 {"source": str(c.source), "destination": str(c.destination)} for c in self.copies
             ],
+            "sandbox": [clean(a) for a in self.sandbox],
             "warnings": list(self.warnings),
             "binding": self.binding,
             "resume_id": self.resume_id,

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import os
 import shutil
 import signal
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
+from runtime_bridge.providers.confined import (
+    copy_into,
+    open_dir,
+    open_root,
+    relative_to_root,
+    write_file,
+)
 from runtime_bridge.providers.errors import ExecutableMissing
 from runtime_bridge.providers.plan import Event, Failure, LaunchPlan, Result
 
@@ -43,60 +48,27 @@ def resolve_executable(plan: LaunchPlan) -> str:
 
 
 def materialize(plan: LaunchPlan) -> None:
-    """Create the plan's directories, copies and files (files owner-only, as planned)."""
+    """Create the plan's directories, copies and files beneath its roots (files owner-only).
+
+    With ``run_as`` the Agent's user owns what is made; nothing is followed through a link.
+    """
+    owner = plan.run_as
+    roots = plan.roots
     for directory in plan.directories:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        root, relative = relative_to_root(directory, roots)
+        with open_root(root) as root_fd, open_dir(root_fd, relative, owner):
+            pass
     for copy in plan.copies:
-        copy.destination.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if copy.source.is_dir():
-            shutil.copytree(
-                copy.source,
-                copy.destination,
-                dirs_exist_ok=True,
-                ignore=shutil.ignore_patterns(*copy.exclude),
-                symlinks=False,
-            )
-        else:
-            shutil.copyfile(copy.source, copy.destination)
-            os.chmod(copy.destination, 0o600)
+        root, relative = relative_to_root(copy.destination, roots)
+        with open_root(root) as root_fd, open_dir(root_fd, relative.parent, owner) as parent:
+            copy_into(copy.source, parent, relative.name, owner, copy.exclude)
     for planned in plan.files:
-        planned.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(planned.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, planned.mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(planned.content)
-        os.chmod(planned.path, planned.mode)
-    if plan.run_as is not None:
-        # The Agent's own user must own what it reads and writes; nobody else can read it.
-        uid, gid = plan.run_as
-        for root in [*plan.directories, *(c.destination for c in plan.copies)]:
-            chown_tree(root, uid, gid)
-        for planned in plan.files:
-            os.chown(planned.path.parent, uid, gid)
-            os.chown(planned.path, uid, gid)
+        root, relative = relative_to_root(planned.path, roots)
+        with open_root(root) as root_fd, open_dir(root_fd, relative.parent, owner) as parent:
+            write_file(parent, relative.name, planned.content.encode(), planned.mode, owner)
 
 
-def chown_tree(root: Path, uid: int, gid: int) -> None:
-    """Give ``root`` and everything below it (links not followed) to ``uid``:``gid``."""
-    if not root.exists() and not root.is_symlink():
-        return
-    os.chown(root, uid, gid, follow_symlinks=False)
-    if root.is_dir() and not root.is_symlink():
-        for directory, subdirs, names in os.walk(root, followlinks=False):
-            for name in [*subdirs, *names]:
-                os.chown(os.path.join(directory, name), uid, gid, follow_symlinks=False)
-
-
-@functools.cache
-def _death_signal_prefix() -> tuple[str, ...]:
-    # The agent runs in a session of its own (so it can be stopped as a group), which also cuts
-    # it loose from the worker: if the worker is killed, the kernel should stop the agent too.
-    setpriv = shutil.which("setpriv")
-    return (setpriv, "--pdeathsig", "TERM", "--") if setpriv else ()
-
-
-def _user_prefix(plan: LaunchPlan) -> tuple[str, ...]:
-    if plan.run_as is None:
-        return ()
+def _setpriv(plan: LaunchPlan) -> str:
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         raise ExecutableMissing(
@@ -104,16 +76,45 @@ def _user_prefix(plan: LaunchPlan) -> tuple[str, ...]:
             executable="setpriv",
             provider=plan.provider,
         )
+    return setpriv
+
+
+def _user_switch(plan: LaunchPlan) -> tuple[str, ...]:
+    """``setpriv`` to the plan's user, with the death signal set after the uid change (a uid
+    change clears it, so it must come in the same call)."""
+    if plan.run_as is None:
+        return ()
     uid, gid = plan.run_as
-    return (setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--")
+    return (
+        _setpriv(plan),
+        f"--reuid={uid}",
+        f"--regid={gid}",
+        "--clear-groups",
+        "--pdeathsig",
+        "TERM",
+        "--",
+    )
+
+
+def launch_command(plan: LaunchPlan, argv: list[str]) -> list[str]:
+    """The full command of a launch: sandbox, user switch and death signal, then ``argv``.
+
+    The agent runs in a session of its own (so it can be stopped as a group), which also cuts it
+    loose from the worker: if the worker is killed, the kernel must stop the agent too. bwrap's
+    ``--die-with-parent`` does that for a sandboxed launch; otherwise ``setpriv --pdeathsig``.
+    """
+    if plan.sandbox:
+        return [*plan.sandbox, *_user_switch(plan), *argv]
+    if plan.run_as is not None:
+        return [*_user_switch(plan), *argv]
+    setpriv = shutil.which("setpriv")
+    return [*((setpriv, "--pdeathsig", "TERM", "--") if setpriv else ()), *argv]
 
 
 async def start(plan: LaunchPlan, argv: list[str]) -> asyncio.subprocess.Process:
     """Start the agent in its own process group, ended with the worker that started it."""
     return await asyncio.create_subprocess_exec(
-        *_death_signal_prefix(),
-        *_user_prefix(plan),
-        *argv,
+        *launch_command(plan, argv),
         cwd=plan.cwd,
         env=dict(plan.env),
         stdin=asyncio.subprocess.PIPE,

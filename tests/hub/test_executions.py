@@ -20,7 +20,7 @@ async def test_a_turn_no_worker_takes_in_time_fails_with_a_clear_error(tmp_path:
     state = State(tmp_path / "state.sqlite3")
     try:
         clock = Clock()
-        executions = Executions(state, clock=clock, queue_seconds=600)
+        executions = Executions(state, clock=clock, queue_seconds=600, providers=("claude",))
         alice = state.add_principal("alice")
         waiting, _ = await executions.submit(
             principal_id=alice.id, submitted_by=alice.id, provider="claude", prompt="hello"

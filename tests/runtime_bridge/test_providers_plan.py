@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from hub.errors import InvalidArgument
+from runtime_bridge.launch_env import DEFAULT_PASS_ENV
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
 from runtime_bridge.providers import (
     LaunchRequest,
@@ -206,7 +208,22 @@ def test_other_provider_reports_missing_memory_and_gets_no_protocol(provider: st
 
 
 def test_other_provider_unbound_has_no_warning() -> None:
-    assert build_plan(request("aider", memory=None)).warnings == ()
+    plan = build_plan(request("aider", memory=None, executable="/usr/bin/aider"))
+    assert plan.warnings == ()
+
+
+def test_a_provider_without_a_declared_executable_is_never_looked_up_by_its_name() -> None:
+    with pytest.raises(InvalidArgument, match="not declared"):
+        build_plan(request("sh", memory=None))
+
+
+def test_masking_covers_urls_with_passwords_and_secret_named_variables() -> None:
+    env = {**BASE_ENV, "HTTPS_PROXY": "http://ops:hunter22@proxy:3128", "GH_TOKEN": "ghp_abcdef"}
+    plan = build_plan(request("claude", base_env=env, pass_env=(*DEFAULT_PASS_ENV, "GH_*")))
+    text = "fetched via http://ops:hunter22@proxy:3128 with ghp_abcdef and " + SECRET
+    assert plan.mask(text) == f"fetched via http://ops:{MASK}@proxy:3128 with {MASK} and {MASK}"
+    shown = json.dumps(plan.to_json())
+    assert "hunter22" not in shown and "ghp_abcdef" not in shown
 
 
 @pytest.mark.parametrize("provider", ["claude", "codex", "pi"])

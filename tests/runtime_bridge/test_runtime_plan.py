@@ -27,6 +27,7 @@ def hub(tmp_path: Path) -> Iterator[HubProcess]:
         extra_env={
             "AMUX_RUNTIME_IN_PROCESS": "false",
             "AMUX_RUNTIME_WORK_DIR": str(tmp_path / "runtime"),
+            "AMUX_RUNTIME_PROVIDERS": '{"aider": "/usr/bin/true"}',
         },
     )
     process.start()
@@ -88,7 +89,7 @@ def test_a_pi_plan_puts_the_per_run_cli_first_on_path_with_the_cli_protocol(
     assert protocol_text("cli").strip() in argv[argv.index("--append-system-prompt") + 1]
 
 
-def test_an_unknown_provider_plan_warns_that_the_memory_capability_is_missing(
+def test_a_declared_provider_plan_warns_that_the_memory_capability_is_missing(
     hub: HubProcess,
 ) -> None:
     hub.enable_memory()
@@ -97,6 +98,27 @@ def test_an_unknown_provider_plan_warns_that_the_memory_capability_is_missing(
     assert shown["warnings"] == ["memory capability missing for provider aider"]
     assert not any(key.startswith("AMUX_") for key in shown["env"])
     assert protocol_text("mcp").strip() not in json.dumps(shown)
+
+
+def test_an_undeclared_provider_has_no_plan(hub: HubProcess) -> None:
+    done = hub.cli("runtime", "plan", "--provider", "sh", env={"AMUX_TOKEN": hub.owner_token})
+    assert done.returncode != 0
+    assert done.stderr.startswith("error: invalid_argument: unknown provider 'sh'; accepted:")
+
+
+def test_the_plan_shows_the_sandbox_around_the_principals_own_workspace(
+    hub: HubProcess, tmp_path: Path
+) -> None:
+    shown, _ = plan(hub, "--provider", "aider")
+    workspace = shown["cwd"]
+    assert workspace.startswith(str(tmp_path / "runtime" / "workspaces") + "/")
+    sandbox = shown["sandbox"]
+    if not sandbox:
+        pytest.skip("bwrap is not installed: " + "; ".join(shown["warnings"]))
+    assert "--unshare-pid" in sandbox and "--die-with-parent" in sandbox
+    assert sandbox[-3:] == ["--chdir", workspace, "--"]
+    assert ["--bind", workspace, workspace] == sandbox[sandbox.index(workspace) - 1 :][:3]
+    assert shown["env"]["HOME"].startswith(str(tmp_path / "runtime" / "sessions"))
 
 
 def test_with_memory_disabled_the_plan_has_no_binding_no_protocol_and_no_warning(

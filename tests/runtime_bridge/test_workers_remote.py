@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ import pytest
 
 from hub.executions import NO_WORKER
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
-from tests.conftest import AMUX, HubProcess, free_port, until
+from tests.conftest import AMUX, HubProcess, free_port, processes_tagged, until
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
 from tests.runtime_bridge.conftest import find_agent_cli
 from tests.runtime_bridge.test_providers_pi import pi_agent_source
@@ -44,6 +45,22 @@ def alive(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def parent_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        pid = parent_of(pid)
+        if pid == ancestor:
+            return True
+    return False
 
 
 def children(pid: int) -> list[int]:
@@ -299,20 +316,17 @@ async def test_a_turn_that_loses_its_retry_too_fails_visibly(
 async def test_cancelling_a_running_turn_stops_the_agents_process_group(
     tmp_path: Path, cluster_for: Callable[..., Cluster]
 ) -> None:
-    pids = tmp_path / "pids"
-    pids.mkdir()
-    # Pi's bash tool runs the command in a process group of its own; the Agent must take it down.
-    command = f"echo $PPID > {pids}/agent; echo $$ > {pids}/shell; sleep 600"
+    tag = f"amux-cancel-{uuid.uuid4().hex}"
+    # Pi's bash tool runs the command in a process group of its own, and this one starts a
+    # detached process besides: the cancel must take all of it down.
+    command = f"setsid sh -c 'sleep 600; :' {tag} & sleep 600 # {tag}"
     script: list[Step] = [CallTool("bash", {"command": command}), Answer("unreachable")]
     async with FakeModelServer(script) as model:
         cluster = cluster_for(model)
         worker = await asyncio.to_thread(cluster.start_worker, "solo")
         execution_id = await submit(cluster.hub, "Run something long")
-        await until(lambda: (pids / "shell").is_file() and (pids / "shell").read_text())
-        agent = int((pids / "agent").read_text())
-        shell = int((pids / "shell").read_text())
-        assert alive(agent) and alive(shell)
-        assert agent in children(worker.proc.pid)
+        started = await until(lambda: len(processes_tagged(tag)) >= 2 and processes_tagged(tag))
+        assert all(descends_from(pid, worker.proc.pid) for pid in started)
 
         status, body = await asyncio.to_thread(
             cluster.hub.rpc, "executions.cancel", execution_id=execution_id
@@ -320,7 +334,7 @@ async def test_cancelling_a_running_turn_stops_the_agents_process_group(
         assert status == 200, body
         described = await finished(cluster.hub, execution_id)
         assert described["state"] == "cancelled", described
-        await until(lambda: not alive(agent) and not alive(shell), seconds=20)
+        await until(lambda: not processes_tagged(tag), seconds=20)
         assert len(model.main_requests) == 1
         # The worker lives on and takes the next turn.
         assert worker.proc.poll() is None

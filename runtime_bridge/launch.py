@@ -1,0 +1,167 @@
+"""Where a worker's launches live and how one launch is requested, shared by the worker and
+``amux runtime plan`` so the plan shows exactly the paths and sandbox a worker would use.
+
+Each Principal's Agents work in a workspace of their own (``<work_dir>/workspaces/<key>``), so
+files one user's Agent leaves (``CLAUDE.md``, ``.claude/settings.json`` hooks…) never reach
+another user's Agent. An operator-set ``AMUX_RUNTIME_DEFAULT_CWD`` is an explicit choice of one
+directory that every user's Agents share.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hub.errors import InvalidArgument
+from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.providers import LaunchPlan, LaunchRequest, MemoryAttachment
+from runtime_bridge.providers.errors import ExecutableMissing
+from runtime_bridge.providers.process import resolve_executable
+from runtime_bridge.sandbox import (
+    bwrap_argv,
+    check_workspace,
+    sandbox_layout,
+    service_hidden,
+)
+
+SESSION_HOME = "home"
+
+
+def principal_key(principal_id: str) -> str:
+    """The directory name of a Principal's workspace: stable, and no identity in clear."""
+    return hashlib.sha256(principal_id.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class LaunchSite:
+    """The directories of one worker's launches, and what its sandbox hides."""
+
+    settings: RuntimeSettings
+    work_dir: Path
+    # The AMUX_HOME of the Hub or CLI beside this worker: hidden from Agents.
+    amux_home: Path | None = None
+
+    def run_dir(self, execution_id: str) -> Path:
+        return self.work_dir / "runs" / execution_id
+
+    def state_dir(self, session_id: str) -> Path:
+        return self.work_dir / "sessions" / session_id
+
+    def session_home(self, session_id: str) -> Path:
+        return self.state_dir(session_id) / SESSION_HOME
+
+    @property
+    def workspaces(self) -> Path:
+        return self.work_dir / "workspaces"
+
+    def workspace(self, session: Mapping[str, Any]) -> Path:
+        """The Session's chosen directory, the operator's shared one, or the Principal's own."""
+        if session.get("cwd"):
+            return Path(str(session["cwd"]))
+        if self.settings.default_cwd is not None:
+            return self.settings.default_cwd
+        return self.workspaces / principal_key(str(session["principal_id"]))
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.settings.sandbox == "bwrap"
+
+    def hidden(self) -> tuple[Path, ...]:
+        return service_hidden(amux_home=self.amux_home, work_dir=self.work_dir)
+
+    def check_provider(self, provider: str) -> None:
+        """Raises: InvalidArgument: the provider is not one this worker may launch."""
+        accepted = self.settings.accepted_providers()
+        if provider not in accepted:
+            raise InvalidArgument(f"unknown provider {provider!r}; accepted: {', '.join(accepted)}")
+
+    def request(
+        self,
+        *,
+        provider: str,
+        prompt: str,
+        session: Mapping[str, Any],
+        execution_id: str,
+        memory: MemoryAttachment | None,
+        base_env: Mapping[str, str],
+        own_home: bool,
+    ) -> LaunchRequest:
+        """The launch request of one turn of ``session``.
+
+        With ``own_home`` (sandboxed, or another user) HOME is the Session's own home, so the
+        Agent's native state persists across its turns and is nobody else's.
+
+        Raises:
+            InvalidArgument: the provider is not accepted here.
+        """
+        self.check_provider(provider)
+        session_id = str(session["id"])
+        env = dict(base_env)
+        if own_home:
+            env["HOME"] = str(self.session_home(session_id))
+        settings = self.settings
+        return LaunchRequest(
+            provider=provider,
+            prompt=prompt,
+            cwd=self.workspace(session),
+            run_dir=self.run_dir(execution_id),
+            state_dir=self.state_dir(session_id),
+            resume_id=session.get("native_id") or None,
+            append_instructions=settings.append_instructions,
+            developer_instructions=settings.developer_instructions,
+            memory=memory,
+            executable=settings.executable(provider),
+            extra_args=settings.extra_args(provider),
+            base_env=env,
+            pass_env=tuple(settings.pass_env),
+            provider_home_source=settings.home_source(provider),
+        )
+
+    def check_workspace(self, cwd: Path) -> None:
+        """Raises: InvalidArgument: ``cwd`` would expose what the sandbox hides."""
+        roots = [self.work_dir, *([self.amux_home] if self.amux_home else [])]
+        check_workspace(cwd, self.hidden(), roots, self.workspaces)
+
+    def sandbox(
+        self,
+        plan: LaunchPlan,
+        request: LaunchRequest,
+        sockets: tuple[Path, ...] = (),
+        extra_executables: tuple[str, ...] = (),
+    ) -> LaunchPlan:
+        """``plan`` run inside the sandbox (unchanged when the sandbox is off).
+
+        Raises:
+            ExecutableMissing: bwrap, or an executable the launch needs, is not installed.
+            InvalidArgument: the working directory would expose what the sandbox hides.
+        """
+        if not self.sandboxed:
+            return plan
+        # The Agent's own executable first, for the same message an unsandboxed launch gives.
+        resolve_executable(plan)
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            raise ExecutableMissing(
+                "bwrap (Debian package bubblewrap) is needed to sandbox Agents; install it, "
+                "or set AMUX_RUNTIME_SANDBOX=off to run them with the worker's own file access",
+                executable="bwrap",
+                provider=plan.provider,
+            )
+        self.check_workspace(plan.cwd)
+        layout = sandbox_layout(
+            cwd=plan.cwd,
+            writable=tuple(dict.fromkeys((plan.cwd, request.home_root))),
+            read_only=(request.run_dir,),
+            sockets=sockets,
+            executables=(plan.argv[0], *extra_executables),
+            env=plan.env,
+            hidden=self.hidden(),
+            run_as=plan.run_as is not None,
+        )
+        env = {**plan.env, "TMPDIR": "/tmp"}
+        return dataclasses.replace(plan, sandbox=bwrap_argv(bwrap, layout), env=env)
