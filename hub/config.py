@@ -54,11 +54,15 @@ class ClientSettings(BaseSettings):
     token: SecretStr | None = None
     memory_binding: str | None = None
     timeout: float = 30.0
+    # Agent launches set this false: an Agent's amux never falls back to an owner token it finds.
+    owner_token_fallback: bool = True
 
     def resolved_token(self) -> str | None:
         """AMUX_TOKEN, else the local owner token a Hub on this host wrote under AMUX_HOME."""
         if self.token is not None and self.token.get_secret_value():
             return self.token.get_secret_value()
+        if not self.owner_token_fallback:
+            return None
         path = self.home / OWNER_TOKEN_FILE
         try:
             return path.read_text(encoding="utf-8").strip() or None

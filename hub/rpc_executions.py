@@ -65,12 +65,16 @@ def _may_follow(call: Call, session: Session) -> None:
 @method("executions.submit", "provider", "prompt", "cwd", "session_id", "origin", "principal_id")
 async def executions_submit(call: Call) -> dict[str, Any]:
     principal = _acting_for(call)
+    cwd = _text(call, "cwd")
+    if cwd is not None and not call.actor.principal.is_owner:
+        # A directory of the caller's choosing would be bound into the Agent's sandbox.
+        raise Forbidden("only the owner may choose an Agent's working directory")
     execution, session = await call.hub.executions.submit(
         principal_id=principal.id,
         submitted_by=call.actor.principal.id,
         provider=_text(call, "provider", required=True, limit=64) or "",
         prompt=_text(call, "prompt", required=True, limit=1 << 20) or "",
-        cwd=_text(call, "cwd"),
+        cwd=cwd,
         session_id=_text(call, "session_id", limit=64),
         origin=_text(call, "origin", limit=512),
     )

@@ -42,6 +42,10 @@ HOME_SELECTORS: tuple[str, ...] = ("CODEX_HOME", "PI_CODING_AGENT_DIR", "CLAUDE_
 # so an unbound conversation cannot silently adopt memory.
 MEMORY_KEYS: tuple[str, ...] = ("AMUX_HUB_URL", "AMUX_TOKEN", "AMUX_MEMORY_BINDING")
 
+# Set in every launch: an ``amux`` an Agent runs never picks up an owner token lying under
+# ``./.amux`` (or any AMUX_HOME) in place of its own delegated credential.
+NO_OWNER_TOKEN: dict[str, str] = {"AMUX_OWNER_TOKEN_FALLBACK": "false"}
+
 
 def collapse_case_variants(env: Mapping[str, str]) -> dict[str, str]:
     """Keep one spelling of each path-like key: the upper-case one, else the first seen."""
@@ -93,4 +97,5 @@ def launch_env(
     if prepend or "PATH" in env:
         env["PATH"] = join_path(prepend, env.get("PATH"))
     env.update(overrides or {})
+    env.update(NO_OWNER_TOKEN)
     return dict(sorted(env.items()))

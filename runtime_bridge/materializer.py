@@ -11,6 +11,7 @@ import os
 import shlex
 from pathlib import Path
 
+from runtime_bridge.launch_env import NO_OWNER_TOKEN
 from runtime_bridge.providers.confined import open_dir, open_root, write_file
 from runtime_bridge.providers.errors import ExecutableMissing
 
@@ -50,7 +51,7 @@ def materialize_memory_cli(
         f"AMUX_TOKEN={shlex.quote(token)}",
         f"AMUX_MEMORY_BINDING={shlex.quote(binding)}",
         # The owner token a Hub leaves under AMUX_HOME is never an Agent's fallback.
-        "AMUX_OWNER_TOKEN_FALLBACK=false",
+        *(f"{key}={value}" for key, value in NO_OWNER_TOKEN.items()),
     ]
     script = (
         "#!/bin/sh\n"

@@ -21,7 +21,7 @@ from typing import Any
 
 from hub.errors import Unavailable
 from runtime_bridge.codex_rpc import CodexRpc, RpcError
-from runtime_bridge.launch_env import MEMORY_KEYS, launch_env
+from runtime_bridge.launch_env import MEMORY_KEYS, NO_OWNER_TOKEN, launch_env
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
 from runtime_bridge.providers.errors import AgentProtocolError, NativeMemoryUnconfirmed
 from runtime_bridge.providers.plan import (
@@ -75,7 +75,7 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
         for key, value in (
             ("command", memory.mcp_argv[0]),
             ("args", list(memory.mcp_argv[1:])),
-            ("env_vars", list(MEMORY_KEYS)),
+            ("env_vars", [*MEMORY_KEYS, *NO_OWNER_TOKEN]),
             ("default_tools_approval_mode", "approve"),
             # Required: otherwise the first model request can go out before the tools are listed.
             ("required", True),

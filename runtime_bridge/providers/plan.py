@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime_bridge.launch_env import DEFAULT_PASS_ENV
+from runtime_bridge.launch_env import DEFAULT_PASS_ENV, NO_OWNER_TOKEN
 
 MEMORY_SERVER = "memory"
 """The MCP server name memory tools are published under (``mcp__memory__…`` to the model)."""
@@ -66,6 +66,7 @@ class MemoryAttachment:
             "AMUX_HUB_URL": self.hub_url,
             "AMUX_TOKEN": self.credential,
             "AMUX_MEMORY_BINDING": self.binding,
+            **NO_OWNER_TOKEN,
         }
 
 

@@ -96,3 +96,32 @@ def test_a_bad_setting_is_one_line_naming_the_variable_not_its_value(tmp_path: P
     assert done.stderr.startswith("error: invalid_argument: bad setting: AMUX_TIMEOUT:")
     assert done.stderr.count("\n") == 1
     assert "soon-secretish" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_owner_token_under_amux_home_is_never_used_inside_an_agent_launch(
+    hub_process: HubProcess,
+) -> None:
+    # The CLI run beside the Hub finds the owner token by itself...
+    assert data(hub_process.cli("system", "whoami"))["principal"]["owner"] is True
+    # ...an Agent launch's environment switches that fallback off.
+    inside = hub_process.cli("system", "whoami", env={"AMUX_OWNER_TOKEN_FALLBACK": "false"})
+    assert inside.returncode != 0
+    assert inside.stderr.startswith("error: unauthenticated:")
+
+
+def test_only_the_owner_may_choose_an_agents_working_directory(
+    hub_process: HubProcess, tmp_path: Path
+) -> None:
+    data(hub_process.cli("principal", "add", "dora"))
+    token = hub_process.cli("token", "issue", "dora").stdout.strip()
+    status, body = hub_process.rpc(
+        "executions.submit", token=token, provider="claude", prompt="hi", cwd=str(tmp_path)
+    )
+    assert status == 403 and body["error"]["code"] == "forbidden"
+    assert "working directory" in body["error"]["message"]
+    status, body = hub_process.rpc("executions.submit", token=token, provider="claude", prompt="hi")
+    assert status == 200 and body["session"]["cwd"] is None
+    status, body = hub_process.rpc(
+        "executions.submit", provider="claude", prompt="hi", cwd=str(tmp_path)
+    )
+    assert status == 200 and body["session"]["cwd"] == str(tmp_path)

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from runtime_bridge.launch_env import (
     DEFAULT_PASS_ENV,
+    NO_OWNER_TOKEN,
     collapse_case_variants,
     filter_env,
     join_path,
@@ -51,12 +52,13 @@ def test_home_selectors_are_reset_and_claude_config_dir_dropped() -> None:
         (*DEFAULT_PASS_ENV, "CODEX_*", "PI_*", "CLAUDE_*"),
         homes={"CODEX_HOME": "/run/r/codex-home"},
     )
-    assert env == {"CODEX_HOME": "/run/r/codex-home", "HOME": "/svc"}
+    assert env == {"CODEX_HOME": "/run/r/codex-home", "HOME": "/svc", **NO_OWNER_TOKEN}
 
 
 def test_memory_connection_never_comes_from_the_service_environment() -> None:
     env = launch_env({"AMUX_TOKEN": "svc", "AMUX_HUB_URL": "h"}, ("AMUX_*",))
-    assert env == {}
+    # Only the switch that keeps an Agent's amux off any owner token it might find.
+    assert env == {"AMUX_OWNER_TOKEN_FALLBACK": "false"}
 
 
 def test_prepended_directories_come_first_and_path_entries_are_unique() -> None:

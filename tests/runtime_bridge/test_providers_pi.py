@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime_bridge.launch_env import NO_OWNER_TOKEN
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
 from runtime_bridge.providers import (
     ExecutableMissing,
@@ -183,7 +184,7 @@ async def test_unbound_pi_has_no_protocol_and_no_memory_connection(
     system = model.main_requests[0].system_text
     assert "Answer briefly." in system
     assert "amux memory" not in system
-    assert not any(key.startswith("AMUX_") for key in plan.env)
+    assert {key for key in plan.env if key.startswith("AMUX_")} == set(NO_OWNER_TOKEN)
 
 
 async def test_missing_pi_executable_is_a_clear_launch_error(tmp_path: Path) -> None:

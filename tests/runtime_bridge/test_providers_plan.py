@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hub.errors import InvalidArgument
-from runtime_bridge.launch_env import DEFAULT_PASS_ENV
+from runtime_bridge.launch_env import DEFAULT_PASS_ENV, NO_OWNER_TOKEN
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
 from runtime_bridge.providers import (
     LaunchRequest,
@@ -79,6 +79,7 @@ def test_bound_claude_plan_is_exact() -> None:
     )
     assert plan.stdin == "hello"
     assert plan.env == {
+        **NO_OWNER_TOKEN,
         "ANTHROPIC_API_KEY": "sk-ant",
         "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1",
         "ENABLE_TOOL_SEARCH": "false",
@@ -139,7 +140,8 @@ def test_bound_codex_plan_sets_memory_off_launch_locally_and_keeps_the_token_out
         "-c",
         'mcp_servers.memory.args=["mcp"]',
         "-c",
-        'mcp_servers.memory.env_vars=["AMUX_HUB_URL", "AMUX_TOKEN", "AMUX_MEMORY_BINDING"]',
+        "mcp_servers.memory.env_vars="
+        '["AMUX_HUB_URL", "AMUX_TOKEN", "AMUX_MEMORY_BINDING", "AMUX_OWNER_TOKEN_FALLBACK"]',
         "-c",
         'mcp_servers.memory.default_tools_approval_mode="approve"',
         "-c",
@@ -164,7 +166,7 @@ def test_unbound_codex_plan_makes_no_memory_changes() -> None:
     assert plan.codex is not None
     assert plan.codex.developer_instructions == "Use tabs."
     assert not plan.codex.memory_disabled
-    assert not any(key.startswith("AMUX_") for key in plan.env)
+    assert {key for key in plan.env if key.startswith("AMUX_")} == set(NO_OWNER_TOKEN)
     assert plan.env["CODEX_HOME"] == "/run/amux/r1/codex-home"
 
 
@@ -203,7 +205,7 @@ def test_other_provider_reports_missing_memory_and_gets_no_protocol(provider: st
     assert plan.argv == (f"/usr/bin/{provider}",)
     assert plan.stdin == "hello"
     assert plan.binding is None
-    assert not any(key.startswith("AMUX_") for key in plan.env)
+    assert {key for key in plan.env if key.startswith("AMUX_")} == set(NO_OWNER_TOKEN)
     assert "amux" not in json.dumps(plan.to_json()).replace(f"/usr/bin/{provider}", "")
 
 

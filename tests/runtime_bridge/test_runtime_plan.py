@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from runtime_bridge.launch_env import NO_OWNER_TOKEN
 from runtime_bridge.memoryprotocol import protocol_text
 from runtime_bridge.providers.plan import MASK
 from tests.conftest import HubProcess, free_port
@@ -61,7 +62,7 @@ def test_a_bound_claude_plan_shows_argv_env_files_and_binding_with_secrets_maske
     env = shown["env"]
     assert env["CLAUDE_CODE_DISABLE_AUTO_MEMORY"] == "1"
     # The credential reaches only `amux mcp` (through its config file), not the Agent itself.
-    assert not any(key.startswith("AMUX_") for key in env)
+    assert {key for key in env if key.startswith("AMUX_")} == set(NO_OWNER_TOKEN)
     assert env["ANTHROPIC_API_KEY"] == MASK
     (mcp_file,) = [f for f in shown["files"] if f["path"].endswith(".json")]
     assert mcp_file["mode"] == "0600"
@@ -96,7 +97,7 @@ def test_a_declared_provider_plan_warns_that_the_memory_capability_is_missing(
     shown, _ = plan(hub, "--provider", "aider")
     assert shown["binding"] is None
     assert shown["warnings"] == ["memory capability missing for provider aider"]
-    assert not any(key.startswith("AMUX_") for key in shown["env"])
+    assert {key for key in shown["env"] if key.startswith("AMUX_")} == set(NO_OWNER_TOKEN)
     assert protocol_text("mcp").strip() not in json.dumps(shown)
 
 
