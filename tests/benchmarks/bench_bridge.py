@@ -6,11 +6,14 @@
    bridge drives ``codex app-server``. The bridge's share includes the Hub calls (binding,
    delegated credential), per-run files, and for claude and codex the start of ``amux mcp``
    when the CLI waits for its tools before the first request.
-2. Memory call: ``amux.memory_get`` through the real MCP client SDK → ``amux mcp`` (stdio) → Hub,
+2. Sandbox: what bubblewrap adds to a launch, measured on its own: building the sandbox
+   (finding installations) plus spawning ``/bin/true`` through the real sandbox argv, against the
+   same spawn without it (``setpriv --pdeathsig``, as an unsandboxed launch runs).
+3. Memory call: ``amux.memory_get`` through the real MCP client SDK → ``amux mcp`` (stdio) → Hub,
    against ``HubClient.memory_get`` straight to the Hub; plus the cold start of ``amux mcp``.
 
 Run: .venv/bin/python tests/benchmarks/bench_bridge.py [--samples N]
-Targets: < 100 ms added per launch, < 20 ms added per memory call.
+Targets: < 100 ms added per launch, < 30 ms of it the sandbox's, < 20 ms added per memory call.
 """
 
 from __future__ import annotations
@@ -39,7 +42,10 @@ from mcp.client.stdio import stdio_client
 from hub.client import HubClient
 from hub.config import OWNER_TOKEN_FILE
 from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.launch import LaunchSite
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
+from runtime_bridge.providers import build_plan
+from runtime_bridge.providers.process import launch_command
 from runtime_bridge.worker import Claimed, Worker
 from tests.benchmarks.harness import (
     AMUX,
@@ -64,6 +70,7 @@ PROVIDERS = ("pi", "claude", "codex")
 MEMORY_CALLS = 50
 DOCUMENT = "# Bench\n" + "a line of remembered text\n" * 40
 LAUNCH_TARGET_MS = 100.0
+SANDBOX_TARGET_MS = 30.0
 CALL_TARGET_MS = 20.0
 
 
@@ -368,15 +375,77 @@ async def memory_calls(root: Path) -> None:
     print(f"  importing runtime_bridge.mcp_server alone: {imported * 1000:.0f} ms")
 
 
+def spread(samples: list[float]) -> str:
+    """Median with the min–max of the runs, in ms."""
+    ms = sorted(s * 1000 for s in samples)
+    return f"{statistics.median(ms):6.1f} ms (min {ms[0]:.1f}, max {ms[-1]:.1f})"
+
+
+async def spawn_seconds(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(*argv, env=env)
+    if await process.wait() != 0:
+        raise RuntimeError(f"{argv[0]} failed")
+    return time.perf_counter() - start
+
+
+async def sandbox_cost(root: Path, samples: int) -> None:
+    if shutil.which("bwrap") is None:
+        print("\nsandbox: bwrap is not installed; skipped")
+        return
+    work_dir = root / "sandbox-runtime"
+    settings = RuntimeSettings(name="bench", claude=find_agent_cli("claude"), work_dir=work_dir)
+    site = LaunchSite(settings, work_dir, amux_home=root / "sandbox-home")
+    session = {"id": "s1", "principal_id": "p1"}
+    for directory in (site.workspace(session), site.session_home("s1"), site.run_dir("e1")):
+        directory.mkdir(parents=True)
+    request = site.request(
+        provider="claude",
+        prompt="",
+        session=session,
+        execution_id="e1",
+        memory=None,
+        base_env=dict(os.environ),
+        own_home=True,
+    )
+    plain = build_plan(request)
+    builds: list[float] = []
+    bare: list[float] = []
+    boxed: list[float] = []
+    for _ in range(samples + 1):  # The first round warms caches and is dropped.
+        start = time.perf_counter()
+        sandboxed = site.sandbox(plain, request)
+        built = time.perf_counter() - start
+        unboxed = await spawn_seconds(launch_command(plain, ["/bin/true"]), dict(plain.env))
+        inside = await spawn_seconds(launch_command(sandboxed, ["/bin/true"]), dict(plain.env))
+        builds.append(built)
+        bare.append(unboxed)
+        boxed.append(inside)
+    builds, bare, boxed = builds[1:], bare[1:], boxed[1:]
+    added = [b + (x - u) for b, x, u in zip(builds, boxed, bare, strict=True)]
+    verdict = "meets" if statistics.median(added) * 1000 < SANDBOX_TARGET_MS else "misses"
+    print(f"\nsandbox: spawn of /bin/true with and without bwrap, {samples} interleaved runs")
+    print(f"  build the sandbox argv      {spread(builds)}")
+    print(f"  spawn, no sandbox           {spread(bare)}")
+    print(f"  spawn, sandboxed            {spread(boxed)}")
+    print(
+        f"  added per launch            {spread(added)} "
+        f"({ratio(statistics.median(boxed), statistics.median(bare))} of the bare spawn) "
+        f"{verdict} < {SANDBOX_TARGET_MS:.0f} ms"
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=3)
-    parser.add_argument("--only", choices=("launch", "calls"), default=None)
+    parser.add_argument("--only", choices=("launch", "calls", "sandbox"), default=None)
     parser.add_argument("--providers", default=",".join(PROVIDERS))
     args = parser.parse_args()
     header("Runtime bridge overhead")
     with tempfile.TemporaryDirectory(prefix="amux-bench-bridge-") as tmp:
         root = Path(tmp)
+        if args.only in (None, "sandbox"):
+            await sandbox_cost(root, max(args.samples, 15))
         if args.only in (None, "calls"):
             await memory_calls(root)
         if args.only in (None, "launch"):
