@@ -54,12 +54,20 @@ MEANINGS: dict[str, str] = {
     "AMUX_MEMORY_BINDING": "Memory scope an Agent's launch froze (set by the Runtime for managed "
     "launches; the Hub rejects a mismatch).",
     "AMUX_TIMEOUT": "Seconds a Hub RPC call may take before the client gives up.",
+    "AMUX_OWNER_TOKEN_FALLBACK": "Whether the CLI and `amux mcp` use the local owner token under "
+    "AMUX_HOME when AMUX_TOKEN is unset. Agent launches set it false.",
     "AMUX_RUNTIME_NAME": "Worker name shown to operators.",
     "AMUX_RUNTIME_IN_PROCESS": "Whether `amux serve` runs a worker beside the Hub. Set false when "
     "only remote workers should run turns.",
     "AMUX_RUNTIME_CLAUDE": "Claude Code executable: a name looked up on PATH or an absolute path.",
     "AMUX_RUNTIME_CODEX": "Codex executable: a name looked up on PATH or an absolute path.",
     "AMUX_RUNTIME_PI": "Pi executable: a name looked up on PATH or an absolute path.",
+    "AMUX_RUNTIME_PROVIDERS": "Further providers Agents may run, besides claude, codex and pi "
+    '(JSON map of name to executable, e.g. {"aider": "/usr/local/bin/aider"}); they run without '
+    "memory. Any other provider is refused.",
+    "AMUX_RUNTIME_SANDBOX": "bwrap: every Agent launch runs in a bubblewrap sandbox that shows it "
+    "only its own workspace and home (needs the bubblewrap package); off: Agents run with the "
+    "worker's own file access.",
     "AMUX_RUNTIME_CLAUDE_ARGS": "Extra arguments for every claude launch (JSON list).",
     "AMUX_RUNTIME_CODEX_ARGS": "Extra arguments for every codex launch (JSON list).",
     "AMUX_RUNTIME_PI_ARGS": "Extra arguments for every pi launch (JSON list).",
@@ -75,8 +83,9 @@ MEANINGS: dict[str, str] = {
     "everything else is dropped.",
     "AMUX_RUNTIME_WORK_DIR": "Per-run files and per-session Agent homes. Unset: "
     "<AMUX_HOME>/runtime.",
-    "AMUX_RUNTIME_DEFAULT_CWD": "Where Agents work when a conversation names no directory. "
-    "Unset: <work dir>/workspace.",
+    "AMUX_RUNTIME_DEFAULT_CWD": "Where Agents work when a conversation names no directory. Set: "
+    "one directory all users' Agents share. Unset: each Principal's own workspace, "
+    "<AMUX_RUNTIME_WORK_DIR>/workspaces/<sha256(principal-id)>/.",
     "AMUX_RUNTIME_AMUX": "The amux executable launches use for `amux mcp` and the memory CLI. "
     "Unset: the running one.",
     "AMUX_RUNTIME_RUN_AS": "Run Agents as this local user (name or uid); the worker runs as root "
