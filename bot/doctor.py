@@ -28,11 +28,17 @@ from hub.config import ClientSettings, HubSettings
 from hub.errors import AmuxError, Unauthenticated, Unavailable
 from hub.rootlock import LOCK_NAME
 from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.sandbox import SandboxLayout, bwrap_argv
 
 Status = Literal["ok", "warn", "fail", "skip"]
 PROVIDERS = ("claude", "codex", "pi")
 VERSION_SECONDS = 15.0
 HTTP_SECONDS = 10.0
+SANDBOX_SECONDS = 10.0
+PROBE_BY_HAND = (
+    "run `bwrap --ro-bind / / --proc /proc --dev /dev --unshare-pid --unshare-ipc --unshare-uts "
+    "true` by hand to see why"
+)
 LONG_CONNECTION_ENDPOINT = "/callback/ws/endpoint"
 
 
@@ -191,6 +197,142 @@ def _alive(pid: int) -> bool:
     return True
 
 
+async def check_sandbox(
+    runtime: RuntimeSettings,
+    feishu: FeishuSettings,
+    proc_sys: Path = Path("/proc/sys"),
+    seconds: float = SANDBOX_SECONDS,
+) -> Check:
+    """Whether Agents launched here are confined, and whether they must be.
+
+    Open enrollment lets anyone who messages the bot run an Agent, so there an unconfined Agent
+    (sandbox off, or a bwrap that cannot start) fails; with enrollment closed, off is a warning.
+    """
+    name = "sandbox"
+    open_enrollment = feishu.enabled and feishu.enroll == "auto"
+    if not runtime.in_process:
+        return Check(
+            name,
+            "skip",
+            "this process launches no Agents (AMUX_RUNTIME_IN_PROCESS=false): "
+            "run `amux doctor` on each worker host",
+        )
+    install = "install bubblewrap (Debian package `bubblewrap`)"
+    if runtime.sandbox == "off":
+        who = f"local user {runtime.run_as}'s" if runtime.run_as else "this service's own"
+        detail = f"off (AMUX_RUNTIME_SANDBOX=off): Agents run with {who} file access"
+        if open_enrollment:
+            return Check(
+                name,
+                "fail",
+                detail + ", and AMUX_FEISHU_ENROLL=auto lets anyone who messages the bot run one",
+                f"set AMUX_RUNTIME_SANDBOX=bwrap and {install}, or set AMUX_FEISHU_ENROLL=closed",
+            )
+        return Check(name, "warn", detail, f"set AMUX_RUNTIME_SANDBOX=bwrap and {install}")
+    # Found the way a launch finds it: on this process's PATH.
+    path = shutil.which("bwrap")
+    if path is None:
+        return Check(
+            name,
+            "fail",
+            "AMUX_RUNTIME_SANDBOX=bwrap, but bwrap is not on PATH: every Agent launch fails",
+            install if open_enrollment else f"{install}, or set AMUX_RUNTIME_SANDBOX=off",
+        )
+    try:
+        answered = await _capture([path, "--version"], seconds)
+        # The probe is a launch's own sandbox around `true`: the same namespaces, /proc and /dev,
+        # so a host that lets bwrap start but not mount a fresh /proc fails here, not at a turn.
+        layout = SandboxLayout(cwd=Path("/"), installations=(), hidden=(), writable=())
+        probed = await _capture([*bwrap_argv(path, layout), "true"], seconds)
+    except OSError as error:
+        return Check(name, "fail", f"{path} cannot run: {error.strerror}", "reinstall bubblewrap")
+    version = answered[1].splitlines()[0] if answered and answered[1] else "bwrap"
+    if probed is None:
+        return Check(
+            name,
+            "fail",
+            f"{version} ({path}): a probe launch gave no answer within {seconds:.0f}s",
+            PROBE_BY_HAND,
+        )
+    code, output = probed
+    if code != 0:
+        detail, fix = _sandbox_failure(code, output, proc_sys)
+        return Check(name, "fail", f"{version} ({path}) cannot sandbox here: {detail}", fix)
+    return Check(
+        name,
+        "ok",
+        f"{version} ({path}): a probe launch got its own PID, IPC and UTS namespaces and /proc",
+    )
+
+
+def _sandbox_failure(code: int, output: str, proc_sys: Path) -> tuple[str, str]:
+    """What bwrap's complaint means on this host, and how to fix it."""
+    said = output.splitlines()[0] if output else f"exited {code} without a message"
+    if "proc" in said and "mount" in said.lower():
+        return (
+            f"{said}. The kernel refuses a fresh /proc in a user namespace while parts of this "
+            "host's /proc are masked",
+            "unmask /proc for the service: under systemd drop ProtectKernelTunables=, "
+            "ProtectKernelLogs= and ProtectHostname= (deploy/systemd does); in a container use "
+            "podman's --security-opt unmask=/proc/* (deploy/compose.yaml does)",
+        )
+    if "namespace" in said or "uid map" in said:
+        settings = _userns_settings(proc_sys)
+        found = f" ({'; '.join(settings)})" if settings else ""
+        return (
+            f"{said}. This user cannot create user namespaces{found}",
+            "allow unprivileged user namespaces: sysctl user.max_user_namespaces above 0, and "
+            "kernel.unprivileged_userns_clone=1 and kernel.apparmor_restrict_unprivileged_userns=0 "
+            "where the kernel has them; and do not forbid them to the service (systemd "
+            "RestrictNamespaces=, a container's seccomp profile)",
+        )
+    return said, PROBE_BY_HAND
+
+
+def _userns_settings(proc_sys: Path) -> list[str]:
+    """The kernel settings here that forbid an unprivileged user namespace."""
+    forbidding = (
+        ("user/max_user_namespaces", "user.max_user_namespaces", "0"),
+        ("kernel/unprivileged_userns_clone", "kernel.unprivileged_userns_clone", "0"),
+        (
+            "kernel/apparmor_restrict_unprivileged_userns",
+            "kernel.apparmor_restrict_unprivileged_userns",
+            "1",
+        ),
+    )
+    found = []
+    for relative, sysctl, bad in forbidding:
+        try:
+            value = (proc_sys / relative).read_text().strip()
+        except OSError:
+            continue
+        if value == bad:
+            found.append(f"{sysctl} is {value}")
+    return found
+
+
+async def _capture(argv: list[str], seconds: float) -> tuple[int, str] | None:
+    """Run ``argv`` with no input; its exit code and combined output, or None after ``seconds``.
+
+    Raises:
+        OSError: the executable cannot be started.
+    """
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), seconds)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return None
+    assert process.returncode is not None
+    return process.returncode, output.decode(errors="replace").strip()
+
+
 async def check_hub(client: HubClient, has_token: bool) -> tuple[Check, bool]:
     """Reachable (/healthz) and authenticated (system.whoami); the flag gates later Hub checks."""
     start = "start the Hub (`amux serve` or `systemctl start amux`), or set AMUX_HUB_URL to it"
@@ -314,14 +456,11 @@ async def check_feishu_ingress(feishu: FeishuSettings, hub_url: str) -> Check:
     if not feishu.enabled:
         return Check("feishu_ingress", "skip", "Feishu bot not configured")
     if feishu.mode == "webhook":
-        missing = [
-            name
-            for name, value in (
-                ("AMUX_FEISHU_ENCRYPT_KEY", feishu.encrypt_key),
-                ("AMUX_FEISHU_VERIFICATION_TOKEN", feishu.verification_token),
-            )
-            if not value.get_secret_value()
-        ]
+        unencrypted = not feishu.encrypt_key.get_secret_value()
+        required = [("AMUX_FEISHU_VERIFICATION_TOKEN", feishu.verification_token)]
+        if not feishu.allow_unencrypted:
+            required.insert(0, ("AMUX_FEISHU_ENCRYPT_KEY", feishu.encrypt_key))
+        missing = [name for name, value in required if not value.get_secret_value()]
         if missing:
             return Check(
                 "feishu_ingress",
@@ -330,7 +469,19 @@ async def check_feishu_ingress(feishu: FeishuSettings, hub_url: str) -> Check:
                 "copy the Encrypt Key and Verification Token from the app's Events & Callbacks "
                 "page, or set AMUX_FEISHU_MODE=long_connection",
             )
-        return await _probe_webhook(hub_url)
+        probed = await _probe_webhook(hub_url)
+        if probed.status == "ok" and unencrypted:
+            # Feishu signs events only with an encrypt key; without one, a request is vouched
+            # for by the verification token in its own body alone.
+            return Check(
+                "feishu_ingress",
+                "warn",
+                f"{probed.detail}; without AMUX_FEISHU_ENCRYPT_KEY (allowed by "
+                "AMUX_FEISHU_ALLOW_UNENCRYPTED) events arrive unsigned and unencrypted",
+                "copy the Encrypt Key from the app's Events & Callbacks page into "
+                "AMUX_FEISHU_ENCRYPT_KEY, then unset AMUX_FEISHU_ALLOW_UNENCRYPTED",
+            )
+        return probed
     return await _probe_long_connection(feishu)
 
 
@@ -409,33 +560,23 @@ async def check_agent(provider: str, executable: str, required: bool) -> Check:
             f"install the {provider} CLI on this host or set {variable} to its path",
         )
     try:
-        process = await asyncio.create_subprocess_exec(
-            path,
-            "--version",
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
+        answered = await _capture([path, "--version"], VERSION_SECONDS)
     except OSError as error:
         return Check(name, "fail", f"{path} cannot run: {error.strerror}", f"check {path}")
-    try:
-        output, _ = await asyncio.wait_for(process.communicate(), VERSION_SECONDS)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
+    if answered is None:
         return Check(
             name,
             "fail",
             f"{path} --version gave no answer within {VERSION_SECONDS:.0f}s",
             f"run `{path} --version` by hand to see what it waits for",
         )
-    first = output.decode(errors="replace").strip().splitlines()
-    version = first[0] if first else ""
-    if process.returncode != 0:
+    code, output = answered
+    version = output.splitlines()[0] if output else ""
+    if code != 0:
         return Check(
             name,
             "fail",
-            f"{path} --version exited {process.returncode}: {version}",
+            f"{path} --version exited {code}: {version}",
             f"reinstall the {provider} CLI",
         )
     return Check(name, "ok", f"{version} ({path})")
@@ -471,6 +612,7 @@ async def diagnose(
             executable = settings.runtime.executable(provider) or provider
             required = settings.runtime.in_process and provider == settings.feishu.provider
             checks.append(await check_agent(provider, executable, required))
+        checks.append(await check_sandbox(settings.runtime, settings.feishu))
         if hub_ok:
             checks.append(await check_workers(hub))
         else:

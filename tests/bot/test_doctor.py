@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bot.doctor import Check, check_root_lock, passed, render
+from bot.config import FeishuSettings
+from bot.doctor import Check, check_feishu_ingress, check_root_lock, check_sandbox, passed, render
+from runtime_bridge.config import RuntimeSettings
 from tests.conftest import AMUX, REPO, HubProcess, free_port, wait_until
 from tests.fakes.feishu import FakeFeishu
 
@@ -243,6 +246,164 @@ async def test_webhook_mode_fails_when_the_hub_does_not_serve_the_events_route(
     code, checks = await run_doctor(hub_process, env)
     assert code == 1
     assert "does not serve /feishu/events" in checks["feishu_ingress"]["detail"]
+
+
+# -- the sandbox ----------------------------------------------------------------------------------
+
+OPEN = FeishuSettings(app_id="cli_doctor", app_secret="s3cret", enroll="auto")
+CLOSED = FeishuSettings(app_id="cli_doctor", app_secret="s3cret", enroll="closed")
+NAMESPACES_REFUSED = (
+    "bwrap: No permissions to creating new namespace, likely because the kernel does not allow "
+    "non-privileged user namespaces."
+)
+PROC_REFUSED = "bwrap: Can't mount proc on /newroot/proc: Operation not permitted"
+
+
+def fake_bwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, probe: str) -> Path:
+    """A ``bwrap`` first on PATH that knows its version and runs ``probe`` for anything else."""
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir()
+    script = bin_dir / "bwrap"
+    script.write_text(
+        f'#!/bin/sh\nif [ "$1" = --version ]; then echo "bubblewrap 0.0.1-fake"; exit 0; fi\n'
+        f"{probe}\n"
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return script
+
+
+async def test_a_working_bwrap_is_reported_with_its_version() -> None:
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    check = await check_sandbox(RuntimeSettings(sandbox="bwrap"), OPEN)
+    assert check.status == "ok", check
+    assert check.detail.startswith("bubblewrap ")
+    assert "own PID, IPC and UTS namespaces and /proc" in check.detail
+
+
+async def test_sandbox_off_with_open_enrollment_fails_with_a_fix_for_either_side() -> None:
+    check = await check_sandbox(RuntimeSettings(sandbox="off"), OPEN)
+    assert check.status == "fail"
+    assert "Agents run with this service's own file access" in check.detail
+    assert "AMUX_FEISHU_ENROLL=auto" in check.detail
+    assert "AMUX_RUNTIME_SANDBOX=bwrap" in check.fix
+    assert "AMUX_FEISHU_ENROLL=closed" in check.fix
+
+
+@pytest.mark.parametrize(
+    "feishu", [CLOSED, FeishuSettings(app_id="", enroll="auto")], ids=["closed", "no-bot"]
+)
+async def test_sandbox_off_without_open_enrollment_is_a_warning(feishu: FeishuSettings) -> None:
+    check = await check_sandbox(RuntimeSettings(sandbox="off", run_as="agent"), feishu)
+    assert check.status == "warn"
+    assert "Agents run with local user agent's file access" in check.detail
+    assert "AMUX_RUNTIME_SANDBOX=bwrap" in check.fix
+    assert passed([check])
+
+
+async def test_a_missing_bwrap_fails_and_only_closed_enrollment_may_turn_the_sandbox_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    opened = await check_sandbox(RuntimeSettings(sandbox="bwrap"), OPEN)
+    assert opened.status == "fail"
+    assert "bwrap is not on PATH: every Agent launch fails" in opened.detail
+    assert "bubblewrap" in opened.fix
+    assert "SANDBOX=off" not in opened.fix
+    closed = await check_sandbox(RuntimeSettings(sandbox="bwrap"), CLOSED)
+    assert closed.status == "fail"
+    assert "AMUX_RUNTIME_SANDBOX=off" in closed.fix
+
+
+async def test_a_bwrap_that_cannot_create_namespaces_names_the_kernel_setting_that_forbids_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_bwrap(tmp_path, monkeypatch, f"echo '{NAMESPACES_REFUSED}' >&2; exit 1")
+    proc_sys = tmp_path / "proc-sys"
+    (proc_sys / "user").mkdir(parents=True)
+    (proc_sys / "user" / "max_user_namespaces").write_text("0\n")
+    check = await check_sandbox(RuntimeSettings(sandbox="bwrap"), CLOSED, proc_sys=proc_sys)
+    assert check.status == "fail"
+    assert check.detail.startswith("bubblewrap 0.0.1-fake (")
+    assert NAMESPACES_REFUSED in check.detail
+    assert "(user.max_user_namespaces is 0)" in check.detail
+    assert "user.max_user_namespaces" in check.fix
+    assert "RestrictNamespaces=" in check.fix
+
+
+async def test_a_bwrap_that_cannot_mount_proc_is_told_which_settings_mask_proc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_bwrap(tmp_path, monkeypatch, f'echo "{PROC_REFUSED}" >&2; exit 1')
+    check = await check_sandbox(RuntimeSettings(sandbox="bwrap"), OPEN)
+    assert check.status == "fail"
+    assert PROC_REFUSED in check.detail
+    assert "ProtectKernelTunables=" in check.fix
+    assert "unmask=/proc/*" in check.fix
+
+
+async def test_a_bwrap_probe_that_never_ends_fails_within_the_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_bwrap(tmp_path, monkeypatch, "exec sleep 60")
+    check = await check_sandbox(RuntimeSettings(sandbox="bwrap"), CLOSED, seconds=0.5)
+    assert check.status == "fail"
+    assert "gave no answer within" in check.detail
+    assert "by hand" in check.fix
+
+
+async def test_a_hub_without_an_in_process_worker_leaves_the_sandbox_to_the_workers() -> None:
+    check = await check_sandbox(RuntimeSettings(sandbox="off", in_process=False), OPEN)
+    assert check.status == "skip"
+    assert "on each worker host" in check.detail
+
+
+def test_doctor_reports_the_sandbox_of_the_hub_it_runs_beside(
+    hub_process: HubProcess, stub_agents: dict[str, str]
+) -> None:
+    wait_for_worker(hub_process)
+    env = {**stub_agents, "AMUX_RUNTIME_SANDBOX": "off"}
+    code, _, checks = doctor(hub_process, env)
+    assert code == 0
+    assert checks["sandbox"]["status"] == "warn"
+    assert "AMUX_RUNTIME_SANDBOX=bwrap" in checks["sandbox"]["fix"]
+
+
+async def test_webhook_mode_without_an_encrypt_key_is_a_warning_when_explicitly_allowed(
+    tmp_path: Path, fake_feishu: FakeFeishu
+) -> None:
+    webhook = {
+        "AMUX_FEISHU_APP_ID": fake_feishu.app_id,
+        "AMUX_FEISHU_APP_SECRET": fake_feishu.app_secret,
+        "AMUX_FEISHU_DOMAIN": fake_feishu.url,
+        "AMUX_FEISHU_MODE": "webhook",
+        "AMUX_FEISHU_VERIFICATION_TOKEN": "vt-123456",
+        "AMUX_FEISHU_ALLOW_UNENCRYPTED": "true",
+    }
+    hub = HubProcess(tmp_path / "amux-home", free_port(), extra_env=webhook)
+    await asyncio.to_thread(hub.start)
+    try:
+        feishu = FeishuSettings(
+            app_id=fake_feishu.app_id,
+            app_secret=fake_feishu.app_secret,
+            domain=fake_feishu.url,
+            mode="webhook",
+            verification_token="vt-123456",
+            allow_unencrypted=True,
+        )
+        allowed = await check_feishu_ingress(feishu, hub.url)
+        refused = await check_feishu_ingress(
+            feishu.model_copy(update={"allow_unencrypted": False}), hub.url
+        )
+    finally:
+        await asyncio.to_thread(hub.stop)
+    assert allowed.status == "warn", allowed
+    assert "answers" in allowed.detail
+    assert "unsigned and unencrypted" in allowed.detail
+    assert "AMUX_FEISHU_ENCRYPT_KEY" in allowed.fix
+    assert refused.status == "fail"
+    assert "without AMUX_FEISHU_ENCRYPT_KEY:" in refused.detail
 
 
 # -- the report itself ----------------------------------------------------------------------------
