@@ -15,7 +15,7 @@ from bot.drain import DRAIN, Drain
 from bot.logs import install_request_ids
 from hub.client import HubClient
 from hub.config import HubSettings
-from hub.errors import NotFound
+from hub.errors import InvalidArgument, NotFound
 from hub.rpc import HUB
 from hub.server import add_hub
 from runtime_bridge.config import RuntimeSettings
@@ -42,6 +42,11 @@ def create_app(
     With ``worker_url`` (the Hub's own address) an in-process Runtime worker runs beside the
     Hub, reaching it over HTTP like any remote worker, so one machine works out of the box.
     """
+    feishu = feishu_settings or FeishuSettings()
+    problem = feishu.startup_problem()
+    if problem is not None:
+        # Before the Hub takes its lock and opens its state: nothing starts half-configured.
+        raise InvalidArgument(problem)
     drain = Drain()
     app = web.Application(
         client_max_size=hub_settings.max_request_bytes, middlewares=[drain.middleware]
@@ -52,7 +57,6 @@ def create_app(
     add_hub(app, hub_settings, settings.accepted_providers())
     if worker_url is not None:
         app.cleanup_ctx.append(_in_process_worker(hub_settings, settings, worker_url))
-    feishu = feishu_settings or FeishuSettings()
     if feishu.enabled:
         # Imported only when the bot is on: lark-oapi takes seconds to import.
         from bot.feishu_app import add_feishu

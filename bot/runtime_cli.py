@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -193,6 +194,9 @@ def runtime_worker(
     settings = RuntimeSettings()
     work_dir = settings.work_dir or Path(tempfile.gettempdir()) / f"amux-runtime-{os.getuid()}"
     logs.configure(logs.LogSettings(), secrets=[token])
+    warning = settings.unsandboxed_warning()
+    if warning is not None:
+        logging.getLogger("amux.worker").warning(warning)
 
     async def work() -> None:
         stop = asyncio.Event()

@@ -36,17 +36,6 @@ def local_url(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
-def sandbox_warning(runtime: RuntimeSettings) -> str | None:
-    """The start-up warning when this process launches Agents without the sandbox, else None."""
-    if not runtime.in_process or runtime.sandbox != "off":
-        return None
-    who = f"local user {runtime.run_as}'s" if runtime.run_as else "this service's own"
-    return (
-        f"AMUX_RUNTIME_SANDBOX=off: Agents run with {who} file access and see its processes; "
-        "set AMUX_RUNTIME_SANDBOX=bwrap to confine each one to its own workspace"
-    )
-
-
 class Outcome(Enum):
     STOP = "stop"
     RESTART = "restart"
@@ -55,7 +44,7 @@ class Outcome(Enum):
 async def serve(settings: HubSettings) -> Outcome:
     """Serve until SIGTERM/SIGINT or an owner's restart request, then drain in-flight work."""
     runtime = RuntimeSettings()
-    warning = sandbox_warning(runtime)
+    warning = runtime.unsandboxed_warning() if runtime.in_process else None
     if warning is not None:
         logger.warning(warning)
     worker_url = local_url(settings.host, settings.port) if runtime.in_process else None

@@ -66,6 +66,16 @@ class RuntimeSettings(BaseSettings):
                 raise ValueError(f"provider {name} names no executable")
         return value
 
+    def unsandboxed_warning(self) -> str | None:
+        """What a process launching Agents logs at start when the sandbox is off, else None."""
+        if self.sandbox != "off":
+            return None
+        who = f"local user {self.run_as}'s" if self.run_as else "this service's own"
+        return (
+            f"AMUX_RUNTIME_SANDBOX=off: Agents run with {who} file access and see its processes; "
+            "set AMUX_RUNTIME_SANDBOX=bwrap to confine each one to its own workspace"
+        )
+
     def accepted_providers(self) -> tuple[str, ...]:
         """The Agents this worker launches: the built-in adapters, then the declared ones."""
         return (*ADAPTERS, *sorted(self.providers))

@@ -100,6 +100,7 @@ def test_bound_claude_plan_is_exact() -> None:
                     "AMUX_HUB_URL": "http://hub.internal:7800",
                     "AMUX_TOKEN": SECRET,
                     "AMUX_MEMORY_BINDING": "principal:p1",
+                    **NO_OWNER_TOKEN,
                 },
             }
         }
