@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from bot.config import FeishuSettings
-from bot.drain import DRAIN, Drain
-from bot.logs import install_request_ids
 from hub.client import HubClient
 from hub.config import HubSettings
 from hub.errors import InvalidArgument, NotFound
@@ -47,12 +45,7 @@ def create_app(
     if problem is not None:
         # Before the Hub takes its lock and opens its state: nothing starts half-configured.
         raise InvalidArgument(problem)
-    drain = Drain()
-    app = web.Application(
-        client_max_size=hub_settings.max_request_bytes, middlewares=[drain.middleware]
-    )
-    app[DRAIN] = drain
-    install_request_ids(app)
+    app = web.Application(client_max_size=hub_settings.max_request_bytes)
     settings = runtime_settings or RuntimeSettings()
     add_hub(app, hub_settings, settings.accepted_providers())
     if worker_url is not None:

@@ -1,9 +1,9 @@
-"""Process logging: one JSON object per line (or plain text), request ids, and secret redaction.
+"""Process logging: one JSON object per line (or plain text), with request ids and redaction.
 
-A request id comes from a valid incoming ``X-Request-Id`` or is generated, lives in a contextvar for
-the request's task (so every log line written while serving it carries it), and is echoed in the
-response header. Redaction scrubs bearer tokens, ``amux_`` credentials and any secret value the
-process registers, from the message, extra fields and tracebacks alike.
+Every line written while a request is served carries its id (the Hub's middleware sets it), and so
+does the access line aiohttp writes after the handler. Redaction scrubs bearer tokens, ``amux_``
+credentials and any secret value the process registers, from the message, extra fields and
+tracebacks alike.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import json
 import logging
 import re
 import sys
-import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
@@ -21,17 +20,13 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from hub.requestid import REQUEST_ID, REQUEST_ID_HEADER
-
-REQUEST_ID_KEY = web.RequestKey("request_id", str)
-# Callers' ids end up in every log line, so only short, printable, unambiguous ones are kept.
-_VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+from hub.middleware import CREDENTIAL_SHAPE, REQUEST_ID_KEY
+from hub.requestid import REQUEST_ID
 
 REDACTED = "[redacted]"
 _PATTERNS = (
     (re.compile(r"(?i)\b(bearer)\s+[^\s\"',;]+"), rf"\1 {REDACTED}"),
-    # Hub credentials are "amux_" + 43 URL-safe characters; shorter words like amux_home stay.
-    (re.compile(r"\bamux_[A-Za-z0-9_-]{20,}"), f"amux_{REDACTED}"),
+    (CREDENTIAL_SHAPE, f"amux_{REDACTED}"),
 )
 # Attributes every LogRecord has; anything else was passed as ``extra=`` and is logged as a field.
 _STANDARD = frozenset(
@@ -138,34 +133,6 @@ def configure(
     return handler
 
 
-def request_id_of(value: str | None) -> str:
-    """The caller's id when it is well-formed and not shaped like a credential, else a fresh one."""
-    if value is not None and _VALID_REQUEST_ID.fullmatch(value) and _PLAIN(value) == value:
-        return value
-    return uuid.uuid4().hex
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-_PLAIN = Redactor()
-
-
-@web.middleware
-async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    request_id = request_id_of(request.headers.get(REQUEST_ID_HEADER))
-    request[REQUEST_ID_KEY] = request_id
-    token = REQUEST_ID.set(request_id)
-    try:
-        return await handler(request)
-    finally:
-        REQUEST_ID.reset(token)
-
-
-async def _echo_request_id(request: web.Request, response: web.StreamResponse) -> None:
-    request_id = request.get(REQUEST_ID_KEY)
-    if request_id is not None:
-        response.headers[REQUEST_ID_HEADER] = request_id
-
-
 class AccessLogger(AbstractAccessLogger):
     """One line per request, with its id: aiohttp writes these after the handler's context ends."""
 
@@ -184,12 +151,6 @@ class AccessLogger(AbstractAccessLogger):
                 "duration_ms": round(time * 1000, 2),
             },
         )
-
-
-def install_request_ids(app: web.Application) -> None:
-    """Give every request of ``app`` an id: outermost middleware, echoed on every response."""
-    app.middlewares.insert(0, request_id_middleware)
-    app.on_response_prepare.append(_echo_request_id)
 
 
 def _is_json_scalar(value: object) -> bool:

@@ -12,9 +12,9 @@ from enum import Enum
 from aiohttp import web
 
 from bot.app import create_app
-from bot.drain import DRAIN
 from bot.logs import AccessLogger
 from hub.config import HubSettings
+from hub.middleware import DRAIN
 from hub.rpc import HUB
 from runtime_bridge.config import RuntimeSettings
 

@@ -1,4 +1,5 @@
-"""Mounts the Hub onto an aiohttp application: its services, the RPC sub-app, health and metrics.
+"""Mounts the Hub onto an aiohttp application: its services, its middleware (request ids and the
+drain), the RPC route, health and metrics.
 
 ``/healthz`` answers while the process is up; ``/readyz`` runs every readiness check (the Hub's own
 plus those other parts of the service register on ``app[READINESS]``) and answers 503 if one fails.
@@ -19,6 +20,7 @@ from hub import rpc_executions  # noqa: F401  (registers the execution methods)
 from hub.config import HubSettings
 from hub.executions import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED
 from hub.metrics import METRICS, Metrics, Snapshot, metrics_endpoint
+from hub.middleware import install_middleware
 from hub.rpc import HUB, RPC_PATH, rpc_handler
 from hub.services import Hub
 
@@ -62,6 +64,7 @@ def add_hub(app: web.Application, settings: HubSettings, providers: Iterable[str
     ``providers`` are the Agents turns may name (the workers' adapters); others are refused.
     """
     providers = tuple(providers)
+    install_middleware(app)
 
     metrics = Metrics()
     readiness = Readiness()

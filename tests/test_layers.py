@@ -1,4 +1,9 @@
-"""The packages import one way only (DESIGN.md): a wrong-direction import fails here."""
+"""The packages import one way only: a wrong-direction import fails here.
+
+bot (the Feishu bot and the composition root) may use every other package; runtime_bridge reaches
+the Hub only through its client; hub and cards import nothing of ours, so a Hub mounted alone
+needs none of the bot.
+"""
 
 from __future__ import annotations
 
@@ -26,14 +31,22 @@ ALLOWED: dict[str, set[str]] = {
 }
 
 
-def imported_modules(path: Path) -> list[tuple[int, str]]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+def imported_modules(path: Path, source: str | None = None) -> list[tuple[int, str]]:
+    """Every module ``path`` imports, anywhere in it, relative imports resolved to full names."""
+    text = path.read_text(encoding="utf-8") if source is None else source
+    tree = ast.parse(text, filename=str(path))
+    package = list(path.parent.relative_to(REPO).parts) if path.is_relative_to(REPO) else []
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append((node.lineno, node.module))
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            if node.module:
+                found.append((node.lineno, ".".join([*base, node.module])))
+            else:
+                # ``from .. import x``: each name may be a module of its own.
+                found += [(node.lineno, ".".join([*base, a.name])) for a in node.names]
     return found
 
 
@@ -56,3 +69,12 @@ def test_the_rule_catches_a_wrong_direction(tmp_path: Path) -> None:
     sample.write_text("from hub.store import MemoryStore\nimport bot.app\n")
     modules = [module for _, module in imported_modules(sample)]
     assert [m for m in modules if not allowed("runtime_bridge", m)] == ["hub.store", "bot.app"]
+    assert [m for m in modules if not allowed("hub", m)] == ["bot.app"]
+
+
+def test_relative_imports_count_as_the_modules_they_name() -> None:
+    sample = REPO / "hub" / "not_a_module.py"
+    source = "from ..bot import logs\nfrom .. import bot\nfrom . import rpc\nfrom .rpc import HUB\n"
+    modules = [module for _, module in imported_modules(sample, source)]
+    assert modules == ["bot", "bot", "hub.rpc", "hub.rpc"]
+    assert [m for m in modules if not allowed("hub", m)] == ["bot", "bot"]

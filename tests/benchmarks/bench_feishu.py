@@ -92,11 +92,10 @@ async def start_amux(home: Path, fake_url: str) -> tuple[web.AppRunner, str]:
     """The service as `amux serve` builds it (request ids, access log), on a loopback port."""
     from bot.app import create_app
     from bot.feishu_app import FEISHU
-    from bot.logs import AccessLogger, install_request_ids
+    from bot.logs import AccessLogger
     from hub.config import HubSettings
 
     app = create_app(HubSettings(home=home), feishu_settings=feishu_settings(fake_url))
-    install_request_ids(app)
     runner = web.AppRunner(
         app, handle_signals=False, shutdown_timeout=1.0, access_log_class=AccessLogger
     )

@@ -14,17 +14,10 @@ from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot.app import create_app
-from bot.logs import (
-    REQUEST_ID_HEADER,
-    JsonFormatter,
-    LogSettings,
-    RedactionFilter,
-    Redactor,
-    configure,
-    install_request_ids,
-)
+from bot.logs import JsonFormatter, LogSettings, RedactionFilter, Redactor, configure
 from hub.config import HubSettings
 from hub.metrics import METRICS
+from hub.requestid import REQUEST_ID_HEADER
 from hub.rpc import HUB
 from hub.server import READINESS
 from hub.state import State
@@ -45,9 +38,7 @@ def memory_enabled_home(home: Path) -> HubSettings:
 
 @pytest.fixture
 async def service(aiohttp_client: Any, tmp_path: Path) -> AsyncIterator[tuple[Client, str]]:
-    app = create_app(memory_enabled_home(tmp_path / "home"))
-    install_request_ids(app)
-    client: Client = await aiohttp_client(app)
+    client: Client = await aiohttp_client(create_app(memory_enabled_home(tmp_path / "home")))
     token = (tmp_path / "home" / "owner.token").read_text().strip()
     yield client, token
 
