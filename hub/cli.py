@@ -241,7 +241,11 @@ def open_state(ctx: typer.Context) -> State:
 
 
 def local(ctx: typer.Context, work: Callable[[State], T]) -> T:
-    state = open_state(ctx)
+    try:
+        state = open_state(ctx)
+    except AmuxError as error:
+        # A state database written by a newer amux is refused in one line, like any other error.
+        fail(error)
     try:
         return work(state)
     except AmuxError as error:

@@ -22,51 +22,6 @@ from hub.paths import GLOBAL_SCOPE, principal_scope
 from hub.requestid import REQUEST_ID
 from hub.state import State
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY,
-    principal_id TEXT NOT NULL,
-    provider TEXT NOT NULL,
-    cwd TEXT,
-    origin TEXT UNIQUE,
-    native_id TEXT,
-    memory TEXT NOT NULL DEFAULT 'pending' CHECK (memory IN ('pending', 'bound', 'unbound')),
-    binding TEXT,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS executions (
-    id TEXT PRIMARY KEY,
-    session_id TEXT NOT NULL REFERENCES sessions(id),
-    prompt TEXT NOT NULL,
-    state TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    worker_id TEXT,
-    lease_expires_at REAL,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    result TEXT,
-    error TEXT,
-    submitted_by TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS executions_by_state ON executions(state, created_at);
-CREATE TABLE IF NOT EXISTS execution_events (
-    execution_id TEXT NOT NULL REFERENCES executions(id),
-    seq INTEGER NOT NULL,
-    kind TEXT NOT NULL,
-    text TEXT NOT NULL,
-    at REAL NOT NULL,
-    PRIMARY KEY (execution_id, seq)
-);
-CREATE TABLE IF NOT EXISTS workers (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    principal_id TEXT NOT NULL,
-    last_seen REAL NOT NULL
-);
-"""
-
 QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = (
     "queued",
     "running",
@@ -131,17 +86,10 @@ class Executions:
         self.lease_seconds = lease_seconds
         self.queue_seconds = queue_seconds
         self._clock = clock
-        self.db.executescript(_SCHEMA)
-        self._migrate()
+        # Opening the State brought these tables up to date (see hub.migrations).
         self._changed = asyncio.Condition()
         self._version = 0
         self._closing = False
-
-    def _migrate(self) -> None:
-        columns = {row["name"] for row in self.db.execute("PRAGMA table_info(executions)")}
-        if "request_id" not in columns:
-            # Added later: the id that follows a turn from Feishu to the worker and back.
-            self.db.execute("ALTER TABLE executions ADD COLUMN request_id TEXT")
 
     async def _notify(self) -> None:
         async with self._changed:

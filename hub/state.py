@@ -1,7 +1,8 @@
 """The Hub's durable state in SQLite: principals, aliases, credentials and saved settings.
 
 Queries are short and indexed, so they run on the event loop; WAL mode lets the local admin
-commands (``amux principal …``, ``amux token …``) work while the Hub is serving.
+commands (``amux principal …``, ``amux token …``) work while the Hub is serving. Opening the
+database brings its schema up to date (see ``hub.migrations``, which owns every table in it).
 """
 
 from __future__ import annotations
@@ -19,44 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hub.errors import Conflict, InvalidArgument, NotFound
-
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS principals (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL UNIQUE,
-    kind TEXT NOT NULL CHECK (kind IN ('user', 'service')),
-    is_owner INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS aliases (
-    kind TEXT NOT NULL,
-    value TEXT NOT NULL,
-    principal_id TEXT NOT NULL REFERENCES principals(id) ON DELETE CASCADE,
-    created_at REAL NOT NULL,
-    PRIMARY KEY (kind, value)
-);
-CREATE INDEX IF NOT EXISTS aliases_by_principal ON aliases(principal_id);
-CREATE TABLE IF NOT EXISTS credentials (
-    id TEXT PRIMARY KEY,
-    principal_id TEXT NOT NULL REFERENCES principals(id) ON DELETE CASCADE,
-    token_hash TEXT NOT NULL UNIQUE,
-    kind TEXT NOT NULL CHECK (kind IN ('cli', 'delegated')),
-    binding TEXT,
-    label TEXT NOT NULL DEFAULT '',
-    issued_by TEXT,
-    expires_at REAL,
-    revoked_at REAL,
-    created_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS credentials_by_principal ON credentials(principal_id);
-CREATE TABLE IF NOT EXISTS settings (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL,
-    updated_at REAL NOT NULL
-);
-"""
+from hub.migrations import migrate
 
 TOKEN_PREFIX = "amux_"
 
@@ -134,10 +98,13 @@ class State:
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.execute("PRAGMA foreign_keys=ON")
         self.db.execute("PRAGMA busy_timeout=5000")
-        self.db.executescript(_SCHEMA)
+        try:
+            migrate(self.db, path)
+        except BaseException:
+            self.db.close()
+            raise
         # Bumped on every revocation through this connection, so caches of credentials can tell.
         self.credential_changes = 0
-        self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def close(self) -> None:
         self.db.close()

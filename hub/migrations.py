@@ -1,0 +1,193 @@
+"""The schema of the Hub's state database (``<AMUX_HOME>/state.sqlite3``) and how it evolves.
+
+Every table in that file is created or changed here and nowhere else. ``PRAGMA user_version``
+holds the number of the last migration applied; opening the database applies the ones after it
+in order, each in its own transaction together with its new version number, so a crash leaves
+the database at one version or the next, never in between. A database written by a newer amux
+is refused: running against a schema this code does not know could corrupt it silently.
+
+To change the schema, append a migration with the next number; never edit one that shipped,
+since databases already past it will not run it again.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from hub.errors import Unavailable
+
+Step = str | Callable[[sqlite3.Connection], None]
+
+# The first release's principals, aliases, credentials and settings. It created them with
+# IF NOT EXISTS before writing user_version, so a database it left at version 0 may hold them.
+_V1_IDENTITY_AND_SETTINGS = """
+CREATE TABLE IF NOT EXISTS principals (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL CHECK (kind IN ('user', 'service')),
+    is_owner INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS aliases (
+    kind TEXT NOT NULL,
+    value TEXT NOT NULL,
+    principal_id TEXT NOT NULL REFERENCES principals(id) ON DELETE CASCADE,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (kind, value)
+);
+CREATE INDEX IF NOT EXISTS aliases_by_principal ON aliases(principal_id);
+CREATE TABLE IF NOT EXISTS credentials (
+    id TEXT PRIMARY KEY,
+    principal_id TEXT NOT NULL REFERENCES principals(id) ON DELETE CASCADE,
+    token_hash TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL CHECK (kind IN ('cli', 'delegated')),
+    binding TEXT,
+    label TEXT NOT NULL DEFAULT '',
+    issued_by TEXT,
+    expires_at REAL,
+    revoked_at REAL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS credentials_by_principal ON credentials(principal_id);
+CREATE TABLE IF NOT EXISTS settings (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
+"""
+
+# The first release's queue tables, as it created them (without executions.request_id).
+_V1_QUEUE = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    principal_id TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    cwd TEXT,
+    origin TEXT UNIQUE,
+    native_id TEXT,
+    memory TEXT NOT NULL DEFAULT 'pending' CHECK (memory IN ('pending', 'bound', 'unbound')),
+    binding TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS executions (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    prompt TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    worker_id TEXT,
+    lease_expires_at REAL,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    result TEXT,
+    error TEXT,
+    submitted_by TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS executions_by_state ON executions(state, created_at);
+CREATE TABLE IF NOT EXISTS execution_events (
+    execution_id TEXT NOT NULL REFERENCES executions(id),
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    text TEXT NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (execution_id, seq)
+);
+CREATE TABLE IF NOT EXISTS workers (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    principal_id TEXT NOT NULL,
+    last_seen REAL NOT NULL
+);
+"""
+
+
+def _queue_with_request_ids(db: sqlite3.Connection) -> None:
+    """Version 2: the queue tables, and ``executions.request_id``.
+
+    The first release stamped version 1 on every database it opened, but created the queue
+    tables only when the Hub itself (not a local admin command) opened it, and added
+    ``request_id`` only from a later build on. A version-1 database may therefore have none, some
+    or all of this, and this step is the one place that has to look.
+    """
+    run_script(db, _V1_QUEUE)
+    columns = {row[1] for row in db.execute("PRAGMA table_info(executions)")}
+    if "request_id" not in columns:
+        # The id that follows a turn from Feishu to the worker and back.
+        db.execute("ALTER TABLE executions ADD COLUMN request_id TEXT")
+
+
+MIGRATIONS: tuple[tuple[int, Step], ...] = (
+    (1, _V1_IDENTITY_AND_SETTINGS),
+    (2, _queue_with_request_ids),
+)
+
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+def run_script(db: sqlite3.Connection, script: str) -> None:
+    """Execute each statement of ``script`` inside the caller's open transaction.
+
+    ``executescript`` would commit that transaction first, so statements run one at a time.
+    """
+    pending = ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        # A ';' inside a string literal or a trigger body does not end the statement.
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \t\r\n;"):
+                db.execute(pending)
+            pending = ""
+    if pending.strip(" \t\r\n;"):
+        raise ValueError(f"incomplete SQL statement in a migration: {pending.strip()!r}")
+
+
+def schema_version(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _refuse_newer(found: int, path: Path) -> None:
+    if found > SCHEMA_VERSION:
+        raise Unavailable(
+            f"the state database {path} has schema version {found}, but this amux knows versions "
+            f"up to {SCHEMA_VERSION}: a newer amux wrote it; run that version, or restore the "
+            "backup taken before the upgrade",
+            found_version=found,
+            supported_version=SCHEMA_VERSION,
+        )
+
+
+def migrate(db: sqlite3.Connection, path: Path) -> int:
+    """Bring the database to ``SCHEMA_VERSION``; returns the version it had before.
+
+    ``db`` must be in autocommit mode (``isolation_level=None``), so each step's transaction is
+    exactly the one opened here. ``path`` only names the database in errors.
+
+    Raises:
+        Unavailable: a newer amux wrote the database.
+    """
+    found = schema_version(db)
+    _refuse_newer(found, path)
+    for version, step in MIGRATIONS:
+        if version <= found:
+            continue
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            # Another process (the Hub and a local admin command) may have applied this step
+            # while we waited for the write lock; the version read under the lock decides.
+            current = schema_version(db)
+            _refuse_newer(current, path)
+            if current < version:
+                if isinstance(step, str):
+                    run_script(db, step)
+                else:
+                    step(db)
+                db.execute(f"PRAGMA user_version = {version}")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+    return found

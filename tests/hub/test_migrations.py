@@ -1,0 +1,295 @@
+"""The state database schema: numbered migrations, upgraded in place, never downgraded."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hub.errors import Unavailable
+from hub.executions import Executions
+from hub.migrations import MIGRATIONS, SCHEMA_VERSION
+from hub.state import State
+from tests.conftest import AMUX, free_port
+
+# What the first release wrote, verbatim: it stamped user_version 1 on every database it opened.
+RELEASE_1_IDENTITY = """
+CREATE TABLE IF NOT EXISTS principals (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL CHECK (kind IN ('user', 'service')),
+    is_owner INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS aliases (
+    kind TEXT NOT NULL,
+    value TEXT NOT NULL,
+    principal_id TEXT NOT NULL REFERENCES principals(id) ON DELETE CASCADE,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (kind, value)
+);
+CREATE INDEX IF NOT EXISTS aliases_by_principal ON aliases(principal_id);
+CREATE TABLE IF NOT EXISTS credentials (
+    id TEXT PRIMARY KEY,
+    principal_id TEXT NOT NULL REFERENCES principals(id) ON DELETE CASCADE,
+    token_hash TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL CHECK (kind IN ('cli', 'delegated')),
+    binding TEXT,
+    label TEXT NOT NULL DEFAULT '',
+    issued_by TEXT,
+    expires_at REAL,
+    revoked_at REAL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS credentials_by_principal ON credentials(principal_id);
+CREATE TABLE IF NOT EXISTS settings (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
+"""
+RELEASE_1_QUEUE = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    principal_id TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    cwd TEXT,
+    origin TEXT UNIQUE,
+    native_id TEXT,
+    memory TEXT NOT NULL DEFAULT 'pending' CHECK (memory IN ('pending', 'bound', 'unbound')),
+    binding TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS executions (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    prompt TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    worker_id TEXT,
+    lease_expires_at REAL,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    result TEXT,
+    error TEXT,
+    submitted_by TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS executions_by_state ON executions(state, created_at);
+CREATE TABLE IF NOT EXISTS execution_events (
+    execution_id TEXT NOT NULL REFERENCES executions(id),
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    text TEXT NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (execution_id, seq)
+);
+CREATE TABLE IF NOT EXISTS workers (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    principal_id TEXT NOT NULL,
+    last_seen REAL NOT NULL
+);
+"""
+RELEASE_1_REQUEST_ID = "ALTER TABLE executions ADD COLUMN request_id TEXT;"
+
+ALL_TABLES = {
+    "principals",
+    "aliases",
+    "credentials",
+    "settings",
+    "sessions",
+    "executions",
+    "execution_events",
+    "workers",
+}
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def user_version(path: Path) -> int:
+    with raw(path) as db:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+def tables(path: Path) -> set[str]:
+    with raw(path) as db:
+        rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return {row[0] for row in rows}
+
+
+def columns(path: Path, table: str) -> list[str]:
+    with raw(path) as db:
+        return [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+
+
+def schema(path: Path) -> list[tuple[str, str]]:
+    with raw(path) as db:
+        return db.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
+
+
+def release_1_database(path: Path, *, queue: bool, request_id: bool) -> None:
+    """A database as the first release left it, with one row in every table it had."""
+    db = raw(path)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.executescript(RELEASE_1_IDENTITY)
+    db.execute("PRAGMA user_version=1")
+    db.execute(
+        "INSERT INTO principals (id, name, kind, is_owner, created_at) "
+        "VALUES ('p1', 'alice', 'user', 1, 1.0)"
+    )
+    db.execute(
+        "INSERT INTO aliases (kind, value, principal_id, created_at) "
+        "VALUES ('feishu_open_id', 'ou_1', 'p1', 1.0)"
+    )
+    db.execute(
+        "INSERT INTO credentials (id, principal_id, token_hash, kind, label, created_at) "
+        "VALUES ('c1', 'p1', 'hash-1', 'cli', 'laptop', 1.0)"
+    )
+    db.execute("INSERT INTO settings (key, value, updated_at) VALUES ('memory.enabled', 'true', 1)")
+    if queue:
+        db.executescript(RELEASE_1_QUEUE)
+        if request_id:
+            db.execute(RELEASE_1_REQUEST_ID)
+        db.execute(
+            "INSERT INTO sessions (id, principal_id, provider, created_at, updated_at) "
+            "VALUES ('s1', 'p1', 'claude', 1.0, 1.0)"
+        )
+        db.execute(
+            "INSERT INTO executions (id, session_id, prompt, state, submitted_by, created_at, "
+            "updated_at) VALUES ('e1', 's1', 'hello', 'succeeded', 'p1', 1.0, 1.0)"
+        )
+        db.execute(
+            "INSERT INTO execution_events (execution_id, seq, kind, text, at) "
+            "VALUES ('e1', 1, 'status', 'done', 1.0)"
+        )
+        db.execute(
+            "INSERT INTO workers (id, name, principal_id, last_seen) "
+            "VALUES ('w1', 'laptop', 'p1', 1.0)"
+        )
+    db.close()
+
+
+def test_the_migrations_are_numbered_one_by_one_from_one() -> None:
+    assert [version for version, _ in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
+    assert SCHEMA_VERSION == len(MIGRATIONS)
+
+
+def test_a_fresh_database_gets_every_table_at_the_latest_version(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite3"
+    State(path).close()
+    assert user_version(path) == SCHEMA_VERSION
+    assert tables(path) == ALL_TABLES
+    assert "request_id" in columns(path, "executions")
+
+
+@pytest.mark.parametrize(
+    ("queue", "request_id"),
+    [(True, True), (True, False), (False, False)],
+    ids=["with-request-id", "without-request-id", "opened-only-by-admin-commands"],
+)
+async def test_a_database_the_first_release_left_upgrades_and_keeps_its_rows(
+    tmp_path: Path, queue: bool, request_id: bool
+) -> None:
+    path = tmp_path / "state.sqlite3"
+    release_1_database(path, queue=queue, request_id=request_id)
+
+    state = State(path)
+    try:
+        assert user_version(path) == SCHEMA_VERSION
+        assert tables(path) == ALL_TABLES
+        assert columns(path, "executions").count("request_id") == 1
+        alice = state.principal_by_name("alice")
+        assert alice.is_owner
+        assert state.aliases(alice.id) == [("feishu_open_id", "ou_1")]
+        assert [c.label for c in state.credentials(alice.id)] == ["laptop"]
+        assert state.saved_settings() == {"memory.enabled": True}
+        executions = Executions(state, providers=("claude",))
+        if queue:
+            assert executions.describe("e1")["state"] == "succeeded"
+            assert [e["text"] for e in executions.events("e1")] == ["done"]
+            assert executions.session("s1").provider == "claude"
+        # The upgraded queue takes new turns, which need the request_id column.
+        submitted, _ = await executions.submit(
+            principal_id=alice.id, submitted_by=alice.id, provider="claude", prompt="again"
+        )
+        assert executions.describe(submitted["id"])["state"] == "queued"
+    finally:
+        state.close()
+
+
+def test_reopening_an_up_to_date_database_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite3"
+    release_1_database(path, queue=True, request_id=False)
+    first = State(path)
+    first.add_principal("bob")
+    first.close()
+    upgraded = schema(path)
+
+    for _ in range(2):
+        again = State(path)
+        assert [p.name for p in again.principals()] == ["alice", "bob"]
+        again.close()
+    assert schema(path) == upgraded
+    assert user_version(path) == SCHEMA_VERSION
+
+
+def test_a_database_from_a_newer_amux_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite3"
+    State(path).close()
+    newer = SCHEMA_VERSION + 1
+    with raw(path) as db:
+        db.execute(f"PRAGMA user_version={newer}")
+    before = schema(path)
+
+    with pytest.raises(Unavailable) as refused:
+        State(path)
+    assert f"schema version {newer}" in refused.value.message
+    assert f"versions up to {SCHEMA_VERSION}" in refused.value.message
+    assert refused.value.details == {"found_version": newer, "supported_version": SCHEMA_VERSION}
+    assert user_version(path) == newer
+    assert schema(path) == before
+
+
+def test_a_migration_that_fails_leaves_the_database_at_the_version_before_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.sqlite3"
+    release_1_database(path, queue=False, request_id=False)
+    # Something no release made: a view where the queue table belongs, so adding its column fails
+    # after the step has already created other tables.
+    with raw(path) as db:
+        db.execute("CREATE VIEW executions AS SELECT 'x' AS id")
+
+    with pytest.raises(sqlite3.OperationalError):
+        State(path)
+    assert user_version(path) == 1
+    assert tables(path) == {"principals", "aliases", "credentials", "settings"}
+
+
+def test_the_admin_cli_and_the_hub_refuse_a_newer_database_in_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    path = home / "state.sqlite3"
+    State(path).close()
+    with raw(path) as db:
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    env = {"AMUX_HOME": str(home), "PATH": "/usr/bin:/bin"}
+
+    for command in (["principal", "list"], ["serve", "--port", str(free_port())]):
+        done = subprocess.run(
+            [AMUX, *command], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 1, done.stderr
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+        assert errors == [
+            f"error: unavailable: the state database {path} has schema version "
+            f"{SCHEMA_VERSION + 1}, but this amux knows versions up to {SCHEMA_VERSION}: a newer "
+            "amux wrote it; run that version, or restore the backup taken before the upgrade"
+        ], done.stderr
+        assert "Traceback" not in done.stderr
