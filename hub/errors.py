@@ -1,6 +1,6 @@
 """The one error tree of amux, shared by the Hub, its client, the CLI and the MCP server.
 
-    AmuxError                      code              HTTP
+    AmuxError                      code              HTTP  details
     ├── InvalidArgument            invalid_argument  400
     │   └── InvalidPath            invalid_path      400
     ├── Unauthenticated            unauthenticated   401
@@ -8,27 +8,60 @@
     │   ├── BindingMismatch        binding_mismatch  403
     │   └── MemoryDisabled         memory_disabled   403
     ├── NotFound                   not_found         404
-    ├── Conflict                   conflict          409   (observed_revision, path)
+    ├── Conflict                   conflict          409   observed_revision, path
     ├── PayloadTooLarge            payload_too_large 413
-    ├── QuotaExceeded              quota_exceeded    422   (limit)
+    ├── QuotaExceeded              quota_exceeded    422   limit
     ├── Unavailable                unavailable       503
     └── InternalError              internal          500
 
+Other packages graft their own errors onto this tree by subclassing (the Runtime bridge's launch
+errors under ``Unavailable``, the Feishu adapter's ``FeishuApiError``). A class that names its own
+``code`` is registered under it when it is defined, and two classes cannot claim one code.
+
 Inner code raises these; only the edges translate them: the Hub RPC turns one into
-``{"error": {"code", "message", ...attributes}}`` with its status, and the client turns that JSON
-back into the same class: a caller catches ``Conflict`` whether it runs in the Hub or over HTTP.
+``{"error": {"code", "message", ...details}}`` with its status, and the client turns that JSON back
+into the class registered for the code: a caller catches ``Conflict`` (or ``ExecutableMissing``)
+whether it runs in the Hub or over HTTP. A code whose class this process never imported comes
+back as ``InternalError`` with the same message and details.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar
+
+_BY_CODE: dict[str, type[AmuxError]] = {}
+
+# Every registered error class by its code; the client rebuilds errors from it.
+ERRORS: Mapping[str, type[AmuxError]] = MappingProxyType(_BY_CODE)
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 class AmuxError(Exception):
-    """Base of every error amux reports to a caller."""
+    """Base of every error amux reports to a caller.
+
+    ``details`` is the context that travels with the error on the wire; subclasses read theirs
+    through typed properties, which answer None when a raiser left a detail out.
+    """
 
     code: ClassVar[str] = "internal"
     status: ClassVar[int] = 500
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A subclass that inherits its parent's code travels as the parent: only a class that
+        # names a code of its own is what that code means.
+        if "code" not in cls.__dict__:
+            return
+        taken = _BY_CODE.get(cls.code)
+        # The same class defined again (a module reloaded) takes its code back.
+        if taken is not None and _qualified(taken) != _qualified(cls):
+            raise TypeError(f"error code {cls.code!r} already belongs to {_qualified(taken)}")
+        _BY_CODE[cls.code] = cls
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -39,12 +72,10 @@ class AmuxError(Exception):
         """The JSON error body every edge emits."""
         return {"error": {"code": self.code, "message": self.message, **self.details}}
 
-    def __getattr__(self, name: str) -> Any:
-        # Context such as ``observed_revision`` lives in ``details`` so it round-trips the wire.
-        details = self.__dict__.get("details", {})
-        if name in details:
-            return details[name]
-        raise AttributeError(name)
+    def _text_detail(self, name: str) -> str | None:
+        # Details came from JSON when the error crossed the wire: trust nothing about their type.
+        value = self.details.get(name)
+        return value if isinstance(value, str) else None
 
 
 class InvalidArgument(AmuxError):
@@ -86,6 +117,16 @@ class Conflict(AmuxError):
     code = "conflict"
     status = 409
 
+    @property
+    def observed_revision(self) -> str | None:
+        """The document's revision now (``absent`` if it is gone), for a caller to reread."""
+        return self._text_detail("observed_revision")
+
+    @property
+    def path(self) -> str | None:
+        """The memory document that changed, when the conflict is about one."""
+        return self._text_detail("path")
+
 
 class PayloadTooLarge(AmuxError):
     code = "payload_too_large"
@@ -96,6 +137,11 @@ class QuotaExceeded(AmuxError):
     code = "quota_exceeded"
     status = 422
 
+    @property
+    def limit(self) -> str | None:
+        """Which limit was reached, e.g. ``scope_documents`` or ``scope_bytes``."""
+        return self._text_detail("limit")
+
 
 class Unavailable(AmuxError):
     code = "unavailable"
@@ -105,25 +151,6 @@ class Unavailable(AmuxError):
 class InternalError(AmuxError):
     code = "internal"
     status = 500
-
-
-_BY_CODE: dict[str, type[AmuxError]] = {
-    cls.code: cls
-    for cls in (
-        InvalidArgument,
-        InvalidPath,
-        Unauthenticated,
-        Forbidden,
-        BindingMismatch,
-        MemoryDisabled,
-        NotFound,
-        Conflict,
-        PayloadTooLarge,
-        QuotaExceeded,
-        Unavailable,
-        InternalError,
-    )
-}
 
 
 def error_from_wire(body: Any, status: int) -> AmuxError:
