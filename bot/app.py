@@ -34,11 +34,15 @@ def create_app(
     worker_url: str | None = None,
     feishu_settings: FeishuSettings | None = None,
     feishu_client: FeishuClient | None = None,
+    *,
+    hub_listening: asyncio.Event | None = None,
 ) -> web.Application:
     """Build the service; nothing starts until the application's startup runs.
 
     With ``worker_url`` (the Hub's own address) an in-process Runtime worker runs beside the
     Hub, reaching it over HTTP like any remote worker, so one machine works out of the box.
+    The application starts before its socket listens, so the worker's first call waits for
+    ``hub_listening`` when given (set once the site has started) rather than failing and retrying.
     """
     feishu = feishu_settings or FeishuSettings()
     problem = feishu.startup_problem()
@@ -49,7 +53,9 @@ def create_app(
     settings = runtime_settings or RuntimeSettings()
     add_hub(app, hub_settings, settings.accepted_providers())
     if worker_url is not None:
-        app.cleanup_ctx.append(_in_process_worker(hub_settings, settings, worker_url))
+        app.cleanup_ctx.append(
+            _in_process_worker(hub_settings, settings, worker_url, hub_listening)
+        )
     if feishu.enabled:
         # Imported only when the bot is on: lark-oapi takes seconds to import.
         from bot.feishu_app import add_feishu
@@ -61,7 +67,10 @@ def create_app(
 
 
 def _in_process_worker(
-    hub_settings: HubSettings, settings: RuntimeSettings, url: str
+    hub_settings: HubSettings,
+    settings: RuntimeSettings,
+    url: str,
+    hub_listening: asyncio.Event | None,
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         state = app[HUB].state
@@ -78,7 +87,13 @@ def _in_process_worker(
         stop = asyncio.Event()
         client = HubClient(url, token, timeout=60)
         worker = Worker(client, url, settings, work_dir, amux_home=hub_settings.home)
-        task = asyncio.create_task(worker.run_forever(stop))
+
+        async def run() -> None:
+            if hub_listening is not None:
+                await hub_listening.wait()
+            await worker.run_forever(stop)
+
+        task = asyncio.create_task(run())
 
         async def stop_worker(app: web.Application) -> None:
             # Before in-flight requests are drained: the worker's own long poll is one of them.

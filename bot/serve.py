@@ -48,7 +48,8 @@ async def serve(settings: HubSettings) -> Outcome:
     if warning is not None:
         logger.warning(warning)
     worker_url = local_url(settings.host, settings.port) if runtime.in_process else None
-    app = create_app(settings, runtime, worker_url=worker_url)
+    listening = asyncio.Event()
+    app = create_app(settings, runtime, worker_url=worker_url, hub_listening=listening)
     runner = web.AppRunner(
         app, handle_signals=False, shutdown_timeout=1.0, access_log_class=AccessLogger
     )
@@ -56,6 +57,7 @@ async def serve(settings: HubSettings) -> Outcome:
     try:
         site = web.TCPSite(runner, settings.host, settings.port)
         await site.start()
+        listening.set()
         logger.info("amux Hub listening on http://%s:%d", settings.host, settings.port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import HubProcess, free_port
+from tests.conftest import HubProcess, free_port, wait_until
 
 
 def records(hub: HubProcess) -> list[dict[str, Any]]:
@@ -61,3 +61,14 @@ def test_serve_says_nothing_about_the_sandbox_when_it_is_on_or_agents_run_elsewh
             assert sandbox_warnings(hub) == [], name
         finally:
             hub.stop()
+
+
+def test_serve_starts_its_in_process_worker_only_once_the_hub_listens(tmp_path: Path) -> None:
+    hub = HubProcess(tmp_path / "amux-home", free_port(), extra_env={"AMUX_LOG_FORMAT": "json"})
+    hub.start()
+    try:
+        wait_until(lambda: any("registered as" in r["message"] for r in records(hub)))
+    finally:
+        hub.stop()
+    unreachable = [r for r in records(hub) if "cannot reach the Hub" in r["message"]]
+    assert unreachable == [], hub.log()
