@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient
+from aiohttp import web
+from aiohttp.test_utils import TestClient, make_mocked_request
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot.app import create_app
-from bot.logs import JsonFormatter, LogSettings, RedactionFilter, Redactor, configure
+from bot.logs import AccessLogger, JsonFormatter, LogSettings, RedactionFilter, Redactor, configure
 from hub.config import HubSettings
 from hub.metrics import METRICS
 from hub.requestid import REQUEST_ID_HEADER
@@ -296,6 +297,27 @@ def test_redaction_removes_tokens_secrets_in_extras_and_tracebacks(
 
 def test_ordinary_words_that_start_with_amux_are_kept() -> None:
     assert Redactor()("AMUX_HOME and amux_memory_root") == "AMUX_HOME and amux_memory_root"
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "level"),
+    [
+        ("/rpc/v1/executions.claim", 200, logging.DEBUG),
+        ("/rpc/v1/executions.watch", 200, logging.DEBUG),
+        ("/rpc/v1/executions.claim", 401, logging.INFO),
+        ("/rpc/v1/executions.submit", 200, logging.INFO),
+        ("/healthz", 200, logging.INFO),
+    ],
+)
+def test_access_lines_of_answered_long_polls_are_debug_and_every_other_line_is_info(
+    path: str, status: int, level: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    access = AccessLogger(logging.getLogger("amux.test.access"), "")
+    with caplog.at_level(logging.DEBUG, logger="amux.test.access"):
+        access.log(make_mocked_request("POST", path), web.Response(status=status), 20.0)
+    [record] = caplog.records
+    assert record.levelno == level
+    assert record.getMessage() == f"POST {path} {status}"
 
 
 def test_configure_replaces_root_handlers_and_writes_json(tmp_path: Path) -> None:
