@@ -19,8 +19,10 @@ $(AGENTS)/node_modules/.installed: $(AGENTS)/package.json $(AGENTS)/package-lock
 
 agents: $(AGENTS)/node_modules/.installed
 
+# The pinned agent CLIs come first on PATH once `make test` or `make agents` installed them, so the
+# in-process worker launches the same versions the tests ran.
 serve: venv
-	$(VENV)/bin/amux serve
+	PATH="$(CURDIR)/$(AGENTS)/node_modules/.bin:$$PATH" $(VENV)/bin/amux serve
 
 lint: venv
 	$(PY) -m ruff check .

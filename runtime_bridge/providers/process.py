@@ -40,11 +40,19 @@ def resolve_executable(plan: LaunchPlan) -> str:
     if found is None:
         raise ExecutableMissing(
             f"{plan.provider} executable {name!r} was not found"
-            + ("" if os.sep in name else " on the launch PATH"),
+            + ("" if os.sep in name else " on the launch PATH")
+            + f"; install it, or {_where_to_set(plan.provider)}",
             executable=name,
             provider=plan.provider,
         )
     return os.path.abspath(found)
+
+
+def _where_to_set(provider: str) -> str:
+    """The setting that names ``provider``'s executable: each built-in Agent has its own."""
+    if provider in ("claude", "codex", "pi"):
+        return f"set AMUX_RUNTIME_{provider.upper()} to its path"
+    return f"correct the {provider!r} entry of AMUX_RUNTIME_PROVIDERS"
 
 
 def materialize(plan: LaunchPlan) -> None:

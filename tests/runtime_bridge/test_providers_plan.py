@@ -19,8 +19,10 @@ from runtime_bridge.providers import (
 )
 from runtime_bridge.providers.claude import ClaudeStream
 from runtime_bridge.providers.codex import CodexTurn, unconfirmed_memory_settings
+from runtime_bridge.providers.errors import ExecutableMissing
 from runtime_bridge.providers.pi import PiStream
 from runtime_bridge.providers.plan import MASK, Failure
+from runtime_bridge.providers.process import resolve_executable
 
 SECRET = "tok-very-secret"
 MEMORY = MemoryAttachment(
@@ -364,3 +366,31 @@ def test_unconfirmed_memory_settings_names_each_setting_not_false(
     config: object, missing: list[str]
 ) -> None:
     assert unconfirmed_memory_settings(config) == missing
+
+
+@pytest.mark.parametrize(
+    ("provider", "setting"),
+    [
+        ("claude", "set AMUX_RUNTIME_CLAUDE to its path"),
+        ("codex", "set AMUX_RUNTIME_CODEX to its path"),
+        ("pi", "set AMUX_RUNTIME_PI to its path"),
+        ("aider", "correct the 'aider' entry of AMUX_RUNTIME_PROVIDERS"),
+    ],
+)
+def test_a_missing_executable_names_the_setting_that_chooses_it(
+    provider: str, setting: str, tmp_path: Path
+) -> None:
+    plan = build_plan(
+        request(
+            provider,
+            memory=None,
+            executable=f"{provider}-absent",
+            base_env={**BASE_ENV, "PATH": str(tmp_path)},
+        )
+    )
+    with pytest.raises(ExecutableMissing) as caught:
+        resolve_executable(plan)
+    assert caught.value.message == (
+        f"{provider} executable '{provider}-absent' was not found on the launch PATH; "
+        f"install it, or {setting}"
+    )
