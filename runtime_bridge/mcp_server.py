@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import MCPServer
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from hub.client import HubClient
@@ -261,9 +262,36 @@ Revision = Annotated[
 ]
 
 
+class MemoryServer(MCPServer):
+    """The SDK's server, except that arguments not fitting a tool's parameters (a wrong type, a
+    missing one) are answered in the one error shape too, as ``invalid_argument``."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as error:
+            # A crash (UnexpectedToolError) stays the SDK's: it is ours, not the caller's.
+            cause = error.__cause__
+            if isinstance(error, UnexpectedToolError) or not isinstance(cause, ValidationError):
+                raise
+            return error_result(invalid_arguments(name, cause))
+
+
+def invalid_arguments(tool: str, error: ValidationError) -> InvalidArgument:
+    """Each offending parameter and what is wrong with it; never the values, which are the
+    caller's data."""
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in detail['loc']) or 'arguments'}: {detail['msg']}"
+        for detail in error.errors()
+    )
+    return InvalidArgument(f"invalid arguments for {tool}: {problems}")
+
+
 def build_server(bridge: MemoryBridge) -> MCPServer:
     """The MCP server with the memory tools bound to ``bridge``."""
-    server: MCPServer = MCPServer(SERVER_NAME)
+    server: MCPServer = MemoryServer(SERVER_NAME)
 
     @server.tool(
         name="amux.memory_search",
@@ -371,9 +399,18 @@ def main() -> None:
         asyncio.run(serve(bridge))
     except KeyboardInterrupt:
         pass
-    except Exception:
-        logger.exception("amux mcp stopped on an unexpected error")
-        raise SystemExit(1) from None
+    except Exception as error:
+        if not client_went_away(error):
+            logger.exception("amux mcp stopped on an unexpected error")
+            raise SystemExit(1) from None
+
+
+def client_went_away(error: BaseException) -> bool:
+    """Whether ``error`` is only the client closing its end of the pipes, an ordinary end: an
+    Agent that exits while a reply is on its way leaves nobody to read it."""
+    if isinstance(error, BaseExceptionGroup):
+        return all(client_went_away(inner) for inner in error.exceptions)
+    return isinstance(error, BrokenPipeError | ConnectionResetError)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -20,7 +21,7 @@ from mcp.types import CallToolResult, TextContent
 from hub.config import HubSettings
 from hub.state import State
 from runtime_bridge.mcp_paging import PAGE_BYTES
-from runtime_bridge.mcp_server import judge_capabilities
+from runtime_bridge.mcp_server import client_went_away, judge_capabilities
 from tests.conftest import AMUX, REPO, HubProcess, free_port
 
 TOOLS = {
@@ -467,6 +468,47 @@ async def test_the_amux_mcp_command_serves_the_same_tools(
     assert read["exists"] is False
 
 
+def test_a_client_that_closes_its_pipes_ends_the_server_quietly(
+    memory_hub: MemoryHub, tmp_path: Path
+) -> None:
+    home = tmp_path / "agent-home"
+    home.mkdir()
+    env = {
+        "AMUX_HUB_URL": memory_hub.hub.url,
+        "AMUX_TOKEN": memory_hub.tokens["alice"],
+        "AMUX_HOME": str(home),
+    }
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "gone", "version": "1"},
+        },
+    }
+    log = tmp_path / "stderr.log"
+    with log.open("wb") as errlog:
+        server = subprocess.Popen(
+            MODULE_COMMAND,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errlog,
+            env=env,
+            cwd=REPO,
+        )
+        assert server.stdin is not None and server.stdout is not None
+        # The client is gone before the reply to its request: nobody reads it any more.
+        server.stdout.close()
+        server.stdin.write(json.dumps(initialize).encode() + b"\n")
+        server.stdin.close()
+        status = server.wait(30)
+    text = log.read_text()
+    assert status == 0, text
+    assert "Traceback" not in text and "ERROR" not in text, text
+
+
 def test_the_capability_verdict_needs_memory_methods_and_memory_enabled() -> None:
     methods = ["memory.search", "memory.get", "memory.upsert", "memory.forget"]
     assert judge_capabilities({"memory": {"enabled": True, "methods": methods}}).ready
@@ -475,3 +517,12 @@ def test_the_capability_verdict_needs_memory_methods_and_memory_enabled() -> Non
     assert older.error.code == "unavailable" and "does not offer" in older.error.message
     off = judge_capabilities({"memory": {"enabled": False, "methods": methods}})
     assert off.error is not None and off.error.code == "memory_disabled"
+
+
+def test_only_a_closed_pipe_counts_as_the_client_going_away() -> None:
+    assert client_went_away(BrokenPipeError())
+    assert client_went_away(ExceptionGroup("stdio", [BrokenPipeError(), ConnectionResetError()]))
+    nested = ExceptionGroup("outer", [ExceptionGroup("inner", [BrokenPipeError()])])
+    assert client_went_away(nested)
+    assert not client_went_away(ExceptionGroup("stdio", [BrokenPipeError(), ValueError()]))
+    assert not client_went_away(RuntimeError("boom"))
