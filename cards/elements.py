@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 from cards.actions import callback
@@ -12,6 +13,7 @@ Card = dict[str, Any]
 
 # Feishu rejects a card whose JSON exceeds 30 KB; leave room for the message envelope.
 CARD_MAX_BYTES = 28_000
+_MENTION_TAG = re.compile(r"<(?=at)", re.IGNORECASE)
 
 Template = Literal["blue", "wathet", "turquoise", "green", "yellow", "orange", "red", "grey"]
 ButtonType = Literal["default", "primary", "danger", "primary_filled", "danger_filled"]
@@ -40,8 +42,9 @@ def code(value: str) -> str:
 
 
 def defuse_mentions(markdown_text: str) -> str:
-    """Neutralise ``<at ...>`` tags so Agent output or stored text can never mention anyone."""
-    return markdown_text.replace("<at", "&lt;at").replace("<AT", "&lt;AT")
+    """Neutralise ``<at ...>`` tags, in any letter case (tag names are not case-sensitive), so
+    Agent output or stored text can never mention anyone."""
+    return _MENTION_TAG.sub("&lt;", markdown_text)
 
 
 def card(title: str, template: Template, elements: list[Element], subtitle: str = "") -> Card:
