@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -71,6 +72,16 @@ async def until(predicate: Any, seconds: float = 60.0, interval: float = 0.02) -
         await asyncio.sleep(interval)
 
 
+def parent_of(pid: int) -> int | None:
+    """The parent pid of a live process, or None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name in parentheses may hold spaces or parentheses of its own.
+    return int(stat.rpartition(")")[2].split()[1])
+
+
 @dataclass
 class CliResult:
     returncode: int
@@ -88,6 +99,8 @@ class HubProcess:
     home: Path
     port: int
     extra_env: dict[str, str] = field(default_factory=dict)
+    # A command the Hub runs under, such as strace; ``stop`` signals the Hub itself through it.
+    prefix: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
 
@@ -112,7 +125,7 @@ class HubProcess:
         self.log_path = self.home.parent / f"hub-{self.port}.log"
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [AMUX, "serve", "--port", str(self.port)],
+            [*self.prefix, AMUX, "serve", "--port", str(self.port)],
             env=self.env(),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -120,6 +133,20 @@ class HubProcess:
         )
         log.close()
         self.wait_healthy()
+
+    def _served(self) -> int | None:
+        assert self.proc is not None
+        if not self.prefix:
+            return self.proc.pid
+        children = [pid for pid in processes_tagged("serve") if parent_of(pid) == self.proc.pid]
+        return children[0] if len(children) == 1 else None
+
+    @property
+    def pid(self) -> int:
+        """The pid of ``amux serve`` itself: the prefix command's child when there is one."""
+        served = self._served()
+        assert served is not None, f"no single amux serve runs under {self.prefix[0]}"
+        return served
 
     def healthy(self) -> bool:
         try:
@@ -211,10 +238,17 @@ class HubProcess:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            # A prefix such as strace ignores SIGTERM and exits once the Hub has.
+            served = self._served()
+            if served is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(served, signal.SIGTERM)
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
+                if served is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(served, signal.SIGKILL)
                 self.proc.kill()
                 self.proc.wait()
 
