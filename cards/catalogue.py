@@ -95,11 +95,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "error.title": "Something went wrong",
         "error.code": "Error code `{code}`",
         "warning.title": "Notice",
-        "notice.memory_unavailable.title": "Memory unavailable",
-        "notice.memory_unavailable": (
-            "Memory could not be reached, so nothing was read or saved. Check that the Hub "
-            "restarted after enabling memory and start a fresh conversation."
-        ),
+        "notice.memory_disabled.title": "Memory unavailable",
         "notice.memory_disabled": "Agent memory is off on this Hub. The owner can enable it in "
         "/amux → Experiments.",
         "notice.enrollment_closed.title": "Not enrolled",
@@ -192,10 +188,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "error.title": "出错了",
         "error.code": "错误码 `{code}`",
         "warning.title": "提示",
-        "notice.memory_unavailable.title": "记忆不可用",
-        "notice.memory_unavailable": (
-            "无法访问记忆，因此没有读取或保存任何内容。请确认开启记忆后 Hub 已重启，并新建会话。"
-        ),
+        "notice.memory_disabled.title": "记忆不可用",
         "notice.memory_disabled": "本 Hub 未开启 Agent 记忆。所有者可在 /amux → 实验功能 中开启。",
         "notice.enrollment_closed.title": "尚未加入",
         "notice.enrollment_closed": "本 Hub 目前不接受新成员。请联系所有者添加你。",

@@ -31,16 +31,8 @@ def _notice(key: str, lang: Lang, extra: list[Element] | None = None) -> Card:
     return card(text(lang, f"{key}.title"), "yellow", elements)
 
 
-def memory_unavailable_card(lang: Lang) -> Card:
-    return _notice("notice.memory_unavailable", lang)
-
-
 def memory_disabled_card(lang: Lang) -> Card:
-    return card(
-        text(lang, "notice.memory_unavailable.title"),
-        "yellow",
-        [markdown(text(lang, "notice.memory_disabled"))],
-    )
+    return _notice("notice.memory_disabled", lang)
 
 
 def enrollment_closed_card(lang: Lang) -> Card:

@@ -271,7 +271,6 @@ ALIAS_KINDS = {
     "feishu_union_id": "--feishu-union-id",
     "feishu_user_id": "--feishu-user-id",
     "feishu_open_id": "--feishu-open-id",
-    "cli": "--cli-subject",
 }
 
 
@@ -282,14 +281,12 @@ def principal_alias(
     feishu_union_id: str | None = typer.Option(None, "--feishu-union-id"),
     feishu_user_id: str | None = typer.Option(None, "--feishu-user-id"),
     feishu_open_id: str | None = typer.Option(None, "--feishu-open-id"),
-    cli_subject: str | None = typer.Option(None, "--cli-subject"),
 ) -> None:
-    """Map outside identities (Feishu ids, CLI subjects) to one Principal."""
+    """Map outside identities (Feishu ids) to one Principal."""
     given = {
         "feishu_union_id": feishu_union_id,
         "feishu_user_id": feishu_user_id,
         "feishu_open_id": feishu_open_id,
-        "cli": cli_subject,
     }
     aliases = [(kind, value) for kind, value in given.items() if value]
     if not aliases:

@@ -5,7 +5,6 @@ from cards.notices import (
     enrollment_closed_card,
     error_card,
     memory_disabled_card,
-    memory_unavailable_card,
     own_topic_card,
     owner_only_card,
     stale_card,
@@ -19,7 +18,6 @@ def test_every_notice_is_a_valid_card(lang: Lang) -> None:
     for card in (
         error_card("conflict", "The document changed", lang),
         warning_card("Heads up", lang),
-        memory_unavailable_card(lang),
         memory_disabled_card(lang),
         enrollment_closed_card(lang),
         own_topic_card(lang),

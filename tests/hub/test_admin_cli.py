@@ -7,6 +7,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from bot.identity import ALIAS_KINDS as BOT_ALIAS_KINDS
+from hub.cli import ALIAS_KINDS
 from tests.conftest import AMUX, HubProcess
 
 
@@ -53,6 +55,11 @@ def test_aliases_map_outside_identities_to_one_principal(tmp_path: Path) -> None
     missing = admin(home, "principal", "show", "carol")
     assert missing.returncode == 1 and missing.stderr.startswith("error: not_found:")
     assert "Traceback" not in missing.stderr
+
+
+def test_aliases_are_only_the_outside_identities_the_bot_resolves() -> None:
+    # An alias kind nothing looks up would be stored and never consulted.
+    assert set(ALIAS_KINDS) == {kind for kind, _ in BOT_ALIAS_KINDS}
 
 
 def test_issued_token_works_once_shown_and_stops_when_revoked(hub_process: HubProcess) -> None:
