@@ -4,7 +4,9 @@ Every path is walked one component at a time with directory file descriptors and
 so a symbolic link anywhere on the way is refused rather than followed, even if it appears while we
 walk. Writes go to a hidden temporary file in the destination directory, which is synced, renamed
 over the target, and the directory synced: a reader or a crash sees the old or the new document,
-never a mix.
+never a mix. Before the first write through a directory in this process, the directory's parent is
+synced too, so its own entry is on disk: a directory made just before a crash may exist with that
+entry never synced, and documents written into it would vanish with it on a power cut.
 """
 
 from __future__ import annotations
@@ -116,18 +118,32 @@ class MemoryFiles:
     def __init__(self, root: Path, cache_bytes: int = 64 * 1024 * 1024) -> None:
         self.root = root
         self._cache = _ContentCache(cache_bytes)
+        # Directories below the root (as path components) whose entry in their parent was synced
+        # by this process. Written from worker threads; a race at worst syncs a parent twice.
+        self._durable: set[tuple[str, ...]] = set()
 
     def ensure_root(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         if self.root.is_symlink():
             raise InvalidPath("the memory root must not be a symbolic link")
+        # The root's own entry, once per start, for the same reason as every directory below it.
+        parent = os.open(self.root.parent, _DIR_FLAGS)
+        try:
+            os.fsync(parent)
+        finally:
+            os.close(parent)
 
     @contextlib.contextmanager
     def _directory(self, parts: tuple[str, ...], *, create: bool) -> Iterator[int | None]:
-        """Yield an fd of ``root/parts`` (None when it does not exist and ``create`` is false)."""
+        """Yield an fd of ``root/parts`` (None when it does not exist and ``create`` is false).
+
+        With ``create``, for a write: missing directories are made, and every directory on the
+        way has its entry synced into its parent before the first write through it.
+        """
         fd = os.open(self.root, _DIR_FLAGS)
         try:
             for index, name in enumerate(parts):
+                here = parts[: index + 1]
                 try:
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except FileNotFoundError:
@@ -136,12 +152,20 @@ class MemoryFiles:
                         return
                     with contextlib.suppress(FileExistsError):
                         os.mkdir(name, 0o700, dir_fd=fd)
-                        os.fsync(fd)
+                        # A new entry needs a new sync, whatever this process synced before.
+                        self._durable.discard(here)
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except OSError as err:
                     raise _refuse(err, parts, index, fd) from err
-                os.close(fd)
-                fd = child
+                parent, fd = fd, child
+                try:
+                    if create and here not in self._durable:
+                        # Existing is not enough: a crash between an earlier mkdir and its
+                        # parent's sync leaves a directory whose entry may still be lost.
+                        os.fsync(parent)
+                        self._durable.add(here)
+                finally:
+                    os.close(parent)
             yield fd
         finally:
             os.close(fd)
@@ -226,6 +250,7 @@ class MemoryFiles:
                     raise
                 # The removal is durable only once the directory that held it is synced.
                 os.fsync(parent_fd)
+                self._durable.discard(directory)
             directory = directory[:-1]
 
     def walk(

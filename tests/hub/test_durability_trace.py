@@ -227,3 +227,29 @@ def test_a_forget_answers_after_unlink_and_directory_sync(traced: TracedHub) -> 
     removed = first(ops, "rmdir", directory, after=synced.line)
     first(ops, "fsync", scope, after=removed.line)
 
+
+def test_the_first_write_into_a_directory_a_crash_left_syncs_its_entry_once(
+    traced: TracedHub,
+) -> None:
+    # The Hub wrote in the scope already, so the scope directory itself is known to be synced.
+    traced.call("memory.upsert", path="warm.md", content="# warm\n", expected_revision="absent")
+    scope = str(traced.memory / "global")
+    left = traced.memory / "global" / "left-by-crash"
+    # As a crash between the Hub's mkdir and its sync of the scope directory leaves it.
+    left.mkdir(mode=0o700)
+
+    _, ops = traced.call(
+        "memory.upsert", path="left-by-crash/a.md", content="# a\n", expected_revision="absent"
+    )
+    assert not [op for op in ops if op.name == "mkdir"]
+    rename = next(op for op in ops if op.name == "rename" and op.target == f"{left}/a.md")
+    entry = first(ops, "fsync", scope)
+    assert entry.line < rename.line, "the document went into a directory whose entry is unsynced"
+    first(ops, "fsync", str(left), after=rename.line)
+
+    _, again = traced.call(
+        "memory.upsert", path="left-by-crash/b.md", content="# b\n", expected_revision="absent"
+    )
+    assert [op for op in again if op.name == "fsync" and op.path == scope] == []
+    rename = next(op for op in again if op.name == "rename" and op.target == f"{left}/b.md")
+    first(ops + again, "fsync", str(left), after=rename.line)
