@@ -11,15 +11,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import MessageEvent
 from cards.models import Lang, Progress
 from cards.notices import error_card, own_topic_card, warning_card
 from cards.progress import progress_card, result_cards
+from hub.contract import CANCELLED, RUNNING, SUCCEEDED, WatchResult
 from hub.errors import AmuxError
-from hub.executions import FINISHED
 from hub.services import Hub
 from hub.state import Principal
 
@@ -89,9 +88,9 @@ class Conversations:
             await self._client.reply(event.message_id, card=card)
             return None
         title = prompt.splitlines()[0][:TITLE_CHARS]
-        view = Progress(title=title, status="queued", run_id=submitted["id"])
+        view = Progress(title=title, status="queued", run_id=submitted.id)
         sent = await self._client.reply(event.message_id, card=progress_card(view, self._lang))
-        turn = Turn(submitted["id"], session.id, sent.message_id)
+        turn = Turn(submitted.id, session.id, sent.message_id)
         await self._follow(turn, title, event.message_id)
         return turn
 
@@ -103,23 +102,24 @@ class Conversations:
         started = time.monotonic()
         while True:
             answer = await executions.watch(turn.execution_id, after, WATCH_SECONDS)
-            for event in answer["events"]:
-                after = max(after, int(event["seq"]))
-                if event["kind"] == "warning":
-                    warnings.append(str(event["text"]))
-                    lines.append("⚠ " + str(event["text"]))
+            after = max(after, answer.last_seq)
+            for event in answer.events:
+                if event.kind == "warning":
+                    warnings.append(event.text)
+                    lines.append("⚠ " + event.text)
                 else:
-                    lines.append(str(event["text"]))
-            state = answer["state"]
+                    lines.append(event.text)
+            state = answer.execution.state
             elapsed = time.monotonic() - started
-            if executions.closing and state not in FINISHED:
+            finished = answer.execution.finished
+            if executions.closing and not finished:
                 return  # The Hub is restarting; the turn carries on (or is retried) without us.
-            if state in FINISHED:
+            if finished:
                 await self._report(turn, title, answer, warnings, elapsed, reply_to)
                 return
             view = Progress(
                 title,
-                "running" if state == "running" else "queued",
+                "running" if state == RUNNING else "queued",
                 tuple(lines),
                 elapsed,
                 turn.execution_id,
@@ -130,31 +130,31 @@ class Conversations:
         self,
         turn: Turn,
         title: str,
-        answer: dict[str, Any],
+        answer: WatchResult,
         warnings: list[str],
         elapsed: float,
         reply_to: str,
     ) -> None:
-        state = answer["state"]
-        result = answer.get("result") or {}
-        text = result.get("text")
-        if state == "succeeded" and isinstance(text, str):
+        execution = answer.execution
+        state = execution.state
+        text = execution.result.text if execution.result is not None else None
+        if state == SUCCEEDED and text is not None:
             parts = result_cards(text, self._lang, title=title)
             await self._finish(turn.progress_message_id, parts[0])
             for extra in parts[1:]:
                 await self._client.reply(reply_to, card=extra)
         else:
-            view = Progress(title, "cancelled" if state == "cancelled" else "failed", (), elapsed)
+            view = Progress(title, "cancelled" if state == CANCELLED else "failed", (), elapsed)
             await self._finish(turn.progress_message_id, progress_card(view, self._lang))
-            reason = str(answer.get("error") or "the Agent ended without an answer")
-            await self._client.reply(reply_to, card=error_card(str(state), reason, self._lang))
+            reason = execution.error or "the Agent ended without an answer"
+            await self._client.reply(reply_to, card=error_card(state, reason, self._lang))
         for warning in warnings:
             await self._client.reply(reply_to, card=warning_card(warning, self._lang))
 
     async def cancel(self, execution_id: str, by: Principal) -> bool:
         """Cancel a turn for its topic's owner (or the Hub owner); False when not theirs."""
         executions = self._hub.executions
-        session = executions.session(executions.describe(execution_id)["session_id"])
+        session = executions.session(executions.describe(execution_id).session_id)
         if session.principal_id != by.id and not by.is_owner:
             return False
         await executions.cancel(execution_id)

@@ -39,7 +39,7 @@ from cards.models import (
 )
 from cards.notices import error_card, memory_disabled_card, owner_only_card
 from hub.errors import AmuxError, InvalidArgument
-from hub.paths import GLOBAL_SCOPE, principal_scope
+from hub.paths import binding_for
 from hub.services import Hub
 from hub.state import Principal
 
@@ -112,7 +112,7 @@ class Management:
         return holder is not None and holder.id == principal.id
 
     def scope_of(self, principal: Principal) -> str:
-        return principal_scope(principal.id) if self._hub.config.isolation else GLOBAL_SCOPE
+        return binding_for(principal.id, self._hub.config.isolation)
 
     def view(
         self,

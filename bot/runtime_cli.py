@@ -18,6 +18,7 @@ import typer
 from bot import logs
 from hub.cli import emit, env_of, fail, run
 from hub.client import HubClient
+from hub.contract import SUCCEEDED, Execution, Session, TurnResult, WatchResult
 from hub.errors import AmuxError, InvalidArgument
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.launch import LaunchSite
@@ -31,19 +32,24 @@ runtime_app = typer.Typer(help="Runtime workers and launch plans.")
 WATCH_SECONDS = 20
 
 
-async def follow(hub: HubClient, execution_id: str, quiet: bool) -> dict[str, Any]:
-    """Print progress to stderr until the turn finishes; return its final description."""
+async def follow(hub: HubClient, execution_id: str, quiet: bool) -> WatchResult:
+    """Print progress to stderr until the turn finishes; return its final state."""
     after = 0
     while True:
-        answer = await hub.call(
-            "executions.watch", execution_id=execution_id, after=after, wait_seconds=WATCH_SECONDS
+        answer = WatchResult.from_wire(
+            await hub.call(
+                "executions.watch",
+                execution_id=execution_id,
+                after=after,
+                wait_seconds=WATCH_SECONDS,
+            )
         )
-        for event in answer["events"]:
-            after = max(after, int(event["seq"]))
-            if not quiet:
-                prefix = {"warning": "warning: ", "status": "status: "}.get(event["kind"], "")
-                typer.echo(f"{prefix}{event['text']}", err=True)
-        if answer["state"] in ("succeeded", "failed", "cancelled"):
+        after = max(after, answer.last_seq)
+        if not quiet:
+            for event in answer.events:
+                prefix = {"warning": "warning: ", "status": "status: "}.get(event.kind, "")
+                typer.echo(f"{prefix}{event.text}", err=True)
+        if answer.execution.finished:
             return answer
 
 
@@ -61,7 +67,7 @@ def agent_run(
     env = env_of(ctx)
     workdir = str(cwd.resolve()) if cwd else None
 
-    async def work() -> dict[str, Any]:
+    async def work() -> tuple[Execution, str]:
         async with env.client() as hub:
             submitted = await hub.call(
                 "executions.submit",
@@ -70,39 +76,39 @@ def agent_run(
                 session_id=session,
                 cwd=workdir,
             )
-            execution_id = submitted["execution"]["id"]
+            execution_id = Execution.from_wire(submitted["execution"]).id
             try:
                 final = await follow(hub, execution_id, quiet or as_json)
             except (KeyboardInterrupt, asyncio.CancelledError):
                 with contextlib.suppress(AmuxError):
                     await hub.call("executions.cancel", execution_id=execution_id)
                 raise
-            final["session"] = submitted["session"]["id"]
-            return final
+            return final.execution, Session.from_wire(submitted["session"]).id
 
-    final = run(work())
-    result = final.get("result") or {}
+    final, session_id = run(work())
+    result = final.result or TurnResult()
+    succeeded = final.state == SUCCEEDED
     if as_json:
         emit(
             {
-                "execution_id": final["id"],
-                "session_id": final["session"],
-                "state": final["state"],
-                "text": result.get("text"),
-                "binding": result.get("binding"),
-                "warnings": result.get("warnings", []),
-                "usage": result.get("usage", {}),
-                "error": final.get("error"),
+                "execution_id": final.id,
+                "session_id": session_id,
+                "state": final.state,
+                "text": result.text,
+                "binding": result.binding,
+                "warnings": list(result.warnings),
+                "usage": dict(result.usage),
+                "error": final.error,
             }
         )
-    elif final["state"] == "succeeded":
-        typer.echo(result.get("text") or "")
-    if final["state"] != "succeeded":
+    elif succeeded:
+        typer.echo(result.text or "")
+    if not succeeded:
         if not as_json:
-            typer.echo(f"error: {final['state']}: {final.get('error') or 'no answer'}", err=True)
+            typer.echo(f"error: {final.state}: {final.error or 'no answer'}", err=True)
         raise typer.Exit(1)
     if not as_json:
-        typer.echo(f"session: {final['session']}", err=True)
+        typer.echo(f"session: {session_id}", err=True)
 
 
 @runtime_app.command("plan")
@@ -140,7 +146,18 @@ def runtime_plan(
                         warnings.append(f"memory unavailable: {error.message}")
             if described is None:
                 who = await hub.call("system.whoami")
-                described = {"id": "<session>", "principal_id": who["principal"]["id"]}
+                planned = Session(
+                    id="<session>",
+                    principal_id=str(who["principal"]["id"]),
+                    provider=provider,
+                    cwd=None,
+                    origin=None,
+                    native_id=None,
+                    memory="pending",
+                    binding=None,
+                )
+            else:
+                planned = Session.from_wire(described)
         site = LaunchSite(
             settings,
             settings.work_dir or (client_settings.home / "runtime"),
@@ -160,7 +177,7 @@ def runtime_plan(
         request = site.request(
             provider=provider,
             prompt=prompt,
-            session=described,
+            session=planned,
             execution_id="<execution>",
             memory=memory,
             base_env=dict(os.environ),

@@ -14,22 +14,27 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
+from hub.contract import (
+    CANCELLED,
+    FAILED,
+    QUEUED,
+    RUNNING,
+    SUCCEEDED,
+    Claim,
+    Execution,
+    ExecutionEvent,
+    Outcome,
+    Session,
+    TurnResult,
+    WatchResult,
+)
 from hub.errors import Conflict, Forbidden, InvalidArgument, NotFound
-from hub.paths import GLOBAL_SCOPE, principal_scope
+from hub.paths import binding_for
 from hub.requestid import REQUEST_ID
 from hub.state import State
 
-QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = (
-    "queued",
-    "running",
-    "succeeded",
-    "failed",
-    "cancelled",
-)
-FINISHED = frozenset({SUCCEEDED, FAILED, CANCELLED})
 EVENT_KINDS = frozenset({"progress", "warning", "status"})
 MAX_ATTEMPTS = 2
 MAX_PROMPT_BYTES = 256 * 1024
@@ -41,30 +46,6 @@ NO_WORKER = "no Runtime worker is connected; this turn waits until one is"
 def delegation_label(session_id: str) -> str:
     """The label of a Session's delegated Agent credentials, so a lost launch's can be found."""
     return f"session {session_id}"
-
-
-@dataclass(frozen=True)
-class Session:
-    id: str
-    principal_id: str
-    provider: str
-    cwd: str | None
-    origin: str | None
-    native_id: str | None
-    memory: str
-    binding: str | None
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "principal_id": self.principal_id,
-            "provider": self.provider,
-            "cwd": self.cwd,
-            "origin": self.origin,
-            "native_id": self.native_id,
-            "memory": self.memory,
-            "binding": self.binding,
-        }
 
 
 class Executions:
@@ -162,7 +143,7 @@ class Executions:
             return session, None
         warning = None
         if enabled and capable:
-            binding = principal_scope(session.principal_id) if isolation else GLOBAL_SCOPE
+            binding = binding_for(session.principal_id, isolation)
             memory: str = "bound"
         else:
             binding = None
@@ -199,7 +180,7 @@ class Executions:
         cwd: str | None = None,
         session_id: str | None = None,
         origin: str | None = None,
-    ) -> tuple[dict[str, Any], Session]:
+    ) -> tuple[Execution, Session]:
         """Queue one turn, in a new Session or resuming one of this Principal's.
 
         Raises:
@@ -242,30 +223,30 @@ class Executions:
         await self._notify()
         return self.describe(execution_id), session
 
-    def describe(self, execution_id: str) -> dict[str, Any]:
+    def describe(self, execution_id: str) -> Execution:
         """Raises: NotFound: no such execution."""
         row = self.db.execute("SELECT * FROM executions WHERE id = ?", (execution_id,)).fetchone()
         if row is None:
             raise NotFound("no such execution", execution_id=execution_id)
-        return {
-            "id": row["id"],
-            "session_id": row["session_id"],
-            "state": row["state"],
-            "attempts": row["attempts"],
-            "result": json.loads(row["result"]) if row["result"] else None,
-            "error": row["error"],
-            "submitted_by": row["submitted_by"],
-        }
+        return Execution(
+            id=row["id"],
+            session_id=row["session_id"],
+            state=row["state"],
+            attempts=row["attempts"],
+            result=TurnResult.from_wire(json.loads(row["result"])) if row["result"] else None,
+            error=row["error"],
+            submitted_by=row["submitted_by"],
+        )
 
-    def events(self, execution_id: str, after: int = 0) -> list[dict[str, Any]]:
+    def events(self, execution_id: str, after: int = 0) -> list[ExecutionEvent]:
         rows = self.db.execute(
             "SELECT seq, kind, text, at FROM execution_events WHERE execution_id = ? AND seq > ? "
             "ORDER BY seq",
             (execution_id, after),
         ).fetchall()
-        return [dict(row) for row in rows]
+        return [ExecutionEvent(row["seq"], row["kind"], row["text"], row["at"]) for row in rows]
 
-    async def watch(self, execution_id: str, after: int, wait: float) -> dict[str, Any]:
+    async def watch(self, execution_id: str, after: int, wait: float) -> WatchResult:
         """Events after ``after``; waits up to ``wait`` seconds for news if there is none yet."""
         deadline = asyncio.get_running_loop().time() + wait
         while True:
@@ -273,15 +254,15 @@ class Executions:
             described = self.describe(execution_id)
             events = self.events(execution_id, after)
             remaining = deadline - asyncio.get_running_loop().time()
-            if events or described["state"] in FINISHED or remaining <= 0 or self._closing:
-                return {**described, "events": events}
+            if events or described.finished or remaining <= 0 or self._closing:
+                return WatchResult(described, tuple(events))
             await self._wait_change(seen, remaining)
 
-    async def cancel(self, execution_id: str) -> dict[str, Any]:
+    async def cancel(self, execution_id: str) -> Execution:
         described = self.describe(execution_id)
-        if described["state"] == QUEUED:
+        if described.state == QUEUED:
             self._finish(execution_id, CANCELLED, None, "cancelled before it started")
-        elif described["state"] == RUNNING:
+        elif described.state == RUNNING:
             self.db.execute(
                 "UPDATE executions SET cancel_requested = 1 WHERE id = ?", (execution_id,)
             )
@@ -314,7 +295,7 @@ class Executions:
         ).fetchone()
         return int(row["n"])
 
-    async def claim(self, worker_id: str, principal_id: str, wait: float) -> dict[str, Any] | None:
+    async def claim(self, worker_id: str, principal_id: str, wait: float) -> Claim | None:
         """The oldest queued turn whose Session is idle, leased to this worker; None on timeout."""
         deadline = asyncio.get_running_loop().time() + wait
         while True:
@@ -328,7 +309,7 @@ class Executions:
                 return None
             await self._wait_change(seen, min(remaining, 5.0))
 
-    def _claim_one(self, worker_id: str) -> dict[str, Any] | None:
+    def _claim_one(self, worker_id: str) -> Claim | None:
         now = self._clock()
         with self._state.transaction() as db:
             row = db.execute(
@@ -347,17 +328,14 @@ class Executions:
         execution = self.db.execute(
             "SELECT * FROM executions WHERE id = ?", (row["id"],)
         ).fetchone()
-        session = self.session(execution["session_id"])
-        return {
-            "execution": {
-                "id": execution["id"],
-                "prompt": execution["prompt"],
-                "request_id": execution["request_id"],
-                "attempt": execution["attempts"],
-            },
-            "session": session.to_wire(),
-            "lease_seconds": self.lease_seconds,
-        }
+        return Claim(
+            execution_id=execution["id"],
+            prompt=execution["prompt"],
+            attempt=execution["attempts"],
+            session=self.session(execution["session_id"]),
+            lease_seconds=self.lease_seconds,
+            request_id=execution["request_id"],
+        )
 
     def _owned(self, execution_id: str, worker_id: str) -> Any:
         row = self.db.execute("SELECT * FROM executions WHERE id = ?", (execution_id,)).fetchone()
@@ -402,38 +380,30 @@ class Executions:
             )
         return seq
 
-    async def complete(
-        self,
-        execution_id: str,
-        worker_id: str,
-        *,
-        succeeded: bool,
-        result: dict[str, Any] | None,
-        error: str | None,
-        native_id: str | None,
-    ) -> dict[str, Any]:
+    async def complete(self, execution_id: str, worker_id: str, outcome: Outcome) -> Execution:
         row = self._owned(execution_id, worker_id)
-        if native_id:
+        if outcome.native_id:
             self.db.execute(
                 "UPDATE sessions SET native_id = ?, updated_at = ? WHERE id = ?",
-                (native_id, self._clock(), row["session_id"]),
+                (outcome.native_id, self._clock(), row["session_id"]),
             )
-        if row["cancel_requested"] and not succeeded:
-            self._finish(execution_id, CANCELLED, result, error or "cancelled")
+        if row["cancel_requested"] and not outcome.succeeded:
+            self._finish(execution_id, CANCELLED, outcome.result, outcome.error or "cancelled")
         else:
-            self._finish(execution_id, SUCCEEDED if succeeded else FAILED, result, error)
+            state = SUCCEEDED if outcome.succeeded else FAILED
+            self._finish(execution_id, state, outcome.result, outcome.error)
         await self._notify()
         return self.describe(execution_id)
 
     def _finish(
-        self, execution_id: str, state: str, result: dict[str, Any] | None, error: str | None
+        self, execution_id: str, state: str, result: TurnResult | None, error: str | None
     ) -> None:
         self.db.execute(
             "UPDATE executions SET state = ?, result = ?, error = ?, lease_expires_at = NULL, "
             "updated_at = ? WHERE id = ?",
             (
                 state,
-                json.dumps(result, ensure_ascii=False) if result is not None else None,
+                json.dumps(result.to_wire(), ensure_ascii=False) if result is not None else None,
                 error,
                 self._clock(),
                 execution_id,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hub.errors import BindingMismatch, Unauthenticated
-from hub.paths import GLOBAL_SCOPE, principal_scope
+from hub.paths import binding_for
 from hub.state import Credential, Principal, State
 
 BEARER = "bearer "
@@ -98,7 +98,7 @@ class Authenticator:
 
 
 def memory_scope(actor: Actor, isolation: bool) -> str:
-    return principal_scope(actor.principal.id) if isolation else GLOBAL_SCOPE
+    return binding_for(actor.principal.id, isolation)
 
 
 def check_binding(actor: Actor, presented: str | None, scope: str) -> None:

@@ -111,6 +111,12 @@ def principal_scope(principal_id: str) -> str:
     return PRINCIPAL_SCOPE_PREFIX + principal_id
 
 
+def binding_for(principal_id: str, isolation: bool) -> str:
+    """The memory scope a Principal's calls and launches use: its own under isolation, else the
+    one global scope. Nothing falls back to global while isolation is on."""
+    return principal_scope(principal_id) if isolation else GLOBAL_SCOPE
+
+
 def in_prefix(parts: tuple[str, ...], prefix: tuple[str, ...]) -> bool:
     """Whether a document lies under a directory prefix (whole components) or is that document."""
     return parts[: len(prefix)] == prefix

@@ -1,7 +1,10 @@
 """Hub RPC over HTTP: ``POST /rpc/v1/<method>`` with a JSON object in and out.
 
-Middleware authenticates every call and turns every failure into the one error shape; handlers are
-thin: check parameters, call a service, return its result.
+Middleware authenticates every call and turns every failure into the one error shape. The methods
+are declared in tables (name → parameter model and handler) that the app factory passes to
+``rpc_handler``; nothing registers itself by being imported. Each method's parameters are one
+pydantic model, checked before its handler runs, so handlers are thin: they get the typed
+parameters, call a service and return its result.
 """
 
 from __future__ import annotations
@@ -11,11 +14,13 @@ import json
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
 
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hub import __version__
 from hub.errors import (
@@ -44,50 +49,97 @@ BINDING_HEADER = "X-Amux-Memory-Binding"
 PROTOCOL_VERSION = 1
 
 
-class Params:
-    """A call's parameters; names the method does not take are refused, not ignored."""
+class Params(BaseModel):
+    """A method's parameters.
 
-    def __init__(self, body: dict[str, Any], allowed: frozenset[str]) -> None:
-        unknown = sorted(set(body) - allowed)
-        if unknown:
-            raise InvalidArgument(f"unknown parameter(s): {', '.join(unknown)}")
-        self._body = body
+    Names the method does not take are refused, not ignored. JSON null means left out, as the
+    client leaves out what is None. Types are strict: ``true`` is not a number and ``"1"`` not an
+    integer. A field's ``description`` is its rule, and a wrong value is refused with
+    "<name> must be <rule>". Fields typed ``object`` are checked by the service they are passed
+    to, which owns their rules and codes (a memory path's ``invalid_path``).
+    """
 
-    def get(self, name: str) -> Any:
-        return self._body.get(name)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    def require(self, name: str) -> Any:
-        if self._body.get(name) is None:
-            raise InvalidArgument(f"missing parameter: {name}")
-        return self._body[name]
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_left_out(cls, body: Any) -> Any:
+        if not isinstance(body, dict):
+            return body
+        # Only known names: an unknown one is refused even when its value is null.
+        return {k: v for k, v in body.items() if v is not None or k not in cls.model_fields}
+
+
+class NoParams(Params):
+    pass
+
+
+def text_field(limit: int, default: Any = ...) -> Any:
+    """A string parameter of at most ``limit`` characters (required unless given a default)."""
+    return Field(default, max_length=limit, description=f"a string of at most {limit} characters")
+
+
+def refusal_message(error: ValidationError, model: type[Params]) -> str:
+    """The one message a caller gets for parameters ``model`` refused.
+
+    Unknown names come first, all of them, since a misspelt name also makes its correct spelling
+    look missing; then the first missing or wrong parameter in the model's order.
+    """
+    problems = error.errors()
+    unknown = sorted(str(p["loc"][0]) for p in problems if p["type"] == "extra_forbidden")
+    if unknown:
+        return f"unknown parameter(s): {', '.join(unknown)}"
+    problem = problems[0]
+    name = str(problem["loc"][0]) if problem["loc"] else "parameters"
+    if problem["type"] == "missing":
+        return f"missing parameter: {name}"
+    field = model.model_fields.get(name)
+    rule = field.description if field is not None else None
+    return f"{name} must be {rule}" if rule else f"{name}: {problem['msg']}"
+
+
+P = TypeVar("P", bound=Params)
+
+
+def parse_params(model: type[P], body: dict[str, Any]) -> P:
+    """Raises: InvalidArgument: the body does not fit the model (see ``refusal_message``)."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as error:
+        raise InvalidArgument(refusal_message(error, model)) from None
 
 
 @dataclass(frozen=True)
 class Call:
+    """Who calls, through which Hub, and the memory binding their credential presented."""
+
     hub: Hub
     actor: Actor
     binding: str | None
-    params: Params
-
-
-Handler = Callable[[Call], Awaitable[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
-class Method:
-    handler: Handler
-    params: frozenset[str]
+class Method(Generic[P]):
+    """One RPC method: the model its parameters must fit and the handler that gets them."""
+
+    params: type[P]
+    handler: Callable[[Call, P], Awaitable[dict[str, Any]]]
 
 
-METHODS: dict[str, Method] = {}
+Methods = Mapping[str, Method[Any]]
+# The table a request is served from, so the metrics can label a call the auth refused.
+METHODS_KEY = web.RequestKey("methods", Mapping[str, Method[Any]])
 
 
-def method(name: str, *params: str) -> Callable[[Handler], Handler]:
-    def register(handler: Handler) -> Handler:
-        METHODS[name] = Method(handler, frozenset(params))
-        return handler
-
-    return register
+def combine(*tables: Methods) -> Methods:
+    """One table from several; a name declared twice fails here rather than one silently winning."""
+    combined: dict[str, Method[Any]] = {}
+    for table in tables:
+        for name, spec in table.items():
+            if name in combined:
+                raise ValueError(f"RPC method {name} is declared twice")
+            combined[name] = spec
+    return MappingProxyType(combined)
 
 
 def error_response(error: AmuxError) -> web.Response:
@@ -141,7 +193,7 @@ async def metrics_middleware(
     response = await handler(request)
     name = request.match_info.get("method", "")
     # Unknown names are the caller's to choose; one label keeps the series count bounded.
-    label = name if name in METHODS else UNKNOWN_METHOD
+    label = name if name in request[METHODS_KEY] else UNKNOWN_METHOD
     body = response.body if isinstance(response, web.Response) else b""
     metrics.observe_rpc(
         label,
@@ -198,13 +250,12 @@ async def dispatch(request: web.Request) -> web.Response:
     if request.method != "POST":
         raise InvalidArgument("Hub RPC calls use POST")
     name = request.match_info["method"]
-    spec = METHODS.get(name)
+    spec = request[METHODS_KEY].get(name)
     if spec is None:
         raise NotFound(f"unknown RPC method '{name}'")
-    body = parse_body(await request.read())
+    params = parse_params(spec.params, parse_body(await request.read()))
     binding = request.headers.get(BINDING_HEADER) or None
-    hub = request.app[HUB]
-    result = await spec.handler(Call(hub, request[ACTOR_KEY], binding, Params(body, spec.params)))
+    result = await spec.handler(Call(request.app[HUB], request[ACTOR_KEY], binding), params)
     return web.Response(body=dumps(result), content_type="application/json", charset="utf-8")
 
 
@@ -214,59 +265,83 @@ RPC_PATH = "/rpc/v1/{method}"
 RPC_MIDDLEWARES = (metrics_middleware, errors_middleware, auth_middleware)
 
 
-def rpc_handler() -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """The RPC endpoint with its middleware chain (metrics → errors → auth → dispatch)."""
-    handler: Callable[[web.Request], Awaitable[web.StreamResponse]] = dispatch
+def rpc_handler(methods: Methods) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The RPC endpoint serving ``methods``, with its middleware chain (metrics → errors → auth →
+    dispatch)."""
+    chain: Callable[[web.Request], Awaitable[web.StreamResponse]] = dispatch
     for middleware in reversed(RPC_MIDDLEWARES):
-        handler = functools.partial(middleware, handler=handler)
-    return handler
+        chain = functools.partial(middleware, handler=chain)
+
+    async def endpoint(request: web.Request) -> web.StreamResponse:
+        request[METHODS_KEY] = methods
+        return await chain(request)
+
+    return endpoint
 
 
 # -- memory ---------------------------------------------------------------------------------------
 
 
-@method("memory.search", "query", "path_prefix", "limit")
-async def memory_search(call: Call) -> dict[str, Any]:
+class SearchParams(Params):
+    query: object
+    path_prefix: object = None
+    limit: object = None
+
+
+async def memory_search(call: Call, params: SearchParams) -> dict[str, Any]:
     scope = call.hub.memory_scope_for(call.actor, call.binding)
-    p = call.params
-    return await call.hub.store.search(
-        scope, p.require("query"), p.get("path_prefix"), p.get("limit")
-    )
+    return await call.hub.store.search(scope, params.query, params.path_prefix, params.limit)
 
 
-@method("memory.get", "path", "start_line", "end_line", "offset")
-async def memory_get(call: Call) -> dict[str, Any]:
+class GetParams(Params):
+    path: object
+    start_line: object = None
+    end_line: object = None
+    offset: object = None
+
+
+async def memory_get(call: Call, params: GetParams) -> dict[str, Any]:
     scope = call.hub.memory_scope_for(call.actor, call.binding)
-    p = call.params
-    return await call.hub.store.get(
-        scope, p.require("path"), p.get("start_line"), p.get("end_line"), p.get("offset")
-    )
+    p = params
+    return await call.hub.store.get(scope, p.path, p.start_line, p.end_line, p.offset)
 
 
-@method("memory.upsert", "path", "content", "expected_revision")
-async def memory_upsert(call: Call) -> dict[str, Any]:
+class UpsertParams(Params):
+    path: object
+    content: object
+    expected_revision: object
+
+
+async def memory_upsert(call: Call, params: UpsertParams) -> dict[str, Any]:
     scope = call.hub.memory_scope_for(call.actor, call.binding)
-    p = call.params
-    content = p.get("content")
-    if content is None:
-        raise InvalidArgument("missing parameter: content")
-    return await call.hub.store.upsert(
-        scope, p.require("path"), content, p.require("expected_revision")
-    )
+    p = params
+    return await call.hub.store.upsert(scope, p.path, p.content, p.expected_revision)
 
 
-@method("memory.forget", "path", "expected_revision")
-async def memory_forget(call: Call) -> dict[str, Any]:
+class ForgetParams(Params):
+    path: object
+    expected_revision: object
+
+
+async def memory_forget(call: Call, params: ForgetParams) -> dict[str, Any]:
     scope = call.hub.memory_scope_for(call.actor, call.binding)
-    p = call.params
-    return await call.hub.store.forget(scope, p.require("path"), p.require("expected_revision"))
+    return await call.hub.store.forget(scope, params.path, params.expected_revision)
+
+
+MEMORY_METHODS: Methods = MappingProxyType(
+    {
+        "memory.search": Method(SearchParams, memory_search),
+        "memory.get": Method(GetParams, memory_get),
+        "memory.upsert": Method(UpsertParams, memory_upsert),
+        "memory.forget": Method(ForgetParams, memory_forget),
+    }
+)
 
 
 # -- system ---------------------------------------------------------------------------------------
 
 
-@method("system.capabilities")
-async def system_capabilities(call: Call) -> dict[str, Any]:
+async def system_capabilities(call: Call, params: NoParams) -> dict[str, Any]:
     hub = call.hub
     limits = DEFAULT_LIMITS
     result: dict[str, Any] = {
@@ -275,7 +350,7 @@ async def system_capabilities(call: Call) -> dict[str, Any]:
         "memory": {
             "enabled": hub.config.memory_enabled,
             "isolation": "on" if hub.config.isolation else "off",
-            "methods": ["memory.search", "memory.get", "memory.upsert", "memory.forget"],
+            "methods": list(MEMORY_METHODS),
         },
         "limits": {
             "entry_bytes": limits.entry_bytes,
@@ -295,8 +370,7 @@ async def system_capabilities(call: Call) -> dict[str, Any]:
     return result
 
 
-@method("system.whoami")
-async def system_whoami(call: Call) -> dict[str, Any]:
+async def system_whoami(call: Call, params: NoParams) -> dict[str, Any]:
     actor = call.actor
     hub = call.hub
     return {
@@ -307,26 +381,39 @@ async def system_whoami(call: Call) -> dict[str, Any]:
     }
 
 
-@method("system.config.get")
-async def system_config_get(call: Call) -> dict[str, Any]:
+async def system_config_get(call: Call, params: NoParams) -> dict[str, Any]:
     return call.hub.config.describe()
 
 
-@method("system.config.set", "key", "value")
-async def system_config_set(call: Call) -> dict[str, Any]:
+class ConfigSetParams(Params):
+    # The settings check their own keys and values, for the CLI and the cards alike.
+    key: object
+    value: object
+
+
+async def system_config_set(call: Call, params: ConfigSetParams) -> dict[str, Any]:
     call.hub.require_owner(call.actor)
-    key = call.params.require("key")
-    described = call.hub.config.save(key, call.params.require("value"))
-    logger.info("setting %s saved by %s", key, call.actor.principal.name)
-    return {key: described}
+    described = call.hub.config.save(params.key, params.value)
+    logger.info("setting %s saved by %s", params.key, call.actor.principal.name)
+    return {str(params.key): described}
 
 
-@method("system.restart")
-async def system_restart(call: Call) -> dict[str, Any]:
+async def system_restart(call: Call, params: NoParams) -> dict[str, Any]:
     call.hub.require_owner(call.actor)
     logger.info("restart requested by %s", call.actor.principal.name)
     call.hub.restart_requested.set()
     return {"restarting": True}
+
+
+SYSTEM_METHODS: Methods = MappingProxyType(
+    {
+        "system.capabilities": Method(NoParams, system_capabilities),
+        "system.whoami": Method(NoParams, system_whoami),
+        "system.config.get": Method(NoParams, system_config_get),
+        "system.config.set": Method(ConfigSetParams, system_config_set),
+        "system.restart": Method(NoParams, system_restart),
+    }
+)
 
 
 # -- identity ----------------------------------------------------------------------------------
@@ -340,24 +427,24 @@ def _require_service(actor: Actor) -> None:
         raise Forbidden("only a Runtime service principal can do this")
 
 
-def _effective_principal(call: Call) -> Principal:
+def _effective_principal(call: Call, principal_id: str | None) -> Principal:
     """The Principal a Runtime acts for: itself by default, or the one it names (services only)."""
-    principal_id = call.params.get("principal_id")
     if principal_id is None or principal_id == call.actor.principal.id:
         return call.actor.principal
     _require_service(call.actor)
-    if not isinstance(principal_id, str):
-        raise InvalidArgument("principal_id must be a string")
     principal = call.hub.state.principal(principal_id)
     if principal is None:
         raise NotFound("no such principal", principal_id=principal_id)
     return principal
 
 
-@method("memory.binding.resolve", "principal_id")
-async def memory_binding_resolve(call: Call) -> dict[str, Any]:
+class ResolveParams(Params):
+    principal_id: str | None = Field(None, description="a string")
+
+
+async def memory_binding_resolve(call: Call, params: ResolveParams) -> dict[str, Any]:
     """The binding a fresh execution for this Principal freezes; refused while memory is off."""
-    principal = _effective_principal(call)
+    principal = _effective_principal(call, params.principal_id)
     hub = call.hub
     if not hub.config.memory_enabled:
         raise MemoryDisabled("Agent memory is disabled on this Hub; new conversations get none")
@@ -365,15 +452,24 @@ async def memory_binding_resolve(call: Call) -> dict[str, Any]:
     return {"binding": binding, "principal_id": principal.id}
 
 
-@method("credentials.delegate", "principal_id", "binding", "ttl_seconds", "label")
-async def credentials_delegate(call: Call) -> dict[str, Any]:
+class DelegateParams(Params):
+    principal_id: str | None = Field(None, description="a string")
+    binding: str = Field(description="a string")
+    ttl_seconds: int = Field(
+        DEFAULT_DELEGATION_SECONDS,
+        ge=1,
+        le=MAX_DELEGATION_SECONDS,
+        description=f"between 1 and {MAX_DELEGATION_SECONDS}",
+    )
+    label: str = Field("", max_length=200, description="a short string")
+
+
+async def credentials_delegate(call: Call, params: DelegateParams) -> dict[str, Any]:
     """Issue an Agent credential for one managed execution, bound to its Principal and binding."""
     _require_service(call.actor)
-    principal = _effective_principal(call)
+    principal = _effective_principal(call, params.principal_id)
     hub = call.hub
-    binding = call.params.require("binding")
-    if not isinstance(binding, str):
-        raise InvalidArgument("binding must be a string")
+    binding = params.binding
     if not hub.config.memory_enabled:
         raise MemoryDisabled("Agent memory is disabled on this Hub; no new bindings are issued")
     expected = principal_scope(principal.id) if hub.config.isolation else GLOBAL_SCOPE
@@ -381,35 +477,36 @@ async def credentials_delegate(call: Call) -> dict[str, Any]:
         raise BindingMismatch(
             "the binding does not match this principal under the Hub's policy", binding=binding
         )
-    ttl = call.params.get("ttl_seconds")
-    if ttl is None:
-        ttl = DEFAULT_DELEGATION_SECONDS
-    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_DELEGATION_SECONDS:
-        raise InvalidArgument(f"ttl_seconds must be between 1 and {MAX_DELEGATION_SECONDS}")
-    label = call.params.get("label") or ""
-    if not isinstance(label, str) or len(label) > 200:
-        raise InvalidArgument("label must be a short string")
     token, credential = hub.state.issue_credential(
         principal.id,
         "delegated",
         binding=binding,
-        label=label,
-        expires_at=time.time() + ttl,
+        label=params.label,
+        expires_at=time.time() + params.ttl_seconds,
         issued_by=call.actor.principal.id,
     )
     return {"token": token, **credential.to_wire(), "principal_id": principal.id}
 
 
-@method("credentials.revoke", "id")
-async def credentials_revoke(call: Call) -> dict[str, Any]:
+class RevokeParams(Params):
+    id: str = Field(description="a string")
+
+
+async def credentials_revoke(call: Call, params: RevokeParams) -> dict[str, Any]:
     """Revoke a delegated credential this service issued (or any, for the owner)."""
-    credential_id = call.params.require("id")
-    if not isinstance(credential_id, str):
-        raise InvalidArgument("id must be a string")
     hub = call.hub
-    issuer = hub.state.credential_issuer(credential_id)
+    issuer = hub.state.credential_issuer(params.id)
     if not (call.actor.principal.is_owner and not call.actor.delegated):
         _require_service(call.actor)
         if issuer != call.actor.principal.id:
             raise Forbidden("a service can revoke only the credentials it issued")
-    return hub.state.revoke_credential(credential_id).to_wire()
+    return hub.state.revoke_credential(params.id).to_wire()
+
+
+IDENTITY_METHODS: Methods = MappingProxyType(
+    {
+        "memory.binding.resolve": Method(ResolveParams, memory_binding_resolve),
+        "credentials.delegate": Method(DelegateParams, credentials_delegate),
+        "credentials.revoke": Method(RevokeParams, credentials_revoke),
+    }
+)

@@ -3,34 +3,34 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from types import MappingProxyType
+from typing import Annotated, Any
 
-from hub.errors import Forbidden, InvalidArgument, NotFound
-from hub.executions import Session, delegation_label
+from pydantic import AfterValidator, Field
+
+from hub.contract import Outcome, Session, TurnResult
+from hub.errors import Forbidden, NotFound
+from hub.executions import delegation_label
 from hub.identity import Actor
-from hub.rpc import Call, method
+from hub.rpc import Call, Method, Methods, Params, text_field
 from hub.state import Principal
 
 DELEGATION_SECONDS = 6 * 3600
 MAX_WAIT_SECONDS = 30.0
+ID_CHARS = 64
+PROMPT_CHARS = 1 << 20
 
 
-def _text(call: Call, name: str, *, required: bool = False, limit: int = 4096) -> str | None:
-    value = call.params.require(name) if required else call.params.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) > limit:
-        raise InvalidArgument(f"{name} must be a string of at most {limit} characters")
-    return value
+def _at_most_max_wait(seconds: float) -> float:
+    return min(seconds, MAX_WAIT_SECONDS)
 
 
-def _wait(call: Call, default: float = 0.0) -> float:
-    value = call.params.get("wait_seconds")
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise InvalidArgument("wait_seconds must be a non-negative number")
-    return min(float(value), MAX_WAIT_SECONDS)
+# A longer wait is shortened, not refused: the caller simply polls again sooner.
+WaitSeconds = Annotated[float, AfterValidator(_at_most_max_wait)]
+
+
+def wait_field() -> Any:
+    return Field(0.0, ge=0, allow_inf_nan=False, description="a non-negative number")
 
 
 def _service(actor: Actor) -> None:
@@ -38,8 +38,7 @@ def _service(actor: Actor) -> None:
         raise Forbidden("only a Runtime service principal can do this")
 
 
-def _acting_for(call: Call) -> Principal:
-    principal_id = _text(call, "principal_id")
+def _acting_for(call: Call, principal_id: str | None) -> Principal:
     actor = call.actor
     if actor.delegated:
         raise Forbidden("an Agent credential cannot start Agent turns")
@@ -62,111 +61,135 @@ def _may_follow(call: Call, session: Session) -> None:
         raise Forbidden("this conversation belongs to someone else")
 
 
-@method("executions.submit", "provider", "prompt", "cwd", "session_id", "origin", "principal_id")
-async def executions_submit(call: Call) -> dict[str, Any]:
-    principal = _acting_for(call)
-    cwd = _text(call, "cwd")
-    if cwd is not None and not call.actor.principal.is_owner:
+class SubmitParams(Params):
+    provider: str = text_field(ID_CHARS)
+    prompt: str = text_field(PROMPT_CHARS)
+    cwd: str | None = text_field(4096, None)
+    session_id: str | None = text_field(ID_CHARS, None)
+    origin: str | None = text_field(512, None)
+    principal_id: str | None = text_field(4096, None)
+
+
+async def executions_submit(call: Call, params: SubmitParams) -> dict[str, Any]:
+    principal = _acting_for(call, params.principal_id)
+    if params.cwd is not None and not call.actor.principal.is_owner:
         # A directory of the caller's choosing would be bound into the Agent's sandbox.
         raise Forbidden("only the owner may choose an Agent's working directory")
     execution, session = await call.hub.executions.submit(
         principal_id=principal.id,
         submitted_by=call.actor.principal.id,
-        provider=_text(call, "provider", required=True, limit=64) or "",
-        prompt=_text(call, "prompt", required=True, limit=1 << 20) or "",
-        cwd=cwd,
-        session_id=_text(call, "session_id", limit=64),
-        origin=_text(call, "origin", limit=512),
+        provider=params.provider,
+        prompt=params.prompt,
+        cwd=params.cwd,
+        session_id=params.session_id,
+        origin=params.origin,
     )
-    return {"execution": execution, "session": session.to_wire()}
+    return {"execution": execution.to_wire(), "session": session.to_wire()}
 
 
-@method("executions.watch", "execution_id", "after", "wait_seconds")
-async def executions_watch(call: Call) -> dict[str, Any]:
-    execution_id = _text(call, "execution_id", required=True, limit=64) or ""
+class WatchParams(Params):
+    execution_id: str = text_field(ID_CHARS)
+    after: int = Field(0, ge=0, description="a non-negative integer")
+    wait_seconds: WaitSeconds = wait_field()
+
+
+async def executions_watch(call: Call, params: WatchParams) -> dict[str, Any]:
+    execution_id = params.execution_id
     executions = call.hub.executions
-    _may_follow(call, executions.session(executions.describe(execution_id)["session_id"]))
-    after = call.params.get("after") or 0
-    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-        raise InvalidArgument("after must be a non-negative integer")
-    return await executions.watch(execution_id, after, _wait(call))
+    _may_follow(call, executions.session(executions.describe(execution_id).session_id))
+    return (await executions.watch(execution_id, params.after, params.wait_seconds)).to_wire()
 
 
-@method("executions.cancel", "execution_id")
-async def executions_cancel(call: Call) -> dict[str, Any]:
-    execution_id = _text(call, "execution_id", required=True, limit=64) or ""
+class ExecutionParams(Params):
+    execution_id: str = text_field(ID_CHARS)
+
+
+async def executions_cancel(call: Call, params: ExecutionParams) -> dict[str, Any]:
+    execution_id = params.execution_id
     executions = call.hub.executions
-    _may_follow(call, executions.session(executions.describe(execution_id)["session_id"]))
-    return await executions.cancel(execution_id)
+    _may_follow(call, executions.session(executions.describe(execution_id).session_id))
+    return (await executions.cancel(execution_id)).to_wire()
 
 
-@method("sessions.get", "session_id")
-async def sessions_get(call: Call) -> dict[str, Any]:
-    session = call.hub.executions.session(_text(call, "session_id", required=True, limit=64) or "")
+class SessionParams(Params):
+    session_id: str = text_field(ID_CHARS)
+
+
+async def sessions_get(call: Call, params: SessionParams) -> dict[str, Any]:
+    session = call.hub.executions.session(params.session_id)
     _may_follow(call, session)
     return session.to_wire()
 
 
-@method("workers.register", "name")
-async def workers_register(call: Call) -> dict[str, Any]:
+class RegisterParams(Params):
+    name: str = text_field(128)
+
+
+async def workers_register(call: Call, params: RegisterParams) -> dict[str, Any]:
     _service(call.actor)
-    name = _text(call, "name", required=True, limit=128) or ""
-    worker_id = call.hub.executions.register_worker(name, call.actor.principal.id)
+    worker_id = call.hub.executions.register_worker(params.name, call.actor.principal.id)
     return {"worker_id": worker_id, "lease_seconds": call.hub.executions.lease_seconds}
 
 
-@method("executions.claim", "worker_id", "wait_seconds")
-async def executions_claim(call: Call) -> dict[str, Any]:
-    _service(call.actor)
-    worker_id = _text(call, "worker_id", required=True, limit=64) or ""
-    claimed = await call.hub.executions.claim(worker_id, call.actor.principal.id, _wait(call))
-    return claimed or {}
+class ClaimParams(Params):
+    worker_id: str = text_field(ID_CHARS)
+    wait_seconds: WaitSeconds = wait_field()
 
 
-@method("executions.heartbeat", "execution_id", "worker_id")
-async def executions_heartbeat(call: Call) -> dict[str, Any]:
+async def executions_claim(call: Call, params: ClaimParams) -> dict[str, Any]:
     _service(call.actor)
-    return await call.hub.executions.heartbeat(
-        _text(call, "execution_id", required=True, limit=64) or "",
-        _text(call, "worker_id", required=True, limit=64) or "",
+    claimed = await call.hub.executions.claim(
+        params.worker_id, call.actor.principal.id, params.wait_seconds
     )
+    return claimed.to_wire() if claimed is not None else {}
 
 
-@method("executions.event", "execution_id", "worker_id", "kind", "text")
-async def executions_event(call: Call) -> dict[str, Any]:
+class LeaseParams(Params):
+    execution_id: str = text_field(ID_CHARS)
+    worker_id: str = text_field(ID_CHARS)
+
+
+async def executions_heartbeat(call: Call, params: LeaseParams) -> dict[str, Any]:
     _service(call.actor)
-    seq = await call.hub.executions.add_event(
-        _text(call, "execution_id", required=True, limit=64) or "",
-        _text(call, "worker_id", required=True, limit=64) or "",
-        _text(call, "kind", required=True, limit=32) or "",
-        _text(call, "text", required=True, limit=1 << 20) or "",
-    )
+    return await call.hub.executions.heartbeat(params.execution_id, params.worker_id)
+
+
+class EventParams(LeaseParams):
+    kind: str = text_field(32)
+    text: str = text_field(PROMPT_CHARS)
+
+
+async def executions_event(call: Call, params: EventParams) -> dict[str, Any]:
+    _service(call.actor)
+    p = params
+    seq = await call.hub.executions.add_event(p.execution_id, p.worker_id, p.kind, p.text)
     return {"seq": seq}
 
 
-@method(
-    "executions.complete", "execution_id", "worker_id", "succeeded", "result", "error", "native_id"
-)
-async def executions_complete(call: Call) -> dict[str, Any]:
+class CompleteParams(LeaseParams):
+    succeeded: bool = Field(description="true or false")
+    result: dict[str, Any] | None = Field(None, description="an object")
+    error: str | None = text_field(16384, None)
+    native_id: str | None = text_field(256, None)
+
+
+async def executions_complete(call: Call, params: CompleteParams) -> dict[str, Any]:
     _service(call.actor)
-    succeeded = call.params.require("succeeded")
-    if not isinstance(succeeded, bool):
-        raise InvalidArgument("succeeded must be true or false")
-    result = call.params.get("result")
-    if result is not None and not isinstance(result, dict):
-        raise InvalidArgument("result must be an object")
-    return await call.hub.executions.complete(
-        _text(call, "execution_id", required=True, limit=64) or "",
-        _text(call, "worker_id", required=True, limit=64) or "",
-        succeeded=succeeded,
-        result=result,
-        error=_text(call, "error", limit=16384),
-        native_id=_text(call, "native_id", limit=256),
+    outcome = Outcome(
+        succeeded=params.succeeded,
+        result=TurnResult.from_wire(params.result) if params.result is not None else None,
+        error=params.error,
+        native_id=params.native_id,
     )
+    completed = await call.hub.executions.complete(params.execution_id, params.worker_id, outcome)
+    return completed.to_wire()
 
 
-@method("sessions.memory", "session_id", "capable")
-async def sessions_memory(call: Call) -> dict[str, Any]:
+class MemoryParams(SessionParams):
+    capable: bool = Field(True, description="true or false")
+
+
+async def sessions_memory(call: Call, params: MemoryParams) -> dict[str, Any]:
     """Freeze a fresh Session's binding, or reuse the frozen one, and delegate a credential.
 
     A bound Session gets its credential even when memory is now off or the policy changed: its
@@ -175,17 +198,11 @@ async def sessions_memory(call: Call) -> dict[str, Any]:
     """
     _service(call.actor)
     hub = call.hub
-    capable = call.params.get("capable")
-    if capable is None:
-        capable = True
-    if not isinstance(capable, bool):
-        raise InvalidArgument("capable must be true or false")
-    session_id = _text(call, "session_id", required=True, limit=64) or ""
     session, warning = hub.executions.freeze_memory(
-        session_id,
+        params.session_id,
         enabled=hub.config.memory_enabled,
         isolation=hub.config.isolation,
-        capable=capable,
+        capable=params.capable,
     )
     answer: dict[str, Any] = {
         "memory": session.memory,
@@ -208,10 +225,25 @@ async def sessions_memory(call: Call) -> dict[str, Any]:
     return answer
 
 
-@method("sessions.unbind", "session_id")
-async def sessions_unbind(call: Call) -> dict[str, Any]:
+async def sessions_unbind(call: Call, params: SessionParams) -> dict[str, Any]:
     """A launch whose memory discovery failed: the Session stays without memory for good."""
     _service(call.actor)
-    session_id = _text(call, "session_id", required=True, limit=64) or ""
-    call.hub.executions.mark_unbound(session_id)
-    return call.hub.executions.session(session_id).to_wire()
+    call.hub.executions.mark_unbound(params.session_id)
+    return call.hub.executions.session(params.session_id).to_wire()
+
+
+EXECUTION_METHODS: Methods = MappingProxyType(
+    {
+        "executions.submit": Method(SubmitParams, executions_submit),
+        "executions.watch": Method(WatchParams, executions_watch),
+        "executions.cancel": Method(ExecutionParams, executions_cancel),
+        "sessions.get": Method(SessionParams, sessions_get),
+        "workers.register": Method(RegisterParams, workers_register),
+        "executions.claim": Method(ClaimParams, executions_claim),
+        "executions.heartbeat": Method(LeaseParams, executions_heartbeat),
+        "executions.event": Method(EventParams, executions_event),
+        "executions.complete": Method(CompleteParams, executions_complete),
+        "sessions.memory": Method(MemoryParams, sessions_memory),
+        "sessions.unbind": Method(SessionParams, sessions_unbind),
+    }
+)

@@ -16,12 +16,21 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from hub import rpc_executions  # noqa: F401  (registers the execution methods)
 from hub.config import HubSettings
-from hub.executions import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED
+from hub.contract import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED
 from hub.metrics import METRICS, Metrics, Snapshot, metrics_endpoint
 from hub.middleware import install_middleware
-from hub.rpc import HUB, RPC_PATH, rpc_handler
+from hub.rpc import (
+    HUB,
+    IDENTITY_METHODS,
+    MEMORY_METHODS,
+    RPC_PATH,
+    SYSTEM_METHODS,
+    Methods,
+    combine,
+    rpc_handler,
+)
+from hub.rpc_executions import EXECUTION_METHODS
 from hub.services import Hub
 
 logger = logging.getLogger("amux.hub")
@@ -57,11 +66,21 @@ class Readiness:
 
 READINESS = web.AppKey("readiness", Readiness)
 
+# Every method the Hub serves over RPC.
+HUB_METHODS = combine(MEMORY_METHODS, SYSTEM_METHODS, IDENTITY_METHODS, EXECUTION_METHODS)
 
-def add_hub(app: web.Application, settings: HubSettings, providers: Iterable[str] = ()) -> None:
+
+def add_hub(
+    app: web.Application,
+    settings: HubSettings,
+    providers: Iterable[str] = (),
+    *,
+    methods: Methods = HUB_METHODS,
+) -> None:
     """Open the Hub with the application and close it after the last request has drained.
 
     ``providers`` are the Agents turns may name (the workers' adapters); others are refused.
+    ``methods`` are the RPC methods served.
     """
     providers = tuple(providers)
     install_middleware(app)
@@ -94,7 +113,7 @@ def add_hub(app: web.Application, settings: HubSettings, providers: Iterable[str
     app.cleanup_ctx.append(hub_lifetime)
     app.cleanup_ctx.append(lease_sweeper)
     app.on_shutdown.append(release_long_polls)
-    app.router.add_route("*", RPC_PATH, rpc_handler())
+    app.router.add_route("*", RPC_PATH, rpc_handler(methods))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_endpoint)

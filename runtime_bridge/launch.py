@@ -15,8 +15,8 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from hub.contract import Session
 from hub.errors import InvalidArgument
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.providers import LaunchPlan, LaunchRequest, MemoryAttachment
@@ -59,13 +59,13 @@ class LaunchSite:
     def workspaces(self) -> Path:
         return self.work_dir / "workspaces"
 
-    def workspace(self, session: Mapping[str, Any]) -> Path:
+    def workspace(self, session: Session) -> Path:
         """The Session's chosen directory, the operator's shared one, or the Principal's own."""
-        if session.get("cwd"):
-            return Path(str(session["cwd"]))
+        if session.cwd:
+            return Path(session.cwd)
         if self.settings.default_cwd is not None:
             return self.settings.default_cwd
-        return self.workspaces / principal_key(str(session["principal_id"]))
+        return self.workspaces / principal_key(session.principal_id)
 
     @property
     def sandboxed(self) -> bool:
@@ -85,7 +85,7 @@ class LaunchSite:
         *,
         provider: str,
         prompt: str,
-        session: Mapping[str, Any],
+        session: Session,
         execution_id: str,
         memory: MemoryAttachment | None,
         base_env: Mapping[str, str],
@@ -100,18 +100,17 @@ class LaunchSite:
             InvalidArgument: the provider is not accepted here.
         """
         self.check_provider(provider)
-        session_id = str(session["id"])
         env = dict(base_env)
         if own_home:
-            env["HOME"] = str(self.session_home(session_id))
+            env["HOME"] = str(self.session_home(session.id))
         settings = self.settings
         return LaunchRequest(
             provider=provider,
             prompt=prompt,
             cwd=self.workspace(session),
             run_dir=self.run_dir(execution_id),
-            state_dir=self.state_dir(session_id),
-            resume_id=session.get("native_id") or None,
+            state_dir=self.state_dir(session.id),
+            resume_id=session.native_id or None,
             append_instructions=settings.append_instructions,
             developer_instructions=settings.developer_instructions,
             memory=memory,

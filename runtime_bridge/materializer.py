@@ -14,12 +14,11 @@ from pathlib import Path
 from runtime_bridge.launch_env import NO_OWNER_TOKEN
 from runtime_bridge.providers.confined import open_dir, open_root, write_file
 from runtime_bridge.providers.errors import ExecutableMissing
-
-CONFIG_DIR = Path("agent-config") / "memory"
+from runtime_bridge.providers.plan import MEMORY_CONFIG_DIR
 
 
 def memory_cli_dir(run_dir: Path) -> Path:
-    return run_dir / CONFIG_DIR
+    return run_dir / MEMORY_CONFIG_DIR
 
 
 def materialize_memory_cli(
@@ -61,7 +60,7 @@ def materialize_memory_cli(
         "set +a\n"
         f'exec {shlex.quote(amux_executable)} "$@"\n'
     )
-    with open_root(run_dir) as root, open_dir(root, CONFIG_DIR, owner) as config:
+    with open_root(run_dir) as root, open_dir(root, MEMORY_CONFIG_DIR, owner) as config:
         write_file(config, connection.name, "\n".join(lines).encode() + b"\n", 0o600, owner)
         write_file(config, "amux", script.encode(), 0o700, owner)
     return directory

@@ -16,11 +16,11 @@ import pwd
 import shutil
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hub.client import HubClient
+from hub.contract import Claim, Outcome, Session, TurnResult
 from hub.errors import AmuxError, Conflict, InvalidArgument, Unavailable
 from hub.requestid import REQUEST_ID
 from runtime_bridge.config import RuntimeSettings
@@ -54,20 +54,6 @@ def default_amux_executable() -> str:
         if candidate:
             return candidate
     return str(Path(sys.executable).parent / "amux")
-
-
-@dataclass(frozen=True)
-class Claimed:
-    execution_id: str
-    prompt: str
-    attempt: int
-    session: Mapping[str, Any]
-    lease_seconds: float
-    request_id: str | None = None
-
-
-# succeeded, result, error, native session id
-Outcome = tuple[bool, dict[str, Any] | None, str | None, str | None]
 
 
 def run_as_ids(user: str) -> tuple[int, int]:
@@ -148,7 +134,7 @@ class Worker:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
 
-    async def _claim_unless(self, stop: asyncio.Event) -> Claimed | None:
+    async def _claim_unless(self, stop: asyncio.Event) -> Claim | None:
         """Claim, but give up the long poll as soon as ``stop`` is set.
 
         A claim that completes anyway is still run. One the Hub grants just as the request is
@@ -164,23 +150,13 @@ class Worker:
             await asyncio.gather(claiming, stopping, return_exceptions=True)
         return None if claiming.cancelled() else claiming.result()
 
-    async def claim(self) -> Claimed | None:
+    async def claim(self) -> Claim | None:
         answer = await self.hub.call(
             "executions.claim", worker_id=self.worker_id, wait_seconds=CLAIM_WAIT_SECONDS
         )
-        if not answer:
-            return None
-        execution = answer["execution"]
-        return Claimed(
-            execution["id"],
-            execution["prompt"],
-            int(execution["attempt"]),
-            answer["session"],
-            float(answer["lease_seconds"]),
-            execution.get("request_id"),
-        )
+        return Claim.from_wire(answer) if answer else None
 
-    async def _event(self, claimed: Claimed, kind: str, text: str) -> None:
+    async def _event(self, claimed: Claim, kind: str, text: str) -> None:
         await self.hub.call(
             "executions.event",
             execution_id=claimed.execution_id,
@@ -189,7 +165,7 @@ class Worker:
             text=text,
         )
 
-    async def execute(self, claimed: Claimed) -> None:
+    async def execute(self, claimed: Claim) -> None:
         """Run one claimed turn to a posted result, whatever happens to the Agent."""
         # The turn's request id rides on every Hub call and log line made for it (tasks created
         # below copy this context).
@@ -199,7 +175,7 @@ class Worker:
         finally:
             REQUEST_ID.reset(context)
 
-    async def _execute(self, claimed: Claimed) -> None:
+    async def _execute(self, claimed: Claim) -> None:
         runner = asyncio.create_task(self._launch(claimed))
         keeper = asyncio.create_task(self._keep_lease(claimed, runner))
         done, _ = await asyncio.wait({runner, keeper}, return_when=asyncio.FIRST_COMPLETED)
@@ -217,21 +193,20 @@ class Worker:
                 outcome = finished if outcome is not None else None
         if outcome is None:
             return  # The lease was lost: the Hub already gave the turn to someone else.
-        succeeded, result, error, native_id = outcome
         try:
             await self.hub.call(
                 "executions.complete",
                 execution_id=claimed.execution_id,
                 worker_id=self.worker_id,
-                succeeded=succeeded,
-                result=result,
-                error=error,
-                native_id=native_id,
+                succeeded=outcome.succeeded,
+                result=outcome.result.to_wire() if outcome.result is not None else None,
+                error=outcome.error,
+                native_id=outcome.native_id,
             )
         except Conflict:
             logger.warning("execution %s finished after its lease was lost", claimed.execution_id)
 
-    async def _keep_lease(self, claimed: Claimed, runner: asyncio.Task[Outcome]) -> Outcome | None:
+    async def _keep_lease(self, claimed: Claim, runner: asyncio.Task[Outcome]) -> Outcome | None:
         interval = max(0.05, claimed.lease_seconds / 3)
         while True:
             await asyncio.sleep(interval)
@@ -248,11 +223,11 @@ class Worker:
                 continue  # Keep working; the lease covers short Hub outages.
             if beat.get("cancel_requested"):
                 runner.cancel()
-                return False, None, "cancelled", None
+                return Outcome(succeeded=False, result=None, error="cancelled")
 
-    async def _launch(self, claimed: Claimed) -> Outcome:
+    async def _launch(self, claimed: Claim) -> Outcome:
         session = claimed.session
-        provider = str(session["provider"])
+        provider = session.provider
         site = self.site
         run_dir = site.run_dir(claimed.execution_id)
         warnings: list[str] = []
@@ -292,26 +267,24 @@ class Worker:
                     usage = dict(event.usage)
                 elif isinstance(event, Failure):
                     failure = plan.mask(event.message)
-            result = {
-                "text": text,
-                "usage": usage,
-                "warnings": warnings,
-                "binding": plan.binding,
-                "provider": provider,
-            }
+            result = TurnResult(
+                text=text,
+                provider=provider,
+                binding=plan.binding,
+                warnings=tuple(warnings),
+                usage=usage,
+            )
             if failure is not None or text is None:
-                return False, result, failure or "the Agent ended without an answer", native_id
-            return True, result, None, native_id
+                error = failure or "the Agent ended without an answer"
+                return Outcome(False, result, error, native_id)
+            return Outcome(True, result, None, native_id)
         except AmuxError as error:
-            return False, {"warnings": warnings, "provider": provider}, error.message, None
+            partial = TurnResult(provider=provider, warnings=tuple(warnings))
+            return Outcome(False, partial, error.message)
         except Exception:
             logger.exception("launching execution %s failed", claimed.execution_id)
-            return (
-                False,
-                {"warnings": warnings, "provider": provider},
-                "the worker failed to launch the Agent; see its log",
-                None,
-            )
+            partial = TurnResult(provider=provider, warnings=tuple(warnings))
+            return Outcome(False, partial, "the worker failed to launch the Agent; see its log")
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
             if credential_id is not None:
@@ -321,7 +294,7 @@ class Worker:
     def _prepare(
         self,
         site: LaunchSite,
-        session: Mapping[str, Any],
+        session: Session,
         execution_id: str,
         run_as: tuple[int, int] | None,
     ) -> None:
@@ -331,7 +304,7 @@ class Worker:
         Session directory, home and default workspace, made and handed over through directory
         descriptors so that nothing it planted there is followed.
         """
-        session_id = str(session["id"])
+        session_id = session.id
         for parent in (site.work_dir / "runs", site.work_dir / "sessions", site.workspaces):
             parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             if run_as is not None:
@@ -347,7 +320,7 @@ class Worker:
             with open_dir(sessions, Path(session_id) / SESSION_HOME, owner):
                 pass
         cwd = site.workspace(session)
-        if session.get("cwd"):
+        if session.cwd:
             cwd.mkdir(parents=True, exist_ok=True)
         elif self.settings.default_cwd is not None:
             cwd.mkdir(parents=True, exist_ok=True)
@@ -369,14 +342,14 @@ class Worker:
 
     async def _memory(
         self,
-        claimed: Claimed,
+        claimed: Claim,
         provider: str,
         run_dir: Path,
         warnings: list[str],
         run_as: tuple[int, int] | None = None,
     ) -> tuple[MemoryAttachment | None, str | None]:
         """Freeze or reuse the Session's binding; on any failure run without memory, warned."""
-        session_id = str(claimed.session["id"])
+        session_id = claimed.session.id
         try:
             answer = await self.hub.call(
                 "sessions.memory", session_id=session_id, capable=provider in MEMORY_PROVIDERS

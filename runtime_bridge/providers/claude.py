@@ -15,6 +15,7 @@ from typing import Any
 from runtime_bridge.launch_env import launch_env
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
 from runtime_bridge.providers.plan import (
+    MEMORY_CONFIG_DIR,
     MEMORY_SERVER,
     Event,
     Failure,
@@ -26,7 +27,7 @@ from runtime_bridge.providers.plan import (
 )
 from runtime_bridge.providers.process import StreamParser, run_json_lines
 
-MCP_CONFIG = "agent-config/memory/claude-mcp.json"
+MCP_CONFIG = MEMORY_CONFIG_DIR / "claude-mcp.json"
 
 
 def build_plan(request: LaunchRequest) -> LaunchPlan:

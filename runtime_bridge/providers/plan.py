@@ -20,6 +20,10 @@ from runtime_bridge.launch_env import DEFAULT_PASS_ENV, NO_OWNER_TOKEN
 MEMORY_SERVER = "memory"
 """The MCP server name memory tools are published under (``mcp__memory__…`` to the model)."""
 
+# Where a run keeps its memory tooling (MCP config, CLI wrapper, connection file), below its
+# run directory: removed with the run.
+MEMORY_CONFIG_DIR = Path("agent-config") / "memory"
+
 MASK = "********"
 # Names of variables whose values are secrets: API keys, tokens, passwords, credentials.
 _SECRET_NAME = re.compile(r"(_KEY$|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)

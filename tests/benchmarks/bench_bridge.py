@@ -41,12 +41,13 @@ from mcp.client.stdio import stdio_client
 
 from hub.client import HubClient
 from hub.config import OWNER_TOKEN_FILE
+from hub.contract import Claim
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.launch import LaunchSite
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
 from runtime_bridge.providers import build_plan
 from runtime_bridge.providers.process import launch_command
-from runtime_bridge.worker import Claimed, Worker
+from runtime_bridge.worker import Worker
 from tests.benchmarks.harness import (
     AMUX,
     REPO,
@@ -79,7 +80,7 @@ class TimedWorker(Worker):
 
     claimed_at: float = 0.0
 
-    async def claim(self) -> Claimed | None:
+    async def claim(self) -> Claim | None:
         claimed = await super().claim()
         if claimed is not None:
             self.claimed_at = time.perf_counter()

@@ -30,7 +30,7 @@ from bot.feishu.events import MessageEvent, UserIds
 from bot.feishu_app import FEISHU
 from hub.client import HubClient
 from hub.config import HubSettings
-from hub.executions import Session
+from hub.contract import Execution, Session
 from hub.paths import principal_scope
 from hub.rpc import HUB
 from hub.services import Hub
@@ -227,7 +227,7 @@ class Bot:
         )
         return self.hub.executions.session_by_origin(origin_of(event))
 
-    def executions_of(self, session_id: str) -> list[dict[str, Any]]:
+    def executions_of(self, session_id: str) -> list[Execution]:
         rows = self.hub.executions.db.execute(
             "SELECT id FROM executions WHERE session_id = ? ORDER BY created_at", (session_id,)
         ).fetchall()
@@ -341,7 +341,7 @@ async def test_under_isolation_a_member_in_someone_elses_topic_is_sent_to_their_
         await bot.idle()
         executions = bot.executions_of(session.id)
         assert len(executions) == 1
-        assert {e["submitted_by"] for e in executions} == {bot.ids["alice"]}
+        assert {e.submitted_by for e in executions} == {bot.ids["alice"]}
         assert len(model.main_requests) == 1
 
 
@@ -599,11 +599,11 @@ async def test_the_topics_starter_can_cancel_a_run_and_others_cannot(tmp_path: P
 
         refused = await bot.click(cancel, who=CAROL, chat_id=GROUP)
         assert refused["toast"]["type"] == "error"
-        assert bot.hub.executions.describe(cancel["run_id"])["state"] == "queued"
+        assert bot.hub.executions.describe(cancel["run_id"]).state == "queued"
 
         accepted = await bot.click(cancel, who=BOB, chat_id=GROUP)
         assert accepted["toast"]["type"] != "error"
-        assert bot.hub.executions.describe(cancel["run_id"])["state"] == "cancelled"
+        assert bot.hub.executions.describe(cancel["run_id"]).state == "cancelled"
         # The progress card says so and loses its Cancel button.
         await until(lambda: "Cancelled" in card_text(progress.card))
         assert not [b for b in buttons(progress.card) if b["action"] == "run.cancel"]
@@ -623,13 +623,13 @@ async def test_cancelling_a_running_turn_stops_the_agent(tmp_path: Path) -> None
             (cancel,) = [b for b in buttons(progress.card) if b["action"] == "run.cancel"]
             run_id = cancel["run_id"]
             await until(lambda: model.main_requests, seconds=60)
-            assert bot.hub.executions.describe(run_id)["state"] == "running"
+            assert bot.hub.executions.describe(run_id).state == "running"
 
             refused = await bot.click(cancel, who=CAROL, chat_id=GROUP)
             assert refused["toast"]["type"] == "error"
             accepted = await bot.click(cancel, who=BOB, chat_id=GROUP)
             assert accepted["toast"]["type"] != "error"
-            await until(lambda: bot.hub.executions.describe(run_id)["state"] == "cancelled")
+            await until(lambda: bot.hub.executions.describe(run_id).state == "cancelled")
             await until(lambda: "Cancelled" in card_text(progress.card))
             assert "too late" not in json.dumps([m.card for m in bot.replies_to(asked)])
         finally:

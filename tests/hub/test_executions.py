@@ -27,13 +27,13 @@ async def test_a_turn_no_worker_takes_in_time_fails_with_a_clear_error(tmp_path:
         )
         clock.now += 599
         assert await executions.expire_leases() == 0
-        assert executions.describe(waiting["id"])["state"] == "queued"
+        assert executions.describe(waiting.id).state == "queued"
 
         clock.now += 2
         assert await executions.expire_leases() == 1
-        failed = executions.describe(waiting["id"])
-        assert failed["state"] == "failed"
-        assert "no Runtime worker took this turn within 10 min" in failed["error"]
-        assert executions.events(waiting["id"])[-1]["text"].startswith("failed: no Runtime worker")
+        failed = executions.describe(waiting.id)
+        assert failed.state == "failed"
+        assert "no Runtime worker took this turn within 10 min" in (failed.error or "")
+        assert executions.events(waiting.id)[-1].text.startswith("failed: no Runtime worker")
     finally:
         state.close()

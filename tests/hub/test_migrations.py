@@ -211,14 +211,14 @@ async def test_a_database_the_first_release_left_upgrades_and_keeps_its_rows(
         assert state.saved_settings() == {"memory.enabled": True}
         executions = Executions(state, providers=("claude",))
         if queue:
-            assert executions.describe("e1")["state"] == "succeeded"
-            assert [e["text"] for e in executions.events("e1")] == ["done"]
+            assert executions.describe("e1").state == "succeeded"
+            assert [e.text for e in executions.events("e1")] == ["done"]
             assert executions.session("s1").provider == "claude"
         # The upgraded queue takes new turns, which need the request_id column.
         submitted, _ = await executions.submit(
             principal_id=alice.id, submitted_by=alice.id, provider="claude", prompt="again"
         )
-        assert executions.describe(submitted["id"])["state"] == "queued"
+        assert executions.describe(submitted.id).state == "queued"
     finally:
         state.close()
 

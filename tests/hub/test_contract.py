@@ -1,0 +1,68 @@
+"""The execution contract survives the wire unchanged, and a malformed answer is named."""
+
+from __future__ import annotations
+
+import pytest
+
+from hub.contract import (
+    Claim,
+    Execution,
+    ExecutionEvent,
+    Session,
+    TurnResult,
+    WatchResult,
+)
+from hub.errors import InvalidArgument
+
+SESSION = Session(
+    id="s1",
+    principal_id="p1",
+    provider="claude",
+    cwd=None,
+    origin="feishu:chat:thread",
+    native_id="n1",
+    memory="bound",
+    binding="principal:p1",
+)
+EXECUTION = Execution(
+    id="e1",
+    session_id="s1",
+    state="succeeded",
+    attempts=1,
+    result=TurnResult(
+        text="Saved.",
+        provider="claude",
+        binding="principal:p1",
+        warnings=("memory capability missing",),
+        usage={"input_tokens": 12},
+    ),
+    error=None,
+    submitted_by="p1",
+)
+
+
+def test_every_record_comes_back_from_its_wire_form_unchanged() -> None:
+    watch = WatchResult(EXECUTION, (ExecutionEvent(3, "progress", "thinking", 1.5),))
+    claim = Claim("e1", "hello", 2, SESSION, 30.0, request_id="r1")
+    assert Session.from_wire(SESSION.to_wire()) == SESSION
+    assert Execution.from_wire(EXECUTION.to_wire()) == EXECUTION
+    assert WatchResult.from_wire(watch.to_wire()) == watch
+    assert Claim.from_wire(claim.to_wire()) == claim
+
+
+def test_a_watch_answer_keeps_the_rpcs_flat_shape_and_knows_its_last_event() -> None:
+    events = (ExecutionEvent(4, "warning", "w", 2.0), ExecutionEvent(5, "status", "s", 3.0))
+    wire = WatchResult(EXECUTION, events).to_wire()
+    assert wire["state"] == "succeeded" and wire["result"]["text"] == "Saved."
+    assert [e["seq"] for e in wire["events"]] == [4, 5]
+    assert WatchResult.from_wire(wire).last_seq == 5
+    assert WatchResult(EXECUTION, ()).last_seq == 0
+
+
+def test_an_answer_missing_a_field_is_refused_with_its_name() -> None:
+    wire = EXECUTION.to_wire()
+    del wire["state"]
+    with pytest.raises(InvalidArgument, match="state"):
+        Execution.from_wire(wire)
+    with pytest.raises(InvalidArgument, match="execution"):
+        Claim.from_wire({"session": SESSION.to_wire(), "lease_seconds": 30})
