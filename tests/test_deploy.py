@@ -1,8 +1,8 @@
 """deploy/: the example environment, systemd units, container image and compose file.
 
 No container engine runs here, so the image and compose file are checked by content; the systemd
-units are checked by systemd's own verifier when present, and the Hub unit's restart contract by
-running ``amux serve`` with the unit's environment.
+units are checked by systemd's own verifier when present. ``test_deploy_e2e`` runs ``amux`` as the
+units do.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from bot.serve import RESTART_EXIT_STATUS
 from hub.config import ClientSettings, HubSettings
 from runtime_bridge.config import RuntimeSettings
 from scripts.reference import ENV_EXAMPLE, env_name, render_env_example
-from tests.conftest import AMUX, REPO, HubProcess, free_port
+from tests.conftest import AMUX, REPO
 
 DEPLOY = REPO / "deploy"
 HUB_UNIT = DEPLOY / "systemd" / "amux.service"
@@ -134,42 +134,6 @@ def test_systemd_accepts_the_units(path: Path, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip() == "", done.stderr
-
-
-def test_a_restart_under_the_hub_unit_environment_exits_with_the_status_systemd_restarts(
-    tmp_path: Path,
-) -> None:
-    entries = unit(HUB_UNIT)
-    env = environment(entries)
-    command_env = dict(
-        word.split("=", 1) for word in entries["Service.ExecStart"][-1].split() if "=" in word
-    )
-    hub = HubProcess(
-        tmp_path / "amux-home",
-        free_port(),
-        extra_env={
-            "AMUX_RESTART_MODE": command_env["AMUX_RESTART_MODE"],
-            "AMUX_LOG_FORMAT": env["AMUX_LOG_FORMAT"],
-            "AMUX_RUNTIME_IN_PROCESS": "false",
-        },
-    )
-    hub.start()
-    try:
-        status, body = hub.rpc("system.restart")
-        assert status == 200, body
-        assert hub.proc is not None
-        assert hub.proc.wait(30) == RESTART_EXIT_STATUS
-    finally:
-        hub.stop()
-
-
-def test_the_worker_units_command_line_is_one_amux_accepts() -> None:
-    argv = unit(WORKER_UNIT)["Service.ExecStart"][-1].split()
-    done = subprocess.run(
-        [AMUX, *argv[1:3], "--help"], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    assert "--hub" in done.stdout
 
 
 # -- container image and compose ----------------------------------------------------------------

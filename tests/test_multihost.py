@@ -29,6 +29,8 @@ import pytest
 
 from tests.conftest import AMUX, wait_until
 
+pytestmark = pytest.mark.e2e
+
 IP = shutil.which("ip")
 PORT = 8765
 LEASE_SECONDS = "2"

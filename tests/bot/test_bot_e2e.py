@@ -25,7 +25,7 @@ from tests.fakes.feishu_events import FeishuSigner
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer
 from tests.runtime_bridge.conftest import find_agent_cli
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 signer = FeishuSigner(encrypt_key="ek_e2e", verification_token="vt_e2e", app_id="cli_e2e")
 OWNER = {"sender_open_id": "ou_owner", "sender_union_id": "on_owner", "sender_user_id": "u_owner"}

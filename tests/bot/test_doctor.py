@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,10 +12,11 @@ from typing import Any
 import pytest
 
 from bot.config import FeishuSettings
-from bot.doctor import Check, check_feishu_ingress, check_root_lock, check_sandbox, passed, render
-from runtime_bridge.config import RuntimeSettings
+from bot.doctor import check_feishu_ingress, check_root_lock
 from tests.conftest import AMUX, REPO, HubProcess, free_port, wait_until
 from tests.fakes.feishu import FakeFeishu
+
+pytestmark = pytest.mark.e2e
 
 AGENT_BIN = REPO / "tools" / "agent-clis" / "node_modules" / ".bin"
 
@@ -250,114 +250,6 @@ async def test_webhook_mode_fails_when_the_hub_does_not_serve_the_events_route(
 
 # -- the sandbox ----------------------------------------------------------------------------------
 
-OPEN = FeishuSettings(app_id="cli_doctor", app_secret="s3cret", enroll="auto")
-CLOSED = FeishuSettings(app_id="cli_doctor", app_secret="s3cret", enroll="closed")
-NAMESPACES_REFUSED = (
-    "bwrap: No permissions to creating new namespace, likely because the kernel does not allow "
-    "non-privileged user namespaces."
-)
-PROC_REFUSED = "bwrap: Can't mount proc on /newroot/proc: Operation not permitted"
-
-
-def fake_bwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, probe: str) -> Path:
-    """A ``bwrap`` first on PATH that knows its version and runs ``probe`` for anything else."""
-    bin_dir = tmp_path / "fake-bin"
-    bin_dir.mkdir()
-    script = bin_dir / "bwrap"
-    script.write_text(
-        f'#!/bin/sh\nif [ "$1" = --version ]; then echo "bubblewrap 0.0.1-fake"; exit 0; fi\n'
-        f"{probe}\n"
-    )
-    script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return script
-
-
-async def test_a_working_bwrap_is_reported_with_its_version() -> None:
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed")
-    check = await check_sandbox(RuntimeSettings(sandbox="bwrap"), OPEN)
-    assert check.status == "ok", check
-    assert check.detail.startswith("bubblewrap ")
-    assert "own PID, IPC and UTS namespaces and /proc" in check.detail
-
-
-async def test_sandbox_off_with_open_enrollment_fails_with_a_fix_for_either_side() -> None:
-    check = await check_sandbox(RuntimeSettings(sandbox="off"), OPEN)
-    assert check.status == "fail"
-    assert "Agents run with this service's own file access" in check.detail
-    assert "AMUX_FEISHU_ENROLL=auto" in check.detail
-    assert "AMUX_RUNTIME_SANDBOX=bwrap" in check.fix
-    assert "AMUX_FEISHU_ENROLL=closed" in check.fix
-
-
-@pytest.mark.parametrize(
-    "feishu", [CLOSED, FeishuSettings(app_id="", enroll="auto")], ids=["closed", "no-bot"]
-)
-async def test_sandbox_off_without_open_enrollment_is_a_warning(feishu: FeishuSettings) -> None:
-    check = await check_sandbox(RuntimeSettings(sandbox="off", run_as="agent"), feishu)
-    assert check.status == "warn"
-    assert "Agents run with local user agent's file access" in check.detail
-    assert "AMUX_RUNTIME_SANDBOX=bwrap" in check.fix
-    assert passed([check])
-
-
-async def test_a_missing_bwrap_fails_and_only_closed_enrollment_may_turn_the_sandbox_off(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))
-    opened = await check_sandbox(RuntimeSettings(sandbox="bwrap"), OPEN)
-    assert opened.status == "fail"
-    assert "bwrap is not on PATH: every Agent launch fails" in opened.detail
-    assert "bubblewrap" in opened.fix
-    assert "SANDBOX=off" not in opened.fix
-    closed = await check_sandbox(RuntimeSettings(sandbox="bwrap"), CLOSED)
-    assert closed.status == "fail"
-    assert "AMUX_RUNTIME_SANDBOX=off" in closed.fix
-
-
-async def test_a_bwrap_that_cannot_create_namespaces_names_the_kernel_setting_that_forbids_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake_bwrap(tmp_path, monkeypatch, f"echo '{NAMESPACES_REFUSED}' >&2; exit 1")
-    proc_sys = tmp_path / "proc-sys"
-    (proc_sys / "user").mkdir(parents=True)
-    (proc_sys / "user" / "max_user_namespaces").write_text("0\n")
-    check = await check_sandbox(RuntimeSettings(sandbox="bwrap"), CLOSED, proc_sys=proc_sys)
-    assert check.status == "fail"
-    assert check.detail.startswith("bubblewrap 0.0.1-fake (")
-    assert NAMESPACES_REFUSED in check.detail
-    assert "(user.max_user_namespaces is 0)" in check.detail
-    assert "user.max_user_namespaces" in check.fix
-    assert "RestrictNamespaces=" in check.fix
-
-
-async def test_a_bwrap_that_cannot_mount_proc_is_told_which_settings_mask_proc(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake_bwrap(tmp_path, monkeypatch, f'echo "{PROC_REFUSED}" >&2; exit 1')
-    check = await check_sandbox(RuntimeSettings(sandbox="bwrap"), OPEN)
-    assert check.status == "fail"
-    assert PROC_REFUSED in check.detail
-    assert "ProtectKernelTunables=" in check.fix
-    assert "unmask=/proc/*" in check.fix
-
-
-async def test_a_bwrap_probe_that_never_ends_fails_within_the_timeout(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake_bwrap(tmp_path, monkeypatch, "exec sleep 60")
-    check = await check_sandbox(RuntimeSettings(sandbox="bwrap"), CLOSED, seconds=0.5)
-    assert check.status == "fail"
-    assert "gave no answer within" in check.detail
-    assert "by hand" in check.fix
-
-
-async def test_a_hub_without_an_in_process_worker_leaves_the_sandbox_to_the_workers() -> None:
-    check = await check_sandbox(RuntimeSettings(sandbox="off", in_process=False), OPEN)
-    assert check.status == "skip"
-    assert "on each worker host" in check.detail
-
 
 def test_doctor_reports_the_sandbox_of_the_hub_it_runs_beside(
     hub_process: HubProcess, stub_agents: dict[str, str]
@@ -404,18 +296,6 @@ async def test_webhook_mode_without_an_encrypt_key_is_a_warning_when_explicitly_
     assert "AMUX_FEISHU_ENCRYPT_KEY" in allowed.fix
     assert refused.status == "fail"
     assert "without AMUX_FEISHU_ENCRYPT_KEY:" in refused.detail
-
-
-# -- the report itself ----------------------------------------------------------------------------
-
-
-def test_warnings_and_skips_do_not_fail_the_report() -> None:
-    checks = [Check("a", "ok", "fine"), Check("b", "warn", "hm", "do x"), Check("c", "skip", "-")]
-    assert passed(checks)
-    text = render(checks)
-    assert "fix: do x" in text
-    assert text.endswith("All checks passed (1 warning(s)).")
-    assert not passed([*checks, Check("d", "fail", "broken", "fix it")])
 
 
 def test_doctor_is_listed_in_the_cli_help() -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from bot.feishu.events import UserIds
-from bot.identity import CLAIM_SECONDS, ClaimRefused, FeishuIdentities
+from bot.identity import ALIAS_KINDS, CLAIM_SECONDS, ClaimRefused, FeishuIdentities
+from hub.cli import ALIAS_KINDS as CLI_ALIAS_KINDS
 from hub.state import Principal, State
 
 NEWCOMER = UserIds(open_id="ou_new", union_id="on_new", user_id="u_new")
@@ -104,3 +105,8 @@ def test_no_code_is_offered_once_the_owner_has_a_feishu_identity(
     state.add_alias(owner.id, "feishu_union_id", "on_owner")
     assert identities.offer_claim() is None
     assert identities.claim("deadbeef", NEWCOMER) is ClaimRefused.WRONG
+
+
+def test_the_cli_maps_only_the_outside_identities_the_bot_resolves() -> None:
+    # An alias kind nothing looks up would be stored and never consulted.
+    assert set(CLI_ALIAS_KINDS) == {kind for kind, _ in ALIAS_KINDS}

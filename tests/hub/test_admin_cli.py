@@ -1,4 +1,5 @@
-"""Local administration on the Hub host: principals, aliases and tokens through the `amux` CLI."""
+"""Local administration on the Hub host through the `amux` CLI: principals, aliases and tokens, and
+a state database it cannot read refused in one line."""
 
 from __future__ import annotations
 
@@ -7,9 +8,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bot.identity import ALIAS_KINDS as BOT_ALIAS_KINDS
-from hub.cli import ALIAS_KINDS
-from tests.conftest import AMUX, HubProcess
+import pytest
+
+from hub.migrations import SCHEMA_VERSION
+from hub.state import State
+from tests.conftest import AMUX, HubProcess, free_port
+from tests.hub.test_migrations import raw
+
+pytestmark = pytest.mark.e2e
 
 
 def admin(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -55,11 +61,6 @@ def test_aliases_map_outside_identities_to_one_principal(tmp_path: Path) -> None
     missing = admin(home, "principal", "show", "carol")
     assert missing.returncode == 1 and missing.stderr.startswith("error: not_found:")
     assert "Traceback" not in missing.stderr
-
-
-def test_aliases_are_only_the_outside_identities_the_bot_resolves() -> None:
-    # An alias kind nothing looks up would be stored and never consulted.
-    assert set(ALIAS_KINDS) == {kind for kind, _ in BOT_ALIAS_KINDS}
 
 
 def test_issued_token_works_once_shown_and_stops_when_revoked(hub_process: HubProcess) -> None:
@@ -132,3 +133,26 @@ def test_only_the_owner_may_choose_an_agents_working_directory(
         "executions.submit", provider="claude", prompt="hi", cwd=str(tmp_path)
     )
     assert status == 200 and body["session"]["cwd"] == str(tmp_path)
+
+
+def test_the_admin_cli_and_the_hub_refuse_a_newer_database_in_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    path = home / "state.sqlite3"
+    State(path).close()
+    with raw(path) as db:
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    env = {"AMUX_HOME": str(home), "PATH": "/usr/bin:/bin"}
+
+    for command in (["principal", "list"], ["serve", "--port", str(free_port())]):
+        done = subprocess.run(
+            [AMUX, *command], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 1, done.stderr
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+        assert errors == [
+            f"error: unavailable: the state database {path} has schema version "
+            f"{SCHEMA_VERSION + 1}, but this amux knows versions up to {SCHEMA_VERSION}: a newer "
+            "amux wrote it; run that version, or restore the backup taken before the upgrade"
+        ], done.stderr
+        assert "Traceback" not in done.stderr

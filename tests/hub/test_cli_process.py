@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import HubProcess
+
+pytestmark = pytest.mark.e2e
 
 
 def test_fresh_hub_has_memory_off_and_refuses_data_calls(hub_process: HubProcess) -> None:

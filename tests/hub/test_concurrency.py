@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from pathlib import Path
+
+import pytest
 
 from hub.client import HubClient
 from hub.errors import Conflict
-from hub.store import MemoryStore
 from tests.conftest import HubProcess
+
+pytestmark = pytest.mark.e2e
 
 COUNTER = "counters/shared.md"
 
@@ -71,21 +73,3 @@ async def test_sixteen_rpc_clients_incrementing_one_counter_lose_no_update(
     assert parse_count(final["content"]) == tally.successes
     # The clients really raced: some writes were refused and retried.
     assert tally.conflicts > 0
-
-
-async def test_concurrent_creates_of_one_path_let_exactly_one_win(tmp_path: Path) -> None:
-    store = MemoryStore(tmp_path / "memory")
-    store.open()
-
-    async def create(n: int) -> str | None:
-        try:
-            return (await store.upsert("global", "once.md", f"writer {n}\n", "absent"))["revision"]
-        except Conflict:
-            return None
-
-    results = await asyncio.gather(*(create(n) for n in range(32)))
-    winners = [r for r in results if r is not None]
-    assert len(winners) == 1
-    page = await store.get("global", "once.md")
-    assert page["revision"] == winners[0]
-    assert page["content"].startswith("writer ")

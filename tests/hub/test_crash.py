@@ -14,11 +14,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from hub.cli import export_document
 from hub.client import HubClient
 from hub.errors import Unavailable
 from hub.files import TEMP_PREFIX
 from tests.conftest import HubProcess
+
+pytestmark = pytest.mark.e2e
 
 WRITERS = 6
 DOCS_PER_WRITER = 3

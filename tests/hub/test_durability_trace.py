@@ -23,6 +23,8 @@ import pytest
 from hub.state import State
 from tests.conftest import HubProcess, free_port
 
+pytestmark = pytest.mark.e2e
+
 SYSCALLS = "fsync,fdatasync,rename,renameat,renameat2,unlink,unlinkat,openat,mkdir,mkdirat"
 # -s: paths are longer than strace's default 32-character strings.
 STRACE = ["strace", "-f", "--seccomp-bpf", "-s", "4096", "-e", f"trace={SYSCALLS}"]

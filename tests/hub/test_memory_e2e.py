@@ -19,6 +19,8 @@ from hub.errors import Conflict
 from hub.state import State
 from tests.conftest import AMUX, CliResult, HubProcess, free_port
 
+pytestmark = pytest.mark.e2e
+
 BIG = (
     "# Release runbook\n"
     + "".join(

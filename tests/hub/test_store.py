@@ -435,3 +435,20 @@ async def test_a_directory_flooded_with_junk_entries_ends_the_scan_as_incomplete
     result = await store.search(SCOPE, "kiwi")
     assert result["incomplete"] is True
     assert [m["path"] for m in result["matches"]] == ["a/kiwi.md"]
+
+
+async def test_concurrent_creates_of_one_path_let_exactly_one_win(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+
+    async def create(n: int) -> str | None:
+        try:
+            return (await store.upsert("global", "once.md", f"writer {n}\n", "absent"))["revision"]
+        except Conflict:
+            return None
+
+    results = await asyncio.gather(*(create(n) for n in range(32)))
+    winners = [r for r in results if r is not None]
+    assert len(winners) == 1
+    page = await store.get("global", "once.md")
+    assert page["revision"] == winners[0]
+    assert page["content"].startswith("writer ")

@@ -25,7 +25,12 @@ from hub.errors import InvalidArgument
 from hub.server import add_hub
 from hub.state import State
 from runtime_bridge.mcp_paging import PAGE_BYTES, PageCache
-from runtime_bridge.mcp_server import MemoryBridge, build_server
+from runtime_bridge.mcp_server import (
+    MemoryBridge,
+    build_server,
+    client_went_away,
+    judge_capabilities,
+)
 
 
 @dataclass
@@ -247,3 +252,22 @@ async def test_a_bridge_without_a_hub_lists_its_tools_and_each_answers_the_refus
         assert "amux.memory_get" in tools
         refused = await error(client, "amux.memory_get", path="MEMORY.md")
     assert refused == {"code": "invalid_argument", "message": refusal.message}
+
+
+def test_the_capability_verdict_needs_memory_methods_and_memory_enabled() -> None:
+    methods = ["memory.search", "memory.get", "memory.upsert", "memory.forget"]
+    assert judge_capabilities({"memory": {"enabled": True, "methods": methods}}).ready
+    older = judge_capabilities({"version": "0.0.1"})
+    assert not older.ready and older.error is not None
+    assert older.error.code == "unavailable" and "does not offer" in older.error.message
+    off = judge_capabilities({"memory": {"enabled": False, "methods": methods}})
+    assert off.error is not None and off.error.code == "memory_disabled"
+
+
+def test_only_a_closed_pipe_counts_as_the_client_going_away() -> None:
+    assert client_went_away(BrokenPipeError())
+    assert client_went_away(ExceptionGroup("stdio", [BrokenPipeError(), ConnectionResetError()]))
+    nested = ExceptionGroup("outer", [ExceptionGroup("inner", [BrokenPipeError()])])
+    assert client_went_away(nested)
+    assert not client_went_away(ExceptionGroup("stdio", [BrokenPipeError(), ValueError()]))
+    assert not client_went_away(RuntimeError("boom"))

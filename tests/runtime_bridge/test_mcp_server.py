@@ -21,8 +21,9 @@ from mcp.types import CallToolResult, TextContent
 from hub.config import HubSettings
 from hub.state import State
 from runtime_bridge.mcp_paging import PAGE_BYTES
-from runtime_bridge.mcp_server import client_went_away, judge_capabilities
 from tests.conftest import AMUX, REPO, HubProcess, free_port
+
+pytestmark = pytest.mark.e2e
 
 TOOLS = {
     "amux.memory_search": ({"query", "path_prefix", "limit"}, {"query"}),
@@ -507,22 +508,3 @@ def test_a_client_that_closes_its_pipes_ends_the_server_quietly(
     text = log.read_text()
     assert status == 0, text
     assert "Traceback" not in text and "ERROR" not in text, text
-
-
-def test_the_capability_verdict_needs_memory_methods_and_memory_enabled() -> None:
-    methods = ["memory.search", "memory.get", "memory.upsert", "memory.forget"]
-    assert judge_capabilities({"memory": {"enabled": True, "methods": methods}}).ready
-    older = judge_capabilities({"version": "0.0.1"})
-    assert not older.ready and older.error is not None
-    assert older.error.code == "unavailable" and "does not offer" in older.error.message
-    off = judge_capabilities({"memory": {"enabled": False, "methods": methods}})
-    assert off.error is not None and off.error.code == "memory_disabled"
-
-
-def test_only_a_closed_pipe_counts_as_the_client_going_away() -> None:
-    assert client_went_away(BrokenPipeError())
-    assert client_went_away(ExceptionGroup("stdio", [BrokenPipeError(), ConnectionResetError()]))
-    nested = ExceptionGroup("outer", [ExceptionGroup("inner", [BrokenPipeError()])])
-    assert client_went_away(nested)
-    assert not client_went_away(ExceptionGroup("stdio", [BrokenPipeError(), ValueError()]))
-    assert not client_went_away(RuntimeError("boom"))

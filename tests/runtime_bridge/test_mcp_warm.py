@@ -17,7 +17,7 @@ from tests.conftest import AMUX
 from tests.runtime_bridge import test_mcp_server as cold
 from tests.runtime_bridge.test_mcp_server import MemoryHub, error, mcp_session, ok
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 # The same module-scoped Hub (memory and isolation on, two users) the cold server is tested with.
 memory_hub = cold.memory_hub

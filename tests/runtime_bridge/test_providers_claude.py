@@ -24,7 +24,7 @@ from tests.runtime_bridge.conftest import (
     stub_search_call,
 )
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 # The heading of Claude's own auto-memory instructions, which a bound launch must suppress.
 AUTO_MEMORY_MARK = "persistent file-based memory"

@@ -32,7 +32,7 @@ from tests.runtime_bridge.conftest import (
     stub_search_call,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 
 def codex_config(tmp_path: Path, model: FakeModelServer) -> Path:

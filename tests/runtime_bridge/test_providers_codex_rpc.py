@@ -27,7 +27,7 @@ from runtime_bridge.providers import (
 )
 from tests.runtime_bridge.conftest import collect
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
 MEMORY_OFF = {
     "features": {"memories": False},

@@ -28,7 +28,7 @@ from tests.runtime_bridge.conftest import (
     offline_request,
 )
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 PI_ARGS = ("--provider", "fake", "--model", "fake-model")
 

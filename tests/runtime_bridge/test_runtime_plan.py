@@ -14,7 +14,7 @@ from runtime_bridge.memoryprotocol import protocol_text
 from runtime_bridge.providers.plan import MASK
 from tests.conftest import HubProcess, free_port
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 PROVIDER_SECRET = "sk-ant-plan-secret-4711"
 

@@ -24,6 +24,7 @@ from hub.config import OWNER_TOKEN_FILE
 from tests.conftest import REPO, HubProcess, free_port, processes_tagged, until
 
 pytestmark = [
+    pytest.mark.e2e,
     pytest.mark.timeout(180),
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap (bubblewrap) is not installed"),
 ]

@@ -19,7 +19,7 @@ from tests.conftest import CliResult, HubProcess, free_port, wait_until
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
 from tests.runtime_bridge.conftest import find_agent_cli
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 AUTO_MEMORY_MARK = "persistent file-based memory"
 

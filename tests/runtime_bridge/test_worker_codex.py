@@ -21,7 +21,7 @@ from tests.runtime_bridge.conftest import find_agent_cli
 from tests.runtime_bridge.test_providers_codex import codex_config
 from tests.runtime_bridge.test_worker import agent_run, cli
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 
 def start_codex_hub(tmp_path: Path, model: FakeModelServer, **env: str) -> HubProcess:

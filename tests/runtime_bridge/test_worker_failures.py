@@ -29,7 +29,7 @@ from tests.runtime_bridge.test_workers_remote import Cluster, cluster_for
 
 __all__ = ["cluster_for"]  # the fixture, used by name below
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 FORWARDED_HEADERS = ("Authorization", "Content-Type", "X-Amux-Memory-Binding")
 

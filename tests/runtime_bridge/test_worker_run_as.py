@@ -24,7 +24,7 @@ from tests.runtime_bridge.conftest import find_agent_cli
 from tests.runtime_bridge.test_worker import agent_run, cli
 from tests.runtime_bridge.test_worker_pi import start_pi_hub, tool_outputs
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 USER = "nobody"
 

@@ -30,7 +30,7 @@ from tests.runtime_bridge.conftest import find_agent_cli
 from tests.runtime_bridge.test_providers_pi import pi_agent_source
 from tests.runtime_bridge.test_worker import cli
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 PI_ARGS = ["--provider", "fake", "--model", "fake-model"]
 # Short enough that a lost worker is noticed quickly, long enough that a loaded machine's
