@@ -9,7 +9,6 @@ import pytest
 
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
 from runtime_bridge.providers import (
-    ExecutableMissing,
     LaunchRequest,
     MemoryAttachment,
     Result,
@@ -135,15 +134,3 @@ async def test_unbound_claude_has_no_protocol_no_mcp_and_native_memory(
     assert AUTO_MEMORY_MARK in system
     assert "CLAUDE_CODE_DISABLE_AUTO_MEMORY" not in plan.env
     assert not any(name.startswith("mcp__") for name in model.main_requests[0].tool_names)
-
-
-async def test_missing_claude_executable_is_a_clear_launch_error(
-    tmp_path: Path, attachment_for: Callable[..., MemoryAttachment]
-) -> None:
-    async with FakeModelServer() as model:
-        plan = build_plan(request_for(tmp_path, model, "claude-not-installed", attachment_for()))
-        with pytest.raises(ExecutableMissing, match="claude-not-installed") as caught:
-            await collect(run(plan))
-    assert caught.value.code == "executable_missing"
-    assert not (tmp_path / "run").exists()
-    assert model.requests == []

@@ -12,7 +12,6 @@ import pytest
 from runtime_bridge.codex_rpc import CodexRpc
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
 from runtime_bridge.providers import (
-    ExecutableMissing,
     LaunchPlan,
     LaunchRequest,
     MemoryAttachment,
@@ -194,15 +193,6 @@ async def test_codex_that_reports_native_memory_on_fails_the_launch_naming_the_s
             await collect(run(plan))
     assert model.main_requests == []
     assert stub_mcp.calls() == []
-
-
-async def test_missing_codex_executable_is_a_clear_launch_error(
-    tmp_path: Path, attachment_for: Callable[..., MemoryAttachment]
-) -> None:
-    async with FakeModelServer() as model:
-        plan = build_plan(request_for(tmp_path, model, "codex-missing", attachment_for()))
-        with pytest.raises(ExecutableMissing, match="codex executable 'codex-missing'"):
-            await collect(run(plan))
 
 
 async def test_offline_probe_confirms_memory_settings_instructions_and_persisted_mode(

@@ -11,7 +11,6 @@ import pytest
 from runtime_bridge.launch_env import NO_OWNER_TOKEN
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
 from runtime_bridge.providers import (
-    ExecutableMissing,
     LaunchRequest,
     MemoryAttachment,
     Result,
@@ -185,10 +184,3 @@ async def test_unbound_pi_has_no_protocol_and_no_memory_connection(
     assert "Answer briefly." in system
     assert "amux memory" not in system
     assert {key for key in plan.env if key.startswith("AMUX_")} == set(NO_OWNER_TOKEN)
-
-
-async def test_missing_pi_executable_is_a_clear_launch_error(tmp_path: Path) -> None:
-    async with FakeModelServer() as model:
-        plan = build_plan(request_for(tmp_path, model, str(tmp_path / "bin" / "pi"), None))
-        with pytest.raises(ExecutableMissing, match="pi executable .*bin/pi"):
-            await collect(run(plan))
