@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 RATE_LIMIT_CODES = frozenset({99991400, 99991402, 230020, 11020, 11021})
 # The tenant token the SDK cached was rejected (expired early, revoked, or from another server).
 TOKEN_INVALID_CODES = frozenset({99991661, 99991663, 99991668, 99991677})
+# Where lark-oapi's TokenManager caches an app's tenant token; not a public API of the SDK.
+TENANT_TOKEN_CACHE_KEY = "self_tenant_token:{app_id}"
 
 ReceiveIdType = Literal["chat_id", "open_id", "union_id", "user_id", "email"]
 Verdict = Literal["ok", "retry", "refresh_token", "fail"]
@@ -333,7 +335,8 @@ class FeishuClient:
             if verdict == "refresh_token" and not refreshed:
                 logger.info("Feishu rejected the cached tenant token; fetching a new one")
                 # The SDK's cache has no delete; an empty value forces a fetch.
-                TokenManager.cache.set(f"self_tenant_token:{self._settings.app_id}", "", 0)
+                key = TENANT_TOKEN_CACHE_KEY.format(app_id=self._settings.app_id)
+                TokenManager.cache.set(key, "", 0)
                 continue
             raise FeishuApiError(
                 f"Feishu {operation} failed: {data.get('msg') or 'error'} (code {feishu_code})",
