@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hub.errors import BindingMismatch, Unauthenticated
+from hub.errors import BindingMismatch, Forbidden, NotFound, Unauthenticated
 from hub.paths import binding_for
 from hub.state import Credential, Principal, State
 
@@ -116,3 +116,25 @@ def check_binding(actor: Actor, presented: str | None, scope: str) -> None:
             "start a new conversation",
             binding=presented,
         )
+
+
+def require_service(actor: Actor) -> None:
+    """Raises: Forbidden: the caller is not a Runtime service acting with its own credential."""
+    if actor.principal.kind != "service" or actor.delegated:
+        raise Forbidden("only a Runtime service principal can do this")
+
+
+def acting_for(actor: Actor, state: State, principal_id: str | None) -> Principal:
+    """The Principal a call acts for: the caller by default, or the one a service names.
+
+    Raises:
+        Forbidden: a caller other than a service names someone else.
+        NotFound: no such Principal.
+    """
+    if principal_id is None or principal_id == actor.principal.id:
+        return actor.principal
+    require_service(actor)
+    principal = state.principal(principal_id)
+    if principal is None:
+        raise NotFound("no such principal", principal_id=principal_id)
+    return principal

@@ -33,12 +33,11 @@ from hub.errors import (
     NotFound,
     PayloadTooLarge,
 )
-from hub.identity import Actor, bearer_token, memory_scope
+from hub.identity import Actor, acting_for, bearer_token, memory_scope, require_service
 from hub.limits import DEFAULT_LIMITS
 from hub.metrics import METRICS, UNKNOWN_METHOD
-from hub.paths import GLOBAL_SCOPE, principal_scope
+from hub.paths import binding_for
 from hub.services import Hub
-from hub.state import Principal
 
 logger = logging.getLogger("amux.hub.rpc")
 
@@ -418,24 +417,7 @@ SYSTEM_METHODS: Methods = MappingProxyType(
 
 # -- identity ----------------------------------------------------------------------------------
 
-DEFAULT_DELEGATION_SECONDS = 12 * 3600
 MAX_DELEGATION_SECONDS = 7 * 24 * 3600
-
-
-def _require_service(actor: Actor) -> None:
-    if actor.principal.kind != "service" or actor.delegated:
-        raise Forbidden("only a Runtime service principal can do this")
-
-
-def _effective_principal(call: Call, principal_id: str | None) -> Principal:
-    """The Principal a Runtime acts for: itself by default, or the one it names (services only)."""
-    if principal_id is None or principal_id == call.actor.principal.id:
-        return call.actor.principal
-    _require_service(call.actor)
-    principal = call.hub.state.principal(principal_id)
-    if principal is None:
-        raise NotFound("no such principal", principal_id=principal_id)
-    return principal
 
 
 class ResolveParams(Params):
@@ -444,19 +426,20 @@ class ResolveParams(Params):
 
 async def memory_binding_resolve(call: Call, params: ResolveParams) -> dict[str, Any]:
     """The binding a fresh execution for this Principal freezes; refused while memory is off."""
-    principal = _effective_principal(call, params.principal_id)
+    principal = acting_for(call.actor, call.hub.state, params.principal_id)
     hub = call.hub
     if not hub.config.memory_enabled:
         raise MemoryDisabled("Agent memory is disabled on this Hub; new conversations get none")
-    binding = principal_scope(principal.id) if hub.config.isolation else GLOBAL_SCOPE
+    binding = binding_for(principal.id, hub.config.isolation)
     return {"binding": binding, "principal_id": principal.id}
 
 
 class DelegateParams(Params):
     principal_id: str | None = Field(None, description="a string")
     binding: str = Field(description="a string")
-    ttl_seconds: int = Field(
-        DEFAULT_DELEGATION_SECONDS,
+    # Default: the Hub's delegated_credential_seconds, the one lifetime of Agent credentials.
+    ttl_seconds: int | None = Field(
+        None,
         ge=1,
         le=MAX_DELEGATION_SECONDS,
         description=f"between 1 and {MAX_DELEGATION_SECONDS}",
@@ -466,13 +449,13 @@ class DelegateParams(Params):
 
 async def credentials_delegate(call: Call, params: DelegateParams) -> dict[str, Any]:
     """Issue an Agent credential for one managed execution, bound to its Principal and binding."""
-    _require_service(call.actor)
-    principal = _effective_principal(call, params.principal_id)
+    require_service(call.actor)
+    principal = acting_for(call.actor, call.hub.state, params.principal_id)
     hub = call.hub
     binding = params.binding
     if not hub.config.memory_enabled:
         raise MemoryDisabled("Agent memory is disabled on this Hub; no new bindings are issued")
-    expected = principal_scope(principal.id) if hub.config.isolation else GLOBAL_SCOPE
+    expected = binding_for(principal.id, hub.config.isolation)
     if binding != expected:
         raise BindingMismatch(
             "the binding does not match this principal under the Hub's policy", binding=binding
@@ -482,7 +465,7 @@ async def credentials_delegate(call: Call, params: DelegateParams) -> dict[str, 
         "delegated",
         binding=binding,
         label=params.label,
-        expires_at=time.time() + params.ttl_seconds,
+        expires_at=time.time() + (params.ttl_seconds or hub.settings.delegated_credential_seconds),
         issued_by=call.actor.principal.id,
     )
     return {"token": token, **credential.to_wire(), "principal_id": principal.id}
@@ -497,7 +480,7 @@ async def credentials_revoke(call: Call, params: RevokeParams) -> dict[str, Any]
     hub = call.hub
     issuer = hub.state.credential_issuer(params.id)
     if not (call.actor.principal.is_owner and not call.actor.delegated):
-        _require_service(call.actor)
+        require_service(call.actor)
         if issuer != call.actor.principal.id:
             raise Forbidden("a service can revoke only the credentials it issued")
     return hub.state.revoke_credential(params.id).to_wire()

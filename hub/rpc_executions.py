@@ -9,13 +9,12 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field
 
 from hub.contract import Outcome, Session, TurnResult
-from hub.errors import Forbidden, NotFound
+from hub.errors import Forbidden
 from hub.executions import delegation_label
-from hub.identity import Actor
+from hub.identity import acting_for, require_service
 from hub.rpc import Call, Method, Methods, Params, text_field
 from hub.state import Principal
 
-DELEGATION_SECONDS = 6 * 3600
 MAX_WAIT_SECONDS = 30.0
 ID_CHARS = 64
 PROMPT_CHARS = 1 << 20
@@ -33,22 +32,10 @@ def wait_field() -> Any:
     return Field(0.0, ge=0, allow_inf_nan=False, description="a non-negative number")
 
 
-def _service(actor: Actor) -> None:
-    if actor.principal.kind != "service" or actor.delegated:
-        raise Forbidden("only a Runtime service principal can do this")
-
-
 def _acting_for(call: Call, principal_id: str | None) -> Principal:
-    actor = call.actor
-    if actor.delegated:
+    if call.actor.delegated:
         raise Forbidden("an Agent credential cannot start Agent turns")
-    if principal_id is None or principal_id == actor.principal.id:
-        return actor.principal
-    _service(actor)
-    principal = call.hub.state.principal(principal_id)
-    if principal is None:
-        raise NotFound("no such principal", principal_id=principal_id)
-    return principal
+    return acting_for(call.actor, call.hub.state, principal_id)
 
 
 def _may_follow(call: Call, session: Session) -> None:
@@ -126,7 +113,7 @@ class RegisterParams(Params):
 
 
 async def workers_register(call: Call, params: RegisterParams) -> dict[str, Any]:
-    _service(call.actor)
+    require_service(call.actor)
     worker_id = call.hub.executions.register_worker(params.name, call.actor.principal.id)
     return {"worker_id": worker_id, "lease_seconds": call.hub.executions.lease_seconds}
 
@@ -137,7 +124,7 @@ class ClaimParams(Params):
 
 
 async def executions_claim(call: Call, params: ClaimParams) -> dict[str, Any]:
-    _service(call.actor)
+    require_service(call.actor)
     claimed = await call.hub.executions.claim(
         params.worker_id, call.actor.principal.id, params.wait_seconds
     )
@@ -150,7 +137,7 @@ class LeaseParams(Params):
 
 
 async def executions_heartbeat(call: Call, params: LeaseParams) -> dict[str, Any]:
-    _service(call.actor)
+    require_service(call.actor)
     return await call.hub.executions.heartbeat(params.execution_id, params.worker_id)
 
 
@@ -160,7 +147,7 @@ class EventParams(LeaseParams):
 
 
 async def executions_event(call: Call, params: EventParams) -> dict[str, Any]:
-    _service(call.actor)
+    require_service(call.actor)
     p = params
     seq = await call.hub.executions.add_event(p.execution_id, p.worker_id, p.kind, p.text)
     return {"seq": seq}
@@ -174,7 +161,7 @@ class CompleteParams(LeaseParams):
 
 
 async def executions_complete(call: Call, params: CompleteParams) -> dict[str, Any]:
-    _service(call.actor)
+    require_service(call.actor)
     outcome = Outcome(
         succeeded=params.succeeded,
         result=TurnResult.from_wire(params.result) if params.result is not None else None,
@@ -196,7 +183,7 @@ async def sessions_memory(call: Call, params: MemoryParams) -> dict[str, Any]:
     Agent keeps the protocol, and its data calls fail with the Hub's reason instead of falling
     back to some other memory.
     """
-    _service(call.actor)
+    require_service(call.actor)
     hub = call.hub
     session, warning = hub.executions.freeze_memory(
         params.session_id,
@@ -217,7 +204,7 @@ async def sessions_memory(call: Call, params: MemoryParams) -> dict[str, Any]:
             "delegated",
             binding=session.binding,
             label=delegation_label(session.id),
-            expires_at=time.time() + DELEGATION_SECONDS,
+            expires_at=time.time() + hub.settings.delegated_credential_seconds,
             issued_by=call.actor.principal.id,
         )
         answer["token"] = token
@@ -227,7 +214,7 @@ async def sessions_memory(call: Call, params: MemoryParams) -> dict[str, Any]:
 
 async def sessions_unbind(call: Call, params: SessionParams) -> dict[str, Any]:
     """A launch whose memory discovery failed: the Session stays without memory for good."""
-    _service(call.actor)
+    require_service(call.actor)
     call.hub.executions.mark_unbound(params.session_id)
     return call.hub.executions.session(params.session_id).to_wire()
 

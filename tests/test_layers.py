@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 OURS = ("hub", "bot", "runtime_bridge", "cards")
 
 # What each package may import of ours. runtime_bridge reaches the Hub only through its client,
-# its settings and its wire errors, never the store or the state.
+# its settings, the execution contract and its wire errors, never the store or the state.
 ALLOWED: dict[str, set[str]] = {
     "cards": {"cards"},
     "hub": {"hub"},
@@ -24,6 +24,7 @@ ALLOWED: dict[str, set[str]] = {
         "runtime_bridge",
         "hub.client",
         "hub.config",
+        "hub.contract",
         "hub.errors",
         "hub.requestid",
     },
