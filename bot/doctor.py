@@ -31,7 +31,6 @@ from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.sandbox import SandboxLayout, bwrap_argv
 
 Status = Literal["ok", "warn", "fail", "skip"]
-PROVIDERS = ("claude", "codex", "pi")
 VERSION_SECONDS = 15.0
 HTTP_SECONDS = 10.0
 SANDBOX_SECONDS = 10.0
@@ -547,18 +546,24 @@ async def _probe_long_connection(feishu: FeishuSettings) -> Check:
     return Check("feishu_ingress", "ok", "long connection: Feishu offers an endpoint")
 
 
-async def check_agent(provider: str, executable: str, required: bool) -> Check:
+async def check_agent(
+    provider: str, executable: str, required: bool, declared: bool = False
+) -> Check:
+    """An agent CLI is installed and answers ``--version``; a declared provider need only exist
+    (an arbitrary program may have no ``--version``)."""
     name = f"agent_{provider}"
     path = shutil.which(executable)
     if path is None:
-        status: Status = "fail" if required else "warn"
-        variable = f"AMUX_RUNTIME_{provider.upper()}"
+        status: Status = "fail" if required or declared else "warn"
+        variable = "AMUX_RUNTIME_PROVIDERS" if declared else f"AMUX_RUNTIME_{provider.upper()}"
         return Check(
             name,
             status,
             f"{executable!r} not found",
             f"install the {provider} CLI on this host or set {variable} to its path",
         )
+    if declared:
+        return Check(name, "ok", f"declared provider ({path})")
     try:
         answered = await _capture([path, "--version"], VERSION_SECONDS)
     except OSError as error:
@@ -608,10 +613,11 @@ async def diagnose(
             checks.append(Check("memory", "skip", "needs the Hub"))
         checks.append(await check_feishu_credentials(settings.feishu))
         checks.append(await check_feishu_ingress(settings.feishu, client.hub_url))
-        for provider in PROVIDERS:
+        for provider in settings.runtime.accepted_providers():
             executable = settings.runtime.executable(provider) or provider
             required = settings.runtime.in_process and provider == settings.feishu.provider
-            checks.append(await check_agent(provider, executable, required))
+            declared = provider in settings.runtime.providers
+            checks.append(await check_agent(provider, executable, required, declared))
         checks.append(await check_sandbox(settings.runtime, settings.feishu))
         if hub_ok:
             checks.append(await check_workers(hub))

@@ -136,6 +136,19 @@ def test_a_missing_default_agent_fails_and_names_its_setting(
     assert checks["agent_codex"]["status"] == "warn"
 
 
+def test_each_declared_provider_is_checked_and_a_missing_one_fails(
+    hub_process: HubProcess, stub_agents: dict[str, str]
+) -> None:
+    providers = {"probe": "/bin/sh", "gone": "/nonexistent/agent"}
+    env = {**stub_agents, "AMUX_RUNTIME_PROVIDERS": json.dumps(providers)}
+    code, _, checks = doctor(hub_process, env)
+    assert code == 1
+    assert checks["agent_probe"]["status"] == "ok"
+    assert checks["agent_probe"]["detail"] == "declared provider (/bin/sh)"
+    assert checks["agent_gone"]["status"] == "fail"
+    assert "AMUX_RUNTIME_PROVIDERS" in checks["agent_gone"]["fix"]
+
+
 def test_an_invalid_setting_fails_the_settings_check_without_a_traceback(
     hub_process: HubProcess,
 ) -> None:
