@@ -88,7 +88,7 @@ class HubClient:
             raise AmuxError(f"the Hub sent an unreadable answer (HTTP {status})")
         return decoded
 
-    # Typed wrappers with the seed's parameter names.
+    # Typed wrappers; the parameter names are the RPC's, which the MCP tools and the CLI share.
 
     async def memory_search(
         self, query: str, path_prefix: str | None = None, limit: int | None = None

@@ -1,4 +1,5 @@
-"""Bounds of the memory store (seed 000 §6). Bytes and lines, never token counts."""
+"""Bounds of the memory store, in bytes and lines, never token counts: the same for every Agent and
+model, whatever its tokenizer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The fixed memory protocol installed into a bound Agent's instructions (seed 000 §4).
+"""The fixed memory protocol installed into a bound Agent's instructions: memory is reached only
+through amux; read the entry once, search before answering about history, save what lasts.
 
 The text is a constant per variant: it carries no memory body, timestamp or per-launch data,
 so a native conversation keeps one stable instruction prefix for its whole life. The ``mcp``

@@ -17,7 +17,8 @@ from scripts.reference import CLI_REFERENCE, ENV_EXAMPLE, render_cli_reference
 from tests.conftest import REPO
 
 DOCS = REPO / "docs"
-GUIDES = [DOCS / "operator-guide.md", DOCS / "user-guide.md"]
+ARCHITECTURE = DOCS / "architecture.md"
+GUIDES = [DOCS / "operator-guide.md", DOCS / "user-guide.md", ARCHITECTURE]
 PROSE = [*GUIDES, REPO / "README.md", *sorted((REPO / "deploy").rglob("*"))]
 
 
@@ -131,3 +132,16 @@ def test_the_user_guide_states_the_limits_the_hub_enforces() -> None:
     assert (
         f"at most {limits.scope_documents:,} documents and {limits.scope_bytes // MIB} MiB" in text
     )
+
+
+def test_the_architecture_names_only_modules_that_exist() -> None:
+    text = ARCHITECTURE.read_text()
+    named = set(re.findall(r"\b(?:hub|bot|runtime_bridge|cards|tests)/[\w/]*\.py\b", text))
+    assert named, "the architecture names no module"
+    assert sorted(path for path in named if not (REPO / path).is_file()) == []
+
+
+def test_the_readme_links_every_guide() -> None:
+    readme = (REPO / "README.md").read_text()
+    for guide in [*GUIDES, CLI_REFERENCE]:
+        assert f"]({guide.relative_to(REPO)})" in readme, guide.name

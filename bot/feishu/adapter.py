@@ -1,10 +1,12 @@
 """The Feishu adapter assembled from settings: the composition root's one handle on Feishu.
 
-Wiring (in ``create_app``)::
+Wiring (``bot/feishu_app.py``)::
 
-    adapter = FeishuAdapter(settings.feishu, sink, state_dir=hub_settings.home)
-    app.add_routes(adapter.routes())          # webhook mode: POST /feishu/events
-    app.cleanup_ctx.append(adapter.context)   # start (bot identity, long connection) / stop
+    adapter = FeishuAdapter(settings, sink, state_dir=hub_settings.home)
+    app.add_routes(adapter.routes())   # webhook mode: POST /feishu/events
+    await adapter.start()              # once the Hub is open: bot identity, long connection
+    await adapter.stop()               # at shutdown (``adapter.context`` pairs the two for
+                                       # ``app.cleanup_ctx``)
 
 ``sink`` is the bot's :class:`~bot.feishu.events.EventSink`; it answers through
 ``adapter.client`` (send, reply in topic, update card) and ``adapter.cards`` (throttled

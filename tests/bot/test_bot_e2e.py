@@ -2,7 +2,7 @@
 
 Only Feishu's servers and the model provider are fakes (loopback). The bot, Hub, in-process
 worker, real `claude` CLI and real `amux mcp` run for real, so a memory saved from one Feishu topic
-and found from another proves the whole path of seed 002's check.
+and found from another proves the whole path, Feishu to memory and back.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Identity, isolation and frozen bindings at the Hub RPC (seed 000 §7, seed 002 scope table)."""
+"""Identity, isolation and frozen bindings at the Hub RPC: which scope each caller reaches."""
 
 from __future__ import annotations
 

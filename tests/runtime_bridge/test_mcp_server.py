@@ -178,7 +178,7 @@ async def error(session: ClientSession, tool: str, **arguments: Any) -> dict[str
     return dict(body["error"])
 
 
-async def test_tools_keep_the_seed_names_parameters_and_bytes_across_launches(
+async def test_tools_keep_their_names_parameters_and_bytes_across_launches(
     memory_hub: MemoryHub, mcp_log: Path
 ) -> None:
     listings = []

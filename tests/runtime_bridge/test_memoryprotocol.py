@@ -1,4 +1,4 @@
-"""The fixed memory protocol text: stable bytes, every rule of seed 000 §4, the right tool names."""
+"""The fixed memory protocol text: stable bytes, every rule it states, the right tool names."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ CLI_COMMANDS = (
     "amux memory forget",
 )
 
-# One phrase per rule of seed 000 §4; each must appear (case-insensitively) in both variants.
+# One phrase per rule the protocol states; each must appear (case-insensitively) in both variants.
 RULES = (
     "memory.md",
     "once",

@@ -1,4 +1,4 @@
-"""Launch environment hygiene (seed 000 §8)."""
+"""Launch environment hygiene: what a launch inherits, what it never sees, what it gets instead."""
 
 from __future__ import annotations
 
