@@ -31,7 +31,11 @@ class CliEnv:
     hub_settings: Callable[[], HubSettings]
 
     def client(self) -> HubClient:
+        """Raises: Unavailable: this is an Agent launch whose memory is unavailable."""
         settings = self.client_settings()
+        unavailable = settings.unavailable()
+        if unavailable is not None:
+            raise unavailable
         return HubClient(
             settings.hub_url,
             settings.resolved_token(),

@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hub.errors import Unavailable
+
 OWNER_TOKEN_FILE = "owner.token"
 
 
@@ -34,6 +36,9 @@ class HubSettings(BaseSettings):
     lease_seconds: float = 30.0
     # A turn no worker takes within this long fails visibly instead of waiting forever.
     queue_seconds: float = 900.0
+    # How long an Agent's delegated credential lives unless revoked first (a finished turn's is
+    # revoked at once); bounds what a leaked one can do.
+    delegated_credential_seconds: int = 6 * 3600
 
     @property
     def memory_root(self) -> Path:
@@ -56,6 +61,15 @@ class ClientSettings(BaseSettings):
     timeout: float = 30.0
     # Agent launches set this false: an Agent's amux never falls back to an owner token it finds.
     owner_token_fallback: bool = True
+    # Set in a launch of a bound conversation whose Hub could not be asked: why its memory calls
+    # fail. Its Agent keeps the memory protocol and never falls back to another memory.
+    memory_unavailable: str | None = None
+
+    def unavailable(self) -> Unavailable | None:
+        """The error every memory call of this launch answers, if its memory is unavailable."""
+        if not self.memory_unavailable:
+            return None
+        return Unavailable(f"amux memory is unavailable: {self.memory_unavailable}")
 
     def resolved_token(self) -> str | None:
         """AMUX_TOKEN, else the local owner token a Hub on this host wrote under AMUX_HOME."""

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hub.errors import InvalidArgument
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
 from runtime_bridge.providers import ADAPTERS
+from runtime_bridge.providers.plan import MEMORY_SERVER
 
 PROVIDER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 
@@ -36,6 +39,9 @@ class RuntimeSettings(BaseSettings):
     claude_args: list[str] = []
     codex_args: list[str] = []
     pi_args: list[str] = []
+    # The operator's own MCP servers for Claude ({"mcpServers": {...}}, Claude's format): every
+    # Claude launch gets exactly these, plus amux memory when its conversation is bound.
+    claude_mcp_config: Path | None = None
     # Provisioned explicitly into each launch's own CODEX_HOME / PI_CODING_AGENT_DIR.
     codex_config: Path | None = None
     pi_agent_dir: Path | None = None
@@ -87,6 +93,30 @@ class RuntimeSettings(BaseSettings):
     def extra_args(self, provider: str) -> tuple[str, ...]:
         args = {"claude": self.claude_args, "codex": self.codex_args, "pi": self.pi_args}
         return tuple(args.get(provider, []))
+
+    def mcp_servers(self, provider: str) -> dict[str, Any]:
+        """The operator's MCP servers for ``provider`` (only Claude takes them this way).
+
+        Raises:
+            InvalidArgument: the configured file is unreadable, not Claude's format, or names a
+                server ``memory`` (amux's own).
+        """
+        path = self.claude_mcp_config
+        if provider != "claude" or path is None:
+            return {}
+        where = f"AMUX_RUNTIME_CLAUDE_MCP_CONFIG ({path})"
+        try:
+            loaded = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise InvalidArgument(f"{where} cannot be read: {error}") from None
+        servers = loaded.get("mcpServers") if isinstance(loaded, dict) else None
+        if not isinstance(servers, dict) or not all(
+            isinstance(server, dict) for server in servers.values()
+        ):
+            raise InvalidArgument(f"{where} must be a JSON object with an mcpServers object")
+        if MEMORY_SERVER in servers:
+            raise InvalidArgument(f"{where} names a server {MEMORY_SERVER!r}, which is amux's")
+        return servers
 
     def home_source(self, provider: str) -> Path | None:
         return {"codex": self.codex_config, "pi": self.pi_agent_dir}.get(provider)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hub.contract import Session
 from hub.errors import InvalidArgument
@@ -35,6 +37,21 @@ SESSION_HOME = "home"
 def principal_key(principal_id: str) -> str:
     """The directory name of a Principal's workspace: stable, and no identity in clear."""
     return hashlib.sha256(principal_id.encode("utf-8")).hexdigest()
+
+
+def operator_server_paths(servers: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[Path, ...]]:
+    """What the operator's MCP servers need to be visible in the sandbox: their commands, and
+    the directories of files their arguments name by absolute path (a server's script)."""
+    commands: list[str] = []
+    directories: list[Path] = []
+    for server in servers.values():
+        command = server.get("command")
+        if isinstance(command, str) and command:
+            commands.append(command)
+        for arg in server.get("args") or []:
+            if isinstance(arg, str) and arg.startswith("/") and os.path.isfile(arg):
+                directories.append(Path(arg).parent)
+    return tuple(commands), tuple(dict.fromkeys(directories))
 
 
 @dataclass(frozen=True)
@@ -119,6 +136,7 @@ class LaunchSite:
             base_env=env,
             pass_env=tuple(settings.pass_env),
             provider_home_source=settings.home_source(provider),
+            mcp_servers=settings.mcp_servers(provider),
         )
 
     def check_workspace(self, cwd: Path) -> None:
@@ -152,12 +170,13 @@ class LaunchSite:
                 provider=plan.provider,
             )
         self.check_workspace(plan.cwd)
+        commands, files = operator_server_paths(request.mcp_servers)
         layout = sandbox_layout(
             cwd=plan.cwd,
             writable=tuple(dict.fromkeys((plan.cwd, request.home_root))),
-            read_only=(request.run_dir,),
+            read_only=(request.run_dir, *files),
             sockets=sockets,
-            executables=(plan.argv[0], *extra_executables),
+            executables=(plan.argv[0], *extra_executables, *commands),
             env=plan.env,
             hidden=self.hidden(),
             run_as=plan.run_as is not None,

@@ -40,7 +40,13 @@ HOME_SELECTORS: tuple[str, ...] = ("CODEX_HOME", "PI_CODING_AGENT_DIR", "CLAUDE_
 
 # Memory connection settings come only from the launch's own binding, never from the service,
 # so an unbound conversation cannot silently adopt memory.
-MEMORY_KEYS: tuple[str, ...] = ("AMUX_HUB_URL", "AMUX_TOKEN", "AMUX_MEMORY_BINDING")
+MEMORY_UNAVAILABLE = "AMUX_MEMORY_UNAVAILABLE"
+MEMORY_KEYS: tuple[str, ...] = (
+    "AMUX_HUB_URL",
+    "AMUX_TOKEN",
+    "AMUX_MEMORY_BINDING",
+    MEMORY_UNAVAILABLE,
+)
 
 # Set in every launch: an ``amux`` an Agent runs never picks up an owner token lying under
 # ``./.amux`` (or any AMUX_HOME) in place of its own delegated credential.

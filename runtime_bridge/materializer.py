@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 
 from runtime_bridge.launch_env import NO_OWNER_TOKEN
@@ -24,15 +25,14 @@ def memory_cli_dir(run_dir: Path) -> Path:
 def materialize_memory_cli(
     run_dir: Path,
     amux_executable: str,
+    connection: Mapping[str, str],
     *,
-    hub_url: str,
-    token: str,
-    binding: str,
     owner: tuple[int, int] | None = None,
 ) -> Path:
     """Write ``amux`` (0700) and ``connection.env`` (0600) and return their directory.
 
-    With ``owner`` (the Agent's user) that user owns both files and the directory.
+    ``connection`` is the launch's memory connection (Hub URL, credential, binding…). With
+    ``owner`` (the Agent's user) that user owns both files and the directory.
 
     Raises:
         ExecutableMissing: the amux executable the wrapper should run does not exist.
@@ -44,23 +44,19 @@ def materialize_memory_cli(
             provider="amux",
         )
     directory = memory_cli_dir(run_dir)
-    connection = directory / "connection.env"
-    lines = [
-        f"AMUX_HUB_URL={shlex.quote(hub_url)}",
-        f"AMUX_TOKEN={shlex.quote(token)}",
-        f"AMUX_MEMORY_BINDING={shlex.quote(binding)}",
-        # The owner token a Hub leaves under AMUX_HOME is never an Agent's fallback.
-        *(f"{key}={value}" for key, value in NO_OWNER_TOKEN.items()),
-    ]
+    env_file = directory / "connection.env"
+    # The owner token a Hub leaves under AMUX_HOME is never an Agent's fallback.
+    values = {**connection, **NO_OWNER_TOKEN}
+    lines = [f"{key}={shlex.quote(value)}" for key, value in values.items()]
     script = (
         "#!/bin/sh\n"
         "# amux memory tools for this launch only; removed with the run.\n"
         "set -a\n"
-        f". {shlex.quote(str(connection))}\n"
+        f". {shlex.quote(str(env_file))}\n"
         "set +a\n"
         f'exec {shlex.quote(amux_executable)} "$@"\n'
     )
     with open_root(run_dir) as root, open_dir(root, MEMORY_CONFIG_DIR, owner) as config:
-        write_file(config, connection.name, "\n".join(lines).encode() + b"\n", 0o600, owner)
+        write_file(config, env_file.name, "\n".join(lines).encode() + b"\n", 0o600, owner)
         write_file(config, "amux", script.encode(), 0o700, owner)
     return directory

@@ -15,6 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from runtime_bridge.launch_env import NO_OWNER_TOKEN
+
 logger = logging.getLogger("amux.worker")
 
 SHIM = Path(__file__).with_name("mcp_shim.py")
@@ -54,7 +56,11 @@ class WarmMcp:
                 stdout=asyncio.subprocess.PIPE,
                 # Each launch brings its own connection variables; nothing of the worker's
                 # (its service token, the bot's secrets) is inherited by the servers.
-                env={k: v for k, v in os.environ.items() if k in HOST_ENV},
+                env={
+                    **{k: v for k, v in os.environ.items() if k in HOST_ENV},
+                    # Its servers answer with each launch's credential or not at all.
+                    **NO_OWNER_TOKEN,
+                },
             )
             assert self._process.stdout is not None
             line = await asyncio.wait_for(self._process.stdout.readline(), READY_SECONDS)

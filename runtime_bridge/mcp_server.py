@@ -356,6 +356,9 @@ def build_server(bridge: MemoryBridge) -> MCPServer:
 
 def bridge_for(settings: ClientSettings) -> MemoryBridge:
     """The bridge a launch's settings describe."""
+    unavailable = settings.unavailable()
+    if unavailable is not None:
+        return MemoryBridge(None, refusal=unavailable)
     hub = HubClient(
         settings.hub_url,
         settings.resolved_token(),

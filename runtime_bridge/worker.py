@@ -73,6 +73,13 @@ def memory_warning(reason: str) -> str:
     return f"amux memory is unavailable for this conversation ({reason}); it runs without memory"
 
 
+def bound_memory_warning(reason: str) -> str:
+    return (
+        f"amux memory is unavailable for this turn ({reason}); the conversation keeps its memory "
+        "instructions, and its memory calls fail until the Hub answers"
+    )
+
+
 class Worker:
     """One worker loop; ``run_forever`` until ``stop`` is set."""
 
@@ -348,39 +355,55 @@ class Worker:
         warnings: list[str],
         run_as: tuple[int, int] | None = None,
     ) -> tuple[MemoryAttachment | None, str | None]:
-        """Freeze or reuse the Session's binding; on any failure run without memory, warned."""
-        session_id = claimed.session.id
+        """Freeze or reuse the Session's binding and delegate its credential.
+
+        When the Hub cannot be asked, a fresh Session runs without memory (never with another
+        scope), warned. A Session bound earlier keeps its protocol and native-memory suppression
+        all the same: its memory tools answer ``unavailable`` with the reason, so the Agent's
+        own memory never comes back for a conversation promised one memory source.
+        """
+        session = claimed.session
         try:
             answer = await self.hub.call(
-                "sessions.memory", session_id=session_id, capable=provider in MEMORY_PROVIDERS
+                "sessions.memory", session_id=session.id, capable=provider in MEMORY_PROVIDERS
             )
         except AmuxError as error:
+            if session.memory == "bound" and session.binding:
+                warning = bound_memory_warning(error.message)
+                warnings.append(warning)
+                await self._event(claimed, "warning", warning)
+                unavailable = f"the Hub could not be asked for this conversation ({error.message})"
+                return self._attach(run_dir, session.binding, "", run_as, unavailable), None
             warning = memory_warning(error.message)
             warnings.append(warning)
             await self._event(claimed, "warning", warning)
             with contextlib.suppress(AmuxError):
-                await self.hub.call("sessions.unbind", session_id=session_id)
+                await self.hub.call("sessions.unbind", session_id=session.id)
             return None, None
         if answer.get("warning"):
             warnings.append(str(answer["warning"]))
             await self._event(claimed, "warning", str(answer["warning"]))
         if answer.get("memory") != "bound" or not answer.get("token"):
             return None, None
-        token = str(answer["token"])
-        binding = str(answer["binding"])
-        cli_dir = materialize_memory_cli(
-            run_dir,
-            self.amux,
-            hub_url=self.hub_url,
-            token=token,
-            binding=binding,
-            owner=run_as,
-        )
+        attachment = self._attach(run_dir, str(answer["binding"]), str(answer["token"]), run_as)
+        return attachment, answer.get("credential_id")
+
+    def _attach(
+        self,
+        run_dir: Path,
+        binding: str,
+        token: str,
+        run_as: tuple[int, int] | None,
+        unavailable: str | None = None,
+    ) -> MemoryAttachment:
         attachment = MemoryAttachment(
             hub_url=self.hub_url,
             credential=token,
             binding=binding,
             mcp_argv=self._mcp_argv(run_as[0] if run_as else None),
-            cli_dir=cli_dir,
+            unavailable=unavailable,
         )
-        return attachment, answer.get("credential_id")
+        cli_dir = materialize_memory_cli(
+            run_dir, self.amux, attachment.connection_env(), owner=run_as
+        )
+        return dataclasses.replace(attachment, cli_dir=cli_dir)

@@ -48,6 +48,8 @@ MEANINGS: dict[str, str] = {
     "retried elsewhere (once) or failed visibly.",
     "AMUX_QUEUE_SECONDS": "A turn no Runtime worker takes within this many seconds fails with a "
     "clear error instead of waiting forever.",
+    "AMUX_DELEGATED_CREDENTIAL_SECONDS": "Lifetime of an Agent's delegated memory credential "
+    "unless revoked first (a finished turn's is revoked at once).",
     "AMUX_HUB_URL": "Where the CLI, `amux mcp` and remote workers reach the Hub.",
     "AMUX_TOKEN": "Credential the CLI or a worker presents to the Hub. Unset on the Hub host: the "
     "local owner token under AMUX_HOME is used.",
@@ -56,6 +58,8 @@ MEANINGS: dict[str, str] = {
     "AMUX_TIMEOUT": "Seconds a Hub RPC call may take before the client gives up.",
     "AMUX_OWNER_TOKEN_FALLBACK": "Whether the CLI and `amux mcp` use the local owner token under "
     "AMUX_HOME when AMUX_TOKEN is unset. Agent launches set it false.",
+    "AMUX_MEMORY_UNAVAILABLE": "Set by the Runtime in a launch of a bound conversation whose Hub "
+    "could not be asked: every memory call answers unavailable with this reason.",
     "AMUX_RUNTIME_NAME": "Worker name shown to operators.",
     "AMUX_RUNTIME_IN_PROCESS": "Whether `amux serve` runs a worker beside the Hub. Set false when "
     "only remote workers should run turns.",
@@ -65,6 +69,10 @@ MEANINGS: dict[str, str] = {
     "AMUX_RUNTIME_PROVIDERS": "Further providers Agents may run, besides claude, codex and pi "
     '(JSON map of name to executable, e.g. {"aider": "/usr/local/bin/aider"}); they run without '
     "memory. Any other provider is refused.",
+    "AMUX_RUNTIME_CLAUDE_MCP_CONFIG": "A JSON file in Claude's format ({\"mcpServers\": {...}}) "
+    "naming the operator's own MCP servers: every Claude launch gets exactly these (workspace "
+    ".mcp.json files are ignored), plus amux memory when the conversation is bound. Their "
+    "commands and the files their absolute arguments name are visible read-only in the sandbox.",
     "AMUX_RUNTIME_SANDBOX": "bwrap: every Agent launch runs in a bubblewrap sandbox that shows it "
     "only its own workspace and home (needs the bubblewrap package); off: Agents run with the "
     "worker's own file access.",

@@ -1,9 +1,14 @@
 """Claude Code adapter: ``claude -p`` in stream-json mode.
 
-Bound launches get one merged ``--append-system-prompt`` (configured text, then the MCP protocol),
-launch-local ``CLAUDE_CODE_DISABLE_AUTO_MEMORY=1`` so Claude's own file memory stays out of the
-prompt, and a strict MCP config naming only the ``memory`` server. Unbound launches keep Claude's
-ordinary native-memory policy.
+Bound launches get one merged ``--append-system-prompt`` (configured text, then the MCP protocol)
+and launch-local ``CLAUDE_CODE_DISABLE_AUTO_MEMORY=1`` so Claude's own file memory stays out of the
+prompt. Unbound launches keep Claude's ordinary native-memory policy.
+
+MCP servers: a launch gets exactly the operator's servers (``AMUX_RUNTIME_CLAUDE_MCP_CONFIG``) and,
+when bound, amux's ``memory`` server, in one ``--mcp-config`` with ``--strict-mcp-config``: a
+``.mcp.json`` in the workspace adds nothing, and turning memory on removes nothing the operator
+configured. Their tools are allowed by name (``mcp__<server>__*``), since a print-mode launch
+cannot ask for permission.
 """
 
 from __future__ import annotations
@@ -45,30 +50,31 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
     files: list[PlannedFile] = []
     overrides: dict[str, str] = {}
     append = request.append_instructions
+    servers: dict[str, Any] = dict(request.mcp_servers)
     if memory is not None:
         append = merge_instructions(append, protocol_text("mcp"))
         overrides["CLAUDE_CODE_DISABLE_AUTO_MEMORY"] = "1"
-        # Claude defers MCP tools behind a ToolSearch step by default; with only the memory
-        # server configured that costs a round trip and hides the names the protocol uses.
+        # Claude defers MCP tools behind a ToolSearch step by default; that costs a round trip
+        # and hides the names the protocol uses.
         overrides["ENABLE_TOOL_SEARCH"] = "false"
-        config_path = request.run_dir / MCP_CONFIG
-        config = {
-            "mcpServers": {
-                MEMORY_SERVER: {
-                    "type": "stdio",
-                    "command": memory.mcp_argv[0],
-                    "args": list(memory.mcp_argv[1:]),
-                    "env": memory.connection_env(),
-                }
-            }
+        servers[MEMORY_SERVER] = {
+            "type": "stdio",
+            "command": memory.mcp_argv[0],
+            "args": list(memory.mcp_argv[1:]),
+            "env": memory.connection_env(),
         }
+    if servers:
+        # Exactly the operator's servers and amux memory: --strict-mcp-config keeps out any
+        # server a workspace's .mcp.json would add.
+        config_path = request.run_dir / MCP_CONFIG
+        config = {"mcpServers": servers}
         files.append(PlannedFile(config_path, json.dumps(config, indent=2) + "\n", 0o600))
         argv += [
             "--mcp-config",
             str(config_path),
             "--strict-mcp-config",
             "--allowedTools",
-            f"mcp__{MEMORY_SERVER}__*",
+            ",".join(f"mcp__{name}__*" for name in servers),
         ]
     if append and append.strip():
         argv += ["--append-system-prompt", append]

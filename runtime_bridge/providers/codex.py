@@ -21,7 +21,7 @@ from typing import Any
 
 from hub.errors import Unavailable
 from runtime_bridge.codex_rpc import CodexRpc, RpcError
-from runtime_bridge.launch_env import MEMORY_KEYS, NO_OWNER_TOKEN, launch_env
+from runtime_bridge.launch_env import launch_env
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
 from runtime_bridge.providers.errors import AgentProtocolError, NativeMemoryUnconfirmed
 from runtime_bridge.providers.plan import (
@@ -45,6 +45,7 @@ from runtime_bridge.providers.process import (
 )
 
 CODEX_HOME = "codex-home"
+EFFECTIVE_CONFIG_SOURCE = "developer_instructions of Codex's effective config (config/read)"
 CLIENT_INFO = {"name": "amux", "title": "amux", "version": "0.1.0"}
 
 # (config/read section, key) → the value a bound launch requires; set launch-locally.
@@ -67,15 +68,19 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
     argv: list[str] = [request.executable or "codex"]
     overrides: dict[str, str] = {}
     developer = request.developer_instructions
+    sources = [EFFECTIVE_CONFIG_SOURCE]
+    if developer and developer.strip():
+        sources.append("AMUX_RUNTIME_DEVELOPER_INSTRUCTIONS")
     if memory is not None:
         developer = merge_instructions(developer, protocol_text("mcp"))
+        sources.append("amux memory protocol")
         for section, key in MEMORY_SETTINGS:
             argv += ["-c", f"{section}.{key}=false"]
         server = f"mcp_servers.{MEMORY_SERVER}"
         for key, value in (
             ("command", memory.mcp_argv[0]),
             ("args", list(memory.mcp_argv[1:])),
-            ("env_vars", [*MEMORY_KEYS, *NO_OWNER_TOKEN]),
+            ("env_vars", list(memory.connection_env())),
             ("default_tools_approval_mode", "approve"),
             # Required: otherwise the first model request can go out before the tools are listed.
             ("required", True),
@@ -103,7 +108,11 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
         directories=(home,),
         binding=memory.binding if memory else None,
         resume_id=request.resume_id,
-        codex=CodexThread(developer_instructions=developer, memory_disabled=memory is not None),
+        codex=CodexThread(
+            developer_instructions=developer,
+            memory_disabled=memory is not None,
+            instruction_sources=tuple(sources) if developer else (),
+        ),
         secrets=(memory.credential,) if memory else (),
     )
 
@@ -120,31 +129,53 @@ def unconfirmed_memory_settings(config: Any) -> list[str]:
     return missing
 
 
+async def _read_config(rpc: CodexRpc, plan: LaunchPlan, purpose: str) -> Mapping[str, Any]:
+    """Codex's effective configuration for this launch's working directory.
+
+    Raises:
+        NativeMemoryUnconfirmed: when it cannot be read; ``purpose`` says what needed it.
+    """
+    try:
+        read = await rpc.call("config/read", {"includeLayers": False, "cwd": str(plan.cwd)})
+    except RpcError as exc:
+        raise NativeMemoryUnconfirmed(
+            f"codex cannot {purpose}: config/read failed: {exc.message}", method="config/read"
+        ) from exc
+    config = (read or {}).get("config") if isinstance(read, Mapping) else None
+    return config if isinstance(config, Mapping) else {}
+
+
+def effective_instructions(config: Mapping[str, Any], ours: str) -> str:
+    """The operator's configured developer instructions first, then amux's part once."""
+    configured = config.get("developer_instructions")
+    return merge_instructions(configured if isinstance(configured, str) else None, ours)
+
+
 async def _open_thread(rpc: CodexRpc, plan: LaunchPlan, thread: CodexThread) -> str:
     await rpc.call(
         "initialize", {"clientInfo": CLIENT_INFO, "capabilities": {"experimentalApi": True}}
     )
     await rpc.notify("initialized")
+    config: Mapping[str, Any] = {}
     if thread.memory_disabled:
-        try:
-            read = await rpc.call("config/read", {"includeLayers": False, "cwd": str(plan.cwd)})
-        except RpcError as exc:
-            raise NativeMemoryUnconfirmed(
-                f"codex cannot confirm native memory is off: config/read failed: {exc.message}",
-                method="config/read",
-            ) from exc
-        missing = unconfirmed_memory_settings((read or {}).get("config"))
+        config = await _read_config(rpc, plan, "confirm native memory is off")
+        missing = unconfirmed_memory_settings(config)
         if missing:
             raise NativeMemoryUnconfirmed(
                 "codex did not confirm native memory is off: " + ", ".join(missing),
                 settings=missing,
             )
+    elif thread.developer_instructions:
+        config = await _read_config(rpc, plan, "merge its developer instructions")
     method = "thread/resume" if plan.resume_id else "thread/start"
     params: dict[str, Any] = {"cwd": str(plan.cwd), "approvalPolicy": thread.approval_policy}
     if plan.resume_id:
         params["threadId"] = plan.resume_id
     if thread.developer_instructions:
-        params["developerInstructions"] = thread.developer_instructions
+        # Sent developer instructions replace the configured ones for the thread: send both.
+        params["developerInstructions"] = effective_instructions(
+            config, thread.developer_instructions
+        )
     try:
         opened = await rpc.call(method, params)
         thread_id = str(opened["thread"]["id"])

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime_bridge.launch_env import DEFAULT_PASS_ENV, NO_OWNER_TOKEN
+from runtime_bridge.launch_env import DEFAULT_PASS_ENV, MEMORY_UNAVAILABLE, NO_OWNER_TOKEN
 
 MEMORY_SERVER = "memory"
 """The MCP server name memory tools are published under (``mcp__memory__…`` to the model)."""
@@ -63,15 +63,18 @@ class MemoryAttachment:
     binding: str
     mcp_argv: tuple[str, ...]
     cli_dir: Path | None = None
+    # Why this bound launch's memory calls must fail (the Hub could not be asked); its Agent
+    # still gets the protocol and keeps its own memory off.
+    unavailable: str | None = None
 
     def connection_env(self) -> dict[str, str]:
         """The variables ``amux mcp`` and ``amux memory`` read to reach the Hub."""
-        return {
-            "AMUX_HUB_URL": self.hub_url,
-            "AMUX_TOKEN": self.credential,
-            "AMUX_MEMORY_BINDING": self.binding,
-            **NO_OWNER_TOKEN,
-        }
+        env = {"AMUX_HUB_URL": self.hub_url, "AMUX_MEMORY_BINDING": self.binding}
+        if self.credential:
+            env["AMUX_TOKEN"] = self.credential
+        if self.unavailable:
+            env[MEMORY_UNAVAILABLE] = self.unavailable
+        return {**env, **NO_OWNER_TOKEN}
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,8 @@ class LaunchRequest:
     pass_env: tuple[str, ...] = DEFAULT_PASS_ENV
     provider_home_source: Path | None = None
     state_dir: Path | None = None
+    # The operator's own MCP servers (name -> Claude's server config), beside amux memory.
+    mcp_servers: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def home_root(self) -> Path:
@@ -124,11 +129,18 @@ class PlannedCopy:
 
 @dataclass(frozen=True)
 class CodexThread:
-    """The app-server calls a Codex launch makes after ``initialize``."""
+    """The app-server calls a Codex launch makes after ``initialize``.
+
+    ``developer_instructions`` is amux's part (the operator's amux setting, then the memory
+    protocol); at launch it is merged after the ``developer_instructions`` of Codex's own
+    effective configuration, which ``config/read`` reports, so sending it never replaces what
+    the operator configured for Codex. Base instructions are never sent.
+    """
 
     developer_instructions: str | None
     memory_disabled: bool
     approval_policy: str = "never"
+    instruction_sources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -194,6 +206,7 @@ class LaunchPlan:
         if self.codex is not None:
             out["codex"] = {
                 "developer_instructions": self.codex.developer_instructions,
+                "developer_instructions_sources": list(self.codex.instruction_sources),
                 "memory_disabled": self.codex.memory_disabled,
                 "approval_policy": self.codex.approval_policy,
             }

@@ -6,6 +6,7 @@ would give are played by a small executable speaking the same newline-delimited 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import stat
 import sys
@@ -126,14 +127,30 @@ async def test_the_control_sequence_of_a_bound_launch(
     assert decline["error"]["code"] == -32601
 
 
-async def test_an_unbound_launch_makes_no_memory_calls(tmp_path: Path) -> None:
-    executable, log = stand_in(tmp_path, config={})
+async def test_an_unbound_launch_makes_no_memory_calls_and_keeps_the_configured_instructions(
+    tmp_path: Path,
+) -> None:
+    executable, log = stand_in(tmp_path, config={"developer_instructions": "Operator first."})
     events = await collect(run(build_plan(request_for(tmp_path, executable, None))))
     assert isinstance(events[-1], Result)
     methods = [m.get("method") for m in received(log) if "method" in m]
-    assert "config/read" not in methods and "thread/memoryMode/set" not in methods
+    assert "thread/memoryMode/set" not in methods
+    # Sent developer instructions replace the configured ones, so both are sent, in order.
     start = next(m for m in received(log) if m.get("method") == "thread/start")
-    assert start["params"]["developerInstructions"] == "Be brief."
+    assert start["params"]["developerInstructions"] == "Operator first.\n\nBe brief."
+
+
+async def test_a_launch_with_no_instructions_of_its_own_reads_no_config(tmp_path: Path) -> None:
+    executable, log = stand_in(tmp_path, config={"developer_instructions": "Operator first."})
+    request = dataclasses.replace(
+        request_for(tmp_path, executable, None), developer_instructions=None
+    )
+    events = await collect(run(build_plan(request)))
+    assert isinstance(events[-1], Result)
+    methods = [m.get("method") for m in received(log) if "method" in m]
+    assert "config/read" not in methods
+    start = next(m for m in received(log) if m.get("method") == "thread/start")
+    assert "developerInstructions" not in start["params"]
 
 
 async def test_unsupported_thread_memory_mode_fails_the_launch_by_name(

@@ -144,7 +144,7 @@ def test_bound_codex_plan_sets_memory_off_launch_locally_and_keeps_the_token_out
         'mcp_servers.memory.args=["mcp"]',
         "-c",
         "mcp_servers.memory.env_vars="
-        '["AMUX_HUB_URL", "AMUX_TOKEN", "AMUX_MEMORY_BINDING", "AMUX_OWNER_TOKEN_FALLBACK"]',
+        '["AMUX_HUB_URL", "AMUX_MEMORY_BINDING", "AMUX_TOKEN", "AMUX_OWNER_TOKEN_FALLBACK"]',
         "-c",
         'mcp_servers.memory.default_tools_approval_mode="approve"',
         "-c",
