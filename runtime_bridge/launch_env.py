@@ -1,4 +1,4 @@
-"""Environment hygiene for agent launches (seed 000 §8): pure, no I/O.
+"""Environment hygiene for agent launches: pure, no I/O.
 
 A launch never inherits the service's environment wholesale. It starts from the variables that
 match the configured ``pass_env`` globs, collapses case variants of path-like keys, drops the

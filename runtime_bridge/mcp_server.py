@@ -1,10 +1,12 @@
 """``amux mcp``: the stdio MCP server an Agent uses to reach amux memory on the Hub.
 
-It exposes ``amux.memory_search|get|upsert|forget`` with the seed's parameter names and forwards
-each call to the Hub RPC with the credential, binding and Hub URL from its environment
+It exposes ``amux.memory_search|get|upsert|forget`` with the Hub RPC's own parameter names, which
+never change: the memory protocol names them and a resumed conversation's earlier calls used them.
+Each call goes to the Hub RPC with the credential, binding and Hub URL from its environment
 (``AMUX_TOKEN``, ``AMUX_MEMORY_BINDING``, ``AMUX_HUB_URL``). Results are the Hub's JSON as plain
-text; a text over the 6 KiB page budget is paged through ``amux.result_continue``. Failures are
-``isError`` results holding the one error shape ``{"error": {"code", "message", ...}}``.
+text; a text over the 6 KiB page budget is paged through ``amux.result_continue``. Failures,
+arguments that do not fit a tool included, are ``isError`` results holding the one error shape
+``{"error": {"code", "message", ...}}``.
 
 Start-up check: one ``system.capabilities`` call, bounded by ``STARTUP_TIMEOUT`` seconds, runs in
 the background as the server starts, so the tool list never waits on the Hub; a tool call waits
