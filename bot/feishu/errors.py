@@ -16,3 +16,19 @@ class FeishuApiError(AmuxError):
 
     code = "feishu_api_error"
     status = 502
+
+    @property
+    def feishu_code(self) -> int | None:
+        """Feishu's own error code (``99991663``: invalid token, ``10014``: wrong secret…)."""
+        value = self.details.get("feishu_code")
+        return value if isinstance(value, int) else None
+
+    @property
+    def http_status(self) -> int | None:
+        value = self.details.get("http_status")
+        return value if isinstance(value, int) else None
+
+    @property
+    def operation(self) -> str | None:
+        value = self.details.get("operation")
+        return value if isinstance(value, str) else None
