@@ -19,17 +19,9 @@ import sys
 from pathlib import Path
 
 from runtime_bridge import mcp_server
+from runtime_bridge.mcp_shim import FORWARDED
 
 SHIM = Path(__file__).with_name("mcp_shim.py")
-FORWARDED = (
-    "AMUX_HUB_URL",
-    "AMUX_TOKEN",
-    "AMUX_MEMORY_BINDING",
-    "AMUX_MEMORY_UNAVAILABLE",
-    "AMUX_OWNER_TOKEN_FALLBACK",
-    "AMUX_TIMEOUT",
-    "AMUX_HOME",
-)
 HEADER_LIMIT = 64 * 1024
 READY = "ready"
 
