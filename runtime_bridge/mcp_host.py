@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from runtime_bridge import mcp_server
+from runtime_bridge.launch_env import NO_OWNER_TOKEN
 from runtime_bridge.mcp_shim import FORWARDED
 
 SHIM = Path(__file__).with_name("mcp_shim.py")
@@ -49,6 +50,10 @@ def _child(conn: socket.socket) -> None:
         for key in FORWARDED:
             os.environ.pop(key, None)
         os.environ.update(header)
+        # Whoever reaches the socket (any sandboxed Agent of this worker) speaks only with the
+        # credential it sends: never with a token file the host's user could read.
+        os.environ.pop("AMUX_HOME", None)
+        os.environ.update(NO_OWNER_TOKEN)
         os.dup2(conn.fileno(), 0)
         os.dup2(conn.fileno(), 1)
         conn.close()

@@ -13,14 +13,14 @@ import selectors
 import socket
 import sys
 
+# A launch's connection, and nothing that could point the host (which runs outside the Agent's
+# sandbox) at credentials of its own: no AMUX_HOME, no owner-token fallback.
 FORWARDED = (
     "AMUX_HUB_URL",
     "AMUX_TOKEN",
     "AMUX_MEMORY_BINDING",
     "AMUX_MEMORY_UNAVAILABLE",
-    "AMUX_OWNER_TOKEN_FALLBACK",
     "AMUX_TIMEOUT",
-    "AMUX_HOME",
 )
 CHUNK = 65536
 

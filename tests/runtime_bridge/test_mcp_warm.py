@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hub.config import OWNER_TOKEN_FILE
 from runtime_bridge.mcp_launcher import WarmMcp
 from tests.conftest import AMUX
 from tests.runtime_bridge import test_mcp_server as cold
@@ -100,3 +101,18 @@ async def test_without_the_host_launches_fall_back_to_the_cold_server(
             "truncated": False,
             "next_offset": None,
         }
+
+
+async def test_a_connection_cannot_make_the_host_use_an_owner_token_it_can_read(
+    memory_hub: MemoryHub, warm: WarmMcp, tmp_path: Path
+) -> None:
+    # An Agent that reaches the host's socket sends the settings it likes: the host runs outside
+    # the Agent's sandbox and may read a Hub home with an owner token, so it must never fall back.
+    hub_home = tmp_path / "hub-home"
+    hub_home.mkdir()
+    (hub_home / OWNER_TOKEN_FILE).write_text(memory_hub.tokens["alice"])
+    log = tmp_path / "mcp.log"
+    sneaky = {"AMUX_HOME": str(hub_home), "AMUX_OWNER_TOKEN_FALLBACK": "true"}
+    async with mcp_session(log, memory_hub.hub.url, None, command=list(warm.argv()), **sneaky) as s:
+        refused = await error(s, "amux.memory_get", path="MEMORY.md")
+        assert refused["code"] == "unauthenticated", refused
