@@ -3,22 +3,31 @@
 A private message or a group message that @mentions the bot is a turn. The bot answers in the
 message's topic (``reply_in_thread``), so the topic is the conversation: later messages in it
 resume the same Session, and so the same frozen memory binding.
+
+Every turn the bot follows is recorded in the :class:`~bot.outbox.Outbox` once its progress card
+is out, and its final cards are owed there before the first attempt to post them: a restarted
+bot re-attaches to each unfinished turn (``resume``) and its card is updated to the end, and no
+answer is lost to a Feishu outage. When Feishu cannot take the progress card at all, the turn
+still runs and its answer is owed as a reply in the topic.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import MessageEvent
+from bot.outbox import Followed, Outbox, Owed
+from cards.catalogue import text as catalogue_text
 from cards.models import Lang, Progress
 from cards.notices import error_card, own_topic_card, warning_card
 from cards.progress import progress_card, result_cards
 from hub.contract import CANCELLED, RUNNING, SUCCEEDED, WatchResult
-from hub.errors import AmuxError
+from hub.errors import AmuxError, Unavailable
 from hub.services import Hub
 from hub.state import Principal
 
@@ -48,7 +57,7 @@ class Conversations:
         hub: Hub,
         client: FeishuClient,
         update_card: Callable[[str, dict[str, object]], None],
-        finish_card: Callable[[str, dict[str, object]], Awaitable[None]],
+        outbox: Outbox,
         *,
         provider_of: Callable[[str], str],
         lang: Lang,
@@ -56,9 +65,10 @@ class Conversations:
         self._hub = hub
         self._client = client
         self._update = update_card
-        self._finish = finish_card
+        self._outbox = outbox
         self._provider_of = provider_of
         self._lang = lang
+        self._resumed: set[asyncio.Task[None]] = set()
 
     async def handle(self, event: MessageEvent, sender: Principal) -> Turn | None:
         """Queue the message as a turn and follow it to its result in the topic."""
@@ -89,19 +99,50 @@ class Conversations:
             return None
         title = prompt.splitlines()[0][:TITLE_CHARS]
         view = Progress(title=title, status="queued", run_id=submitted.id)
-        sent = await self._client.reply(event.message_id, card=progress_card(view, self._lang))
-        turn = Turn(submitted.id, session.id, sent.message_id)
-        await self._follow(turn, title, event.message_id)
-        return turn
+        try:
+            sent = await self._client.reply(event.message_id, card=progress_card(view, self._lang))
+            progress_message_id = sent.message_id
+        except Unavailable as error:
+            # The turn is queued already: it runs, and its answer is owed as a topic reply.
+            logger.warning("no progress card for turn %s: %s", submitted.id, error.message)
+            progress_message_id = ""
+        followed = Followed(submitted.id, progress_message_id, event.message_id, title, time.time())
+        self._outbox.follow(followed)
+        await self._follow(followed)
+        return Turn(submitted.id, session.id, progress_message_id)
 
-    async def _follow(self, turn: Turn, title: str, reply_to: str) -> None:
+    def resume(self) -> int:
+        """Re-attach to every turn an earlier process was following; returns how many."""
+        followed = self._outbox.followed()
+        for turn in followed:
+            task = asyncio.get_running_loop().create_task(
+                self._follow(turn), name=f"feishu-follow-{turn.execution_id}"
+            )
+            self._resumed.add(task)
+            task.add_done_callback(self._resumed.discard)
+        if followed:
+            logger.info("following %d turns again after a restart", len(followed))
+        return len(followed)
+
+    async def stop(self) -> None:
+        """Stop following resumed turns; they stay recorded for the next process."""
+        for task in list(self._resumed):
+            task.cancel()
+        await asyncio.gather(*self._resumed, return_exceptions=True)
+
+    async def _follow(self, followed: Followed) -> None:
         executions = self._hub.executions
         lines: list[str] = []
         warnings: list[str] = []
         after = 0
-        started = time.monotonic()
         while True:
-            answer = await executions.watch(turn.execution_id, after, WATCH_SECONDS)
+            try:
+                answer = await executions.watch(followed.execution_id, after, WATCH_SECONDS)
+            except AmuxError as error:
+                # Gone from the Hub's state (a fresh state directory): nothing left to report.
+                logger.warning("stopped following %s: %s", followed.execution_id, error.message)
+                self._outbox.owe(followed, [])
+                return
             after = max(after, answer.last_seq)
             for event in answer.events:
                 if event.kind == "warning":
@@ -110,46 +151,50 @@ class Conversations:
                 else:
                     lines.append(event.text)
             state = answer.execution.state
-            elapsed = time.monotonic() - started
+            elapsed = max(0.0, time.time() - followed.started_at)
             finished = answer.execution.finished
-            if executions.closing and not finished:
-                return  # The Hub is restarting; the turn carries on (or is retried) without us.
             if finished:
-                await self._report(turn, title, answer, warnings, elapsed, reply_to)
+                self._report(followed, answer, warnings, elapsed)
                 return
+            restarting = executions.closing
+            if restarting:
+                # The next process re-attaches (see ``resume``); say so on the card meanwhile.
+                lines.append(catalogue_text(self._lang, "progress.restarting"))
             view = Progress(
-                title,
+                followed.title,
                 "running" if state == RUNNING else "queued",
                 tuple(lines),
                 elapsed,
-                turn.execution_id,
+                followed.execution_id,
             )
-            self._update(turn.progress_message_id, progress_card(view, self._lang))
+            if followed.progress_message_id:
+                self._update(followed.progress_message_id, progress_card(view, self._lang))
+            if restarting:
+                return
 
-    async def _report(
+    def _report(
         self,
-        turn: Turn,
-        title: str,
+        followed: Followed,
         answer: WatchResult,
         warnings: list[str],
         elapsed: float,
-        reply_to: str,
     ) -> None:
         execution = answer.execution
         state = execution.state
+        title = followed.title
         text = execution.result.text if execution.result is not None else None
+        owed: list[Owed] = []
         if state == SUCCEEDED and text is not None:
             parts = result_cards(text, self._lang, title=title)
-            await self._finish(turn.progress_message_id, parts[0])
-            for extra in parts[1:]:
-                await self._client.reply(reply_to, card=extra)
+            owed.append(Owed("card", parts[0]))
+            owed.extend(Owed("reply", extra) for extra in parts[1:])
         else:
             view = Progress(title, "cancelled" if state == CANCELLED else "failed", (), elapsed)
-            await self._finish(turn.progress_message_id, progress_card(view, self._lang))
+            owed.append(Owed("card", progress_card(view, self._lang)))
             reason = execution.error or "the Agent ended without an answer"
-            await self._client.reply(reply_to, card=error_card(state, reason, self._lang))
-        for warning in warnings:
-            await self._client.reply(reply_to, card=warning_card(warning, self._lang))
+            owed.append(Owed("reply", error_card(state, reason, self._lang)))
+        owed.extend(Owed("reply", warning_card(warning, self._lang)) for warning in warnings)
+        self._outbox.owe(followed, owed)
 
     async def cancel(self, execution_id: str, by: Principal) -> bool:
         """Cancel a turn for its topic's owner (or the Hub owner); False when not theirs."""

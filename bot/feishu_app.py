@@ -15,6 +15,7 @@ from bot.feishu.client import FeishuClient
 from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
 from bot.identity import CLAIM_SECONDS, FeishuIdentities
 from bot.management import Management
+from bot.outbox import OUTBOX_FILE, Outbox
 from bot.sink import BotSink
 from hub.config import HubSettings
 from hub.errors import AmuxError
@@ -26,6 +27,7 @@ logger = logging.getLogger("amux.serve")
 
 # The running adapter, for whatever needs Feishu beside the bot (and for tests to wait on it).
 FEISHU = web.AppKey("feishu_adapter", FeishuAdapter)
+OUTBOX_GRACE_SECONDS = 10.0
 
 
 class _DeferredSink:
@@ -76,11 +78,18 @@ def add_feishu(
         lang = settings.language
         identities = FeishuIdentities(hub.state, enroll=settings.enroll == "auto")
         management = Management(hub, lang, settings.provider)
+        client = adapter.client
+        outbox = Outbox(
+            hub_settings.home / OUTBOX_FILE,
+            adapter.cards.finish,
+            lambda reply_to, card, key: client.reply(reply_to, card=card, idempotency_key=key),
+            dropped=metrics.feishu_gave_up if metrics is not None else lambda reason: None,
+        )
         conversations = Conversations(
             hub,
-            adapter.client,
+            client,
             adapter.cards.update,
-            adapter.cards.finish,
+            outbox,
             provider_of=management.provider_of,
             lang=lang,
         )
@@ -97,6 +106,8 @@ def add_feishu(
                 CLAIM_SECONDS // 60,
             )
         await adapter.start()
+        outbox.start()
+        conversations.resume()
         pending = management.pending_restart_card()
         if pending is not None:
             message_id, card = pending
@@ -105,6 +116,12 @@ def add_feishu(
             except AmuxError as error:
                 logger.warning("could not refresh the restart card: %s", error.message)
         yield
+        # Turns that finished during the drain have their answers owed by now; give them a
+        # moment to go out. What Feishu does not take in time stays owed for the next process.
+        await conversations.stop()
+        await adapter.dispatcher.drain()
+        await outbox.stop(OUTBOX_GRACE_SECONDS)
         await adapter.stop()
+        outbox.close()
 
     app.cleanup_ctx.append(lifetime)

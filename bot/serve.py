@@ -1,4 +1,11 @@
-"""Running ``amux serve``: listen, wait for a stop or restart, drain, and restart in place."""
+"""Running ``amux serve``: listen, wait for a stop or restart, drain, and restart in place.
+
+The drain keeps the promise the restart card and ``amux system restart`` make: no new turn is
+claimed, running turns get ``AMUX_DRAIN_SECONDS`` to finish (their cards update to the end), and
+turns still running then are handed back to the queue, visibly, to run again after the restart.
+A stop (SIGTERM, SIGINT) hands running turns back at once. Only then are long polls released
+and in-flight requests drained.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +29,8 @@ logger = logging.getLogger("amux.serve")
 
 # systemd units treat this exit status as "restart me" (RestartForceExitStatus=75).
 RESTART_EXIT_STATUS = 75
-DRAIN_SECONDS = 30.0
+# In-flight HTTP requests (not turns) get this long once turns have drained.
+REQUEST_DRAIN_SECONDS = 30.0
 
 
 def local_url(host: str, port: int) -> str:
@@ -72,11 +80,33 @@ async def serve(settings: HubSettings) -> Outcome:
         for task in pending:
             task.cancel()
         outcome = waiters[done.pop()]
-        logger.info("draining before %s", outcome.value)
-        # Long polls end first so they do not hold the drain open.
-        await app[HUB].executions.close()
-        if not await app[DRAIN].wait_idle(DRAIN_SECONDS):
-            logger.warning("requests still running after %.0fs; stopping anyway", DRAIN_SECONDS)
+        executions = app[HUB].executions
+        executions.stop_claiming()
+        running = executions.running_count()
+        # A restart was promised a drain; a stop (SIGTERM) hands running turns back at once, so
+        # the next start runs them instead of waiting for their leases to expire.
+        drain_seconds = settings.drain_seconds if outcome is Outcome.RESTART else 0.0
+        logger.info(
+            "draining before %s: no new turns; %d running, waiting up to %.0fs for them",
+            outcome.value,
+            running,
+            drain_seconds,
+        )
+        if not await executions.wait_until_idle(drain_seconds):
+            handed = await executions.hand_back()
+            logger.warning(
+                "%d turns still running after %.0fs were handed back; they run again after the "
+                "%s",
+                len(handed),
+                drain_seconds,
+                outcome.value,
+            )
+        # Long polls end next so they do not hold the request drain open.
+        await executions.close()
+        if not await app[DRAIN].wait_idle(REQUEST_DRAIN_SECONDS):
+            logger.warning(
+                "requests still running after %.0fs; stopping anyway", REQUEST_DRAIN_SECONDS
+            )
         return outcome
     finally:
         await runner.cleanup()

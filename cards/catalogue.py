@@ -39,8 +39,10 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "restart.title": "Saved: restart to apply",
         "restart.changes": "**Saved** Agent memory: {memory}; user isolation: {isolation}",
         "restart.body": (
-            "Saving does not change the running policy. A restart drains running work, then the "
-            "Hub starts again with the saved values.\n"
+            "Saving does not change the running policy. A restart starts no new Agent turns, "
+            "gives running ones up to AMUX_DRAIN_SECONDS (2 minutes by default) to finish, "
+            "hands back those still running (they run again from the start after the restart, "
+            "and their cards keep updating), then the Hub starts again with the saved values.\n"
             "- Agent memory on: new conversations can read and save memory. Existing "
             "conversations without a memory binding do not migrate: start a new conversation "
             "after enabling.\n"
@@ -49,11 +51,14 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "- User isolation decides whether members share one global memory or each get their "
             "own."
         ),
-        "restart.when": "Restart at a quiet moment: running Agent work is drained first.",
+        "restart.when": (
+            "Restart at a quiet moment: running Agent turns get up to 2 minutes to finish first."
+        ),
         "restart.now": "Restart now",
         "restart.later": "Later",
         "restart.scheduled": (
-            "Restarting now. This card shows the new running state when it is back."
+            "Restarting: no new Agent turns start; running ones finish or are handed back to run "
+            "again after the restart. This card shows the new running state when it is back."
         ),
         "restart.deferred": "Not restarted. The saved values stay pending until the next restart.",
         "memory.title": "My memory",
@@ -90,6 +95,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "progress.title.cancelled": "Cancelled",
         "progress.elapsed": "{seconds} s elapsed",
         "progress.cancel": "Stop",
+        "progress.restarting": "The Hub is restarting: this card carries on when it is back.",
         "result.title": "Result",
         "result.part": "Result ({index}/{total})",
         "error.title": "Something went wrong",
@@ -137,18 +143,22 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "restart.title": "已保存：重启后生效",
         "restart.changes": "**已保存** Agent 记忆：{memory}；用户隔离：{isolation}",
         "restart.body": (
-            "保存不会改变正在运行的策略。重启会先等待进行中的工作结束，"
-            "然后 Hub 以已保存的值重新启动。\n"
+            "保存不会改变正在运行的策略。重启时不再开始新的 Agent 任务，进行中的任务最多等待 "
+            "AMUX_DRAIN_SECONDS（默认 2 分钟）完成；仍未完成的会交回队列，重启后从头重新运行，"
+            "其卡片会继续更新。然后 Hub 以已保存的值重新启动。\n"
             "- 开启 Agent 记忆：新会话可以读取和保存记忆。没有记忆绑定的已有会话不会自动迁移，"
             "首次开启后请新建会话。\n"
             "- 关闭 Agent 记忆：记忆工具调用会被拒绝，文件会保留。已绑定的会话保留协议，"
             "在重新开启前记忆调用会失败。\n"
             "- 用户隔离决定成员共享一份全局记忆，还是每人各自一份。"
         ),
-        "restart.when": "请在空闲时重启：会先等待进行中的 Agent 工作结束。",
+        "restart.when": "请在空闲时重启：进行中的 Agent 任务最多有 2 分钟完成。",
         "restart.now": "立即重启",
         "restart.later": "稍后",
-        "restart.scheduled": "正在重启。恢复后此卡片会显示新的运行状态。",
+        "restart.scheduled": (
+            "正在重启：不再开始新的 Agent 任务；进行中的任务完成，或交回队列在重启后重新运行。"
+            "恢复后此卡片会显示新的运行状态。"
+        ),
         "restart.deferred": "未重启。已保存的值将在下次重启时生效。",
         "memory.title": "我的记忆",
         "memory.scope": "范围 `{scope}`",
@@ -183,6 +193,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "progress.title.cancelled": "已取消",
         "progress.elapsed": "已用时 {seconds} 秒",
         "progress.cancel": "停止",
+        "progress.restarting": "Hub 正在重启：恢复后此卡片会继续更新。",
         "result.title": "结果",
         "result.part": "结果（{index}/{total}）",
         "error.title": "出错了",

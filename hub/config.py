@@ -39,6 +39,9 @@ class HubSettings(BaseSettings):
     # How long an Agent's delegated credential lives unless revoked first (a finished turn's is
     # revoked at once); bounds what a leaked one can do.
     delegated_credential_seconds: int = 6 * 3600
+    # A restart claims no new turns and gives running ones this long to finish; those still
+    # running are then handed back to the queue and run again after it (a stop hands back at once).
+    drain_seconds: float = 120.0
 
     @property
     def memory_root(self) -> Path:

@@ -4,6 +4,11 @@ A Session is one native Agent conversation. Its memory binding is frozen at its 
 and reused by every resume; an unbound Session stays unbound. An execution is one turn: queued,
 claimed by a worker under a lease kept alive by heartbeats, and finished with a result. A worker
 that stops heart-beating loses its lease; the turn is retried once elsewhere, then failed visibly.
+
+A graceful stop or restart first drains: no turn is claimed any more, running turns may finish
+(a restart waits up to AMUX_DRAIN_SECONDS, a stop not at all), and those still running then are
+handed back to the queue (the attempt is not counted) with a status event saying so, so the next
+Hub process runs them again.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ MAX_PROMPT_BYTES = 256 * 1024
 MAX_EVENT_BYTES = 16 * 1024
 WORKER_FRESH_SECONDS = 60.0
 NO_WORKER = "no Runtime worker is connected; this turn waits until one is"
+HANDED_BACK = (
+    "the Hub restarted before this turn finished; it runs again from the start after the restart"
+)
 
 
 def delegation_label(session_id: str) -> str:
@@ -71,6 +79,7 @@ class Executions:
         self._changed = asyncio.Condition()
         self._version = 0
         self._closing = False
+        self._claiming = True
 
     async def _notify(self) -> None:
         async with self._changed:
@@ -85,6 +94,51 @@ class Executions:
         """Release every long poll now, so a graceful shutdown does not wait them out."""
         self._closing = True
         await self._notify()
+
+    def stop_claiming(self) -> None:
+        """No turn is claimed from now on (a drain before a stop or restart); running ones go on."""
+        self._claiming = False
+
+    def running_count(self) -> int:
+        row = self.db.execute(
+            "SELECT COUNT(*) AS n FROM executions WHERE state = ?", (RUNNING,)
+        ).fetchone()
+        return int(row["n"])
+
+    async def wait_until_idle(self, seconds: float) -> bool:
+        """Wait until no turn is running; False if some still are after ``seconds``."""
+        deadline = asyncio.get_running_loop().time() + seconds
+        while True:
+            seen = self._version
+            if self.running_count() == 0:
+                return True
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return False
+            # Bounded: a turn whose worker vanished finishes only through the lease sweeper.
+            await self._wait_change(seen, min(remaining, 1.0))
+
+    async def hand_back(self) -> list[str]:
+        """Re-queue every running turn (its attempt not counted); returns their ids.
+
+        The worker's next heart-beat finds the lease gone and stops the Agent; its delegated
+        credential is revoked now so it cannot write memory beside the next run.
+        """
+        rows = self.db.execute(
+            "SELECT id, session_id FROM executions WHERE state = ?", (RUNNING,)
+        ).fetchall()
+        now = self._clock()
+        for row in rows:
+            self._revoke_delegations(row["session_id"])
+            self.db.execute(
+                "UPDATE executions SET state = ?, worker_id = NULL, lease_expires_at = NULL, "
+                "attempts = MAX(attempts - 1, 0), updated_at = ? WHERE id = ? AND state = ?",
+                (QUEUED, now, row["id"], RUNNING),
+            )
+            self._append_event(row["id"], "status", HANDED_BACK)
+        if rows:
+            await self._notify()
+        return [str(row["id"]) for row in rows]
 
     async def _wait_change(self, seen: int, seconds: float) -> None:
         """Wait until something changed after version ``seen`` was observed, or time runs out."""
@@ -301,7 +355,7 @@ class Executions:
         while True:
             seen = self._version
             self._touch_worker(worker_id, principal_id)
-            claimed = self._claim_one(worker_id)
+            claimed = self._claim_one(worker_id) if self._claiming else None
             if claimed is not None:
                 return claimed
             remaining = deadline - asyncio.get_running_loop().time()

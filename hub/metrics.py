@@ -101,6 +101,12 @@ class Metrics:
             ["api"],
             registry=r,
         )
+        self.feishu_undelivered = Counter(
+            "amux_feishu_replies_undelivered",
+            "Replies and final cards the bot owed but gave up: too_old (24 h) or refused.",
+            ["reason"],
+            registry=r,
+        )
         self._state = _StateCollector()
         r.register(self._state)
 
@@ -132,6 +138,10 @@ class Metrics:
 
     def feishu_retry(self, api: str) -> None:
         self.feishu_retries.labels(api).inc()
+
+    def feishu_gave_up(self, reason: str) -> None:
+        """Count one owed reply the bot stopped trying to deliver."""
+        self.feishu_undelivered.labels(reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

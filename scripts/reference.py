@@ -48,6 +48,9 @@ MEANINGS: dict[str, str] = {
     "retried elsewhere (once) or failed visibly.",
     "AMUX_QUEUE_SECONDS": "A turn no Runtime worker takes within this many seconds fails with a "
     "clear error instead of waiting forever.",
+    "AMUX_DRAIN_SECONDS": "A restart starts no new turns and waits this long for running ones to "
+    "finish; those still running are handed back and run again after it (a stop hands back at "
+    "once).",
     "AMUX_DELEGATED_CREDENTIAL_SECONDS": "Lifetime of an Agent's delegated memory credential "
     "unless revoked first (a finished turn's is revoked at once).",
     "AMUX_HUB_URL": "Where the CLI, `amux mcp` and remote workers reach the Hub.",

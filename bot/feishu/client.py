@@ -162,8 +162,13 @@ class FeishuClient:
         card: dict[str, Any] | None = None,
         text: str | None = None,
         in_thread: bool = True,
+        idempotency_key: str | None = None,
     ) -> SentMessage:
-        """Reply to ``message_id``; ``in_thread`` opens (or continues) its topic."""
+        """Reply to ``message_id``; ``in_thread`` opens (or continues) its topic.
+
+        ``idempotency_key`` (Feishu's ``uuid``) is fixed by a caller that may send the same reply
+        again later, from another process even: Feishu shows it once.
+        """
         msg_type, content = _content(card, text)
         data = await self._call(
             "reply",
@@ -176,7 +181,7 @@ class FeishuClient:
                 "content": content,
                 "reply_in_thread": in_thread,
                 # Same uuid on every retry: Feishu posts it once even if an earlier try landed.
-                "uuid": str(uuid.uuid4()),
+                "uuid": idempotency_key or str(uuid.uuid4()),
             },
         )
         return _sent(data)

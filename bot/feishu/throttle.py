@@ -128,7 +128,10 @@ class CardUpdateThrottle:
         self._kick()
 
     async def finish(self, message_id: str, card: Card) -> None:
-        """Deliver the final ``card`` now (after any update in flight) and wait until it is."""
+        """Deliver the final ``card`` now (after any update in flight) and wait until it is.
+
+        Raises what the send raised when the final state itself could not be delivered.
+        """
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._core.offer(message_id, card, final=True)
         self._core.wait_final(message_id, waiter)
@@ -162,14 +165,21 @@ class CardUpdateThrottle:
                 pass
 
     async def _deliver(self, due: Due) -> None:
+        failure: Exception | None = None
         try:
             await self._send(due.key, due.card)
-        except Exception:
+        except Exception as error:
             # The client already retried what is retryable; a later state may still land.
-            logger.exception("card update of %s failed", due.key)
+            logger.warning("card update of %s failed: %s", due.key, error)
+            failure = error
         finally:
+            # Whoever waits for a final state learns that it failed, so it can keep it owed.
             for waiter in self._core.sent(due.key):
-                if not waiter.done():
+                if waiter.done():
+                    continue
+                if failure is not None and due.final:
+                    waiter.set_exception(failure)
+                else:
                     waiter.set_result(None)
             self._settled.set()
             self._wake.set()

@@ -6,7 +6,9 @@ and a WebSocket speaking the SDK's protobuf frames, so tests can push events and
 to ``lark.ws.Client`` and read its acknowledgements.
 
 Failure injection: ``fail_next(n, status=429, code=99991400)`` makes the next ``n`` matching
-API calls answer with that HTTP status and Feishu error code.
+API calls answer with that HTTP status and Feishu error code; ``go_down()`` refuses connections
+(and drops kept-alive ones) until ``come_back()``. Replies with a ``uuid`` already seen answer
+with the message it created, as Feishu's idempotency key does.
 """
 
 from __future__ import annotations
@@ -82,6 +84,10 @@ class FakeFeishu:
         self._failures: list[Failure] = []
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self._port = 0
+        self._down = False
+        self._by_uuid: dict[str, str] = {}
         self.url = ""
         # Long connection state.
         self.ws_connected = asyncio.Event()
@@ -104,11 +110,25 @@ class FakeFeishu:
         app.middlewares.append(self._record)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
-        self.url = f"http://127.0.0.1:{port}"
+        self._site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await self._site.start()
+        self._port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{self._port}"
         return self
+
+    async def go_down(self) -> None:
+        """An outage: connections are refused, and requests on kept-alive ones are dropped."""
+        self._down = True
+        if self._site is not None:
+            await self._site.stop()
+            self._site = None
+
+    async def come_back(self) -> None:
+        """End the outage on the same port; everything stored before is still there."""
+        assert self._runner is not None
+        self._site = web.TCPSite(self._runner, "127.0.0.1", self._port)
+        await self._site.start()
+        self._down = False
 
     async def __aexit__(self, *exc: object) -> None:
         for future in self._ws_acks.values():
@@ -131,6 +151,10 @@ class FakeFeishu:
         """Answer the next ``count`` calls whose path contains ``path_contains`` with an error."""
         self._failures.append(Failure(count, status, code, path_contains, dict(headers or {})))
 
+    def failures_left(self) -> int:
+        """Injected failures not answered yet."""
+        return sum(failure.remaining for failure in self._failures)
+
     def add_message(self, chat_id: str, text: str) -> StoredMessage:
         """A message a user wrote, so the bot can reply to it."""
         body = {"msg_type": "text", "content": json.dumps({"text": text})}
@@ -145,6 +169,9 @@ class FakeFeishu:
     async def _record(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if request.path == "/ws":
             return await handler(request)  # type: ignore[no-any-return]
+        if self._down and request.transport is not None:
+            request.transport.abort()
+            raise ConnectionResetError("the fake Feishu is down")
         raw = await request.read()
         try:
             body: Any = json.loads(raw) if raw else None
@@ -225,12 +252,20 @@ class FakeFeishu:
         if parent is None:
             return web.json_response({"code": 230011, "msg": "message not found"}, status=400)
         body = self._body(request)
+        key = str(body.get("uuid") or "")
+        if key in self._by_uuid:
+            message = self.messages[self._by_uuid[key]]
+            return web.json_response(
+                {"code": 0, "msg": "success", "data": self._message_data(message)}
+            )
         root = parent.root_id or parent.message_id
         thread = parent.thread_id
         if body.get("reply_in_thread") and not thread:
             thread = f"omt_{next(self._ids)}"
             parent.thread_id = thread
         message = self._store(parent.chat_id, body, root_id=root, thread_id=thread)
+        if key:
+            self._by_uuid[key] = message.message_id
         return web.json_response({"code": 0, "msg": "success", "data": self._message_data(message)})
 
     async def _patch(self, request: web.Request) -> web.Response:

@@ -1,4 +1,4 @@
-"""The queue of Agent turns: a turn no worker takes in time fails visibly."""
+"""The queue of Agent turns: a turn no worker takes in time fails visibly; a drain hands back."""
 
 from __future__ import annotations
 
@@ -35,5 +35,39 @@ async def test_a_turn_no_worker_takes_in_time_fails_with_a_clear_error(tmp_path:
         assert failed.state == "failed"
         assert "no Runtime worker took this turn within 10 min" in (failed.error or "")
         assert executions.events(waiting.id)[-1].text.startswith("failed: no Runtime worker")
+    finally:
+        state.close()
+
+
+async def test_a_drain_claims_nothing_new_and_hands_running_turns_back_without_an_attempt(
+    tmp_path: Path,
+) -> None:
+    state = State(tmp_path / "state.sqlite3")
+    try:
+        executions = Executions(state, providers=("claude",))
+        alice = state.add_principal("alice")
+        runtime = state.add_principal("runtime", "service")
+        worker = executions.register_worker("w", runtime.id)
+        running, _ = await executions.submit(
+            principal_id=alice.id, submitted_by=alice.id, provider="claude", prompt="first"
+        )
+        claimed = await executions.claim(worker, runtime.id, 0)
+        assert claimed is not None and claimed.execution_id == running.id
+        waiting, _ = await executions.submit(
+            principal_id=alice.id, submitted_by=alice.id, provider="claude", prompt="second"
+        )
+
+        executions.stop_claiming()
+        assert await executions.claim(worker, runtime.id, 0.05) is None
+        assert executions.describe(waiting.id).state == "queued"
+        assert executions.running_count() == 1
+        assert await executions.wait_until_idle(0.05) is False
+
+        assert await executions.hand_back() == [running.id]
+        handed = executions.describe(running.id)
+        assert (handed.state, handed.attempts) == ("queued", 0)
+        last = executions.events(running.id)[-1].text
+        assert "runs again from the start after the restart" in last
+        assert await executions.wait_until_idle(0.05) is True
     finally:
         state.close()

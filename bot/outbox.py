@@ -1,0 +1,260 @@
+"""What the bot owes Feishu, kept durably: the turns it follows and the answers it must post.
+
+Rules:
+
+- A turn the bot follows is recorded (execution id, progress card, message replied to, title,
+  start time) once its progress card is sent, so a restarted bot re-attaches to every unfinished
+  turn and keeps its card updated to the end.
+- A turn's final card(s) are recorded in the same transaction that forgets the follow, before the
+  first attempt to post them (``synchronous=FULL``: the commit is fsynced), and are delivered
+  in the order they were owed.
+- Delivery retries across Feishu outages and Hub restarts until Feishu accepts it. The client
+  already retries rate limits (honouring their reset time), 5xx answers and connection errors; an
+  item still failing waits (growing back-off, at most ``max_wait``) and is tried again. An item
+  Feishu refuses for good, or one older than ``max_age`` (24 h), is logged and dropped, and
+  ``dropped`` counts it.
+- Each reply carries a ``uuid`` fixed when it was owed, so a retry of a post that did land is
+  not shown twice; replacing a card is idempotent by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
+from hub.errors import AmuxError, Unavailable
+
+logger = logging.getLogger("amux.bot")
+
+OUTBOX_FILE = "feishu-outbox.sqlite3"
+MAX_AGE_SECONDS = 24 * 3600.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS follows (
+    execution_id TEXT PRIMARY KEY,
+    progress_message_id TEXT NOT NULL,
+    reply_to TEXT NOT NULL,
+    title TEXT NOT NULL,
+    started_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS owed (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    target TEXT NOT NULL,
+    reply_to TEXT NOT NULL,
+    card TEXT NOT NULL,
+    uuid TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+"""
+
+Card = dict[str, Any]
+# "card": show the card on ``target`` (the progress card), or post it as a reply to
+# ``reply_to`` when there is no progress card; "reply": post it as a reply in the topic.
+Kind = Literal["card", "reply"]
+FinishCard = Callable[[str, Card], Awaitable[None]]
+Reply = Callable[[str, Card, str], Awaitable[object]]
+
+
+@dataclass(frozen=True)
+class Followed:
+    execution_id: str
+    progress_message_id: str
+    reply_to: str
+    title: str
+    started_at: float
+
+
+@dataclass(frozen=True)
+class Owed:
+    kind: Kind
+    card: Card
+
+
+@dataclass(frozen=True)
+class _Item:
+    id: int
+    kind: str
+    target: str
+    reply_to: str
+    card: Card
+    uuid: str
+    created_at: float
+
+
+class _StillFailing(Exception):
+    """An owed item could not be delivered yet; the whole queue waits and tries again."""
+
+
+class Outbox:
+    """The durable follow list and reply queue, delivered by one background task."""
+
+    def __init__(
+        self,
+        path: Path,
+        finish_card: FinishCard,
+        reply: Reply,
+        *,
+        max_age: float = MAX_AGE_SECONDS,
+        max_wait: float = 30.0,
+        clock: Callable[[], float] = time.time,
+        dropped: Callable[[str], None] = lambda reason: None,
+    ) -> None:
+        self._finish_card = finish_card
+        self._reply = reply
+        self._max_age = max_age
+        self._max_wait = max_wait
+        self._clock = clock
+        self._dropped = dropped
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # An owed answer must survive a power cut once recorded: fsync every commit.
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- recording -------------------------------------------------------------------------
+
+    def follow(self, followed: Followed) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO follows VALUES (?, ?, ?, ?, ?)",
+                (
+                    followed.execution_id,
+                    followed.progress_message_id,
+                    followed.reply_to,
+                    followed.title,
+                    followed.started_at,
+                ),
+            )
+
+    def followed(self) -> list[Followed]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT execution_id, progress_message_id, reply_to, title, started_at "
+                "FROM follows ORDER BY started_at"
+            ).fetchall()
+        return [Followed(*row) for row in rows]
+
+    def owe(self, followed: Followed, items: list[Owed]) -> None:
+        """Record a finished turn's cards and forget its follow, in one fsynced transaction."""
+        now = self._clock()
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for item in items:
+                    self._db.execute(
+                        "INSERT INTO owed (kind, target, reply_to, card, uuid, created_at) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        (
+                            item.kind,
+                            followed.progress_message_id,
+                            followed.reply_to,
+                            json.dumps(item.card, ensure_ascii=False),
+                            str(uuid.uuid4()),
+                            now,
+                        ),
+                    )
+                self._db.execute(
+                    "DELETE FROM follows WHERE execution_id = ?", (followed.execution_id,)
+                )
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        self._idle.clear()
+        self._wake.set()
+
+    def pending(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM owed").fetchone()[0])
+
+    # -- delivering ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._wake.set()  # What an earlier process left owed goes out first.
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="feishu-outbox")
+
+    async def stop(self, grace_seconds: float) -> None:
+        """Give delivery ``grace_seconds`` to empty the queue; what is left stays owed on disk."""
+        if self._task is None:
+            return
+        if self.pending():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), grace_seconds)
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        self._task = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            retrying = AsyncRetrying(
+                retry=retry_if_exception_type(_StillFailing),
+                wait=wait_exponential(multiplier=1.0, min=1.0, max=self._max_wait),
+                reraise=True,
+            )
+            async for attempt in retrying:
+                with attempt:
+                    await self._deliver_owed()
+            if not self.pending():
+                self._idle.set()
+
+    def _items(self) -> list[_Item]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, kind, target, reply_to, card, uuid, created_at FROM owed ORDER BY id"
+            ).fetchall()
+        return [
+            _Item(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5], row[6])
+            for row in rows
+        ]
+
+    def _done(self, item_id: int) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM owed WHERE id = ?", (item_id,))
+
+    async def _deliver_owed(self) -> None:
+        for item in self._items():
+            if self._clock() - item.created_at > self._max_age:
+                logger.error(
+                    "giving up a Feishu reply owed since %.0f s ago (to message %s): too old",
+                    self._clock() - item.created_at,
+                    item.reply_to,
+                )
+                self._dropped("too_old")
+                self._done(item.id)
+                continue
+            try:
+                if item.kind == "card" and item.target:
+                    await self._finish_card(item.target, item.card)
+                else:
+                    await self._reply(item.reply_to, item.card, item.uuid)
+            except Unavailable as error:
+                logger.warning("a Feishu reply stays owed and is retried: %s", error.message)
+                raise _StillFailing() from None
+            except AmuxError as error:
+                logger.error("Feishu refused an owed reply; dropping it: %s", error.message)
+                self._dropped("refused")
+            self._done(item.id)
