@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
@@ -41,6 +42,7 @@ class CliEnv:
             settings.resolved_token(),
             binding=settings.memory_binding,
             timeout=settings.timeout,
+            via="cli",
         )
 
 
@@ -142,6 +144,84 @@ def memory_forget(
     emit(run(with_client(env, lambda hub: hub.memory_forget(path, expected_revision))))
 
 
+def _when(moment: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(moment))
+
+
+def history_line(entry: dict[str, Any]) -> str:
+    """One change of the log in one line: when, what, which revisions, who and how."""
+    previous = (entry.get("previous_revision") or "absent")[:12]
+    new = (entry.get("new_revision") or "absent")[:12]
+    line = (
+        f"{_when(entry['at'])}  {entry['action']:<7} {entry['path']}  {previous} -> {new}  "
+        f"{entry['size_bytes']} bytes  by {entry['principal_id']} via {entry['via']}"
+    )
+    if entry.get("session_id"):
+        line += f"  session {entry['session_id']}"
+    if entry.get("execution_id"):
+        line += f"  execution {entry['execution_id']}"
+    if entry.get("restorable_until"):
+        line += f"  restorable until {_when(entry['restorable_until'])}"
+    return line
+
+
+@memory_app.command("history")
+def memory_history(
+    ctx: typer.Context,
+    path: str | None = typer.Argument(None, help="Only this document's changes."),
+    limit: int | None = typer.Option(None, "--limit", help="At most this many (1-200)."),
+    before: int | None = typer.Option(None, "--before", help="Continue from a next_before."),
+    as_json: bool = typer.Option(False, "--json", help="Print the entries as JSON."),
+) -> None:
+    """Changes to your memory, newest first: who made them, how, and until when the previous
+    body can be restored."""
+    env = env_of(ctx)
+    answer = run(with_client(env, lambda hub: hub.memory_history(path, limit, before)))
+    if as_json:
+        emit(answer)
+        return
+    for entry in answer["entries"]:
+        typer.echo(history_line(entry))
+    if not answer["entries"]:
+        typer.echo("no changes recorded")
+    if answer.get("next_before"):
+        typer.echo(f"more: --before {answer['next_before']}")
+
+
+@memory_app.command("restore")
+def memory_restore(
+    ctx: typer.Context,
+    path: str = typer.Argument(..., help="Logical document path."),
+    revision: str = typer.Option(..., "--revision", help="The kept revision to bring back."),
+    expected_revision: str = typer.Option(
+        ..., "--expected-revision", help="The document's current revision, or 'absent'."
+    ),
+) -> None:
+    """Write a kept earlier revision back, if the document is still at the one you name."""
+    env = env_of(ctx)
+    emit(run(with_client(env, lambda hub: hub.memory_restore(path, revision, expected_revision))))
+
+
+def print_receipt(receipt: dict[str, Any]) -> None:
+    emit(receipt)
+    typer.echo(str(receipt.get("not_erased", "")), err=True)
+
+
+@memory_app.command("erase")
+def memory_erase(
+    ctx: typer.Context,
+    path: str | None = typer.Argument(None, help="The document to erase with all its history."),
+    everything: bool = typer.Option(
+        False, "--all", help="Erase your whole memory scope and its history (forget me)."
+    ),
+) -> None:
+    """Remove a document, every kept copy of it, and its path from the change log."""
+    if (path is None) == (not everything):
+        fail(InvalidArgument("name one document, or pass --all for your whole memory"))
+    env = env_of(ctx)
+    print_receipt(run(with_client(env, lambda hub: hub.memory_erase(path))))
+
+
 async def export_document(hub: HubClient, path: str) -> str:
     """The whole document, read page by page at one revision.
 
@@ -202,8 +282,8 @@ def config_get(
 @config_app.command("set")
 def config_set(
     ctx: typer.Context,
-    key: str = typer.Argument(..., help="memory.enabled or memory.isolation"),
-    value: str = typer.Argument(..., help="true|false, or on|off"),
+    key: str = typer.Argument(..., help="memory.enabled, memory.isolation or memory.history_days"),
+    value: str = typer.Argument(..., help="true|false, on|off, or a number of days"),
 ) -> None:
     """Save a setting (owner only); it takes effect when the Hub restarts."""
     env = env_of(ctx)
@@ -322,6 +402,19 @@ def principal_show(
 ) -> None:
     """A Principal with its aliases and credentials (never their secrets)."""
     emit(local(ctx, lambda state: describe_principal(state, state.principal_by_name(name).id)))
+
+
+@principal_app.command("erase")
+def principal_erase(
+    ctx: typer.Context, name: str = typer.Argument(..., help="The Principal whose memory goes.")
+) -> None:
+    """Erase everything a Principal wrote to memory, with its history (owner, on the Hub host)."""
+    principal = local(ctx, lambda state: state.principal_by_name(name))
+    env = env_of(ctx)
+    receipt = run(
+        with_client(env, lambda hub: hub.call("memory.erase_principal", principal_id=principal.id))
+    )
+    print_receipt(receipt)
 
 
 @principal_app.command("list")

@@ -12,6 +12,8 @@ from hub.errors import AmuxError, Unauthenticated, Unavailable, error_from_wire
 from hub.requestid import REQUEST_ID, REQUEST_ID_HEADER
 
 BINDING_HEADER = "X-Amux-Memory-Binding"
+# How the call came (``cli`` or ``mcp``), for the Hub's memory change log.
+VIA_HEADER = "X-Amux-Via"
 
 
 class HubClient:
@@ -24,10 +26,12 @@ class HubClient:
         *,
         binding: str | None = None,
         timeout: float = 30.0,
+        via: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._token = token
         self._binding = binding
+        self._via = via
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
 
@@ -54,6 +58,8 @@ class HubClient:
                 headers["Authorization"] = f"Bearer {self._token}"
             if self._binding:
                 headers[BINDING_HEADER] = self._binding
+            if self._via:
+                headers[VIA_HEADER] = self._via
             self._session = aiohttp.ClientSession(headers=headers, timeout=self._timeout)
         return self._session
 
@@ -115,6 +121,21 @@ class HubClient:
 
     async def memory_forget(self, path: str, expected_revision: str) -> dict[str, Any]:
         return await self.call("memory.forget", path=path, expected_revision=expected_revision)
+
+    async def memory_history(
+        self, path: str | None = None, limit: int | None = None, before: int | None = None
+    ) -> dict[str, Any]:
+        return await self.call("memory.history", path=path, limit=limit, before=before)
+
+    async def memory_restore(
+        self, path: str, revision: str, expected_revision: str
+    ) -> dict[str, Any]:
+        return await self.call(
+            "memory.restore", path=path, revision=revision, expected_revision=expected_revision
+        )
+
+    async def memory_erase(self, path: str | None = None) -> dict[str, Any]:
+        return await self.call("memory.erase", path=path)
 
     async def capabilities(self) -> dict[str, Any]:
         return await self.call("system.capabilities")

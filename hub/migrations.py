@@ -120,9 +120,37 @@ def _queue_with_request_ids(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE executions ADD COLUMN request_id TEXT")
 
 
+# Version 3: the memory change log (metadata only, never a body; see hub.history) and which
+# launch each delegated Agent credential was issued for, so a change names its Session and turn.
+_V3_MEMORY_LOG = """
+CREATE TABLE memory_log (
+    id INTEGER PRIMARY KEY,
+    scope TEXT NOT NULL,
+    path TEXT NOT NULL,
+    action TEXT NOT NULL CHECK (action IN ('upsert', 'forget', 'restore', 'erase')),
+    previous_revision TEXT,
+    new_revision TEXT,
+    size_bytes INTEGER NOT NULL DEFAULT 0,
+    at REAL NOT NULL,
+    principal_id TEXT NOT NULL,
+    via TEXT NOT NULL CHECK (via IN ('cli', 'mcp', 'card', 'rpc')),
+    session_id TEXT,
+    execution_id TEXT,
+    history_bytes INTEGER
+);
+CREATE INDEX memory_log_by_path ON memory_log(scope, path, id);
+CREATE INDEX memory_log_kept ON memory_log(scope, at) WHERE history_bytes IS NOT NULL;
+CREATE TABLE credential_launches (
+    credential_id TEXT PRIMARY KEY REFERENCES credentials(id) ON DELETE CASCADE,
+    session_id TEXT NOT NULL,
+    execution_id TEXT
+);
+"""
+
 MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (1, _V1_IDENTITY_AND_SETTINGS),
     (2, _queue_with_request_ids),
+    (3, _V3_MEMORY_LOG),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

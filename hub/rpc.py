@@ -33,6 +33,7 @@ from hub.errors import (
     NotFound,
     PayloadTooLarge,
 )
+from hub.history import Author
 from hub.identity import Actor, acting_for, bearer_token, memory_scope, require_service
 from hub.limits import DEFAULT_LIMITS
 from hub.metrics import METRICS, UNKNOWN_METHOD
@@ -45,6 +46,9 @@ HUB = web.AppKey("hub", Hub)
 ACTOR_KEY = web.RequestKey("actor", Actor)
 ERROR_CODE_KEY = web.RequestKey("error_code", str)
 BINDING_HEADER = "X-Amux-Memory-Binding"
+# How a call came, as the amux CLI and ``amux mcp`` say; anything else is logged as ``rpc``.
+VIA_HEADER = "X-Amux-Via"
+CLIENT_VIAS = frozenset({"cli", "mcp"})
 PROTOCOL_VERSION = 1
 
 
@@ -115,6 +119,17 @@ class Call:
     hub: Hub
     actor: Actor
     binding: str | None
+    via: str = "rpc"
+
+    def author(self) -> Author:
+        """The change log's author of a change made by this call (see ``hub.history``)."""
+        launch = self.hub.state.credential_launch(self.actor.credential.id)
+        return Author(
+            self.actor.principal.id,
+            self.via,
+            launch[0] if launch else None,
+            launch[1] if launch else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -254,7 +269,9 @@ async def dispatch(request: web.Request) -> web.Response:
         raise NotFound(f"unknown RPC method '{name}'")
     params = parse_params(spec.params, parse_body(await request.read()))
     binding = request.headers.get(BINDING_HEADER) or None
-    result = await spec.handler(Call(request.app[HUB], request[ACTOR_KEY], binding), params)
+    via = request.headers.get(VIA_HEADER, "")
+    call = Call(request.app[HUB], request[ACTOR_KEY], binding, via if via in CLIENT_VIAS else "rpc")
+    result = await spec.handler(call, params)
     return web.Response(body=dumps(result), content_type="application/json", charset="utf-8")
 
 
@@ -314,7 +331,9 @@ class UpsertParams(Params):
 async def memory_upsert(call: Call, params: UpsertParams) -> dict[str, Any]:
     scope = call.hub.memory_scope_for(call.actor, call.binding)
     p = params
-    return await call.hub.store.upsert(scope, p.path, p.content, p.expected_revision)
+    return await call.hub.history.upsert(
+        scope, p.path, p.content, p.expected_revision, call.author()
+    )
 
 
 class ForgetParams(Params):
@@ -324,7 +343,63 @@ class ForgetParams(Params):
 
 async def memory_forget(call: Call, params: ForgetParams) -> dict[str, Any]:
     scope = call.hub.memory_scope_for(call.actor, call.binding)
-    return await call.hub.store.forget(scope, params.path, params.expected_revision)
+    return await call.hub.history.forget(
+        scope, params.path, params.expected_revision, call.author()
+    )
+
+
+class HistoryParams(Params):
+    path: object = None
+    limit: int = Field(20, ge=1, le=200, description="an integer from 1 to 200")
+    before: int | None = Field(None, ge=1, description="a positive integer (a next_before)")
+
+
+async def memory_history(call: Call, params: HistoryParams) -> dict[str, Any]:
+    scope = call.hub.memory_scope_for(call.actor, call.binding)
+    p = params
+    return call.hub.history.entries(scope, call.actor.principal.id, p.path, p.limit, p.before)
+
+
+class RestoreParams(Params):
+    path: object
+    revision: str = Field(pattern=r"^[0-9a-f]{64}$", description="a 64-hex-digit revision")
+    expected_revision: object
+
+
+async def memory_restore(call: Call, params: RestoreParams) -> dict[str, Any]:
+    scope = call.hub.memory_scope_for(call.actor, call.binding)
+    p = params
+    return await call.hub.history.restore(
+        scope, p.path, p.revision, p.expected_revision, call.author()
+    )
+
+
+class EraseParams(Params):
+    # Left out: the caller's whole scope ("forget me").
+    path: object = None
+
+
+async def memory_erase(call: Call, params: EraseParams) -> dict[str, Any]:
+    scope = call.hub.memory_scope_for(call.actor, call.binding)
+    receipt = await call.hub.history.erase(scope, params.path, call.author())
+    logger.info("memory erased by %s", call.actor.principal.name)
+    return receipt.to_wire()
+
+
+class ErasePrincipalParams(Params):
+    principal_id: str = text_field(64)
+
+
+async def memory_erase_principal(call: Call, params: ErasePrincipalParams) -> dict[str, Any]:
+    """The owner erases everything one Principal wrote to memory, whatever the running policy."""
+    actor = call.actor
+    if not actor.principal.is_owner or actor.delegated:
+        raise Forbidden("only the owner can erase another Principal's memory")
+    if call.hub.state.principal(params.principal_id) is None:
+        raise NotFound("no such principal", principal_id=params.principal_id)
+    receipt = await call.hub.history.erase_principal(params.principal_id, call.author())
+    logger.info("memory of a principal erased by %s", actor.principal.name)
+    return receipt.to_wire()
 
 
 MEMORY_METHODS: Methods = MappingProxyType(
@@ -333,6 +408,16 @@ MEMORY_METHODS: Methods = MappingProxyType(
         "memory.get": Method(GetParams, memory_get),
         "memory.upsert": Method(UpsertParams, memory_upsert),
         "memory.forget": Method(ForgetParams, memory_forget),
+        "memory.history": Method(HistoryParams, memory_history),
+        "memory.restore": Method(RestoreParams, memory_restore),
+        "memory.erase": Method(EraseParams, memory_erase),
+    }
+)
+
+# Owner administration of memory; not one of the memory tools a Principal calls on its own scope.
+MEMORY_ADMIN_METHODS: Methods = MappingProxyType(
+    {
+        "memory.erase_principal": Method(ErasePrincipalParams, memory_erase_principal),
     }
 )
 

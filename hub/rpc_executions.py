@@ -174,6 +174,8 @@ async def executions_complete(call: Call, params: CompleteParams) -> dict[str, A
 
 class MemoryParams(SessionParams):
     capable: bool = Field(True, description="true or false")
+    # The turn this launch runs, so the memory changes its credential makes name it.
+    execution_id: str | None = text_field(ID_CHARS, None)
 
 
 async def sessions_memory(call: Call, params: MemoryParams) -> dict[str, Any]:
@@ -207,6 +209,7 @@ async def sessions_memory(call: Call, params: MemoryParams) -> dict[str, Any]:
             expires_at=time.time() + hub.settings.delegated_credential_seconds,
             issued_by=call.actor.principal.id,
         )
+        hub.state.record_launch(credential.id, session.id, params.execution_id)
         answer["token"] = token
         answer["credential_id"] = credential.id
     return answer

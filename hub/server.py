@@ -23,6 +23,7 @@ from hub.middleware import install_middleware
 from hub.rpc import (
     HUB,
     IDENTITY_METHODS,
+    MEMORY_ADMIN_METHODS,
     MEMORY_METHODS,
     RPC_PATH,
     SYSTEM_METHODS,
@@ -67,7 +68,9 @@ class Readiness:
 READINESS = web.AppKey("readiness", Readiness)
 
 # Every method the Hub serves over RPC.
-HUB_METHODS = combine(MEMORY_METHODS, SYSTEM_METHODS, IDENTITY_METHODS, EXECUTION_METHODS)
+HUB_METHODS = combine(
+    MEMORY_METHODS, MEMORY_ADMIN_METHODS, SYSTEM_METHODS, IDENTITY_METHODS, EXECUTION_METHODS
+)
 
 
 def add_hub(
@@ -102,10 +105,13 @@ def add_hub(
 
     async def lease_sweeper(app: web.Application) -> AsyncIterator[None]:
         task = asyncio.create_task(sweep_leases(app[HUB]))
+        # History past its window goes at start and then daily.
+        pruner = asyncio.create_task(app[HUB].history.prune_forever())
         yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for running in (task, pruner):
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
 
     async def release_long_polls(app: web.Application) -> None:
         await app[HUB].executions.close()

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from hub.config import OWNER_TOKEN_FILE, HubSettings
 from hub.errors import Forbidden, MemoryDisabled
 from hub.executions import Executions
+from hub.history import MemoryHistory
 from hub.identity import Actor, Authenticator, check_binding, memory_scope
 from hub.rootlock import RootLock
 from hub.state import State
@@ -20,6 +21,8 @@ from hub.sysconfig import SystemConfig
 logger = logging.getLogger("amux.hub")
 
 LOCAL_OWNER_NAME = "owner"
+# Beside the memory root, never in it: kept bodies are not searched, read or counted as memory.
+HISTORY_DIR = "memory-history"
 
 
 @dataclass
@@ -33,6 +36,7 @@ class Hub:
     root_lock: RootLock
     executions: Executions
     authenticate: Authenticator
+    history: MemoryHistory
     restart_requested: asyncio.Event = field(default_factory=asyncio.Event)
     # Hooks other packages register to extend ``system.capabilities`` (e.g. connected workers).
     capability_hooks: list[Callable[[], dict[str, object]]] = field(default_factory=list)
@@ -59,14 +63,20 @@ class Hub:
                 queue_seconds=settings.queue_seconds,
                 providers=providers,
             )
+            config = SystemConfig(state)
+            history = MemoryHistory(
+                state, store, settings.home / HISTORY_DIR, config.history_days, store.limits
+            )
+            history.open()
             hub = cls(
                 settings,
                 state,
                 store,
-                SystemConfig(state),
+                config,
                 root_lock,
                 executions,
                 Authenticator(state),
+                history,
             )
             hub._bootstrap_owner()
         except BaseException:

@@ -289,6 +289,22 @@ class State:
         self.credential_changes += 1
         return _credential(row)
 
+    def record_launch(self, credential_id: str, session_id: str, execution_id: str | None) -> None:
+        """Remember which launch a delegated credential was issued for (for the change log)."""
+        self.db.execute(
+            "INSERT OR REPLACE INTO credential_launches (credential_id, session_id, execution_id) "
+            "VALUES (?, ?, ?)",
+            (credential_id, session_id, execution_id),
+        )
+
+    def credential_launch(self, credential_id: str) -> tuple[str, str | None] | None:
+        """The (Session id, execution id) a delegated credential was issued for, if recorded."""
+        row = self.db.execute(
+            "SELECT session_id, execution_id FROM credential_launches WHERE credential_id = ?",
+            (credential_id,),
+        ).fetchone()
+        return (row["session_id"], row["execution_id"]) if row else None
+
     # -- settings --------------------------------------------------------------------------------
 
     def saved_settings(self) -> dict[str, Any]:

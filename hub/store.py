@@ -71,6 +71,9 @@ class MemoryStore:
         self._clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
         self._usage: dict[str, _Usage] = {}
+        # Called with (scope, path parts, old body) in the write thread, under the scope lock,
+        # before a body is overwritten or forgotten: the Hub's history keeps it (hub.history).
+        self.history_keeper: Callable[[str, tuple[str, ...], bytes], None] | None = None
 
     def open(self) -> None:
         """Create the root and clear temp files an earlier crash left behind."""
@@ -237,6 +240,8 @@ class MemoryStore:
                 f"the memory scope holds at most {self.limits.scope_bytes} bytes",
                 limit="scope_bytes",
             )
+        if current is not None and self.history_keeper is not None:
+            self.history_keeper(scope, parts, current)
         self.files.write_atomic(full, data)
         usage.documents = documents
         usage.bytes = total
@@ -286,12 +291,39 @@ class MemoryStore:
                 observed_revision=observed,
             )
         usage = self._scope_usage(scope)
+        if self.history_keeper is not None:
+            self.history_keeper(scope, parts, current)
         # Under the scope lock: no write in this scope can be creating a directory meanwhile.
         removed = self.files.delete(full, keep=len(scope_parts))
         if removed:
             usage.documents -= 1
             usage.bytes -= len(current)
         return {"path": logical, "already_absent": not removed}
+
+    async def erase(self, scope: str, path: str | None, only: set[str] | None = None) -> int:
+        """Delete one document (or, with ``path`` None, every document of the scope) whatever
+        its revision, keeping no history; ``only`` limits it to documents at those revisions.
+        Returns how many were removed."""
+        async with self._lock(scope):
+            return await asyncio.to_thread(self._erase, scope, path, only)
+
+    def _erase(self, scope: str, path: str | None, only: set[str] | None) -> int:
+        scope_parts = scope_directory(scope)
+        if path is not None:
+            targets = [tuple(path.split("/"))]
+        else:
+            targets = [document.parts for document in self.files.walk(scope_parts)]
+        usage = self._scope_usage(scope)
+        removed = 0
+        for parts in targets:
+            current = self.files.read(scope_parts + parts)
+            if current is None or (only is not None and revision_of(current) not in only):
+                continue
+            if self.files.delete(scope_parts + parts, keep=len(scope_parts)):
+                removed += 1
+                usage.documents -= 1
+                usage.bytes -= len(current)
+        return removed
 
     def _scope_usage(self, scope: str) -> _Usage:
         # Counted once per scope, then kept current by our own writes: the Hub is the only writer.

@@ -32,6 +32,19 @@ def _parse_isolation(raw: object) -> str:
     raise InvalidArgument("expected on or off")
 
 
+MAX_HISTORY_DAYS = 3650
+
+
+def _parse_days(raw: object) -> int:
+    if isinstance(raw, bool):
+        raise InvalidArgument(f"expected a whole number of days from 0 to {MAX_HISTORY_DAYS}")
+    if isinstance(raw, str) and raw.strip().isdigit():
+        raw = int(raw.strip())
+    if isinstance(raw, int) and 0 <= raw <= MAX_HISTORY_DAYS:
+        return raw
+    raise InvalidArgument(f"expected a whole number of days from 0 to {MAX_HISTORY_DAYS}")
+
+
 @dataclass(frozen=True)
 class SettingSpec:
     key: str
@@ -49,6 +62,12 @@ SPECS: dict[str, SettingSpec] = {
             "off",
             _parse_isolation,
             "off: one global memory; on: one memory per authenticated Principal",
+        ),
+        SettingSpec(
+            "memory.history_days",
+            30,
+            _parse_days,
+            "days an overwritten or forgotten document stays restorable (0: keep no history)",
         ),
     )
 }
@@ -95,6 +114,10 @@ class SystemConfig:
     @property
     def memory_enabled(self) -> bool:
         return bool(self.running["memory.enabled"])
+
+    @property
+    def history_days(self) -> int:
+        return int(self.running["memory.history_days"])
 
     @property
     def isolation(self) -> bool:

@@ -366,6 +366,7 @@ def bridge_for(settings: ClientSettings) -> MemoryBridge:
         settings.resolved_token(),
         binding=settings.memory_binding,
         timeout=settings.timeout,
+        via="mcp",
     )
     return MemoryBridge(
         hub,

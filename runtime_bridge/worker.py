@@ -365,7 +365,10 @@ class Worker:
         session = claimed.session
         try:
             answer = await self.hub.call(
-                "sessions.memory", session_id=session.id, capable=provider in MEMORY_PROVIDERS
+                "sessions.memory",
+                session_id=session.id,
+                capable=provider in MEMORY_PROVIDERS,
+                execution_id=claimed.execution_id,
             )
         except AmuxError as error:
             if session.memory == "bound" and session.binding:

@@ -175,8 +175,9 @@ def render_env_example() -> str:
         "# do not edit by hand. Every variable is optional: the value shown is the default.",
         "# Copy this file (e.g. to /etc/amux/amux.env), uncomment what you change, and keep it",
         "# readable only by the service user: it may hold the Feishu app secret and a Hub token.",
-        "# Agent memory on/off and isolation are not here: they are saved in the Hub's state",
-        "# (`amux system config set memory.enabled true`) and apply at the next restart.",
+        "# Agent memory on/off, isolation and history days (memory.history_days) are not here:",
+        "# they are saved in the Hub's state (`amux system config set memory.enabled true`) and",
+        "# apply at the next restart.",
     ]
     seen: set[str] = set()
     for title, model in SECTIONS:

@@ -103,6 +103,8 @@ ALL_TABLES = {
     "executions",
     "execution_events",
     "workers",
+    "memory_log",
+    "credential_launches",
 }
 
 

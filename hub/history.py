@@ -1,0 +1,474 @@
+"""Provenance of memory: who changed which document how, the old bodies kept for a while, undo
+and erase.
+
+Rules:
+
+- Every successful upsert, forget, restore and erase is one entry of the change log in the state
+  database: scope, path, action, previous and new revision, size, time, the acting Principal,
+  how the call came (``cli``, ``mcp``, ``card``, ``rpc``) and, for a delegated Agent credential,
+  the Session and execution it was issued for. Metadata only: a body never goes to SQLite.
+- Before a document is overwritten or forgotten its body is kept as a plain file named by its
+  revision, ``<AMUX_HOME>/memory-history/<scope dirs>/<path>/<revision>`` (mode 0600, written
+  durably like the memory root), for ``memory.history_days`` days (0 keeps none). Copies beyond
+  4 × the scope quota go oldest first. History is outside the memory root: search, get and the
+  quotas never see it.
+- A restore writes a kept body back as an ordinary conditional upsert.
+- An erase removes the document(s) and every history copy and replaces the path of the scope's
+  log entries by a marker; afterwards no copy of the text is left in the memory root, the history
+  or the state database.
+- Under isolation every scope has one Principal and history, restore and erase act on the whole
+  scope. In the one global scope (isolation off) they act on the caller's own changes only: the
+  entries it made and the bodies it wrote, so another Principal never sees or removes yours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hub.errors import NotFound
+from hub.files import MemoryFiles
+from hub.limits import Limits
+from hub.paths import GLOBAL_SCOPE, principal_scope, scope_directory, validate_path
+from hub.state import State
+from hub.store import ABSENT, MemoryStore, revision_of
+
+logger = logging.getLogger("amux.hub.history")
+
+VIAS = ("cli", "mcp", "card", "rpc")
+ERASED = "[erased]"
+DAY = 86400.0
+MAX_HISTORY_LIMIT = 200
+NOT_ERASED = (
+    "Transcripts the Agents keep natively are conversation history, not memory: they are not "
+    "erased."
+)
+
+
+@dataclass(frozen=True)
+class Author:
+    """Who makes a change and how it came: the Principal, the route, and the launch if any."""
+
+    principal_id: str
+    via: str = "rpc"
+    session_id: str | None = None
+    execution_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """What an erase removed."""
+
+    documents_removed: int
+    history_copies_removed: int
+    log_entries_redacted: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "documents_removed": self.documents_removed,
+            "history_copies_removed": self.history_copies_removed,
+            "log_entries_redacted": self.log_entries_redacted,
+            "not_erased": NOT_ERASED,
+        }
+
+
+class MemoryHistory:
+    """The change log (state database) and the kept bodies (``memory-history``) of one Hub."""
+
+    def __init__(
+        self, state: State, store: MemoryStore, root: Path, days: float, limits: Limits
+    ) -> None:
+        self._state = state
+        self._store = store
+        self.root = root
+        self.days = max(0.0, float(days))
+        self._limits = limits
+        self.files = MemoryFiles(root, cache_bytes=0)
+        # Pages freed by an erase are zeroed, so a redacted path leaves no trace in the file.
+        state.db.execute("PRAGMA secure_delete = ON")
+
+    @property
+    def enabled(self) -> bool:
+        return self.days > 0
+
+    def open(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.files.ensure_root()
+        self.files.sweep_temp_files()
+        if self.enabled:
+            # The store calls this in its write thread, under the scope lock, before the old
+            # body is replaced or removed: a crash leaves the copy, never a lost body.
+            self._store.history_keeper = self._keep
+
+    # -- keeping ---------------------------------------------------------------------------------
+
+    def _copy_parts(self, scope: str, path: str, revision: str) -> tuple[str, ...]:
+        return scope_directory(scope) + tuple(path.split("/")) + (revision,)
+
+    def _keep(self, scope: str, parts: tuple[str, ...], data: bytes) -> None:
+        self.files.write_atomic(scope_directory(scope) + parts + (revision_of(data),), data)
+
+    def record(
+        self,
+        scope: str,
+        path: str,
+        action: str,
+        author: Author,
+        previous: str | None,
+        new: str | None,
+        size: int,
+        kept_bytes: int | None,
+    ) -> int:
+        cursor = self._state.db.execute(
+            "INSERT INTO memory_log (scope, path, action, previous_revision, new_revision, "
+            "size_bytes, at, principal_id, via, session_id, execution_id, history_bytes) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                scope,
+                path,
+                action,
+                previous,
+                new,
+                size,
+                time.time(),
+                author.principal_id,
+                author.via,
+                author.session_id,
+                author.execution_id,
+                kept_bytes if self.enabled else None,
+            ),
+        )
+        return int(cursor.lastrowid or 0)
+
+    # -- changes ---------------------------------------------------------------------------------
+
+    async def upsert(
+        self,
+        scope: str,
+        path: object,
+        content: object,
+        expected_revision: object,
+        author: Author,
+        action: str = "upsert",
+    ) -> dict[str, Any]:
+        """``MemoryStore.upsert``, logged. Raises what it raises."""
+        result = await self._store.upsert(scope, path, content, expected_revision)
+        previous = str(expected_revision)
+        if result["revision"] != previous:
+            size = len(str(content).encode("utf-8"))
+            kept = None if previous == ABSENT else self._kept_size(scope, result["path"], previous)
+            self.record(
+                scope,
+                result["path"],
+                action,
+                author,
+                None if previous == ABSENT else previous,
+                result["revision"],
+                size,
+                kept,
+            )
+            if kept is not None:
+                await self.prune(scope)
+        return result
+
+    def _kept_size(self, scope: str, path: str, revision: str) -> int | None:
+        """The size of the copy the store kept of ``revision``; None when history is off."""
+        if not self.enabled:
+            return None
+        try:
+            return self.root.joinpath(*self._copy_parts(scope, path, revision)).stat().st_size
+        except OSError:
+            return None
+
+    async def forget(
+        self, scope: str, path: object, expected_revision: object, author: Author
+    ) -> dict[str, Any]:
+        """``MemoryStore.forget``, logged. Raises what it raises."""
+        result = await self._store.forget(scope, path, expected_revision)
+        if not result["already_absent"]:
+            size = self._kept_size(scope, result["path"], str(expected_revision))
+            self.record(
+                scope, result["path"], "forget", author, str(expected_revision), None, 0, size
+            )
+            if size is not None:
+                await self.prune(scope)
+        return result
+
+    async def restore(
+        self,
+        scope: str,
+        path: object,
+        revision: str,
+        expected_revision: object,
+        author: Author,
+    ) -> dict[str, Any]:
+        """Write a kept body back as an ordinary conditional upsert.
+
+        Raises:
+            NotFound: no copy of that revision is kept for this path (or, in the global scope,
+                none the caller wrote).
+            Conflict: the document is no longer at ``expected_revision``.
+        """
+        logical = "/".join(validate_path(path, self._limits))
+        if not self._may_restore(scope, logical, revision, author.principal_id):
+            raise NotFound(
+                f"no kept copy of revision {revision[:12]} of '{logical}'",
+                path=logical,
+                revision=revision,
+            )
+        data = await asyncio.to_thread(self.files.read, self._copy_parts(scope, logical, revision))
+        if data is None or revision_of(data) != revision:
+            raise NotFound(
+                f"the copy of revision {revision[:12]} of '{logical}' is no longer kept",
+                path=logical,
+                revision=revision,
+            )
+        content = data.decode("utf-8")
+        return await self.upsert(scope, logical, content, expected_revision, author, "restore")
+
+    def _may_restore(self, scope: str, path: str, revision: str, principal_id: str) -> bool:
+        sql = (
+            "SELECT 1 FROM memory_log WHERE scope = ? AND path = ? AND previous_revision = ? "
+            "AND history_bytes IS NOT NULL"
+        )
+        args: list[Any] = [scope, path, revision]
+        if scope == GLOBAL_SCOPE:
+            # In the shared scope a Principal restores only bodies it wrote itself.
+            sql += (
+                " AND EXISTS (SELECT 1 FROM memory_log w WHERE w.scope = ? AND w.path = ? "
+                "AND w.new_revision = ? AND w.principal_id = ?)"
+            )
+            args += [scope, path, revision, principal_id]
+        return self._state.db.execute(sql + " LIMIT 1", args).fetchone() is not None
+
+    # -- reading the log -------------------------------------------------------------------------
+
+    def entries(
+        self,
+        scope: str,
+        principal_id: str,
+        path: object = None,
+        limit: int = 50,
+        before: int | None = None,
+    ) -> dict[str, Any]:
+        """The scope's log, newest first (in the global scope only the caller's own entries)."""
+        sql = "SELECT * FROM memory_log WHERE scope = ?"
+        args: list[Any] = [scope]
+        if path is not None:
+            sql += " AND path = ?"
+            args.append("/".join(validate_path(path, self._limits)))
+        if scope == GLOBAL_SCOPE:
+            sql += " AND principal_id = ?"
+            args.append(principal_id)
+        if before is not None:
+            sql += " AND id < ?"
+            args.append(before)
+        sql += " ORDER BY id DESC LIMIT ?"
+        args.append(min(max(1, limit), MAX_HISTORY_LIMIT) + 1)
+        rows = self._state.db.execute(sql, args).fetchall()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return {
+            "entries": [self._entry(row) for row in rows],
+            "next_before": rows[-1]["id"] if more and rows else None,
+            "history_days": self.days,
+        }
+
+    def _entry(self, row: sqlite3.Row) -> dict[str, Any]:
+        restorable_until = (
+            row["at"] + self.days * DAY
+            if row["history_bytes"] is not None and row["previous_revision"]
+            else None
+        )
+        return {
+            "id": row["id"],
+            "path": row["path"],
+            "action": row["action"],
+            "previous_revision": row["previous_revision"],
+            "new_revision": row["new_revision"],
+            "size_bytes": row["size_bytes"],
+            "at": row["at"],
+            "principal_id": row["principal_id"],
+            "via": row["via"],
+            "session_id": row["session_id"],
+            "execution_id": row["execution_id"],
+            "restorable": restorable_until is not None,
+            "restorable_until": restorable_until,
+        }
+
+    # -- erasing ---------------------------------------------------------------------------------
+
+    async def erase(
+        self, scope: str, path: object, author: Author, subject: str | None = None
+    ) -> Receipt:
+        """Erase one document (``path``) or, with ``path`` None, the whole scope: in the global
+        scope only what ``subject`` (default: the author) wrote."""
+        logical = None if path is None else "/".join(validate_path(path, self._limits))
+        shared = scope == GLOBAL_SCOPE
+        whose = subject or author.principal_id
+        owned: set[str] | None = None
+        if shared:
+            owned = self._written_by(scope, logical, whose)
+        documents = await self._store.erase(scope, logical, owned)
+        copies = await asyncio.to_thread(self._remove_copies, scope, logical, owned)
+        sql = "UPDATE memory_log SET path = ?, history_bytes = NULL WHERE scope = ?"
+        args: list[Any] = [ERASED, scope]
+        if logical is not None:
+            sql += " AND path = ?"
+            args.append(logical)
+        else:
+            sql += " AND path != ?"
+            args.append(ERASED)
+        if shared:
+            sql += " AND principal_id = ?"
+            args.append(whose)
+        redacted = self._state.db.execute(sql, args).rowcount
+        self.record(scope, ERASED, "erase", author, None, None, 0, None)
+        self._scrub()
+        return Receipt(documents, copies, redacted)
+
+    async def erase_principal(self, principal_id: str, author: Author) -> Receipt:
+        """Everything of one Principal: its own scope, and what it wrote in the global one."""
+        own = await self.erase(principal_scope(principal_id), None, author, principal_id)
+        shared = await self.erase(GLOBAL_SCOPE, None, author, principal_id)
+        return Receipt(
+            own.documents_removed + shared.documents_removed,
+            own.history_copies_removed + shared.history_copies_removed,
+            own.log_entries_redacted + shared.log_entries_redacted,
+        )
+
+    def _written_by(self, scope: str, path: str | None, principal_id: str) -> set[str]:
+        sql = (
+            "SELECT DISTINCT new_revision FROM memory_log WHERE scope = ? AND principal_id = ? "
+            "AND new_revision IS NOT NULL"
+        )
+        args: list[Any] = [scope, principal_id]
+        if path is not None:
+            sql += " AND path = ?"
+            args.append(path)
+        return {row[0] for row in self._state.db.execute(sql, args)}
+
+    def _remove_copies(self, scope: str, path: str | None, owned: set[str] | None) -> int:
+        base = self.root.joinpath(*scope_directory(scope))
+        if path is not None:
+            base = base.joinpath(*path.split("/"))
+        return _remove_tree(base, owned)
+
+    def _scrub(self) -> None:
+        # The WAL still holds the pages as they were before the redaction until a checkpoint.
+        with contextlib.suppress(sqlite3.Error):
+            self._state.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    # -- retention -------------------------------------------------------------------------------
+
+    async def prune(self, scope: str | None = None) -> int:
+        """Drop copies past the window, and beyond 4 × the scope quota oldest first."""
+        db = self._state.db
+        expired: list[sqlite3.Row] = []
+        cutoff = time.time() - self.days * DAY
+        where = "history_bytes IS NOT NULL" + (" AND scope = ?" if scope else "")
+        args: tuple[Any, ...] = (scope,) if scope else ()
+        if not self.enabled:
+            expired = db.execute(f"SELECT * FROM memory_log WHERE {where}", args).fetchall()
+        else:
+            expired = db.execute(
+                f"SELECT * FROM memory_log WHERE {where} AND at < ?", (*args, cutoff)
+            ).fetchall()
+            scopes = (
+                [scope]
+                if scope
+                else [
+                    row[0]
+                    for row in db.execute(f"SELECT DISTINCT scope FROM memory_log WHERE {where}")
+                ]
+            )
+            for name in scopes:
+                expired += self._over_bound(name, {row["id"] for row in expired})
+        for row in expired:
+            db.execute("UPDATE memory_log SET history_bytes = NULL WHERE id = ?", (row["id"],))
+        removed = 0
+        for row in expired:
+            still = db.execute(
+                "SELECT 1 FROM memory_log WHERE scope = ? AND path = ? AND previous_revision = ? "
+                "AND history_bytes IS NOT NULL LIMIT 1",
+                (row["scope"], row["path"], row["previous_revision"]),
+            ).fetchone()
+            if still is None and row["previous_revision"]:
+                parts = self._copy_parts(row["scope"], row["path"], row["previous_revision"])
+                if await asyncio.to_thread(self.files.delete, parts, len(parts) - 1):
+                    removed += 1
+        return removed
+
+    def _over_bound(self, scope: str, already: set[int]) -> list[sqlite3.Row]:
+        rows = self._state.db.execute(
+            "SELECT * FROM memory_log WHERE scope = ? AND history_bytes IS NOT NULL "
+            "ORDER BY id DESC",
+            (scope,),
+        ).fetchall()
+        max_bytes = 4 * self._limits.scope_bytes
+        max_copies = 4 * self._limits.scope_documents
+        total = 0
+        count = 0
+        over: list[sqlite3.Row] = []
+        for row in rows:
+            if row["id"] in already:
+                continue
+            total += int(row["history_bytes"])
+            count += 1
+            if total > max_bytes or count > max_copies:
+                over.append(row)
+        return over
+
+    async def prune_forever(self, every: float = DAY) -> None:
+        """Prune now and then once per ``every`` seconds, until cancelled."""
+        while True:
+            try:
+                await self.prune()
+            except Exception:
+                logger.exception("pruning the memory history failed")
+            await asyncio.sleep(every)
+
+
+def _remove_tree(base: Path, owned: set[str] | None) -> int:
+    """Remove the history copies under ``base`` (only those named in ``owned`` when given) and
+    the directories left empty; returns how many copies went. Never follows a link."""
+    removed = 0
+    if base.is_symlink() or not base.is_dir():
+        return 0
+    for directory, dirs, names in os.walk(base, topdown=False, followlinks=False):
+        for name in names:
+            if owned is not None and name not in owned:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
+                if not name.startswith("."):
+                    removed += 1
+        for name in dirs:
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(directory, name))
+        _sync_dir(directory)
+    with contextlib.suppress(OSError):
+        base.rmdir()
+    _sync_dir(str(base.parent))
+    return removed
+
+
+def _sync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as err:
+        if err.errno == errno.ENOENT:
+            return
+        raise
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
