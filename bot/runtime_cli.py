@@ -18,7 +18,15 @@ import typer
 from bot import logs
 from hub.cli import emit, env_of, fail, run
 from hub.client import HubClient
-from hub.contract import SUCCEEDED, Execution, Session, TurnResult, WatchResult
+from hub.contract import (
+    MEMORY,
+    SUCCEEDED,
+    Execution,
+    MemoryUse,
+    Session,
+    TurnResult,
+    WatchResult,
+)
 from hub.errors import AmuxError, InvalidArgument
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.launch import LaunchSite
@@ -32,8 +40,20 @@ runtime_app = typer.Typer(help="Runtime workers and launch plans.")
 WATCH_SECONDS = 20
 
 
-async def follow(hub: HubClient, execution_id: str, quiet: bool) -> WatchResult:
-    """Print progress to stderr until the turn finishes; return its final state."""
+def memory_line(use: MemoryUse) -> str:
+    """A turn's memory call as one progress line: what it did, to which document, at which
+    revision (short)."""
+    if use.op == "searched":
+        return f"memory: searched {use.path or 'all documents'}"
+    revision = use.revision or use.previous_revision
+    return f"memory: {use.op} {use.path}" + (f" ({revision[:12]})" if revision else "")
+
+
+async def follow(
+    hub: HubClient, execution_id: str, quiet: bool, memory: list[MemoryUse] | None = None
+) -> WatchResult:
+    """Print progress to stderr until the turn finishes; return its final state. The turn's
+    memory calls are appended to ``memory`` when given."""
     after = 0
     while True:
         answer = WatchResult.from_wire(
@@ -45,10 +65,17 @@ async def follow(hub: HubClient, execution_id: str, quiet: bool) -> WatchResult:
             )
         )
         after = max(after, answer.last_seq)
-        if not quiet:
-            for event in answer.events:
-                prefix = {"warning": "warning: ", "status": "status: "}.get(event.kind, "")
-                typer.echo(f"{prefix}{event.text}", err=True)
+        for event in answer.events:
+            use = event.memory_use()
+            if use is not None and memory is not None:
+                memory.append(use)
+            if quiet or (event.kind == MEMORY and use is None):
+                continue
+            if use is not None:
+                typer.echo(memory_line(use), err=True)
+                continue
+            prefix = {"warning": "warning: ", "status": "status: "}.get(event.kind, "")
+            typer.echo(f"{prefix}{event.text}", err=True)
         if answer.execution.finished:
             return answer
 
@@ -66,6 +93,7 @@ def agent_run(
     """Run one Agent turn; progress on stderr, the answer on stdout."""
     env = env_of(ctx)
     workdir = str(cwd.resolve()) if cwd else None
+    memory: list[MemoryUse] = []
 
     async def work() -> tuple[Execution, str]:
         async with env.client() as hub:
@@ -78,7 +106,7 @@ def agent_run(
             )
             execution_id = Execution.from_wire(submitted["execution"]).id
             try:
-                final = await follow(hub, execution_id, quiet or as_json)
+                final = await follow(hub, execution_id, quiet or as_json, memory)
             except (KeyboardInterrupt, asyncio.CancelledError):
                 with contextlib.suppress(AmuxError):
                     await hub.call("executions.cancel", execution_id=execution_id)
@@ -99,6 +127,7 @@ def agent_run(
                 "warnings": list(result.warnings),
                 "usage": dict(result.usage),
                 "error": final.error,
+                "memory": [use.to_wire() for use in memory],
             }
         )
     elif succeeded:

@@ -5,6 +5,7 @@ fields by name and mypy sees the whole flow.
     submit  →  Execution (+ Session)            the bot, ``amux agent run``
     claim   →  Claim (Execution id, prompt, Session, lease)       a worker
     event   →  ExecutionEvent (progress, warning, status)          a worker, then watchers
+            ExecutionEvent (memory: MemoryUse)                      the Hub, on a turn's memory call
     complete ← Outcome (succeeded, TurnResult, error, native id)   a worker
     watch   →  WatchResult (Execution + its new events)            the bot, ``amux agent run``
 
@@ -14,6 +15,7 @@ field instead of letting a ``KeyError`` surface far from the call.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -154,14 +156,67 @@ class Execution:
         )
 
 
+# The kinds of ExecutionEvent: a worker reports the first three; the Hub adds ``memory`` when the
+# turn's delegated credential reads or changes memory.
+PROGRESS, WARNING, STATUS, MEMORY = "progress", "warning", "status", "memory"
+MEMORY_OPS = ("read", "searched", "saved", "forgot")
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    """One memory call of a turn: ``op`` (read, searched, saved, forgot), the document path (a
+    search's path prefix, possibly empty), the revision it read or left (None for a search or a
+    forget) and, for a change, the revision before it (None when it created the document): what
+    an undo goes back to."""
+
+    op: str
+    path: str
+    revision: str | None = None
+    previous_revision: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.op in ("saved", "forgot")
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {"op": self.op, "path": self.path, "revision": self.revision}
+        if self.changed:
+            wire["previous_revision"] = self.previous_revision
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> MemoryUse:
+        op = _field(wire, "op", str)
+        if op not in MEMORY_OPS:
+            raise InvalidArgument(f"malformed execution data: unknown memory op {op!r}")
+        return cls(
+            op,
+            _field(wire, "path", str),
+            _optional(wire, "revision", str),
+            _optional(wire, "previous_revision", str),
+        )
+
+
 @dataclass(frozen=True)
 class ExecutionEvent:
-    """Something a turn reported while it ran: ``progress``, ``warning`` or ``status``."""
+    """Something a turn reported while it ran: ``progress``, ``warning``, ``status`` or
+    ``memory`` (its text a ``MemoryUse`` as JSON; see ``memory_use``)."""
 
     seq: int
     kind: str
     text: str
     at: float
+
+    def memory_use(self) -> MemoryUse | None:
+        """The memory call a ``memory`` event records; None for any other kind (or a malformed
+        one, which a watcher skips rather than fail the turn over)."""
+        if self.kind != MEMORY:
+            return None
+        try:
+            wire = json.loads(self.text)
+            return MemoryUse.from_wire(wire) if isinstance(wire, Mapping) else None
+        except (ValueError, InvalidArgument):
+            return None
 
     def to_wire(self) -> dict[str, Any]:
         return {"seq": self.seq, "kind": self.kind, "text": self.text, "at": self.at}

@@ -420,6 +420,12 @@ class Executions:
         await self._notify()
         return seq
 
+    async def add_hub_event(self, execution_id: str, kind: str, text: str) -> int:
+        """An event the Hub itself records for a turn (its memory calls): no lease to check."""
+        seq = self._append_event(execution_id, kind, text[:MAX_EVENT_BYTES])
+        await self._notify()
+        return seq
+
     def _append_event(self, execution_id: str, kind: str, text: str) -> int:
         with self._state.transaction() as db:
             row = db.execute(

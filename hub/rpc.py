@@ -23,6 +23,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hub import __version__
+from hub.contract import MEMORY, MemoryUse
 from hub.errors import (
     AmuxError,
     BindingMismatch,
@@ -39,6 +40,7 @@ from hub.limits import DEFAULT_LIMITS
 from hub.metrics import METRICS, UNKNOWN_METHOD
 from hub.paths import binding_for
 from hub.services import Hub
+from hub.store import ABSENT
 
 logger = logging.getLogger("amux.hub.rpc")
 
@@ -120,6 +122,20 @@ class Call:
     actor: Actor
     binding: str | None
     via: str = "rpc"
+
+    async def note_memory(
+        self, op: str, path: str, revision: str | None = None, previous: str | None = None
+    ) -> None:
+        """Record a memory call made with a turn's delegated credential as an event of that
+        turn, so watchers and the result card show what the Agent read and saved."""
+        if not self.actor.delegated:
+            return
+        launch = self.hub.state.credential_launch(self.actor.credential.id)
+        if launch is None or launch[1] is None:
+            return
+        use = MemoryUse(op, path, revision, previous)
+        text = json.dumps(use.to_wire(), ensure_ascii=False)
+        await self.hub.executions.add_hub_event(launch[1], MEMORY, text)
 
     def author(self) -> Author:
         """The change log's author of a change made by this call (see ``hub.history``)."""
@@ -306,7 +322,10 @@ class SearchParams(Params):
 
 async def memory_search(call: Call, params: SearchParams) -> dict[str, Any]:
     scope = call.hub.memory_scope_for(call.actor, call.binding)
-    return await call.hub.store.search(scope, params.query, params.path_prefix, params.limit)
+    found = await call.hub.store.search(scope, params.query, params.path_prefix, params.limit)
+    prefix = params.path_prefix if isinstance(params.path_prefix, str) else ""
+    await call.note_memory("searched", prefix)
+    return found
 
 
 class GetParams(Params):
@@ -319,7 +338,11 @@ class GetParams(Params):
 async def memory_get(call: Call, params: GetParams) -> dict[str, Any]:
     scope = call.hub.memory_scope_for(call.actor, call.binding)
     p = params
-    return await call.hub.store.get(scope, p.path, p.start_line, p.end_line, p.offset)
+    got = await call.hub.store.get(scope, p.path, p.start_line, p.end_line, p.offset)
+    if got["exists"] and not p.offset:
+        # Continuation pages of the same read are not another read.
+        await call.note_memory("read", got["path"], got["revision"])
+    return got
 
 
 class UpsertParams(Params):
@@ -331,9 +354,15 @@ class UpsertParams(Params):
 async def memory_upsert(call: Call, params: UpsertParams) -> dict[str, Any]:
     scope = call.hub.memory_scope_for(call.actor, call.binding)
     p = params
-    return await call.hub.history.upsert(
+    saved = await call.hub.history.upsert(
         scope, p.path, p.content, p.expected_revision, call.author()
     )
+    previous = str(p.expected_revision)
+    if saved["revision"] != previous:
+        await call.note_memory(
+            "saved", saved["path"], saved["revision"], None if previous == ABSENT else previous
+        )
+    return saved
 
 
 class ForgetParams(Params):
@@ -343,9 +372,12 @@ class ForgetParams(Params):
 
 async def memory_forget(call: Call, params: ForgetParams) -> dict[str, Any]:
     scope = call.hub.memory_scope_for(call.actor, call.binding)
-    return await call.hub.history.forget(
+    forgotten = await call.hub.history.forget(
         scope, params.path, params.expected_revision, call.author()
     )
+    if not forgotten["already_absent"]:
+        await call.note_memory("forgot", forgotten["path"], None, str(params.expected_revision))
+    return forgotten
 
 
 class HistoryParams(Params):
@@ -369,9 +401,14 @@ class RestoreParams(Params):
 async def memory_restore(call: Call, params: RestoreParams) -> dict[str, Any]:
     scope = call.hub.memory_scope_for(call.actor, call.binding)
     p = params
-    return await call.hub.history.restore(
+    restored = await call.hub.history.restore(
         scope, p.path, p.revision, p.expected_revision, call.author()
     )
+    if restored["revision"] != p.expected_revision:
+        await call.note_memory(
+            "saved", restored["path"], restored["revision"], str(p.expected_revision)
+        )
+    return restored
 
 
 class EraseParams(Params):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from hub.contract import (
@@ -66,3 +68,16 @@ def test_an_answer_missing_a_field_is_refused_with_its_name() -> None:
         Execution.from_wire(wire)
     with pytest.raises(InvalidArgument, match="execution"):
         Claim.from_wire({"session": SESSION.to_wire(), "lease_seconds": 30})
+
+
+def test_a_memory_event_parses_to_the_memory_use_it_records_and_other_kinds_to_none() -> None:
+    from hub.contract import MEMORY, ExecutionEvent, MemoryUse
+
+    use = MemoryUse("saved", "topics/a.md", "b" * 64, None)
+    event = ExecutionEvent(3, MEMORY, json.dumps(use.to_wire()), 1.0)
+    assert event.memory_use() == use
+    assert ExecutionEvent(4, "progress", json.dumps(use.to_wire()), 1.0).memory_use() is None
+    assert ExecutionEvent(5, MEMORY, "not json", 1.0).memory_use() is None
+    assert ExecutionEvent(6, MEMORY, '{"op": "ate", "path": "a.md"}', 1.0).memory_use() is None
+    read = MemoryUse("read", "a.md", "c" * 64)
+    assert "previous_revision" not in read.to_wire()

@@ -70,6 +70,10 @@ async def test_an_agent_save_an_operator_overwrite_restore_forget_and_erase_are_
             await asyncio.to_thread(hub.enable_memory)
             turn = await agent_run(hub, "--provider", "claude", "Remember our review format")
             assert turn["state"] == "succeeded", turn
+            # The turn shows what it saved.
+            assert turn["memory"] == [
+                {"op": "saved", "path": path, "revision": revision(NOTE), "previous_revision": None}
+            ]
 
             [saved] = await history(hub, path)
             assert saved["action"] == "upsert"
