@@ -23,10 +23,18 @@ from bot.feishu.client import FeishuClient
 from bot.feishu.events import MessageEvent
 from bot.outbox import Followed, Outbox, Owed
 from cards.catalogue import text as catalogue_text
-from cards.models import Lang, Progress
+from cards.models import Lang, MemoryNote, Progress, TurnMemory
 from cards.notices import error_card, own_topic_card, warning_card
 from cards.progress import progress_card, result_cards
-from hub.contract import CANCELLED, RUNNING, SUCCEEDED, WatchResult
+from hub.contract import (
+    CANCELLED,
+    MEMORY,
+    RUNNING,
+    SUCCEEDED,
+    Execution,
+    MemoryUse,
+    WatchResult,
+)
 from hub.errors import AmuxError, Unavailable
 from hub.services import Hub
 from hub.state import Principal
@@ -134,6 +142,7 @@ class Conversations:
         executions = self._hub.executions
         lines: list[str] = []
         warnings: list[str] = []
+        memory: list[MemoryUse] = []
         after = 0
         while True:
             try:
@@ -145,7 +154,13 @@ class Conversations:
                 return
             after = max(after, answer.last_seq)
             for event in answer.events:
-                if event.kind == "warning":
+                use = event.memory_use()
+                if use is not None:
+                    memory.append(use)
+                    lines.append(f"memory: {use.op} {use.path}".rstrip())
+                elif event.kind == MEMORY:
+                    continue
+                elif event.kind == "warning":
                     warnings.append(event.text)
                     lines.append("⚠ " + event.text)
                 else:
@@ -154,7 +169,7 @@ class Conversations:
             elapsed = max(0.0, time.time() - followed.started_at)
             finished = answer.execution.finished
             if finished:
-                self._report(followed, answer, warnings, elapsed)
+                self._report(followed, answer, warnings, elapsed, memory)
                 return
             restarting = executions.closing
             if restarting:
@@ -178,6 +193,7 @@ class Conversations:
         answer: WatchResult,
         warnings: list[str],
         elapsed: float,
+        memory: list[MemoryUse] | None = None,
     ) -> None:
         execution = answer.execution
         state = execution.state
@@ -185,7 +201,9 @@ class Conversations:
         text = execution.result.text if execution.result is not None else None
         owed: list[Owed] = []
         if state == SUCCEEDED and text is not None:
-            parts = result_cards(text, self._lang, title=title)
+            parts = result_cards(
+                text, self._lang, title=title, memory=self._turn_memory(execution, memory or [])
+            )
             owed.append(Owed("card", parts[0]))
             owed.extend(Owed("reply", extra) for extra in parts[1:])
         else:
@@ -195,6 +213,16 @@ class Conversations:
             owed.append(Owed("reply", error_card(state, reason, self._lang)))
         owed.extend(Owed("reply", warning_card(warning, self._lang)) for warning in warnings)
         self._outbox.owe(followed, owed)
+
+    def _turn_memory(self, execution: Execution, uses: list[MemoryUse]) -> TurnMemory | None:
+        """What the result card shows of the turn's memory; None when it ran without memory."""
+        session = self._hub.executions.session(execution.session_id)
+        if session.memory != "bound":
+            return None
+        notes = tuple(
+            MemoryNote(use.op, use.path, use.revision, use.previous_revision) for use in uses
+        )
+        return TurnMemory(session.principal_id, notes)
 
     async def cancel(self, execution_id: str, by: Principal) -> bool:
         """Cancel a turn for its topic's owner (or the Hub owner); False when not theirs."""

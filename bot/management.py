@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 from cards import actions
+from cards.catalogue import text
 from cards.management import (
     management_card,
     restart_deferred_card,
@@ -39,9 +40,11 @@ from cards.models import (
 )
 from cards.notices import error_card, memory_disabled_card, owner_only_card
 from hub.errors import AmuxError, InvalidArgument
+from hub.history import Author
 from hub.paths import binding_for
 from hub.services import Hub
 from hub.state import Principal
+from hub.store import ABSENT
 
 logger = logging.getLogger("amux.bot")
 
@@ -261,11 +264,38 @@ class Management:
         revision = str(value.get("revision") or "")
         if action == actions.MEMORY_FORGET_ASK:
             return forget_confirm_card(str(path), revision, self.lang)
-        forgotten = await store.forget(scope, path, revision)
+        forgotten = await hub.history.forget(scope, path, revision, Author(principal.id, "card"))
         logger.info("memory document forgotten from Feishu by %s", principal.name)
         return forget_done_card(
             ForgetOutcome(forgotten["path"], forgotten["already_absent"]), self.lang
         )
+
+    async def undo(self, principal: Principal, value: dict[str, Any]) -> tuple[str, bool]:
+        """Undo one change a turn made, for the Principal whose memory it is: back to the
+        revision before it, if the document is still as the turn left it. Returns the message
+        to show and whether it worked."""
+        lang = self.lang
+        path = str(value.get("path") or "")
+        if str(value.get("principal_id") or "") != principal.id:
+            logger.warning("refused an Undo of another member's memory from %s", principal.name)
+            return text(lang, "memory.undo.not_yours"), False
+        hub = self._hub
+        if not hub.config.memory_enabled:
+            return text(lang, "notice.memory_disabled"), False
+        scope = self.scope_of(principal)
+        left = str(value.get("revision") or ABSENT)
+        previous = value.get("previous_revision")
+        current = await hub.store.get(scope, path, end_line=1)
+        if current["revision"] != left:
+            return text(lang, "memory.undo.changed", path=path), False
+        author = Author(principal.id, "card")
+        if isinstance(previous, str) and previous:
+            await hub.history.restore(scope, path, previous, left, author)
+            logger.info("a turn's memory change undone from Feishu by %s", principal.name)
+            return text(lang, "memory.undo.done", path=path, revision=previous[:8]), True
+        await hub.history.forget(scope, path, left, author)
+        logger.info("a turn's new memory document removed from Feishu by %s", principal.name)
+        return text(lang, "memory.undo.removed", path=path), True
 
     def pending_restart_card(self) -> tuple[str, Card] | None:
         """After a restart from Feishu: the card to refresh with the now-running values."""

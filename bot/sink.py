@@ -158,6 +158,12 @@ class BotSink:
             if not cancelled:
                 return CardResponse(toast="not yours to cancel", toast_type="error")
             return CardResponse(toast="cancelling", toast_type="info")
+        if value.get("action") == actions.MEMORY_UNDO:
+            try:
+                message, undone = await self._management.undo(principal, value)
+            except AmuxError as error:
+                return CardResponse(toast=error.message, toast_type="error")
+            return CardResponse(toast=message, toast_type="success" if undone else "error")
         card = await self._management.act(
             principal, value, action.form_value, action.open_message_id, action.chat_id
         )

@@ -20,6 +20,9 @@ action                     fields carried in the value
 ``memory.open``            ``path``, ``offset`` (optional continuation offset)
 ``memory.forget.ask``      ``path``, ``revision``: show the confirmation card
 ``memory.forget.confirm``  ``path``, ``revision``: delete if the document is still at ``revision``
+``memory.undo``            ``path``, ``revision`` (what the turn left; absent after a forget),
+                           ``previous_revision`` (absent when the turn created it),
+                           ``principal_id`` (whose memory): undo one change of a turn
 ``run.cancel``             ``run_id``: stop a running Agent execution
 ``provider.set``           ``provider``, ``chat_id``: the Agent new conversations in a chat run
 =========================  ======================================================================
@@ -40,6 +43,7 @@ MEMORY_SEARCH: Final = "memory.search"
 MEMORY_OPEN: Final = "memory.open"
 MEMORY_FORGET_ASK: Final = "memory.forget.ask"
 MEMORY_FORGET_CONFIRM: Final = "memory.forget.confirm"
+MEMORY_UNDO: Final = "memory.undo"
 RUN_CANCEL: Final = "run.cancel"
 PROVIDER_SET: Final = "provider.set"
 
@@ -56,6 +60,7 @@ ALL: Final[frozenset[str]] = frozenset(
         MEMORY_OPEN,
         MEMORY_FORGET_ASK,
         MEMORY_FORGET_CONFIRM,
+        MEMORY_UNDO,
         RUN_CANCEL,
         PROVIDER_SET,
     }

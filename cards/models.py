@@ -122,3 +122,21 @@ class Progress:
     lines: tuple[str, ...] = ()
     elapsed_seconds: float | None = None
     run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryNote:
+    """One memory call of a turn, as its result card lists it."""
+
+    op: str
+    path: str
+    revision: str | None = None
+    previous_revision: str | None = None
+
+
+@dataclass(frozen=True)
+class TurnMemory:
+    """What a turn bound to memory did with it; ``principal_id`` owns the scope (and its Undo)."""
+
+    principal_id: str
+    notes: tuple[MemoryNote, ...] = ()

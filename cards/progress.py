@@ -19,7 +19,7 @@ from cards.elements import (
     plain,
     row,
 )
-from cards.models import Lang, Progress
+from cards.models import Lang, MemoryNote, Progress, TurnMemory
 
 # One result card holds one markdown element of at most this many JSON-encoded bytes, leaving
 # room under CARD_MAX_BYTES for the header and code-fence repairs.
@@ -118,8 +118,65 @@ def _repair_fences(pieces: list[str]) -> list[str]:
     return repaired
 
 
-def result_cards(value: str, lang: Lang, title: str = "") -> list[Card]:
-    """The Agent's result as one or more cards, split cleanly under Feishu's size limit."""
+SHORT_REVISION = 8
+MEMORY_ITEMS = 10
+
+
+def _code(path: str) -> str:
+    # A path may hold a backtick or a mention tag; neither may break out of the code span.
+    return "`" + defuse_mentions(path).replace("`", "'") + "`"
+
+
+def _short(revision: str | None) -> str:
+    return (revision or "")[:SHORT_REVISION]
+
+
+def memory_section(memory: TurnMemory, lang: Lang) -> list[Element]:
+    """What a turn read, searched, saved and forgot, compactly; each change has an Undo for the
+    memory's owner (the handler checks who presses it)."""
+    elements: list[Element] = [markdown(text(lang, "result.memory"))]
+    notes = memory.notes
+    if not notes:
+        elements.append(markdown(text(lang, "result.memory.none")))
+        return elements
+    read: list[str] = []
+    for note in notes:
+        if note.op == "read" and _code(note.path) not in read:
+            read.append(_code(note.path))
+    if read:
+        shown = ", ".join(read[:MEMORY_ITEMS]) + (" …" if len(read) > MEMORY_ITEMS else "")
+        elements.append(markdown(text(lang, "result.memory.read", paths=shown)))
+    searches = sum(1 for note in notes if note.op == "searched")
+    if searches:
+        elements.append(markdown(text(lang, "result.memory.searched", count=searches)))
+    changes = [note for note in notes if note.op in ("saved", "forgot")]
+    for note in changes[-MEMORY_ITEMS:]:
+        elements.append(_change_row(note, memory.principal_id, lang))
+    return elements
+
+
+def _change_row(note: MemoryNote, principal_id: str, lang: Lang) -> Element:
+    if note.op == "saved":
+        revision = _short(note.revision)
+        label = text(lang, "result.memory.saved", path=_code(note.path), revision=revision)
+    else:
+        label = text(lang, "result.memory.forgot", path=_code(note.path))
+    undo = button(
+        text(lang, "result.memory.undo"),
+        actions.MEMORY_UNDO,
+        path=note.path,
+        revision=note.revision,
+        previous_revision=note.previous_revision,
+        principal_id=principal_id,
+    )
+    return row(markdown(label), undo)
+
+
+def result_cards(
+    value: str, lang: Lang, title: str = "", memory: TurnMemory | None = None
+) -> list[Card]:
+    """The Agent's result as one or more cards, split cleanly under Feishu's size limit. A turn
+    bound to memory shows what it did with it on the first card."""
     pieces = _repair_fences(split_text(defuse_mentions(value)) or [""])
     total = len(pieces)
     cards: list[Card] = []
@@ -129,7 +186,10 @@ def result_cards(value: str, lang: Lang, title: str = "") -> list[Card]:
             if total > 1
             else text(lang, "result.title")
         )
-        cards.append(card(heading, "green", [markdown(piece)], subtitle=title[:120]))
+        elements = [markdown(piece)]
+        if memory is not None and index == 1:
+            elements += memory_section(memory, lang)
+        cards.append(card(heading, "green", elements, subtitle=title[:120]))
     return cards
 
 

@@ -99,3 +99,36 @@ def test_finished_progress_has_no_stop_button() -> None:
     card = progress_card(Progress(title="t", status="done", lines=("ok",)), "en_us")
     assert callbacks(card) == []
     assert card["header"]["template"] == "green"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_result_card_lists_what_the_turn_read_and_changed_with_an_undo_per_change(
+    lang: Lang,
+) -> None:
+    from cards.models import MemoryNote, TurnMemory
+
+    memory = TurnMemory(
+        "p-alice",
+        (
+            MemoryNote("read", "MEMORY.md", "a" * 64),
+            MemoryNote("searched", ""),
+            MemoryNote("saved", "topics/re`view.md", "b" * 64, "c" * 64),
+            MemoryNote("forgot", "old.md", None, "d" * 64),
+        ),
+    )
+    (first,) = result_cards("Done.", lang, memory=memory)
+    assert_valid_card(first)
+    shown = all_text(first)
+    assert "MEMORY.md" in shown and "bbbbbbbb" in shown and "old.md" in shown
+    # A backtick in a path cannot close the code span early.
+    assert "`topics/re'view.md`" in shown
+    undos = [v for v in callbacks(first) if v["action"] == "memory.undo"]
+    assert [u["path"] for u in undos] == ["topics/re`view.md", "old.md"]
+    assert all(u["principal_id"] == "p-alice" for u in undos)
+    assert undos[0]["previous_revision"] == "c" * 64
+    assert "revision" not in undos[1]
+
+    (unused,) = result_cards("Done.", lang, memory=TurnMemory("p-alice"))
+    assert not [v for v in callbacks(unused) if v["action"] == "memory.undo"]
+    (unbound,) = result_cards("Done.", lang)
+    assert all_text(unbound) != all_text(unused)

@@ -1,0 +1,85 @@
+"""A turn's memory on its Feishu result card: what it saved, with an Undo only the memory's
+owner can press. The real ``claude`` CLI saves through the real ``amux mcp`` against the scripted
+model."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from hub.history import Author
+from hub.paths import principal_scope
+from tests.bot.test_bot_flows import BOB, buttons, card_text, running_bot
+from tests.bot.test_bot_turns import claude_worker
+from tests.conftest import until
+from tests.fakes.model_server import Answer, CallTool, FakeModelServer
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+PATH = "topics/review-format.md"
+BEFORE = "# Review format\nconclusion first\n"
+AFTER = "# Review format\nconclusion, evidence, unresolved questions\n"
+
+
+def revision(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+async def test_a_turn_that_saves_shows_the_path_and_only_its_owner_can_undo_it(
+    tmp_path: Path,
+) -> None:
+    script = [
+        CallTool(
+            "mcp__memory__amux_memory_upsert",
+            {"path": PATH, "content": AFTER, "expected_revision": revision(BEFORE)},
+        ),
+        Answer("Updated the review format."),
+    ]
+    async with (
+        FakeModelServer(script) as model,
+        running_bot(tmp_path, memory=True, isolation=True) as bot,
+        claude_worker(bot, tmp_path, model),
+    ):
+        alice = bot.ids["alice"]
+        scope = principal_scope(alice)
+        await bot.hub.history.upsert(scope, PATH, BEFORE, "absent", Author(alice, "cli"))
+
+        asked = await bot.say("Add evidence and open questions to our review format")
+        progress = await bot.reply_to(asked)
+        await until(lambda: '"content": "Result"' in card_text(progress.card), seconds=90)
+        shown = card_text(progress.card)
+        assert f"Saved `{PATH}` ({revision(AFTER)[:8]})" in shown
+        (undo,) = [b for b in buttons(progress.card) if b["action"] == "memory.undo"]
+        assert undo["principal_id"] == alice
+        assert undo["previous_revision"] == revision(BEFORE)
+
+        refused = await bot.click(undo, BOB)
+        assert "Only the owner of this memory" in refused["toast"]["content"]
+        assert (await bot.hub.store.get(scope, PATH))["revision"] == revision(AFTER)
+
+        undone = await bot.click(undo)
+        assert undone["toast"]["type"] == "success", undone
+        assert (await bot.hub.store.get(scope, PATH))["content"] == BEFORE
+        latest = bot.hub.history.entries(scope, alice, PATH)["entries"][0]
+        assert (latest["action"], latest["via"]) == ("restore", "card")
+
+        # Pressed again, the document is no longer as the turn left it.
+        again = await bot.click(undo)
+        assert "changed since" in again["toast"]["content"]
+        assert (await bot.hub.store.get(scope, PATH))["content"] == BEFORE
+
+
+async def test_a_bound_turn_that_touches_no_memory_says_so(tmp_path: Path) -> None:
+    async with (
+        FakeModelServer([Answer("Just an answer.")]) as model,
+        running_bot(tmp_path, memory=True) as bot,
+        claude_worker(bot, tmp_path, model),
+    ):
+        asked = await bot.say("What is two plus two?")
+        progress = await bot.reply_to(asked)
+        await until(lambda: '"content": "Result"' in card_text(progress.card), seconds=90)
+        assert "Just an answer." in card_text(progress.card)
+        assert "Memory not used." in card_text(progress.card)
+        assert not [b for b in buttons(progress.card) if b["action"] == "memory.undo"]
