@@ -217,7 +217,8 @@ class Cluster:
         return answer["status"], answer["body"]
 
     def held_on(self, index: int) -> list[Path]:
-        return sorted((self.work_dirs[index] / "workspace").glob("started-*"))
+        # The owner's turns run in its own workspace under the worker's work dir.
+        return sorted((self.work_dirs[index] / "workspaces").glob("*/started-*"))
 
     def logs(self) -> str:
         return "\n".join(
@@ -319,7 +320,8 @@ def test_workers_on_two_hosts_run_turns_and_a_killed_workers_turn_is_retried_on_
     # Kill host 1's worker, and the Agent it runs, in the middle of its turn.
     cluster.workers[0].kill()
     # Host 2 finishes its own turn, then picks up the one host 1 lost once its lease expires.
-    (cluster.work_dirs[1] / "workspace" / "release").write_text("go")
+    (held,) = cluster.held_on(1)
+    (held.parent / "release").write_text("go")
     done = wait_until(lambda: finished(cluster, survivor), 60)
     assert done["state"] == "succeeded", done
     assert str(cluster.work_dirs[1]) in done["result"]["text"]
