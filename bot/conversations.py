@@ -9,6 +9,10 @@ is out, and its final cards are owed there before the first attempt to post them
 bot re-attaches to each unfinished turn (``resume``) and its card is updated to the end, and no
 answer is lost to a Feishu outage. When Feishu cannot take the progress card at all, the turn
 still runs and its answer is owed as a reply in the topic.
+
+The progress is streamed into a CardKit card when Feishu allows it (``bot.streaming``), else shown
+on an ordinary card updated in place (throttled PATCH); either way the end of the turn replaces
+that card with the first result card.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ from dataclasses import dataclass
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import MessageEvent
 from bot.outbox import Followed, Outbox, Owed
+from bot.streaming import StreamingCard, open_streaming
 from cards.catalogue import text as catalogue_text
 from cards.models import Lang, MemoryNote, Progress, TurnMemory
 from cards.notices import error_card, own_topic_card, warning_card
 from cards.progress import progress_card, result_cards
+from cards.streaming import stream_text
 from hub.contract import (
     CANCELLED,
     MEMORY,
@@ -69,8 +75,10 @@ class Conversations:
         *,
         provider_of: Callable[[str], str],
         lang: Lang,
+        stream_interval: float = 1.0,
     ) -> None:
         self._hub = hub
+        self._stream_interval = stream_interval
         self._client = client
         self._update = update_card
         self._outbox = outbox
@@ -107,14 +115,23 @@ class Conversations:
             return None
         title = prompt.splitlines()[0][:TITLE_CHARS]
         view = Progress(title=title, status="queued", run_id=submitted.id)
+        card_id = ""
         try:
-            sent = await self._client.reply(event.message_id, card=progress_card(view, self._lang))
-            progress_message_id = sent.message_id
+            opened = await open_streaming(self._client, event.message_id, view, self._lang)
+            if opened is not None:
+                progress_message_id, card_id = opened.message_id, opened.card_id
+            else:
+                sent = await self._client.reply(
+                    event.message_id, card=progress_card(view, self._lang)
+                )
+                progress_message_id = sent.message_id
         except Unavailable as error:
             # The turn is queued already: it runs, and its answer is owed as a topic reply.
             logger.warning("no progress card for turn %s: %s", submitted.id, error.message)
-            progress_message_id = ""
-        followed = Followed(submitted.id, progress_message_id, event.message_id, title, time.time())
+            progress_message_id, card_id = "", ""
+        followed = Followed(
+            submitted.id, progress_message_id, event.message_id, title, time.time(), card_id
+        )
         self._outbox.follow(followed)
         await self._follow(followed)
         return Turn(submitted.id, session.id, progress_message_id)
@@ -139,6 +156,20 @@ class Conversations:
         await asyncio.gather(*self._resumed, return_exceptions=True)
 
     async def _follow(self, followed: Followed) -> None:
+        streaming = (
+            StreamingCard(
+                self._client, followed.card_id, followed.started_at, self._stream_interval
+            )
+            if followed.card_id
+            else None
+        )
+        try:
+            await self._follow_events(followed, streaming)
+        finally:
+            if streaming is not None:
+                await streaming.close()
+
+    async def _follow_events(self, followed: Followed, streaming: StreamingCard | None) -> None:
         executions = self._hub.executions
         lines: list[str] = []
         warnings: list[str] = []
@@ -169,7 +200,11 @@ class Conversations:
             elapsed = max(0.0, time.time() - followed.started_at)
             finished = answer.execution.finished
             if finished:
-                self._report(followed, answer, warnings, elapsed, memory)
+                if streaming is not None:
+                    await streaming.close()
+                # A streaming card ends under a sequence above every update sent to it.
+                sequence = streaming.next_sequence() if streaming is not None else 0
+                self._report(followed, answer, warnings, elapsed, memory, sequence)
                 return
             restarting = executions.closing
             if restarting:
@@ -182,7 +217,11 @@ class Conversations:
                 elapsed,
                 followed.execution_id,
             )
-            if followed.progress_message_id:
+            if streaming is not None:
+                streaming.push(stream_text(lines))
+                if restarting:
+                    await streaming.flush()
+            elif followed.progress_message_id:
                 self._update(followed.progress_message_id, progress_card(view, self._lang))
             if restarting:
                 return
@@ -194,6 +233,7 @@ class Conversations:
         warnings: list[str],
         elapsed: float,
         memory: list[MemoryUse] | None = None,
+        sequence: int = 0,
     ) -> None:
         execution = answer.execution
         state = execution.state
@@ -204,11 +244,11 @@ class Conversations:
             parts = result_cards(
                 text, self._lang, title=title, memory=self._turn_memory(execution, memory or [])
             )
-            owed.append(Owed("card", parts[0]))
+            owed.append(Owed("card", parts[0], sequence))
             owed.extend(Owed("reply", extra) for extra in parts[1:])
         else:
             view = Progress(title, "cancelled" if state == CANCELLED else "failed", (), elapsed)
-            owed.append(Owed("card", progress_card(view, self._lang)))
+            owed.append(Owed("card", progress_card(view, self._lang), sequence))
             reason = execution.error or "the Agent ended without an answer"
             owed.append(Owed("reply", error_card(state, reason, self._lang)))
         owed.extend(Owed("reply", warning_card(warning, self._lang)) for warning in warnings)

@@ -83,6 +83,7 @@ def add_feishu(
             hub_settings.home / OUTBOX_FILE,
             adapter.cards.finish,
             lambda reply_to, card, key: client.reply(reply_to, card=card, idempotency_key=key),
+            client.finish_card_entity,
             dropped=metrics.feishu_gave_up if metrics is not None else lambda reason: None,
         )
         conversations = Conversations(
@@ -92,6 +93,7 @@ def add_feishu(
             outbox,
             provider_of=management.provider_of,
             lang=lang,
+            stream_interval=settings.card_update_interval_seconds,
         )
         sink.target = BotSink(adapter.client, identities, management, conversations, lang)
         code = identities.offer_claim()

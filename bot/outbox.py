@@ -14,7 +14,8 @@ Rules:
   Feishu refuses for good, or one older than ``max_age`` (24 h), is logged and dropped, and
   ``dropped`` counts it.
 - Each reply carries a ``uuid`` fixed when it was owed, so a retry of a post that did land is
-  not shown twice; replacing a card is idempotent by itself.
+  not shown twice; replacing a card is idempotent by itself, and finishing a streaming card
+  (CardKit) reuses the sequence and idempotency key fixed when it was owed.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ CREATE TABLE IF NOT EXISTS follows (
     progress_message_id TEXT NOT NULL,
     reply_to TEXT NOT NULL,
     title TEXT NOT NULL,
-    started_at REAL NOT NULL
+    started_at REAL NOT NULL,
+    card_id TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS owed (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -56,16 +58,26 @@ CREATE TABLE IF NOT EXISTS owed (
     reply_to TEXT NOT NULL,
     card TEXT NOT NULL,
     uuid TEXT NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    card_id TEXT NOT NULL DEFAULT '',
+    sequence INTEGER NOT NULL DEFAULT 0
 );
 """
+# Columns added after the first version of this file; an older file gains them when opened.
+_ADDED_COLUMNS = (
+    ("follows", "card_id", "TEXT NOT NULL DEFAULT ''"),
+    ("owed", "card_id", "TEXT NOT NULL DEFAULT ''"),
+    ("owed", "sequence", "INTEGER NOT NULL DEFAULT 0"),
+)
 
 Card = dict[str, Any]
-# "card": show the card on ``target`` (the progress card), or post it as a reply to
-# ``reply_to`` when there is no progress card; "reply": post it as a reply in the topic.
+# "card": show the card on the streaming card entity, else on ``target`` (the progress card),
+# else post it as a reply to ``reply_to``; "reply": post it as a reply in the topic.
 Kind = Literal["card", "reply"]
 FinishCard = Callable[[str, Card], Awaitable[None]]
 Reply = Callable[[str, Card, str], Awaitable[object]]
+# (card_id, card, sequence, idempotency key): close streaming and replace the entity's card.
+FinishEntity = Callable[[str, Card, int, str], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -75,12 +87,15 @@ class Followed:
     reply_to: str
     title: str
     started_at: float
+    card_id: str = ""
 
 
 @dataclass(frozen=True)
 class Owed:
     kind: Kind
     card: Card
+    # For the "card" of a streaming card: the sequence its end is sent under.
+    sequence: int = 0
 
 
 @dataclass(frozen=True)
@@ -92,6 +107,8 @@ class _Item:
     card: Card
     uuid: str
     created_at: float
+    card_id: str
+    sequence: int
 
 
 class _StillFailing(Exception):
@@ -106,6 +123,7 @@ class Outbox:
         path: Path,
         finish_card: FinishCard,
         reply: Reply,
+        finish_entity: FinishEntity,
         *,
         max_age: float = MAX_AGE_SECONDS,
         max_wait: float = 30.0,
@@ -114,6 +132,7 @@ class Outbox:
     ) -> None:
         self._finish_card = finish_card
         self._reply = reply
+        self._finish_entity = finish_entity
         self._max_age = max_age
         self._max_wait = max_wait
         self._clock = clock
@@ -125,6 +144,10 @@ class Outbox:
             # An owed answer must survive a power cut once recorded: fsync every commit.
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
+            for table, column, declaration in _ADDED_COLUMNS:
+                present = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+                if column not in present:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -134,20 +157,22 @@ class Outbox:
     def follow(self, followed: Followed) -> None:
         with self._lock:
             self._db.execute(
-                "INSERT OR REPLACE INTO follows VALUES (?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO follows (execution_id, progress_message_id, reply_to, "
+                "title, started_at, card_id) VALUES (?, ?, ?, ?, ?, ?)",
                 (
                     followed.execution_id,
                     followed.progress_message_id,
                     followed.reply_to,
                     followed.title,
                     followed.started_at,
+                    followed.card_id,
                 ),
             )
 
     def followed(self) -> list[Followed]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT execution_id, progress_message_id, reply_to, title, started_at "
+                "SELECT execution_id, progress_message_id, reply_to, title, started_at, card_id "
                 "FROM follows ORDER BY started_at"
             ).fetchall()
         return [Followed(*row) for row in rows]
@@ -160,8 +185,8 @@ class Outbox:
             try:
                 for item in items:
                     self._db.execute(
-                        "INSERT INTO owed (kind, target, reply_to, card, uuid, created_at) "
-                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO owed (kind, target, reply_to, card, uuid, created_at, "
+                        "card_id, sequence) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             item.kind,
                             followed.progress_message_id,
@@ -169,6 +194,8 @@ class Outbox:
                             json.dumps(item.card, ensure_ascii=False),
                             str(uuid.uuid4()),
                             now,
+                            followed.card_id,
+                            item.sequence,
                         ),
                     )
                 self._db.execute(
@@ -224,12 +251,10 @@ class Outbox:
     def _items(self) -> list[_Item]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, kind, target, reply_to, card, uuid, created_at FROM owed ORDER BY id"
+                "SELECT id, kind, target, reply_to, card, uuid, created_at, card_id, sequence "
+                "FROM owed ORDER BY id"
             ).fetchall()
-        return [
-            _Item(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5], row[6])
-            for row in rows
-        ]
+        return [_Item(row[0], row[1], row[2], row[3], json.loads(row[4]), *row[5:]) for row in rows]
 
     def _done(self, item_id: int) -> None:
         with self._lock:
@@ -247,7 +272,9 @@ class Outbox:
                 self._done(item.id)
                 continue
             try:
-                if item.kind == "card" and item.target:
+                if item.kind == "card" and item.card_id:
+                    await self._finish_entity(item.card_id, item.card, item.sequence, item.uuid)
+                elif item.kind == "card" and item.target:
                     await self._finish_card(item.target, item.card)
                 else:
                     await self._reply(item.reply_to, item.card, item.uuid)

@@ -95,8 +95,7 @@ async def serve(settings: HubSettings) -> Outcome:
         if not await executions.wait_until_idle(drain_seconds):
             handed = await executions.hand_back()
             logger.warning(
-                "%d turns still running after %.0fs were handed back; they run again after the "
-                "%s",
+                "%d turns still running after %.0fs were handed back; they run again after the %s",
                 len(handed),
                 drain_seconds,
                 outcome.value,

@@ -197,6 +197,84 @@ class FeishuClient:
             body={"content": json.dumps(card, ensure_ascii=False)},
         )
 
+    # -- CardKit card entities (the endpoints of lark-oapi's ``cardkit.v1``) ----------------
+
+    async def create_card_entity(self, card: dict[str, Any]) -> str:
+        """Create a card entity from card JSON 2.0; returns its ``card_id``."""
+        data = await self._call(
+            "cardkit_create",
+            HttpMethod.POST,
+            "/open-apis/cardkit/v1/cards",
+            body={"type": "card_json", "data": json.dumps(card, ensure_ascii=False)},
+        )
+        card_id = str((data.get("data") or {}).get("card_id") or "")
+        if not card_id:
+            raise FeishuApiError("Feishu created a card without an id", operation="cardkit_create")
+        return card_id
+
+    async def reply_card_entity(self, message_id: str, card_id: str) -> SentMessage:
+        """Reply in ``message_id``'s topic with the card entity ``card_id``."""
+        content = json.dumps({"type": "card", "data": {"card_id": card_id}})
+        data = await self._call(
+            "reply",
+            HttpMethod.POST,
+            "/open-apis/im/v1/messages/:message_id/reply",
+            paths={"message_id": message_id},
+            receiver=message_id,
+            body={
+                "msg_type": "interactive",
+                "content": content,
+                "reply_in_thread": True,
+                "uuid": str(uuid.uuid4()),
+            },
+        )
+        return _sent(data)
+
+    async def stream_card_text(
+        self, card_id: str, element_id: str, content: str, sequence: int
+    ) -> None:
+        """Show ``content`` (the whole text so far) in a streaming card's element."""
+        await self._call(
+            "cardkit_content",
+            HttpMethod.PUT,
+            "/open-apis/cardkit/v1/cards/:card_id/elements/:element_id/content",
+            paths={"card_id": card_id, "element_id": element_id},
+            receiver=card_id,
+            body={"content": content, "sequence": sequence, "uuid": str(uuid.uuid4())},
+        )
+
+    async def finish_card_entity(
+        self, card_id: str, card: dict[str, Any], sequence: int, key: str
+    ) -> None:
+        """Close streaming mode, then replace the whole card, under ``sequence`` and the next.
+
+        ``key`` makes both calls idempotent, so repeating them after a failure is safe.
+        """
+        await self._call(
+            "cardkit_settings",
+            HttpMethod.PATCH,
+            "/open-apis/cardkit/v1/cards/:card_id/settings",
+            paths={"card_id": card_id},
+            receiver=card_id,
+            body={
+                "settings": json.dumps({"config": {"streaming_mode": False}}),
+                "sequence": sequence,
+                "uuid": f"{key}-close",
+            },
+        )
+        await self._call(
+            "cardkit_update",
+            HttpMethod.PUT,
+            "/open-apis/cardkit/v1/cards/:card_id",
+            paths={"card_id": card_id},
+            receiver=card_id,
+            body={
+                "card": {"type": "card_json", "data": json.dumps(card, ensure_ascii=False)},
+                "sequence": sequence + 1,
+                "uuid": f"{key}-card",
+            },
+        )
+
     async def delayed_update(self, callback_token: str, card: dict[str, Any]) -> None:
         """Update a card after its callback was answered (token valid 30 min, twice)."""
         await self._call(

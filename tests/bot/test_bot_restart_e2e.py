@@ -170,3 +170,26 @@ async def test_an_answer_owed_during_a_feishu_outage_and_a_restart_is_posted_onc
     assert len(bot.replies_to(asked)) == 4  # the progress card, then three follow-ups
     assert bot.feishu.failures_left() == 0
     assert bot.runs() == 1
+
+
+@pytest.mark.parametrize("bot", ["120"], indirect=True)
+async def test_progress_streams_into_a_cardkit_card_or_an_ordinary_card_when_cardkit_is_refused(
+    bot: Bot,
+) -> None:
+    streamed = await bot.say(str(bot.gate))
+    card = (await until(lambda: bot.replies_to(streamed)))[0]
+    assert card.entity is not None and card.entity.card["config"]["streaming_mode"] is True
+    bot.open_gate("streamed answer")
+    await until(lambda: "streamed answer" in shown(card))
+    await until(
+        lambda: card.entity is not None and not card.entity.card["config"].get("streaming_mode")
+    )
+
+    bot.feishu.cardkit_refused = True
+    bot.gate.unlink()
+    patched = await bot.say(str(bot.gate))
+    progress = (await until(lambda: bot.replies_to(patched)))[0]
+    assert progress.entity is None
+    bot.open_gate("patched answer")
+    await until(lambda: "patched answer" in shown(progress))
+    assert bot.feishu.calls("PATCH", f"/im/v1/messages/{progress.message_id}")

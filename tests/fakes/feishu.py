@@ -9,6 +9,12 @@ Failure injection: ``fail_next(n, status=429, code=99991400)`` makes the next ``
 API calls answer with that HTTP status and Feishu error code; ``go_down()`` refuses connections
 (and drops kept-alive ones) until ``come_back()``. Replies with a ``uuid`` already seen answer
 with the message it created, as Feishu's idempotency key does.
+
+CardKit: card entities are created, sent by ``card_id``, streamed (element content), re-configured
+and replaced; each change must carry a ``sequence`` larger than the card's last one (else code
+300317, as Feishu refuses an older update), a repeated ``uuid`` is answered without applying it
+again, and ``cardkit_refused`` makes creating one answer "no permission". A message showing an
+entity records each of its states in ``updates``.
 """
 
 from __future__ import annotations
@@ -46,6 +52,24 @@ class Failure:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+SEQUENCE_STALE = 300317
+NO_PERMISSION = 99991672
+
+
+@dataclass
+class CardEntity:
+    card_id: str
+    card: dict[str, Any]
+    sequence: int = 0
+    messages: list[StoredMessage] = field(default_factory=list)
+    sequences: list[int] = field(default_factory=list)
+
+    def changed(self) -> None:
+        state = json.dumps(self.card, ensure_ascii=False)
+        for message in self.messages:
+            message.updates.append(state)
+
+
 @dataclass
 class StoredMessage:
     message_id: str
@@ -55,10 +79,13 @@ class StoredMessage:
     root_id: str = ""
     thread_id: str = ""
     updates: list[str] = field(default_factory=list)
+    entity: CardEntity | None = None
 
     @property
     def card(self) -> dict[str, Any]:
         """The card this message currently shows (after any updates)."""
+        if self.entity is not None:
+            return self.entity.card
         value: dict[str, Any] = json.loads(self.updates[-1] if self.updates else self.content)
         return value
 
@@ -88,6 +115,9 @@ class FakeFeishu:
         self._port = 0
         self._down = False
         self._by_uuid: dict[str, str] = {}
+        self.entities: dict[str, CardEntity] = {}
+        self._card_uuids: set[str] = set()
+        self.cardkit_refused = False
         self.url = ""
         # Long connection state.
         self.ws_connected = asyncio.Event()
@@ -104,6 +134,13 @@ class FakeFeishu:
         app.router.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply)
         app.router.add_patch("/open-apis/im/v1/messages/{message_id}", self._patch)
         app.router.add_get("/open-apis/bot/v3/info", self._bot_info)
+        app.router.add_post("/open-apis/cardkit/v1/cards", self._card_create)
+        app.router.add_put("/open-apis/cardkit/v1/cards/{card_id}", self._card_replace)
+        app.router.add_patch("/open-apis/cardkit/v1/cards/{card_id}/settings", self._card_settings)
+        app.router.add_put(
+            "/open-apis/cardkit/v1/cards/{card_id}/elements/{element_id}/content",
+            self._card_content,
+        )
         app.router.add_post("/open-apis/interactive/v1/card/update", self._card_update)
         app.router.add_post("/callback/ws/endpoint", self._ws_endpoint)
         app.router.add_get("/ws", self._ws_handler)
@@ -264,6 +301,7 @@ class FakeFeishu:
             thread = f"omt_{next(self._ids)}"
             parent.thread_id = thread
         message = self._store(parent.chat_id, body, root_id=root, thread_id=thread)
+        self._attach_entity(message)
         if key:
             self._by_uuid[key] = message.message_id
         return web.json_response({"code": 0, "msg": "success", "data": self._message_data(message)})
@@ -273,6 +311,77 @@ class FakeFeishu:
         if message is None:
             return web.json_response({"code": 230011, "msg": "message not found"}, status=400)
         message.updates.append(str(self._body(request).get("content")))
+        return web.json_response({"code": 0, "msg": "success", "data": {}})
+
+    def _attach_entity(self, message: StoredMessage) -> None:
+        if message.msg_type != "interactive":
+            return
+        content = json.loads(message.content)
+        if content.get("type") == "card":
+            entity = self.entities[content["data"]["card_id"]]
+            message.entity = entity
+            entity.messages.append(message)
+
+    async def _card_create(self, request: web.Request) -> web.Response:
+        if self.cardkit_refused:
+            return web.json_response(
+                {"code": NO_PERMISSION, "msg": "no permission for cardkit"}, status=400
+            )
+        body = self._body(request)
+        card_id = f"ck_{next(self._ids)}"
+        self.entities[card_id] = CardEntity(card_id, json.loads(str(body.get("data"))))
+        return web.json_response({"code": 0, "msg": "success", "data": {"card_id": card_id}})
+
+    def _card_change(self, request: web.Request) -> tuple[CardEntity | None, web.Response | None]:
+        """The entity a change applies to, or the answer when it must not be applied."""
+        entity = self.entities.get(request.match_info["card_id"])
+        if entity is None:
+            return None, web.json_response({"code": 300301, "msg": "card not found"}, status=400)
+        body = self._body(request)
+        key = str(body.get("uuid") or "")
+        if key and key in self._card_uuids:
+            return None, web.json_response({"code": 0, "msg": "success", "data": {}})
+        sequence = int(body.get("sequence") or 0)
+        if sequence <= entity.sequence:
+            return None, web.json_response(
+                {"code": SEQUENCE_STALE, "msg": "sequence number compare failed"}, status=400
+            )
+        if key:
+            self._card_uuids.add(key)
+        entity.sequence = sequence
+        entity.sequences.append(sequence)
+        return entity, None
+
+    async def _card_content(self, request: web.Request) -> web.Response:
+        entity, refused = self._card_change(request)
+        if entity is None:
+            assert refused is not None
+            return refused
+        element_id = request.match_info["element_id"]
+        for element in entity.card.get("body", {}).get("elements", []):
+            if element.get("element_id") == element_id:
+                element["content"] = self._body(request).get("content")
+        entity.changed()
+        return web.json_response({"code": 0, "msg": "success", "data": {}})
+
+    async def _card_settings(self, request: web.Request) -> web.Response:
+        entity, refused = self._card_change(request)
+        if entity is None:
+            assert refused is not None
+            return refused
+        settings = json.loads(str(self._body(request).get("settings")))
+        entity.card.setdefault("config", {}).update(settings.get("config", {}))
+        entity.changed()
+        return web.json_response({"code": 0, "msg": "success", "data": {}})
+
+    async def _card_replace(self, request: web.Request) -> web.Response:
+        entity, refused = self._card_change(request)
+        if entity is None:
+            assert refused is not None
+            return refused
+        card = self._body(request).get("card") or {}
+        entity.card = json.loads(str(card.get("data")))
+        entity.changed()
         return web.json_response({"code": 0, "msg": "success", "data": {}})
 
     async def _bot_info(self, request: web.Request) -> web.Response:

@@ -1,0 +1,52 @@
+"""The streaming progress card: a CardKit card entity whose one markdown element shows the
+Agent's text as it arrives.
+
+Rules: the streamed element (``STREAM_ELEMENT``) holds at most ``STREAM_CHARS`` characters, the
+newest kept behind a leading ellipsis; mentions are defused. The card is in streaming mode while
+the turn runs and is replaced by the first result card at the end (``cards.progress.result_cards``),
+so the streamed text never has to hold the complete answer.
+"""
+
+from __future__ import annotations
+
+from cards import actions
+from cards.catalogue import text
+from cards.elements import Card, Element, button, card, defuse_mentions, row
+from cards.models import Lang, Progress
+
+STREAM_ELEMENT = "stream"
+STREAM_CHARS = 8_000
+
+
+def stream_text(lines: tuple[str, ...] | list[str]) -> str:
+    """What the streamed element shows: the progress so far, newest kept when it is long."""
+    joined = "\n\n".join(line for line in lines if line)
+    if len(joined) > STREAM_CHARS:
+        joined = "…" + joined[-(STREAM_CHARS - 1) :]
+    return defuse_mentions(joined) or "…"
+
+
+def streaming_card(view: Progress, lang: Lang) -> Card:
+    """The card entity a turn starts with; ``streaming_mode`` makes Feishu type updates out."""
+    elements: list[Element] = [
+        {"tag": "markdown", "element_id": STREAM_ELEMENT, "content": stream_text(view.lines)}
+    ]
+    if view.run_id:
+        elements.append(
+            row(
+                button(
+                    text(lang, "progress.cancel"),
+                    actions.RUN_CANCEL,
+                    kind="danger",
+                    run_id=view.run_id,
+                )
+            )
+        )
+    built = card(text(lang, "progress.title.running"), "blue", elements, subtitle=view.title[:120])
+    built["config"]["streaming_mode"] = True
+    built["config"]["streaming_config"] = {
+        "print_frequency_ms": {"default": 40},
+        "print_step": {"default": 4},
+        "print_strategy": "fast",
+    }
+    return built
