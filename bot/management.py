@@ -11,6 +11,7 @@ from typing import Any
 
 from cards import actions
 from cards.catalogue import text
+from cards.elements import escape
 from cards.management import (
     management_card,
     restart_deferred_card,
@@ -19,17 +20,23 @@ from cards.management import (
 )
 from cards.memory import (
     DOCUMENT_CHARS,
+    erase_confirm_card,
+    erased_card,
     forget_confirm_card,
     forget_done_card,
     memory_document_card,
+    memory_history_card,
     memory_list_card,
     memory_search_card,
+    restored_card,
 )
 from cards.models import (
+    EraseView,
     ForgetOutcome,
     Identity,
     Lang,
     ManagementView,
+    MemoryChange,
     MemoryDocument,
     MemoryItem,
     MemoryList,
@@ -40,7 +47,7 @@ from cards.models import (
 )
 from cards.notices import error_card, memory_disabled_card, owner_only_card
 from hub.errors import AmuxError, InvalidArgument
-from hub.history import Author
+from hub.history import Author, Receipt
 from hub.paths import binding_for
 from hub.services import Hub
 from hub.state import Principal
@@ -53,8 +60,20 @@ CHAT_PROVIDER_KEY = "bot.chat_provider."
 # A private chat with the bot belongs to one person: an alias of theirs, looked up by key.
 PRIVATE_CHAT_ALIAS = "feishu_p2p_chat"
 LIST_LIMIT = 50
+# Changes shown on a document's card, and on the card of the whole memory's changes.
+DOCUMENT_CHANGES = 5
+HISTORY_CHANGES = 15
 
 Card = dict[str, Any]
+
+
+def _erase_view(path: str | None, receipt: Receipt) -> EraseView:
+    return EraseView(
+        path,
+        receipt.documents_removed,
+        receipt.history_copies_removed,
+        receipt.log_entries_redacted,
+    )
 
 
 def _bool(value: Any, default: bool) -> bool:
@@ -227,6 +246,10 @@ class Management:
             actions.MEMORY_OPEN,
             actions.MEMORY_FORGET_ASK,
             actions.MEMORY_FORGET_CONFIRM,
+            actions.MEMORY_HISTORY,
+            actions.MEMORY_RESTORE,
+            actions.MEMORY_ERASE_ASK,
+            actions.MEMORY_ERASE_CONFIRM,
         ):
             return None
         if not hub.config.memory_enabled:
@@ -259,8 +282,28 @@ class Management:
             content, next_offset = _card_page(
                 got["content"], got["next_offset"], int(value.get("offset") or 0)
             )
-            document = MemoryDocument(got["path"], got["revision"], content, next_offset)
+            changes = await self._changes(principal, scope, got["path"], DOCUMENT_CHANGES)
+            document = MemoryDocument(got["path"], got["revision"], content, next_offset, changes)
             return memory_document_card(document, self.lang)
+        if action == actions.MEMORY_HISTORY:
+            changes = await self._changes(principal, scope, value.get("path"), HISTORY_CHANGES)
+            return memory_history_card(changes, self.lang)
+        author = Author(principal.id, "card")
+        if action == actions.MEMORY_RESTORE:
+            kept = str(value.get("revision") or "")
+            restored = await hub.history.restore(
+                scope, path, kept, str(value.get("expected_revision") or ABSENT), author
+            )
+            logger.info("a memory document restored from Feishu by %s", principal.name)
+            return restored_card(restored["path"], restored["revision"], self.lang)
+        if action in (actions.MEMORY_ERASE_ASK, actions.MEMORY_ERASE_CONFIRM):
+            target = path if isinstance(path, str) and path else None
+            if action == actions.MEMORY_ERASE_ASK:
+                preview = await hub.history.preview_erase(scope, target, principal.id)
+                return erase_confirm_card(_erase_view(target, preview), self.lang)
+            receipt = await hub.history.erase(scope, target, author)
+            logger.info("memory erased from Feishu by %s", principal.name)
+            return erased_card(_erase_view(target, receipt), self.lang)
         revision = str(value.get("revision") or "")
         if action == actions.MEMORY_FORGET_ASK:
             return forget_confirm_card(str(path), revision, self.lang)
@@ -269,6 +312,41 @@ class Management:
         return forget_done_card(
             ForgetOutcome(forgotten["path"], forgotten["already_absent"]), self.lang
         )
+
+    async def _changes(
+        self, principal: Principal, scope: str, path: object, limit: int
+    ) -> tuple[MemoryChange, ...]:
+        """Recent change-log entries as My memory shows them: by which conversation or person,
+        and the earlier version to restore while it is kept."""
+        hub = self._hub
+        entries = hub.history.entries(scope, principal.id, path or None, limit)["entries"]
+        current: dict[str, str] = {}
+        changes: list[MemoryChange] = []
+        for entry in entries:
+            entry_path = entry["path"]
+            if entry["restorable"] and entry_path not in current:
+                got = await hub.store.get(scope, entry_path, end_line=1)
+                current[entry_path] = got["revision"]
+            changes.append(
+                MemoryChange(
+                    at=entry["at"],
+                    action=entry["action"],
+                    path=entry_path,
+                    by=self._author_label(entry),
+                    restore_revision=entry["previous_revision"] if entry["restorable"] else None,
+                    restorable_until=entry["restorable_until"],
+                    current_revision=current.get(entry_path, ABSENT),
+                )
+            )
+        return tuple(changes)
+
+    def _author_label(self, entry: dict[str, Any]) -> str:
+        if entry.get("session_id"):
+            session = str(entry["session_id"])[:8]
+            return text(self.lang, "memory.change.by_conversation", session=session)
+        author = self._hub.state.principal(str(entry["principal_id"]))
+        name = escape(author.name) if author is not None else "?"
+        return text(self.lang, "memory.change.by_person", name=name, via=entry["via"])
 
     async def undo(self, principal: Principal, value: dict[str, Any]) -> tuple[str, bool]:
         """Undo one change a turn made, for the Principal whose memory it is: back to the

@@ -20,6 +20,10 @@ action                     fields carried in the value
 ``memory.open``            ``path``, ``offset`` (optional continuation offset)
 ``memory.forget.ask``      ``path``, ``revision``: show the confirmation card
 ``memory.forget.confirm``  ``path``, ``revision``: delete if the document is still at ``revision``
+``memory.history``         ``path`` (optional): recent changes of the caller's memory
+``memory.restore``         ``path``, ``revision`` (kept), ``expected_revision`` (current)
+``memory.erase.ask``       ``path`` (optional; none: the whole scope): what an erase removes
+``memory.erase.confirm``   ``path`` (optional): erase the document(s) and their history
 ``memory.undo``            ``path``, ``revision`` (what the turn left; absent after a forget),
                            ``previous_revision`` (absent when the turn created it),
                            ``principal_id`` (whose memory): undo one change of a turn
@@ -44,6 +48,10 @@ MEMORY_OPEN: Final = "memory.open"
 MEMORY_FORGET_ASK: Final = "memory.forget.ask"
 MEMORY_FORGET_CONFIRM: Final = "memory.forget.confirm"
 MEMORY_UNDO: Final = "memory.undo"
+MEMORY_HISTORY: Final = "memory.history"
+MEMORY_RESTORE: Final = "memory.restore"
+MEMORY_ERASE_ASK: Final = "memory.erase.ask"
+MEMORY_ERASE_CONFIRM: Final = "memory.erase.confirm"
 RUN_CANCEL: Final = "run.cancel"
 PROVIDER_SET: Final = "provider.set"
 
@@ -61,6 +69,10 @@ ALL: Final[frozenset[str]] = frozenset(
         MEMORY_FORGET_ASK,
         MEMORY_FORGET_CONFIRM,
         MEMORY_UNDO,
+        MEMORY_HISTORY,
+        MEMORY_RESTORE,
+        MEMORY_ERASE_ASK,
+        MEMORY_ERASE_CONFIRM,
         RUN_CANCEL,
         PROVIDER_SET,
     }

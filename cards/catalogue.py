@@ -88,6 +88,34 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "memory.forgotten_title": "Forgotten",
         "memory.forgotten": "**{path}** was deleted.",
         "memory.already_absent": "**{path}** was already gone.",
+        "memory.changes": "**Recent changes**",
+        "memory.changes_title": "Changes to my memory",
+        "memory.no_changes": "No changes recorded.",
+        "memory.change": "{when} · {action} {path} · by {by}",
+        "memory.change.by_conversation": "conversation `{session}`",
+        "memory.change.by_person": "{name} ({via})",
+        "memory.change.restorable": "earlier version restorable until {until}",
+        "memory.restore": "Restore this version",
+        "memory.restored": "**{path}** is back at revision `{revision}`.",
+        "memory.restored_title": "Restored",
+        "memory.history": "Changes",
+        "memory.erase": "Erase…",
+        "memory.erase_title": "Erase for good?",
+        "memory.erase_body": (
+            "This removes **{documents}** document(s) ({what}), **{copies}** kept earlier "
+            "version(s), and the path from **{entries}** change-log entries. It cannot be undone."
+        ),
+        "memory.erase_all": "your whole memory",
+        "memory.erase_confirm": "Erase",
+        "memory.erased_title": "Erased",
+        "memory.erased": (
+            "Removed {documents} document(s) and {copies} kept earlier version(s); the path was "
+            "replaced in {entries} change-log entries."
+        ),
+        "memory.not_erased": (
+            "Transcripts the Agents keep natively are conversation history, not memory: they are "
+            "not erased."
+        ),
         "progress.title.queued": "Queued",
         "progress.title.running": "Working",
         "progress.title.done": "Done",
@@ -197,6 +225,31 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "memory.forgotten_title": "已遗忘",
         "memory.forgotten": "**{path}** 已删除。",
         "memory.already_absent": "**{path}** 早已不存在。",
+        "memory.changes": "**最近的修改**",
+        "memory.changes_title": "我的记忆的修改记录",
+        "memory.no_changes": "暂无修改记录。",
+        "memory.change": "{when} · {action} {path} · 来自 {by}",
+        "memory.change.by_conversation": "会话 `{session}`",
+        "memory.change.by_person": "{name}（{via}）",
+        "memory.change.restorable": "旧版本可恢复至 {until}",
+        "memory.restore": "恢复此版本",
+        "memory.restored": "**{path}** 已恢复到版本 `{revision}`。",
+        "memory.restored_title": "已恢复",
+        "memory.history": "修改记录",
+        "memory.erase": "彻底删除…",
+        "memory.erase_title": "确定彻底删除？",
+        "memory.erase_body": (
+            "将删除 **{documents}** 篇文档（{what}）、**{copies}** 个保留的旧版本，并在 "
+            "**{entries}** 条修改记录中抹去路径。此操作无法撤销。"
+        ),
+        "memory.erase_all": "你的全部记忆",
+        "memory.erase_confirm": "彻底删除",
+        "memory.erased_title": "已彻底删除",
+        "memory.erased": (
+            "已删除 {documents} 篇文档和 {copies} 个保留的旧版本；"
+            "{entries} 条修改记录中的路径已被抹去。"
+        ),
+        "memory.not_erased": "Agent 自己保存的对话记录属于会话历史，不是记忆，不会被删除。",
         "progress.title.queued": "排队中",
         "progress.title.running": "处理中",
         "progress.title.done": "已完成",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from cards import actions
 from cards.catalogue import text
 from cards.elements import (
@@ -17,7 +19,15 @@ from cards.elements import (
     row,
     search_form,
 )
-from cards.models import ForgetOutcome, Lang, MemoryDocument, MemoryList, MemorySearch
+from cards.models import (
+    EraseView,
+    ForgetOutcome,
+    Lang,
+    MemoryChange,
+    MemoryDocument,
+    MemoryList,
+    MemorySearch,
+)
 
 # Stored text is shown verbatim; keep one document card well inside Feishu's card size limit.
 DOCUMENT_CHARS = 6_000
@@ -57,8 +67,106 @@ def memory_list_card(view: MemoryList, lang: Lang) -> Card:
         )
     if view.truncated:
         elements.append(markdown(f"*{text(lang, 'memory.truncated')}*"))
-    elements += [hr(), _search(lang)]
+    elements += [
+        hr(),
+        _search(lang),
+        row(
+            button(text(lang, "memory.history"), actions.MEMORY_HISTORY),
+            button(text(lang, "memory.erase"), actions.MEMORY_ERASE_ASK, kind="danger"),
+        ),
+    ]
     return card(text(lang, "memory.title"), "turquoise", elements)
+
+
+def _when(moment: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(moment))
+
+
+def change_elements(changes: tuple[MemoryChange, ...], lang: Lang) -> list[Element]:
+    """Each change in one line (when, what, by whom), with Restore this version while the
+    earlier body is kept."""
+    elements: list[Element] = []
+    for change in changes:
+        line = text(
+            lang,
+            "memory.change",
+            when=_when(change.at),
+            action=change.action,
+            path=f"`{code(change.path)}`",
+            by=change.by,
+        )
+        if change.restore_revision is None or change.restorable_until is None:
+            elements.append(markdown(line))
+            continue
+        until = text(lang, "memory.change.restorable", until=_when(change.restorable_until))
+        elements.append(
+            row(
+                markdown(f"{line}\n*{until}*"),
+                button(
+                    text(lang, "memory.restore"),
+                    actions.MEMORY_RESTORE,
+                    path=change.path,
+                    revision=change.restore_revision,
+                    expected_revision=change.current_revision,
+                ),
+            )
+        )
+    return elements
+
+
+def memory_history_card(changes: tuple[MemoryChange, ...], lang: Lang) -> Card:
+    """Recent changes of the caller's memory, forgotten documents included."""
+    elements: list[Element] = change_elements(changes, lang) or [
+        markdown(text(lang, "memory.no_changes"))
+    ]
+    elements += [hr(), row(button(text(lang, "memory.back"), actions.MEMORY_LIST))]
+    return card(text(lang, "memory.changes_title"), "turquoise", elements)
+
+
+def restored_card(path: str, revision: str, lang: Lang) -> Card:
+    elements: list[Element] = [
+        markdown(text(lang, "memory.restored", path=escape(path), revision=code(_short(revision)))),
+        row(
+            button(text(lang, "memory.open"), actions.MEMORY_OPEN, path=path),
+            button(text(lang, "memory.back"), actions.MEMORY_LIST),
+        ),
+    ]
+    return card(text(lang, "memory.restored_title"), "green", elements)
+
+
+def _erase_counts(view: EraseView, lang: Lang, key: str) -> str:
+    what = f"`{code(view.path)}`" if view.path else text(lang, "memory.erase_all")
+    return text(
+        lang, key, documents=view.documents, copies=view.copies, entries=view.entries, what=what
+    )
+
+
+def erase_confirm_card(view: EraseView, lang: Lang) -> Card:
+    """States exactly what an erase removes, and what it does not, before it happens."""
+    elements: list[Element] = [
+        markdown(_erase_counts(view, lang, "memory.erase_body")),
+        markdown(f"*{text(lang, 'memory.not_erased')}*"),
+        row(
+            button(
+                text(lang, "memory.erase_confirm"),
+                actions.MEMORY_ERASE_CONFIRM,
+                kind="danger",
+                path=view.path,
+            ),
+            button(text(lang, "memory.forget_cancel"), actions.MEMORY_LIST),
+        ),
+    ]
+    return card(text(lang, "memory.erase_title"), "red", elements)
+
+
+def erased_card(view: EraseView, lang: Lang) -> Card:
+    """The receipt of an erase."""
+    elements: list[Element] = [
+        markdown(_erase_counts(view, lang, "memory.erased")),
+        markdown(f"*{text(lang, 'memory.not_erased')}*"),
+        row(button(text(lang, "memory.back"), actions.MEMORY_LIST)),
+    ]
+    return card(text(lang, "memory.erased_title"), "green", elements)
 
 
 def memory_search_card(view: MemorySearch, lang: Lang) -> Card:
@@ -90,6 +198,8 @@ def memory_document_card(view: MemoryDocument, lang: Lang) -> Card:
         markdown(text(lang, "memory.revision", revision=code(_short(view.revision)))),
         plain(content),
     ]
+    if view.changes:
+        elements += [markdown(text(lang, "memory.changes")), *change_elements(view.changes, lang)]
     buttons: list[Element] = []
     if next_offset is not None:
         buttons.append(
@@ -105,6 +215,7 @@ def memory_document_card(view: MemoryDocument, lang: Lang) -> Card:
             path=view.path,
             revision=view.revision,
         ),
+        button(text(lang, "memory.erase"), actions.MEMORY_ERASE_ASK, kind="danger", path=view.path),
         button(text(lang, "memory.back"), actions.MEMORY_LIST),
     ]
     elements.append(row(*buttons))

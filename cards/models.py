@@ -100,11 +100,37 @@ class MemorySearch:
 
 
 @dataclass(frozen=True)
+class MemoryChange:
+    """One change-log entry as My memory shows it. ``by`` is already a display label (a
+    conversation or a person); ``restore_revision`` is the earlier version still kept, if any,
+    and ``current_revision`` what the document is at now (``absent`` when gone)."""
+
+    at: float
+    action: str
+    path: str
+    by: str
+    restore_revision: str | None = None
+    restorable_until: float | None = None
+    current_revision: str = "absent"
+
+
+@dataclass(frozen=True)
 class MemoryDocument:
     path: str
     revision: str
     content: str
     next_offset: int | None = None
+    changes: tuple[MemoryChange, ...] = ()
+
+
+@dataclass(frozen=True)
+class EraseView:
+    """What an erase of ``path`` (None: the whole scope) removes, asked or done."""
+
+    path: str | None
+    documents: int
+    copies: int
+    entries: int
 
 
 @dataclass(frozen=True)

@@ -319,18 +319,10 @@ class MemoryHistory:
             owned = self._written_by(scope, logical, whose)
         documents = await self._store.erase(scope, logical, owned)
         copies = await asyncio.to_thread(self._remove_copies, scope, logical, owned)
-        sql = "UPDATE memory_log SET path = ?, history_bytes = NULL WHERE scope = ?"
-        args: list[Any] = [ERASED, scope]
-        if logical is not None:
-            sql += " AND path = ?"
-            args.append(logical)
-        else:
-            sql += " AND path != ?"
-            args.append(ERASED)
-        if shared:
-            sql += " AND principal_id = ?"
-            args.append(whose)
-        redacted = self._state.db.execute(sql, args).rowcount
+        where, args = self._erased_entries(scope, logical, whose)
+        redacted = self._state.db.execute(
+            f"UPDATE memory_log SET path = ?, history_bytes = NULL WHERE {where}", [ERASED, *args]
+        ).rowcount
         self.record(scope, ERASED, "erase", author, None, None, 0, None)
         self._scrub()
         return Receipt(documents, copies, redacted)
@@ -343,6 +335,60 @@ class MemoryHistory:
             own.documents_removed + shared.documents_removed,
             own.history_copies_removed + shared.history_copies_removed,
             own.log_entries_redacted + shared.log_entries_redacted,
+        )
+
+    async def preview_erase(self, scope: str, path: object, principal_id: str) -> Receipt:
+        """What ``erase`` would remove now, removing nothing: for a confirmation that states it."""
+        logical = None if path is None else "/".join(validate_path(path, self._limits))
+        owned = self._written_by(scope, logical, principal_id) if scope == GLOBAL_SCOPE else None
+        documents = await asyncio.to_thread(self._count_documents, scope, logical, owned)
+        copies = await asyncio.to_thread(self._count_copies, scope, logical, owned)
+        where, args = self._erased_entries(scope, logical, principal_id)
+        entries = self._state.db.execute(
+            f"SELECT COUNT(*) FROM memory_log WHERE {where}", args
+        ).fetchone()[0]
+        return Receipt(documents, copies, int(entries))
+
+    def _erased_entries(
+        self, scope: str, path: str | None, principal_id: str
+    ) -> tuple[str, list[Any]]:
+        """The log entries an erase redacts, as a WHERE clause and its arguments."""
+        where = "scope = ?"
+        args: list[Any] = [scope]
+        if path is not None:
+            where += " AND path = ?"
+            args.append(path)
+        else:
+            where += " AND path != ?"
+            args.append(ERASED)
+        if scope == GLOBAL_SCOPE:
+            where += " AND principal_id = ?"
+            args.append(principal_id)
+        return where, args
+
+    def _count_documents(self, scope: str, path: str | None, owned: set[str] | None) -> int:
+        scope_parts = scope_directory(scope)
+        if path is not None:
+            bodies = [self._store.files.read(scope_parts + tuple(path.split("/")))]
+        else:
+            bodies = [document.data for document in self._store.files.walk(scope_parts)]
+        return sum(
+            1
+            for body in bodies
+            if body is not None and (owned is None or revision_of(body) in owned)
+        )
+
+    def _count_copies(self, scope: str, path: str | None, owned: set[str] | None) -> int:
+        base = self.root.joinpath(*scope_directory(scope))
+        if path is not None:
+            base = base.joinpath(*path.split("/"))
+        if base.is_symlink() or not base.is_dir():
+            return 0
+        return sum(
+            1
+            for _directory, _dirs, names in os.walk(base, followlinks=False)
+            for name in names
+            if not name.startswith(".") and (owned is None or name in owned)
         )
 
     def _written_by(self, scope: str, path: str | None, principal_id: str) -> set[str]:

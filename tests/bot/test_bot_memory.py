@@ -83,3 +83,44 @@ async def test_a_bound_turn_that_touches_no_memory_says_so(tmp_path: Path) -> No
         assert "Just an answer." in card_text(progress.card)
         assert "Memory not used." in card_text(progress.card)
         assert not [b for b in buttons(progress.card) if b["action"] == "memory.undo"]
+
+
+async def test_my_memory_lists_changes_restores_a_version_and_erases_with_a_receipt(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, memory=True, isolation=True) as bot:
+        alice = bot.ids["alice"]
+        scope = principal_scope(alice)
+        history = bot.hub.history
+        await history.upsert(scope, PATH, BEFORE, "absent", Author(alice, "cli"))
+        await history.upsert(scope, PATH, AFTER, revision(BEFORE), Author(alice, "cli"))
+
+        opened = await bot.card_after({"action": "memory.open", "path": PATH})
+        shown = card_text(opened)
+        assert "Recent changes" in shown and "alice (cli)" in shown
+        assert "restorable until" in shown
+        (restore,) = [b for b in buttons(opened) if b["action"] == "memory.restore"]
+        assert restore["revision"] == revision(BEFORE)
+        assert restore["expected_revision"] == revision(AFTER)
+
+        # Bob's memory holds none of this: his list of changes is empty.
+        theirs = await bot.card_after({"action": "memory.history"}, who=BOB)
+        assert "No changes recorded." in card_text(theirs)
+
+        done = await bot.card_after(restore)
+        assert "is back at revision" in card_text(done)
+        assert (await bot.hub.store.get(scope, PATH))["content"] == BEFORE
+        changes = await bot.card_after({"action": "memory.history"})
+        assert "restore" in card_text(changes)
+
+        ask = await bot.card_after({"action": "memory.erase.ask"})
+        # One document, its two kept earlier versions, three log entries.
+        assert "removes **1** document(s)" in card_text(ask)
+        assert "**2** kept earlier version(s)" in card_text(ask)
+        assert "**3** change-log entries" in card_text(ask)
+        assert "not erased" in card_text(ask)
+        (confirm,) = [b for b in buttons(ask) if b["action"] == "memory.erase.confirm"]
+        receipt = await bot.card_after(confirm)
+        assert "Removed 1 document(s) and 2 kept earlier version(s)" in card_text(receipt)
+        assert (await bot.hub.store.get(scope, PATH))["exists"] is False
+        assert list((bot.hub.settings.home / "memory-history").rglob("*.md")) == []

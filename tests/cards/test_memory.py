@@ -65,7 +65,8 @@ def test_document_view_offers_more_forget_with_revision_and_back() -> None:
     values = callbacks(card)
     assert values[0] == {"action": "memory.open", "path": "MEMORY.md", "offset": 8192}
     assert values[1] == {"action": "memory.forget.ask", "path": "MEMORY.md", "revision": REV}
-    assert values[2] == {"action": "memory.list"}
+    assert values[2] == {"action": "memory.erase.ask", "path": "MEMORY.md"}
+    assert values[3] == {"action": "memory.list"}
 
 
 @pytest.mark.parametrize("lang", LANGS)
