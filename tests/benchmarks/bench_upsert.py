@@ -1,5 +1,8 @@
 """Upserts of a 4 KiB document, against a plain write+fsync+rename+dirfsync loop on the same disk.
 
+Over the Hub RPC with memory history on (the default: each overwritten body is kept, durably, and
+the change logged) and off (``memory.history_days`` 0: only the change is logged).
+
 Run: .venv/bin/python tests/benchmarks/bench_upsert.py
 Target: the store at 70% or more of the baseline's rate.
 """
@@ -17,6 +20,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.benchmarks.harness import header, hub_server
+
+HISTORY_DAYS = 30
 
 WRITES = 400
 SLICE = 20
@@ -52,10 +57,21 @@ class Plain:
         os.close(self.dir_fd)
 
 
+def save_history_days(home: Path, days: int) -> None:
+    """Saved before the Hub starts, so it runs with this retention and no restart."""
+    from hub.config import HubSettings
+    from hub.state import State
+
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    state = State(HubSettings(home=home).state_path)
+    state.save_setting("memory.history_days", days)
+    state.close()
+
+
 async def bench(base: Path) -> dict[str, float]:
     """Seconds each way spent on WRITES writes, run in alternating slices of SLICE writes.
 
-    Other work on the machine comes and goes; alternating slices lets it hit all three alike.
+    Other work on the machine comes and goes; alternating slices lets it hit all four alike.
     """
     from hub.client import HubClient
     from hub.store import MemoryStore
@@ -63,12 +79,18 @@ async def bench(base: Path) -> dict[str, float]:
     plain = Plain(base / "plain")
     store = MemoryStore(base / "store")
     store.open()
-    spent = {"plain": 0.0, "store": 0.0, "rpc": 0.0}
-    store_revision = rpc_revision = "absent"
+    spent = {"plain": 0.0, "store": 0.0, "rpc": 0.0, "rpc_no_history": 0.0}
+    store_revision = rpc_revision = bare_revision = "absent"
+    save_history_days(base / "home", HISTORY_DAYS)
+    save_history_days(base / "bare", 0)
     try:
-        with hub_server(base / "home") as server:
-            async with HubClient(server.url, server.token) as hub:
+        with hub_server(base / "home") as server, hub_server(base / "bare") as bare_server:
+            async with (
+                HubClient(server.url, server.token) as hub,
+                HubClient(bare_server.url, bare_server.token) as bare,
+            ):
                 await hub.memory_get("bench/doc.md")
+                await bare.memory_get("bench/doc.md")
                 for first in range(0, WRITES, SLICE):
                     texts = [content(i) for i in range(first, first + SLICE)]
                     start = time.perf_counter()
@@ -82,9 +104,14 @@ async def bench(base: Path) -> dict[str, float]:
                     for text in texts:
                         written = await hub.memory_upsert("bench/doc.md", text, rpc_revision)
                         rpc_revision = written["revision"]
+                    after_rpc = time.perf_counter()
+                    for text in texts:
+                        written = await bare.memory_upsert("bench/doc.md", text, bare_revision)
+                        bare_revision = written["revision"]
                     spent["plain"] += middle - start
                     spent["store"] += end - middle
-                    spent["rpc"] += time.perf_counter() - end
+                    spent["rpc"] += after_rpc - end
+                    spent["rpc_no_history"] += time.perf_counter() - after_rpc
     finally:
         plain.close()
     return spent
@@ -101,8 +128,13 @@ def main() -> None:
         f"  = {rates['store'] / rates['plain']:.0%} of plain"
     )
     print(
-        f"memory.upsert over the Hub RPC:    {rates['rpc']:7.0f} writes/s"
-        f"  = {rates['rpc'] / rates['plain']:.0%} of plain"
+        f"memory.upsert over the Hub RPC, history on ({HISTORY_DAYS} days):"
+        f" {rates['rpc']:7.0f} writes/s  = {rates['rpc'] / rates['plain']:.0%} of plain"
+    )
+    print(
+        f"memory.upsert over the Hub RPC, history off (0 days): "
+        f" {rates['rpc_no_history']:7.0f} writes/s"
+        f"  = {rates['rpc_no_history'] / rates['plain']:.0%} of plain"
     )
 
 
