@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
 import logging
 import os
 import sqlite3
@@ -323,6 +324,7 @@ class MemoryHistory:
         redacted = self._state.db.execute(
             f"UPDATE memory_log SET path = ?, history_bytes = NULL WHERE {where}", [ERASED, *args]
         ).rowcount
+        self._redact_turn_events(scope, logical, whose)
         self.record(scope, ERASED, "erase", author, None, None, 0, None)
         self._scrub()
         return Receipt(documents, copies, redacted)
@@ -390,6 +392,34 @@ class MemoryHistory:
             for name in names
             if not name.startswith(".") and (owned is None or name in owned)
         )
+
+    def _redact_turn_events(self, scope: str, path: str | None, principal_id: str) -> None:
+        """Replace the erased path in the ``memory`` events of turns that ran in this scope (the
+        events a turn's memory calls left, see ``hub.contract.MemoryUse``)."""
+        db = self._state.db
+        sql = (
+            "SELECT e.execution_id, e.seq, e.text FROM execution_events e "
+            "JOIN executions x ON x.id = e.execution_id JOIN sessions s ON s.id = x.session_id "
+            "WHERE e.kind = 'memory' AND s.binding = ?"
+        )
+        args: list[Any] = [scope]
+        if scope == GLOBAL_SCOPE:
+            sql += " AND s.principal_id = ?"
+            args.append(principal_id)
+        for row in db.execute(sql, args).fetchall():
+            try:
+                use = json.loads(row["text"])
+            except ValueError:
+                continue
+            if not isinstance(use, dict) or use.get("path") in (None, ERASED):
+                continue
+            if path is not None and use.get("path") != path:
+                continue
+            use["path"] = ERASED
+            db.execute(
+                "UPDATE execution_events SET text = ? WHERE execution_id = ? AND seq = ?",
+                (json.dumps(use), row["execution_id"], row["seq"]),
+            )
 
     def _written_by(self, scope: str, path: str | None, principal_id: str) -> set[str]:
         sql = (

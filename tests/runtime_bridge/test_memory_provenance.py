@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import json
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +193,16 @@ async def test_an_agent_save_an_operator_overwrite_restore_forget_and_erase_are_
             assert receipt["log_entries_redacted"] == entries_before
             assert "not erased" in erased.stderr
             assert files_containing(hub.home, b"operator-secret-phrase-7d1f") == []
+            # The turn's memory event names the path no more.
+            state = sqlite3.connect(hub.home / "state.sqlite3")
+            try:
+                events = state.execute(
+                    "SELECT text FROM execution_events WHERE kind = 'memory'"
+                ).fetchall()
+            finally:
+                state.close()
+            assert events
+            assert all(json.loads(text)["path"] == "[erased]" for (text,) in events)
             after = await history(hub, "--limit", "200")
             assert {e["path"] for e in after} == {"[erased]"}
             assert after[0]["action"] == "erase"
