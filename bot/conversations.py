@@ -13,6 +13,10 @@ still runs and its answer is owed as a reply in the topic.
 The progress is streamed into a CardKit card when Feishu allows it (``bot.streaming``), else shown
 on an ordinary card updated in place (throttled PATCH); either way the end of the turn replaces
 that card with the first result card.
+
+A turn started by a group message inside a topic carries the topic's messages the Agent has not
+seen, ahead of the request, as marked context (``bot.topic_context``); when the topic cannot be
+read the turn runs anyway and its card says so.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from bot.feishu.client import FeishuClient
 from bot.feishu.events import MessageEvent
 from bot.outbox import Followed, Outbox, Owed
 from bot.streaming import StreamingCard, open_streaming
+from bot.topic_context import SeenTopics, TopicContext, TopicReader, with_context
 from cards.catalogue import text as catalogue_text
 from cards.models import Lang, MemoryNote, Progress, TurnMemory
 from cards.notices import error_card, own_topic_card, warning_card
@@ -76,8 +81,12 @@ class Conversations:
         provider_of: Callable[[str], str],
         lang: Lang,
         stream_interval: float = 1.0,
+        topics: TopicReader | None = None,
+        seen: SeenTopics | None = None,
     ) -> None:
         self._hub = hub
+        self._topics = topics
+        self._seen = seen
         self._stream_interval = stream_interval
         self._client = client
         self._update = update_card
@@ -101,18 +110,26 @@ class Conversations:
         prompt = event.text.strip()
         if not prompt:
             return None
+        context = TopicContext()
+        if self._topics is not None and self._seen is not None:
+            context = await self._topics.context(event, self._seen.seen_until(origin))
         try:
             submitted, session = await executions.submit(
                 principal_id=principal_id,
                 submitted_by=sender.id,
                 provider=session.provider if session else self._provider_of(event.chat_id),
-                prompt=prompt,
+                prompt=with_context(prompt, context),
                 origin=origin,
             )
         except AmuxError as error:
             card = error_card(error.code, error.message, self._lang)
             await self._client.reply(event.message_id, card=card)
             return None
+        if self._seen is not None:
+            self._seen.mark(origin, event.create_time_ms or int(time.time() * 1000))
+        note = ""
+        if context.unavailable is not None:
+            note = catalogue_text(self._lang, "context.unavailable", reason=context.unavailable)
         title = prompt.splitlines()[0][:TITLE_CHARS]
         view = Progress(title=title, status="queued", run_id=submitted.id)
         card_id = ""
@@ -130,7 +147,7 @@ class Conversations:
             logger.warning("no progress card for turn %s: %s", submitted.id, error.message)
             progress_message_id, card_id = "", ""
         followed = Followed(
-            submitted.id, progress_message_id, event.message_id, title, time.time(), card_id
+            submitted.id, progress_message_id, event.message_id, title, time.time(), card_id, note
         )
         self._outbox.follow(followed)
         await self._follow(followed)
@@ -174,6 +191,9 @@ class Conversations:
         lines: list[str] = []
         warnings: list[str] = []
         memory: list[MemoryUse] = []
+        if followed.note:
+            warnings.append(followed.note)
+            lines.append("⚠ " + followed.note)
         after = 0
         while True:
             try:

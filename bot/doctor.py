@@ -451,6 +451,38 @@ async def check_feishu_credentials(feishu: FeishuSettings) -> Check:
     return Check("feishu_credentials", "ok", f"bot {name}(open_id {info.open_id})")
 
 
+# Feishu's answers when the app lacks a scope the call needs.
+MISSING_SCOPE_CODES = frozenset({99991672, 99991679})
+
+
+async def check_feishu_topic_scope(feishu: FeishuSettings) -> Check:
+    """Reading a topic's messages (topic context) needs a scope the bot otherwise does without."""
+    if not feishu.enabled or not feishu.app_secret.get_secret_value():
+        return Check("feishu_topic_context", "skip", "Feishu bot not configured")
+    from bot.feishu.client import FeishuClient
+    from bot.feishu.errors import FeishuApiError
+
+    client = FeishuClient(feishu, attempts=1, timeout=HTTP_SECONDS, workers=1)
+    try:
+        # A thread that does not exist: a missing scope is refused before the id is looked at.
+        await client.thread_messages("omt_amux_doctor_probe", 1)
+    except FeishuApiError as error:
+        if error.feishu_code in MISSING_SCOPE_CODES:
+            return Check(
+                "feishu_topic_context",
+                "warn",
+                f"the app may not read topic messages ({error.message}): turns in group topics "
+                "run without the topic's earlier messages",
+                "add the scopes im:message:readonly and im:message.group_msg (read group "
+                "messages) in the app's Permissions & Scopes, then publish a new version",
+            )
+    except AmuxError as error:
+        return Check("feishu_topic_context", "skip", f"not checked: {error.message}")
+    finally:
+        await client.close()
+    return Check("feishu_topic_context", "ok", "the app may read topic messages")
+
+
 async def check_feishu_ingress(feishu: FeishuSettings, hub_url: str) -> Check:
     if not feishu.enabled:
         return Check("feishu_ingress", "skip", "Feishu bot not configured")
@@ -612,6 +644,7 @@ async def diagnose(
         else:
             checks.append(Check("memory", "skip", "needs the Hub"))
         checks.append(await check_feishu_credentials(settings.feishu))
+        checks.append(await check_feishu_topic_scope(settings.feishu))
         checks.append(await check_feishu_ingress(settings.feishu, client.hub_url))
         for provider in settings.runtime.accepted_providers():
             executable = settings.runtime.executable(provider) or provider

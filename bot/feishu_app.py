@@ -17,6 +17,7 @@ from bot.identity import CLAIM_SECONDS, FeishuIdentities
 from bot.management import Management
 from bot.outbox import OUTBOX_FILE, Outbox
 from bot.sink import BotSink
+from bot.topic_context import TOPICS_FILE, SeenTopics, TopicReader
 from hub.config import HubSettings
 from hub.errors import AmuxError
 from hub.metrics import METRICS
@@ -79,6 +80,7 @@ def add_feishu(
         identities = FeishuIdentities(hub.state, enroll=settings.enroll == "auto")
         management = Management(hub, lang, settings.provider)
         client = adapter.client
+        seen = SeenTopics(hub_settings.home / TOPICS_FILE)
         outbox = Outbox(
             hub_settings.home / OUTBOX_FILE,
             adapter.cards.finish,
@@ -94,6 +96,8 @@ def add_feishu(
             provider_of=management.provider_of,
             lang=lang,
             stream_interval=settings.card_update_interval_seconds,
+            topics=TopicReader(client),
+            seen=seen,
         )
         sink.target = BotSink(adapter.client, identities, management, conversations, lang)
         code = identities.offer_claim()
@@ -125,5 +129,6 @@ def add_feishu(
         await outbox.stop(OUTBOX_GRACE_SECONDS)
         await adapter.stop()
         outbox.close()
+        seen.close()
 
     app.cleanup_ctx.append(lifetime)

@@ -68,6 +68,7 @@ _ADDED_COLUMNS = (
     ("follows", "card_id", "TEXT NOT NULL DEFAULT ''"),
     ("owed", "card_id", "TEXT NOT NULL DEFAULT ''"),
     ("owed", "sequence", "INTEGER NOT NULL DEFAULT 0"),
+    ("follows", "note", "TEXT NOT NULL DEFAULT ''"),
 )
 
 Card = dict[str, Any]
@@ -88,6 +89,8 @@ class Followed:
     title: str
     started_at: float
     card_id: str = ""
+    # Something the card must say about this turn (e.g. that the topic's context was unavailable).
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,7 @@ class Outbox:
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO follows (execution_id, progress_message_id, reply_to, "
-                "title, started_at, card_id) VALUES (?, ?, ?, ?, ?, ?)",
+                "title, started_at, card_id, note) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     followed.execution_id,
                     followed.progress_message_id,
@@ -166,14 +169,15 @@ class Outbox:
                     followed.title,
                     followed.started_at,
                     followed.card_id,
+                    followed.note,
                 ),
             )
 
     def followed(self) -> list[Followed]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT execution_id, progress_message_id, reply_to, title, started_at, card_id "
-                "FROM follows ORDER BY started_at"
+                "SELECT execution_id, progress_message_id, reply_to, title, started_at, card_id, "
+                "note FROM follows ORDER BY started_at"
             ).fetchall()
         return [Followed(*row) for row in rows]
 

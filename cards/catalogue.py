@@ -124,6 +124,10 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "progress.elapsed": "{seconds} s elapsed",
         "progress.cancel": "Stop",
         "progress.restarting": "The Hub is restarting: this card carries on when it is back.",
+        "context.unavailable": (
+            "The topic's earlier messages could not be read ({reason}): the Agent sees only this "
+            "message."
+        ),
         "result.title": "Result",
         "result.part": "Result ({index}/{total})",
         "result.memory": "**Memory**",
@@ -258,6 +262,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "progress.elapsed": "已用时 {seconds} 秒",
         "progress.cancel": "停止",
         "progress.restarting": "Hub 正在重启：恢复后此卡片会继续更新。",
+        "context.unavailable": "无法读取话题中之前的消息（{reason}）：Agent 只看到这条消息。",
         "result.title": "结果",
         "result.part": "结果（{index}/{total}）",
         "result.memory": "**记忆**",

@@ -197,6 +197,39 @@ class FeishuClient:
             body={"content": json.dumps(card, ensure_ascii=False)},
         )
 
+    async def thread_messages(self, thread_id: str, limit: int = 50) -> list[dict[str, Any]]:
+        """A topic's messages, newest first (``im.v1.message.list``, by thread)."""
+        data = await self._call(
+            "message_list",
+            HttpMethod.GET,
+            "/open-apis/im/v1/messages",
+            queries=[
+                ("container_id_type", "thread"),
+                ("container_id", thread_id),
+                ("sort_type", "ByCreateTimeDesc"),
+                ("page_size", str(limit)),
+            ],
+        )
+        items = (data.get("data") or {}).get("items") or []
+        return [item for item in items if isinstance(item, dict)]
+
+    async def user_names(self, open_ids: Sequence[str]) -> dict[str, str]:
+        """Display names of users by open_id (``contact.v3.user.batch``); needs a contact scope."""
+        if not open_ids:
+            return {}
+        data = await self._call(
+            "user_batch",
+            HttpMethod.GET,
+            "/open-apis/contact/v3/users/batch",
+            queries=[("user_id_type", "open_id"), *(("user_ids", i) for i in open_ids)],
+        )
+        items = (data.get("data") or {}).get("items") or []
+        return {
+            str(item.get("open_id")): str(item.get("name"))
+            for item in items
+            if isinstance(item, dict) and item.get("open_id") and item.get("name")
+        }
+
     # -- CardKit card entities (the endpoints of lark-oapi's ``cardkit.v1``) ----------------
 
     async def create_card_entity(self, card: dict[str, Any]) -> str:

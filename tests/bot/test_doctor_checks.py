@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from bot.config import FeishuSettings
-from bot.doctor import Check, check_sandbox, passed, render
+from bot.doctor import Check, check_feishu_topic_scope, check_sandbox, passed, render
 from runtime_bridge.config import RuntimeSettings
+from tests.fakes.feishu import FakeFeishu
 
 # -- the sandbox ----------------------------------------------------------------------------------
 
@@ -136,3 +137,21 @@ def test_warnings_and_skips_do_not_fail_the_report() -> None:
     assert "fix: do x" in text
     assert text.endswith("All checks passed (1 warning(s)).")
     assert not passed([*checks, Check("d", "fail", "broken", "fix it")])
+
+
+# -- the topic-context scope ----------------------------------------------------------------------
+
+
+async def test_doctor_warns_with_the_scopes_to_add_when_the_app_may_not_read_topics() -> None:
+    async with FakeFeishu(app_id="cli_doctor", app_secret="s3cret") as fake:
+        settings = FeishuSettings(app_id="cli_doctor", app_secret="s3cret", domain=fake.url)
+        granted = await check_feishu_topic_scope(settings)
+        assert granted.status == "ok"
+        assert fake.calls("GET", "/open-apis/im/v1/messages")[0].query["container_id_type"] == (
+            "thread"
+        )
+        fake.message_list_refused = True
+        refused = await check_feishu_topic_scope(settings)
+        assert refused.status == "warn"
+        assert "im:message.group_msg" in refused.fix
+        assert "s3cret" not in refused.detail + refused.fix

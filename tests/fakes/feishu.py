@@ -80,6 +80,8 @@ class StoredMessage:
     thread_id: str = ""
     updates: list[str] = field(default_factory=list)
     entity: CardEntity | None = None
+    sender_open_id: str = ""  # empty: the bot sent it
+    create_time_ms: int = 0
 
     @property
     def card(self) -> dict[str, Any]:
@@ -118,6 +120,8 @@ class FakeFeishu:
         self.entities: dict[str, CardEntity] = {}
         self._card_uuids: set[str] = set()
         self.cardkit_refused = False
+        self.message_list_refused = False
+        self.user_names: dict[str, str] = {}
         self.url = ""
         # Long connection state.
         self.ws_connected = asyncio.Event()
@@ -131,6 +135,8 @@ class FakeFeishu:
         app = web.Application()
         app.router.add_post(TOKEN_PATH, self._token)
         app.router.add_post("/open-apis/im/v1/messages", self._create)
+        app.router.add_get("/open-apis/im/v1/messages", self._list)
+        app.router.add_get("/open-apis/contact/v3/users/batch", self._users)
         app.router.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply)
         app.router.add_patch("/open-apis/im/v1/messages/{message_id}", self._patch)
         app.router.add_get("/open-apis/bot/v3/info", self._bot_info)
@@ -192,10 +198,14 @@ class FakeFeishu:
         """Injected failures not answered yet."""
         return sum(failure.remaining for failure in self._failures)
 
-    def add_message(self, chat_id: str, text: str) -> StoredMessage:
-        """A message a user wrote, so the bot can reply to it."""
+    def add_message(
+        self, chat_id: str, text: str, *, sender_open_id: str = "ou_user", thread_id: str = ""
+    ) -> StoredMessage:
+        """A message a user wrote, so the bot can reply to it (and list it in its topic)."""
         body = {"msg_type": "text", "content": json.dumps({"text": text})}
-        return self._store(chat_id, body)
+        message = self._store(chat_id, body, thread_id=thread_id)
+        message.sender_open_id = sender_open_id
+        return message
 
     def calls(self, method: str, path_contains: str) -> list[Recorded]:
         return [r for r in self.requests if r.method == method and path_contains in r.path]
@@ -260,6 +270,11 @@ class FakeFeishu:
         message = StoredMessage(
             message_id, chat_id, str(body.get("msg_type")), str(body.get("content")), **kw
         )
+        # Strictly increasing, as a topic's messages are ordered by creation time.
+        message.create_time_ms = max(
+            int(time.time() * 1000),
+            max((m.create_time_ms for m in self.messages.values()), default=0) + 1,
+        )
         self.messages[message_id] = message
         return message
 
@@ -312,6 +327,44 @@ class FakeFeishu:
             return web.json_response({"code": 230011, "msg": "message not found"}, status=400)
         message.updates.append(str(self._body(request).get("content")))
         return web.json_response({"code": 0, "msg": "success", "data": {}})
+
+    async def _list(self, request: web.Request) -> web.Response:
+        if self.message_list_refused:
+            return web.json_response(
+                {"code": NO_PERMISSION, "msg": "Access denied: im:message.group_msg"}, status=400
+            )
+        if request.query.get("container_id_type") != "thread":
+            return web.json_response({"code": 230001, "msg": "unsupported container"}, status=400)
+        thread = request.query.get("container_id", "")
+        found = sorted(
+            (m for m in self.messages.values() if m.thread_id == thread),
+            key=lambda m: m.create_time_ms,
+            reverse=request.query.get("sort_type") == "ByCreateTimeDesc",
+        )[: int(request.query.get("page_size", "20"))]
+        items = [
+            {
+                "message_id": m.message_id,
+                "thread_id": m.thread_id,
+                "msg_type": m.msg_type,
+                "create_time": str(m.create_time_ms),
+                "chat_id": m.chat_id,
+                "sender": {
+                    "id": m.sender_open_id or "cli_bot",
+                    "id_type": "open_id" if m.sender_open_id else "app_id",
+                    "sender_type": "user" if m.sender_open_id else "app",
+                },
+                "body": {"content": m.content},
+            }
+            for m in found
+        ]
+        return web.json_response(
+            {"code": 0, "msg": "success", "data": {"items": items, "has_more": False}}
+        )
+
+    async def _users(self, request: web.Request) -> web.Response:
+        ids = request.query.getall("user_ids", [])
+        items = [{"open_id": i, "name": self.user_names[i]} for i in ids if i in self.user_names]
+        return web.json_response({"code": 0, "msg": "success", "data": {"items": items}})
 
     def _attach_entity(self, message: StoredMessage) -> None:
         if message.msg_type != "interactive":
