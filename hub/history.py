@@ -479,9 +479,44 @@ class MemoryHistory:
             ).fetchone()
             if still is None and row["previous_revision"]:
                 parts = self._copy_parts(row["scope"], row["path"], row["previous_revision"])
-                if await asyncio.to_thread(self.files.delete, parts, len(parts) - 1):
+                keep = len(scope_directory(row["scope"]))
+                if await asyncio.to_thread(self.files.delete, parts, keep):
                     removed += 1
+        if scope is None:
+            # A copy no log entry keeps (a crash between keeping a body and logging its change)
+            # must not outlive the window either.
+            candidates = await asyncio.to_thread(self._old_copies)
+            orphans = [full for full, relative in candidates if not self._is_kept(relative)]
+            removed += await asyncio.to_thread(_unlink_all, orphans)
         return removed
+
+    def _old_copies(self) -> list[tuple[str, list[str]]]:
+        """History files older than the window (all of them when history is off)."""
+        cutoff = time.time() - self.days * DAY
+        found: list[tuple[str, list[str]]] = []
+        for directory, _dirs, names in os.walk(self.root, followlinks=False):
+            for name in names:
+                if name.startswith("."):
+                    continue
+                full = os.path.join(directory, name)
+                try:
+                    if self.enabled and os.lstat(full).st_mtime >= cutoff:
+                        continue
+                except OSError:
+                    continue
+                found.append((full, os.path.relpath(full, self.root).split(os.sep)))
+        return found
+
+    def _is_kept(self, relative: list[str]) -> bool:
+        # <global | users/<hash>> / <path components> / <revision>
+        width = 1 if relative[:1] == ["global"] else 2
+        path = "/".join(relative[width:-1])
+        row = self._state.db.execute(
+            "SELECT scope FROM memory_log WHERE path = ? AND previous_revision = ? "
+            "AND history_bytes IS NOT NULL",
+            (path, relative[-1]),
+        ).fetchall()
+        return any(scope_directory(r["scope"]) == tuple(relative[:width]) for r in row)
 
     def _over_bound(self, scope: str, already: set[int]) -> list[sqlite3.Row]:
         rows = self._state.db.execute(
@@ -511,6 +546,15 @@ class MemoryHistory:
             except Exception:
                 logger.exception("pruning the memory history failed")
             await asyncio.sleep(every)
+
+
+def _unlink_all(paths: list[str]) -> int:
+    removed = 0
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            removed += 1
+    return removed
 
 
 def _remove_tree(base: Path, owned: set[str] | None) -> int:

@@ -418,6 +418,9 @@ class EraseParams(Params):
 
 async def memory_erase(call: Call, params: EraseParams) -> dict[str, Any]:
     scope = call.hub.memory_scope_for(call.actor, call.binding)
+    if call.actor.delegated:
+        # Nothing undoes an erase: a person decides it, never an Agent acting on a prompt.
+        raise Forbidden("an Agent credential cannot erase memory; erase is for its owner")
     receipt = await call.hub.history.erase(scope, params.path, call.author())
     logger.info("memory erased by %s", call.actor.principal.name)
     return receipt.to_wire()

@@ -4,6 +4,7 @@ by the Principal whose memory it is; and the retention window."""
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -168,4 +169,40 @@ async def test_copies_past_the_window_or_beyond_four_times_the_quota_are_pruned_
     assert not kept_dir.exists() or list(kept_dir.iterdir()) == []
     entries = history.entries("global", "p1")["entries"]
     assert not any(e["restorable"] for e in entries)
+    state.close()
+
+
+async def test_an_agent_credential_cannot_erase_memory(aiohttp_client: Any, tmp_path: Path) -> None:
+    owner, _, settings = await start(aiohttp_client, tmp_path, isolation=True)
+    state = State(settings.state_path)
+    principal = state.principal_by_name("owner")
+    binding = f"principal:{principal.id}"
+    token, _ = state.issue_credential(principal.id, "delegated", binding=binding)
+    state.close()
+    agent = Caller(owner.client, token)
+    agent.headers["X-Amux-Memory-Binding"] = binding
+    await agent.ok("memory.upsert", path="a.md", content="kept\n", expected_revision="absent")
+    status, body = await agent.call("memory.erase")
+    assert status == 403, body
+    assert body["error"]["code"] == "forbidden"
+    assert (await owner.ok("memory.get", path="a.md"))["exists"] is True
+
+
+async def test_a_copy_no_entry_keeps_goes_once_it_is_older_than_the_window(tmp_path: Path) -> None:
+    state = State(tmp_path / "state.sqlite3")
+    store = MemoryStore(tmp_path / "memory")
+    store.open()
+    history = MemoryHistory(state, store, tmp_path / "memory-history", 30, Limits())
+    history.open()
+    author = Author("p1", "cli")
+    await history.upsert("global", "a.md", "one\n", "absent", author)
+    await history.upsert("global", "a.md", "two\n", revision("one\n"), author)
+    kept = tmp_path / "memory-history" / "global" / "a.md" / revision("one\n")
+    orphan = kept.parent / revision("lost\n")
+    orphan.write_text("lost\n")
+    old = time.time() - 31 * DAY
+    os.utime(orphan, (old, old))
+    await history.prune()
+    assert not orphan.exists()
+    assert kept.exists()
     state.close()
