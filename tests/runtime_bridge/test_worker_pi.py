@@ -89,6 +89,14 @@ async def test_a_bound_pi_turn_saves_memory_through_the_cli_and_resumes_with_its
             assert (hub.home / "memory" / "global" / "topics" / "build.md").read_text() == content
             # The CLI answered the bash tool with the new revision.
             assert shown["revision"] in tool_outputs(model)
+            # The change log names the turn, and that Pi's save came through the amux CLI.
+            logged = (await cli(hub, "memory", "history", "--json", "topics/build.md")).json()
+            [saved] = logged["entries"]
+            assert (saved["via"], saved["session_id"], saved["execution_id"]) == (
+                "cli",
+                first["session_id"],
+                first["execution_id"],
+            )
 
             request = model.main_requests[0]
             assert protocol_text("cli").strip() in request.system_text
