@@ -206,3 +206,20 @@ async def test_a_copy_no_entry_keeps_goes_once_it_is_older_than_the_window(tmp_p
     assert not orphan.exists()
     assert kept.exists()
     state.close()
+
+
+async def test_history_pages_newest_first_and_filters_by_path(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    alice, _, _ = await start(aiohttp_client, tmp_path, isolation=True)
+    for name in ("a.md", "b.md", "c.md"):
+        await alice.ok("memory.upsert", path=name, content=name, expected_revision="absent")
+    first = await alice.ok("memory.history", limit=2)
+    assert [e["path"] for e in first["entries"]] == ["c.md", "b.md"]
+    rest = await alice.ok("memory.history", limit=2, before=first["next_before"])
+    assert [e["path"] for e in rest["entries"]] == ["a.md"]
+    assert rest["next_before"] is None
+    only = await alice.ok("memory.history", path="b.md")
+    assert [e["path"] for e in only["entries"]] == ["b.md"]
+    status, body = await alice.call("memory.history", limit=0)
+    assert status == 400, body
