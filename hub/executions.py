@@ -16,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from hub.contract import (
     CANCELLED,
@@ -45,6 +46,8 @@ MAX_ATTEMPTS = 2
 MAX_PROMPT_BYTES = 256 * 1024
 MAX_EVENT_BYTES = 16 * 1024
 WORKER_FRESH_SECONDS = 60.0
+TOUCH_SECONDS = 5.0
+T = TypeVar("T")
 NO_WORKER = "no Runtime worker is connected; this turn waits until one is"
 HANDED_BACK = (
     "the Hub restarted before this turn finished; it runs again from the start after the restart"
@@ -78,13 +81,97 @@ class Executions:
         # Opening the State brought these tables up to date (see hub.migrations).
         self._changed = asyncio.Condition()
         self._version = 0
+        # Long polls wait on futures that only the changes they care about resolve: a claim on
+        # a change to the queue, a watch on a change to its own execution. Waking every poll on
+        # every change made each one re-query SQLite, and each claim write, once per change.
+        self._claim_waiters: set[asyncio.Future[None]] = set()
+        self._watch_waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._closing = False
         self._claiming = True
+        # Writes waiting for the next shared commit (see _write).
+        self._writes: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
 
-    async def _notify(self) -> None:
+    async def _notify(self, execution_id: str | None = None, *, queue: bool = True) -> None:
+        """Wake the waiters a change concerns: claims if ``queue``, watches of ``execution_id``
+        (of every execution when None), and every ``_wait_change``."""
         async with self._changed:
             self._version += 1
             self._changed.notify_all()
+        if queue:
+            waiters, self._claim_waiters = self._claim_waiters, set()
+            _wake(waiters)
+        if execution_id is None:
+            for waiters in self._watch_waiters.values():
+                _wake(waiters)
+            self._watch_waiters.clear()
+        else:
+            _wake(self._watch_waiters.pop(execution_id, ()))
+
+    async def _wait(self, waiter: asyncio.Future[None], seconds: float) -> None:
+        """Wait until ``waiter`` is woken, or time runs out."""
+        if self._closing:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiter, seconds)
+
+    def _watch_waiter(self, execution_id: str) -> asyncio.Future[None]:
+        waiter = asyncio.get_running_loop().create_future()
+        self._watch_waiters.setdefault(execution_id, set()).add(waiter)
+        return waiter
+
+    def _drop_watch_waiter(self, execution_id: str, waiter: asyncio.Future[None]) -> None:
+        waiters = self._watch_waiters.get(execution_id)
+        if waiters is not None:
+            waiters.discard(waiter)
+            if not waiters:
+                del self._watch_waiters[execution_id]
+
+    async def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` in a transaction shared with the other writes queued this moment.
+
+        Each commit syncs the WAL, on the event loop. Under a burst one commit covers every
+        write queued while the last one ran instead of one sync each; each caller is answered
+        only after the commit that holds its write. ``work`` runs in a savepoint of its own, so
+        its exception undoes its writes alone and is raised to its caller.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._writes.append((work, future))
+        if len(self._writes) == 1:
+            loop.call_soon(self._commit_writes)
+        result: T = await future
+        return result
+
+    def _commit_writes(self) -> None:
+        batch, self._writes = self._writes, []
+        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        try:
+            with self._state.transaction() as db:
+                for work, future in batch:
+                    if future.cancelled():
+                        continue
+                    db.execute("SAVEPOINT amux_write")
+                    try:
+                        result = work(db)
+                    except Exception as error:
+                        db.execute("ROLLBACK TO amux_write")
+                        db.execute("RELEASE amux_write")
+                        outcomes.append((future, None, error))
+                    else:
+                        db.execute("RELEASE amux_write")
+                        outcomes.append((future, result, None))
+        except Exception as error:  # the transaction failed as a whole: nothing was written
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        for future, result, failure in outcomes:
+            if future.done():
+                continue
+            if failure is not None:
+                future.set_exception(failure)
+            else:
+                future.set_result(result)
 
     @property
     def closing(self) -> bool:
@@ -251,30 +338,38 @@ class Executions:
             raise InvalidArgument(
                 f"unknown provider {provider!r}; accepted: {', '.join(self.providers)}"
             )
-        session: Session | None = None
-        if session_id is not None:
-            session = self.session(session_id)
-        elif origin is not None:
-            session = self.session_by_origin(origin)
-        if session is not None:
-            if session.principal_id != principal_id:
-                raise Forbidden("this conversation belongs to someone else")
-            if session.provider != provider:
-                raise InvalidArgument(
-                    f"this conversation runs {session.provider}; start a new one for {provider}"
-                )
-        else:
-            session = self._create_session(principal_id, provider, cwd, origin)
-        now = self._clock()
+        request_id = REQUEST_ID.get()
         execution_id = uuid.uuid4().hex
-        self.db.execute(
-            "INSERT INTO executions (id, session_id, prompt, state, submitted_by, request_id, "
-            "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (execution_id, session.id, prompt, QUEUED, submitted_by, REQUEST_ID.get(), now, now),
-        )
-        if self.connected_workers() == 0:
-            self._append_event(execution_id, "status", NO_WORKER)
-        await self._notify()
+
+        def queue(db: sqlite3.Connection) -> Session:
+            # The Session is looked up in the same transaction that adds the turn, so two
+            # submits naming one new origin cannot both create it.
+            session: Session | None = None
+            if session_id is not None:
+                session = self.session(session_id)
+            elif origin is not None:
+                session = self.session_by_origin(origin)
+            if session is not None:
+                if session.principal_id != principal_id:
+                    raise Forbidden("this conversation belongs to someone else")
+                if session.provider != provider:
+                    raise InvalidArgument(
+                        f"this conversation runs {session.provider}; start a new one for {provider}"
+                    )
+            else:
+                session = self._create_session(principal_id, provider, cwd, origin)
+            now = self._clock()
+            db.execute(
+                "INSERT INTO executions (id, session_id, prompt, state, submitted_by, request_id, "
+                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (execution_id, session.id, prompt, QUEUED, submitted_by, request_id, now, now),
+            )
+            if self.connected_workers() == 0:
+                self._insert_event(db, execution_id, "status", NO_WORKER)
+            return session
+
+        session = await self._write(queue)
+        await self._notify(execution_id)
         return self.describe(execution_id), session
 
     def describe(self, execution_id: str) -> Execution:
@@ -304,13 +399,17 @@ class Executions:
         """Events after ``after``; waits up to ``wait`` seconds for news if there is none yet."""
         deadline = asyncio.get_running_loop().time() + wait
         while True:
-            seen = self._version
-            described = self.describe(execution_id)
-            events = self.events(execution_id, after)
-            remaining = deadline - asyncio.get_running_loop().time()
-            if events or described.finished or remaining <= 0 or self._closing:
-                return WatchResult(described, tuple(events))
-            await self._wait_change(seen, remaining)
+            # Registered before the queries, so a change between them and the wait wakes it.
+            waiter = self._watch_waiter(execution_id)
+            try:
+                described = self.describe(execution_id)
+                events = self.events(execution_id, after)
+                remaining = deadline - asyncio.get_running_loop().time()
+                if events or described.finished or remaining <= 0 or self._closing:
+                    return WatchResult(described, tuple(events))
+                await self._wait(waiter, remaining)
+            finally:
+                self._drop_watch_waiter(execution_id, waiter)
 
     async def cancel(self, execution_id: str) -> Execution:
         described = self.describe(execution_id)
@@ -320,7 +419,7 @@ class Executions:
             self.db.execute(
                 "UPDATE executions SET cancel_requested = 1 WHERE id = ?", (execution_id,)
             )
-        await self._notify()
+        await self._notify(execution_id)
         return self.describe(execution_id)
 
     # -- the worker side -------------------------------------------------------------------------
@@ -351,36 +450,64 @@ class Executions:
 
     async def claim(self, worker_id: str, principal_id: str, wait: float) -> Claim | None:
         """The oldest queued turn whose Session is idle, leased to this worker; None on timeout."""
-        deadline = asyncio.get_running_loop().time() + wait
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        seen_at: float | None = None
         while True:
-            seen = self._version
-            self._touch_worker(worker_id, principal_id)
-            claimed = self._claim_one(worker_id) if self._claiming else None
-            if claimed is not None:
-                return claimed
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0 or self._closing:
-                return None
-            await self._wait_change(seen, min(remaining, 5.0))
+            # Registered before the query, so a change between it and the wait wakes it.
+            waiter = loop.create_future()
+            self._claim_waiters.add(waiter)
+            try:
+                if self._claiming and self._claimable() is not None:
+                    # The worker is seen in the claim's own transaction: one commit, not two.
+                    claimed = await self._write(
+                        lambda db: self._claim_one(db, worker_id, principal_id)
+                    )
+                    if claimed is not None:
+                        return self._claim_of(claimed)
+                    seen_at = loop.time()
+                elif seen_at is None or loop.time() - seen_at >= TOUCH_SECONDS:
+                    self._touch_worker(worker_id, principal_id)
+                    seen_at = loop.time()
+                remaining = deadline - loop.time()
+                if remaining <= 0 or self._closing:
+                    return None
+                # A wake-up that finds nothing to claim writes nothing; the worker is seen
+                # again every TOUCH_SECONDS, well within WORKER_FRESH_SECONDS.
+                await self._wait(waiter, min(remaining, TOUCH_SECONDS))
+            finally:
+                self._claim_waiters.discard(waiter)
 
-    def _claim_one(self, worker_id: str) -> Claim | None:
+    def _claimable(self) -> str | None:
+        """The oldest queued turn whose Session is idle, if any."""
+        row = self.db.execute(
+            "SELECT e.id FROM executions e WHERE e.state = ? AND NOT EXISTS ("
+            " SELECT 1 FROM executions r WHERE r.session_id = e.session_id AND r.state = ?)"
+            " ORDER BY e.created_at LIMIT 1",
+            (QUEUED, RUNNING),
+        ).fetchone()
+        return None if row is None else str(row["id"])
+
+    def _claim_one(self, db: sqlite3.Connection, worker_id: str, principal_id: str) -> str | None:
+        """Lease the oldest claimable turn to the worker; returns its id.
+
+        Raises: NotFound: the worker is unknown (register again).
+        """
         now = self._clock()
-        with self._state.transaction() as db:
-            row = db.execute(
-                "SELECT e.id FROM executions e WHERE e.state = ? AND NOT EXISTS ("
-                " SELECT 1 FROM executions r WHERE r.session_id = e.session_id AND r.state = ?)"
-                " ORDER BY e.created_at LIMIT 1",
-                (QUEUED, RUNNING),
-            ).fetchone()
-            if row is None:
-                return None
-            db.execute(
-                "UPDATE executions SET state = ?, worker_id = ?, attempts = attempts + 1, "
-                "lease_expires_at = ?, updated_at = ? WHERE id = ?",
-                (RUNNING, worker_id, now + self.lease_seconds, now, row["id"]),
-            )
+        self._touch_worker(worker_id, principal_id)
+        execution_id = self._claimable()
+        if execution_id is None:
+            return None
+        db.execute(
+            "UPDATE executions SET state = ?, worker_id = ?, attempts = attempts + 1, "
+            "lease_expires_at = ?, updated_at = ? WHERE id = ?",
+            (RUNNING, worker_id, now + self.lease_seconds, now, execution_id),
+        )
+        return execution_id
+
+    def _claim_of(self, execution_id: str) -> Claim:
         execution = self.db.execute(
-            "SELECT * FROM executions WHERE id = ?", (row["id"],)
+            "SELECT * FROM executions WHERE id = ?", (execution_id,)
         ).fetchone()
         return Claim(
             execution_id=execution["id"],
@@ -405,54 +532,71 @@ class Executions:
         """Extend the lease. Raises: Conflict: the lease was lost (the turn went elsewhere)."""
         row = self._owned(execution_id, worker_id)
         now = self._clock()
-        self.db.execute(
-            "UPDATE executions SET lease_expires_at = ?, updated_at = ? WHERE id = ?",
-            (now + self.lease_seconds, now, execution_id),
-        )
-        self.db.execute("UPDATE workers SET last_seen = ? WHERE id = ?", (now, worker_id))
+        with self._state.transaction() as db:
+            db.execute(
+                "UPDATE executions SET lease_expires_at = ?, updated_at = ? WHERE id = ?",
+                (now + self.lease_seconds, now, execution_id),
+            )
+            db.execute("UPDATE workers SET last_seen = ? WHERE id = ?", (now, worker_id))
         return {"cancel_requested": bool(row["cancel_requested"])}
 
     async def add_event(self, execution_id: str, worker_id: str, kind: str, text: str) -> int:
         if kind not in EVENT_KINDS:
             raise InvalidArgument(f"event kind must be one of {', '.join(sorted(EVENT_KINDS))}")
-        self._owned(execution_id, worker_id)
-        seq = self._append_event(execution_id, kind, text[:MAX_EVENT_BYTES])
-        await self._notify()
+
+        def append(db: sqlite3.Connection) -> int:
+            self._owned(execution_id, worker_id)
+            return self._insert_event(db, execution_id, kind, text[:MAX_EVENT_BYTES])
+
+        seq = await self._write(append)
+        # An event frees no Session: claims have nothing new to look at.
+        await self._notify(execution_id, queue=False)
         return seq
 
     async def add_hub_event(self, execution_id: str, kind: str, text: str) -> int:
         """An event the Hub itself records for a turn (its memory calls): no lease to check."""
-        seq = self._append_event(execution_id, kind, text[:MAX_EVENT_BYTES])
-        await self._notify()
+        seq = await self._write(
+            lambda db: self._insert_event(db, execution_id, kind, text[:MAX_EVENT_BYTES])
+        )
+        await self._notify(execution_id, queue=False)
         return seq
 
     def _append_event(self, execution_id: str, kind: str, text: str) -> int:
         with self._state.transaction() as db:
-            row = db.execute(
-                "SELECT COALESCE(MAX(seq), 0) AS last FROM execution_events WHERE execution_id = ?",
-                (execution_id,),
-            ).fetchone()
-            seq = int(row["last"]) + 1
-            db.execute(
-                "INSERT INTO execution_events (execution_id, seq, kind, text, at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (execution_id, seq, kind, text, self._clock()),
-            )
+            return self._insert_event(db, execution_id, kind, text)
+
+    def _insert_event(self, db: sqlite3.Connection, execution_id: str, kind: str, text: str) -> int:
+        """Append an event inside the caller's transaction; returns its sequence number."""
+        row = db.execute(
+            "SELECT COALESCE(MAX(seq), 0) AS last FROM execution_events WHERE execution_id = ?",
+            (execution_id,),
+        ).fetchone()
+        seq = int(row["last"]) + 1
+        db.execute(
+            "INSERT INTO execution_events (execution_id, seq, kind, text, at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (execution_id, seq, kind, text, self._clock()),
+        )
         return seq
 
     async def complete(self, execution_id: str, worker_id: str, outcome: Outcome) -> Execution:
-        row = self._owned(execution_id, worker_id)
-        if outcome.native_id:
-            self.db.execute(
-                "UPDATE sessions SET native_id = ?, updated_at = ? WHERE id = ?",
-                (outcome.native_id, self._clock(), row["session_id"]),
-            )
-        if row["cancel_requested"] and not outcome.succeeded:
-            self._finish(execution_id, CANCELLED, outcome.result, outcome.error or "cancelled")
-        else:
-            state = SUCCEEDED if outcome.succeeded else FAILED
-            self._finish(execution_id, state, outcome.result, outcome.error)
-        await self._notify()
+
+        def finish(db: sqlite3.Connection) -> None:
+            row = self._owned(execution_id, worker_id)
+            if outcome.native_id:
+                db.execute(
+                    "UPDATE sessions SET native_id = ?, updated_at = ? WHERE id = ?",
+                    (outcome.native_id, self._clock(), row["session_id"]),
+                )
+            if row["cancel_requested"] and not outcome.succeeded:
+                error = outcome.error or "cancelled"
+                self._finish(execution_id, CANCELLED, outcome.result, error)
+            else:
+                state = SUCCEEDED if outcome.succeeded else FAILED
+                self._finish(execution_id, state, outcome.result, outcome.error)
+
+        await self._write(finish)
+        await self._notify(execution_id)
         return self.describe(execution_id)
 
     def _finish(
@@ -533,3 +677,9 @@ class Executions:
             )
             self._append_event(row["id"], "status", "failed: no Runtime worker took this turn")
         return len(rows)
+
+
+def _wake(waiters: Iterable[asyncio.Future[None]]) -> None:
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(None)

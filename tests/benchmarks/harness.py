@@ -50,6 +50,8 @@ class HubServer:
     url: str
     token: str
     home: Path
+    # The `amux serve` process, so a benchmark can read its CPU time from /proc.
+    pid: int = 0
 
     @property
     def scope(self) -> Path:
@@ -99,7 +101,7 @@ def hub_server(home: Path, **environ: str) -> Iterator[HubServer]:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(f"{url}/healthz", proc)
         token = (home / OWNER_TOKEN_FILE).read_text().strip()
-        yield HubServer(url, token, home)
+        yield HubServer(url, token, home, proc.pid)
 
 
 @dataclass(frozen=True)
