@@ -17,6 +17,10 @@ that card with the first result card.
 A turn started by a group message inside a topic carries the topic's messages the Agent has not
 seen, ahead of the request, as marked context (``bot.topic_context``); when the topic cannot be
 read the turn runs anyway and its card says so.
+
+A finished turn's card shows the Provider's token totals and the elapsed time in its title, and a
+"New conversation" button: the topic's next message then starts a new Session (the old one stays
+as it was). The progress card's Stop cancels the running turn; the Session stays resumable.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from bot.outbox import Followed, Outbox, Owed
 from bot.streaming import StreamingCard, open_streaming
 from bot.topic_context import SeenTopics, TopicContext, TopicReader, with_context
 from cards.catalogue import text as catalogue_text
+from cards.controls import finished_card
 from cards.models import Lang, MemoryNote, Progress, TurnMemory
 from cards.notices import error_card, own_topic_card, warning_card
 from cards.progress import progress_card, result_cards
@@ -95,9 +100,25 @@ class Conversations:
         self._lang = lang
         self._resumed: set[asyncio.Task[None]] = set()
 
+    def _origin(self, topic: str) -> str:
+        """The conversation a topic's next message continues (a new one after each renewal)."""
+        generation = self._seen.generation(topic) if self._seen is not None else 0
+        return f"{topic}#{generation}" if generation else topic
+
+    async def renew(self, topic: str, by: Principal) -> bool:
+        """Make ``topic``'s next message start a new conversation; False when not theirs."""
+        session = self._hub.executions.session_by_origin(self._origin(topic))
+        if session is not None and session.principal_id != by.id and not by.is_owner:
+            return False
+        if self._seen is None:
+            return False
+        self._seen.renew(topic)
+        return True
+
     async def handle(self, event: MessageEvent, sender: Principal) -> Turn | None:
         """Queue the message as a turn and follow it to its result in the topic."""
-        origin = origin_of(event)
+        topic = origin_of(event)
+        origin = self._origin(topic)
         executions = self._hub.executions
         session = executions.session_by_origin(origin)
         principal_id = sender.id
@@ -147,7 +168,14 @@ class Conversations:
             logger.warning("no progress card for turn %s: %s", submitted.id, error.message)
             progress_message_id, card_id = "", ""
         followed = Followed(
-            submitted.id, progress_message_id, event.message_id, title, time.time(), card_id, note
+            submitted.id,
+            progress_message_id,
+            event.message_id,
+            title,
+            time.time(),
+            card_id,
+            note,
+            topic,
         )
         self._outbox.follow(followed)
         await self._follow(followed)
@@ -264,7 +292,15 @@ class Conversations:
             parts = result_cards(
                 text, self._lang, title=title, memory=self._turn_memory(execution, memory or [])
             )
-            owed.append(Owed("card", parts[0], sequence))
+            usage = execution.result.usage if execution.result is not None else {}
+            first = finished_card(
+                parts[0],
+                usage=usage,
+                elapsed_seconds=elapsed,
+                origin=followed.topic,
+                lang=self._lang,
+            )
+            owed.append(Owed("card", first if followed.topic else parts[0], sequence))
             owed.extend(Owed("reply", extra) for extra in parts[1:])
         else:
             view = Progress(title, "cancelled" if state == CANCELLED else "failed", (), elapsed)

@@ -69,6 +69,7 @@ _ADDED_COLUMNS = (
     ("owed", "card_id", "TEXT NOT NULL DEFAULT ''"),
     ("owed", "sequence", "INTEGER NOT NULL DEFAULT 0"),
     ("follows", "note", "TEXT NOT NULL DEFAULT ''"),
+    ("follows", "topic", "TEXT NOT NULL DEFAULT ''"),
 )
 
 Card = dict[str, Any]
@@ -91,6 +92,8 @@ class Followed:
     card_id: str = ""
     # Something the card must say about this turn (e.g. that the topic's context was unavailable).
     note: str = ""
+    # The topic (its first conversation's origin) the turn belongs to, for the card's controls.
+    topic: str = ""
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,7 @@ class Outbox:
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO follows (execution_id, progress_message_id, reply_to, "
-                "title, started_at, card_id, note) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "title, started_at, card_id, note, topic) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     followed.execution_id,
                     followed.progress_message_id,
@@ -170,6 +173,7 @@ class Outbox:
                     followed.started_at,
                     followed.card_id,
                     followed.note,
+                    followed.topic,
                 ),
             )
 
@@ -177,7 +181,7 @@ class Outbox:
         with self._lock:
             rows = self._db.execute(
                 "SELECT execution_id, progress_message_id, reply_to, title, started_at, card_id, "
-                "note FROM follows ORDER BY started_at"
+                "note, topic FROM follows ORDER BY started_at"
             ).fetchall()
         return [Followed(*row) for row in rows]
 

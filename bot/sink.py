@@ -10,6 +10,7 @@ from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
 from bot.identity import CLAIM_SECONDS, ClaimRefused, FeishuIdentities
 from bot.management import Management
 from cards import actions
+from cards.catalogue import text
 from cards.models import Lang
 from cards.notices import enrollment_closed_card, error_card, owner_only_card
 from hub.errors import AmuxError
@@ -164,6 +165,13 @@ class BotSink:
             except AmuxError as error:
                 return CardResponse(toast=error.message, toast_type="error")
             return CardResponse(toast=message, toast_type="success" if undone else "error")
+        if value.get("action") == actions.CONVERSATION_NEW:
+            renewed = await self._conversations.renew(str(value.get("origin") or ""), principal)
+            if not renewed:
+                return CardResponse(
+                    toast=text(self._lang, "conversation.not_yours"), toast_type="error"
+                )
+            return CardResponse(toast=text(self._lang, "conversation.renewed"), toast_type="info")
         card = await self._management.act(
             principal, value, action.form_value, action.open_message_id, action.chat_id
         )

@@ -153,7 +153,12 @@ class TopicReader:
 
 
 class SeenTopics:
-    """Per conversation, the creation time of the message that started its latest turn."""
+    """Per topic: which conversation its next message continues, and what that one has seen.
+
+    ``generation`` counts "New conversation" presses in a topic: the next message then starts a
+    Session under a new origin. ``seen_until`` is, per origin, the creation time of the message
+    that started its latest turn.
+    """
 
     def __init__(self, path: Path) -> None:
         self._lock = threading.Lock()
@@ -163,6 +168,24 @@ class SeenTopics:
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS seen (origin TEXT PRIMARY KEY, until_ms INTEGER)"
             )
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS generations (topic TEXT PRIMARY KEY, n INTEGER)"
+            )
+
+    def generation(self, topic: str) -> int:
+        with self._lock:
+            row = self._db.execute("SELECT n FROM generations WHERE topic = ?", (topic,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def renew(self, topic: str) -> int:
+        """The topic's next message starts a new conversation; returns the new generation."""
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO generations VALUES (?, 1) ON CONFLICT(topic) DO UPDATE SET n = n + 1",
+                (topic,),
+            )
+            row = self._db.execute("SELECT n FROM generations WHERE topic = ?", (topic,)).fetchone()
+        return int(row[0])
 
     def seen_until(self, origin: str) -> int:
         with self._lock:

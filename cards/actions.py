@@ -29,6 +29,7 @@ action                     fields carried in the value
                            ``principal_id`` (whose memory): undo one change of a turn
 ``run.cancel``             ``run_id``: stop a running Agent execution
 ``provider.set``           ``provider``, ``chat_id``: the Agent new conversations in a chat run
+``conversation.new``       ``origin``: the next message in this topic starts a new conversation
 =========================  ======================================================================
 """
 
@@ -54,6 +55,7 @@ MEMORY_ERASE_ASK: Final = "memory.erase.ask"
 MEMORY_ERASE_CONFIRM: Final = "memory.erase.confirm"
 RUN_CANCEL: Final = "run.cancel"
 PROVIDER_SET: Final = "provider.set"
+CONVERSATION_NEW: Final = "conversation.new"
 
 ALL: Final[frozenset[str]] = frozenset(
     {
@@ -75,6 +77,7 @@ ALL: Final[frozenset[str]] = frozenset(
         MEMORY_ERASE_CONFIRM,
         RUN_CANCEL,
         PROVIDER_SET,
+        CONVERSATION_NEW,
     }
 )
 

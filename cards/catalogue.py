@@ -128,6 +128,11 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "The topic's earlier messages could not be read ({reason}): the Agent sees only this "
             "message."
         ),
+        "conversation.new": "New conversation",
+        "conversation.renewed": "The next message in this topic starts a new conversation.",
+        "conversation.not_yours": "Only whoever started this conversation can renew it.",
+        "usage.tokens": "{input} in / {output} out",
+        "usage.elapsed": "{seconds} s",
         "result.title": "Result",
         "result.part": "Result ({index}/{total})",
         "result.memory": "**Memory**",
@@ -263,6 +268,11 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "progress.cancel": "停止",
         "progress.restarting": "Hub 正在重启：恢复后此卡片会继续更新。",
         "context.unavailable": "无法读取话题中之前的消息（{reason}）：Agent 只看到这条消息。",
+        "conversation.new": "新对话",
+        "conversation.renewed": "此话题中的下一条消息将开始新的对话。",
+        "conversation.not_yours": "只有发起此对话的人可以开始新对话。",
+        "usage.tokens": "输入 {input} / 输出 {output}",
+        "usage.elapsed": "{seconds} 秒",
         "result.title": "结果",
         "result.part": "结果（{index}/{total}）",
         "result.memory": "**记忆**",

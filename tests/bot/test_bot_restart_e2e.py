@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,7 +140,7 @@ async def test_a_turn_still_running_at_the_drain_deadline_runs_again_and_its_car
     await until(lambda: bot.runs() == 2, seconds=60)
     bot.open_gate("the answer after the restart")
     await until(lambda: "the answer after the restart" in shown(progress), seconds=60)
-    assert '"content": "Result"' in shown(progress)
+    assert progress.card["header"]["title"]["content"].startswith("Result · ")
     assert bot.replies_to(asked) == [progress]
 
 
@@ -181,6 +182,9 @@ async def test_progress_streams_into_a_cardkit_card_or_an_ordinary_card_when_car
     assert card.entity is not None and card.entity.card["config"]["streaming_mode"] is True
     bot.open_gate("streamed answer")
     await until(lambda: "streamed answer" in shown(card))
+    # The finished card's title carries the elapsed time; the stand-in reports no token usage.
+    assert re.fullmatch(r"Result · \d+ s", card.card["header"]["title"]["content"])
+    assert "New conversation" in shown(card)
     await until(
         lambda: card.entity is not None and not card.entity.card["config"].get("streaming_mode")
     )

@@ -110,3 +110,46 @@ async def test_a_private_message_fetches_no_topic(tmp_path: Path) -> None:
         await bot.say("hello in private", ALICE)
         assert (await until(lambda: prompts(bot))) == ["hello in private"]
         assert bot.feishu.calls("GET", "/open-apis/im/v1/messages") == []
+
+
+# -- conversation controls ------------------------------------------------------------------------
+
+
+def sessions(bot: Bot) -> list[tuple[str, str]]:
+    rows = bot.hub.executions.db.execute("SELECT id, origin FROM sessions ORDER BY rowid")
+    return [(str(row[0]), str(row[1])) for row in rows.fetchall()]
+
+
+async def test_new_conversation_makes_the_topics_next_message_start_a_new_session(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        first = await bot.say("first question", ALICE)
+        ((old, topic),) = await until(lambda: sessions(bot))
+        refused = await bot.click({"action": "conversation.new", "origin": topic}, who=BOB)
+        assert refused["toast"]["type"] == "error"
+        renewed = await bot.click({"action": "conversation.new", "origin": topic})
+        assert "new conversation" in renewed["toast"]["content"]
+
+        await bot.say("a fresh start", ALICE, root_id=first)
+        found = await until(lambda: sessions(bot)[1:])
+        assert found[0][1] == f"{topic}#1" and found[0][0] != old
+        assert prompts(bot)[-1] == "a fresh start"
+
+
+async def test_stop_cancels_the_turn_and_the_topic_continues_the_same_session(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        first = await bot.say("a long job", ALICE)
+        ((session, _),) = await until(lambda: sessions(bot))
+        (run_id,) = [
+            str(row[0]) for row in bot.hub.executions.db.execute("SELECT id FROM executions")
+        ]
+        stopped = await bot.click({"action": "run.cancel", "run_id": run_id})
+        assert stopped["toast"]["content"] == "cancelling"
+        assert bot.hub.executions.describe(run_id).state == "cancelled"
+
+        await bot.say("carry on", ALICE, root_id=first)
+        await until(lambda: len(prompts(bot)) == 2)
+        assert [s for s, _ in sessions(bot)] == [session]
