@@ -34,6 +34,9 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 class WalkedFile:
     parts: tuple[str, ...]
     data: bytes
+    # ``data.lower()`` when the walk was asked to fold: kept beside the cached bytes, so a
+    # search repeats neither the read nor the case folding of an unchanged document.
+    lowered: bytes | None = None
 
 
 class WalkStop(Exception):
@@ -83,19 +86,26 @@ class _ContentCache:
     def __init__(self, max_bytes: int) -> None:
         self._max_bytes = max_bytes
         self._bytes = 0
-        self._entries: OrderedDict[tuple[str, ...], tuple[_Stamp, bytes]] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, ...], tuple[_Stamp, bytes, bytes | None]] = (
+            OrderedDict()
+        )
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, ...], stamp: _Stamp) -> bytes | None:
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is None or hit[0] != stamp:
-                return None
+    def get(self, key: tuple[str, ...], stamp: _Stamp) -> tuple[bytes, bytes | None] | None:
+        """The document's bytes and their lower-cased copy (None if not made yet), if fresh."""
+        # No lock: a dict lookup is atomic, and a scan does one per document.
+        hit = self._entries.get(key)
+        if hit is None or hit[0] != stamp:
+            return None
+        with contextlib.suppress(KeyError):  # evicted by another thread meanwhile
             self._entries.move_to_end(key)
-            return hit[1]
+        return hit[1], hit[2]
 
-    def put(self, key: tuple[str, ...], stamp: _Stamp, data: bytes) -> None:
-        if len(data) > self._max_bytes // 8:
+    def put(
+        self, key: tuple[str, ...], stamp: _Stamp, data: bytes, lowered: bytes | None = None
+    ) -> None:
+        size = len(data) + (len(lowered) if lowered is not None else 0)
+        if size > self._max_bytes // 8:
             return
         # File times tick coarsely: a same-size edit within one tick of this read would keep the
         # stamp, so documents changed moments ago are not cached (the "racy git" rule).
@@ -104,12 +114,17 @@ class _ContentCache:
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self._bytes -= len(old[1])
-            self._entries[key] = (stamp, data)
-            self._bytes += len(data)
+                self._bytes -= _entry_bytes(old)
+            entry = (stamp, data, lowered)
+            self._entries[key] = entry
+            self._bytes += size
             while self._bytes > self._max_bytes:
-                _, (_, evicted) = self._entries.popitem(last=False)
-                self._bytes -= len(evicted)
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= _entry_bytes(evicted)
+
+
+def _entry_bytes(entry: tuple[_Stamp, bytes, bytes | None]) -> int:
+    return len(entry[1]) + (len(entry[2]) if entry[2] is not None else 0)
 
 
 class MemoryFiles:
@@ -259,12 +274,14 @@ class MemoryFiles:
         prefix: tuple[str, ...] = (),
         admit: Callable[[int], bool] = lambda _size: True,
         max_entries: int = 1 << 30,
+        fold: bool = False,
     ) -> Generator[WalkedFile, None, None]:
         """Yield visible ``.md`` documents of a scope in path order, never following links.
 
         ``prefix`` narrows the walk to a directory or to one document. ``admit(size)`` is asked
         before each document is read; a False answer, or more than ``max_entries`` directory
         entries, ends the walk with ``WalkStop`` so the caller can report the scan as incomplete.
+        With ``fold``, each document comes with its ASCII-lower-cased bytes as well.
         """
         base = scope_parts + prefix
         with self._directory(scope_parts, create=False) as scope_fd:
@@ -284,11 +301,11 @@ class MemoryFiles:
                 if data is not None:
                     if not admit(len(data)):
                         raise WalkStop from None
-                    yield WalkedFile(prefix, data)
+                    yield WalkedFile(prefix, data, data.lower() if fold else None)
             return
         try:
             if dir_fd is not None:
-                yield from self._walk_fd(dir_fd, scope_parts, prefix, admit, [max_entries])
+                yield from self._walk_fd(dir_fd, scope_parts, prefix, admit, [max_entries], fold)
         finally:
             directory.__exit__(None, None, None)
 
@@ -299,6 +316,7 @@ class MemoryFiles:
         rel: tuple[str, ...],
         admit: Callable[[int], bool],
         entries_left: list[int],
+        fold: bool,
     ) -> Iterator[WalkedFile]:
         with os.scandir(dir_fd) as scan:
             entries = sorted(scan, key=lambda entry: entry.name)
@@ -307,8 +325,9 @@ class MemoryFiles:
             raise WalkStop
         for entry in entries:
             name = entry.name
-            if name.startswith(".") or entry.is_symlink():
+            if name.startswith("."):
                 continue
+            # A link is neither a directory nor, by its lstat, a regular file: both skip it.
             if entry.is_dir(follow_symlinks=False):
                 try:
                     child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
@@ -316,23 +335,27 @@ class MemoryFiles:
                     continue
                 try:
                     yield from self._walk_fd(
-                        child, scope_parts, rel + (name,), admit, entries_left
+                        child, scope_parts, rel + (name,), admit, entries_left, fold
                     )
                 finally:
                     os.close(child)
-            elif name.endswith(".md") and entry.is_file(follow_symlinks=False):
-                key = scope_parts + rel + (name,)
+            elif name.endswith(".md"):
                 try:
                     listed = entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                cached = (
-                    self._cache.get(key, _stamp(listed)) if stat.S_ISREG(listed.st_mode) else None
-                )
+                if not stat.S_ISREG(listed.st_mode):
+                    continue
+                key = scope_parts + rel + (name,)
+                cached = self._cache.get(key, _stamp(listed))
                 if cached is not None:
-                    if not admit(len(cached)):
+                    data, lowered = cached
+                    if not admit(len(data)):
                         raise WalkStop
-                    yield WalkedFile(rel + (name,), cached)
+                    if fold and lowered is None:
+                        lowered = data.lower()
+                        self._cache.put(key, _stamp(listed), data, lowered)
+                    yield WalkedFile(rel + (name,), data, lowered)
                     continue
                 try:
                     fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
@@ -348,8 +371,9 @@ class MemoryFiles:
                     data = _read_all(fd, info.st_size)
                 finally:
                     os.close(fd)
-                self._cache.put(key, _stamp(info), data)
-                yield WalkedFile(rel + (name,), data)
+                lowered = data.lower() if fold else None
+                self._cache.put(key, _stamp(info), data, lowered)
+                yield WalkedFile(rel + (name,), data, lowered)
 
     def sweep_temp_files(self) -> int:
         """Remove temp files a crash left behind; only safe while holding the root lock."""

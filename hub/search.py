@@ -120,10 +120,20 @@ class Candidate:
 
 
 def match_document(
-    parts: tuple[str, ...], data: bytes, query: Query, limits: Limits = DEFAULT_LIMITS
+    parts: tuple[str, ...],
+    data: bytes,
+    query: Query,
+    limits: Limits = DEFAULT_LIMITS,
+    lowered: bytes | None = None,
 ) -> Candidate | None:
-    """Score one document against the query; None when no keyword occurs in its path or text."""
-    haystack = data.lower() if query.folds_ascii else data
+    """Score one document against the query; None when no keyword occurs in its path or text.
+
+    ``lowered`` is ``data.lower()`` if the caller already has it.
+    """
+    if query.folds_ascii:
+        haystack = lowered if lowered is not None else data.lower()
+    else:
+        haystack = data
     low_text: str | None = None
     path_low = "/".join(parts).lower()
     title_low: str | None = None

@@ -156,12 +156,16 @@ class MemoryStore:
             )
 
         incomplete = False
-        walk = self.files.walk(scope_directory(scope), prefix, admit, limits.scan_entries)
+        walk = self.files.walk(
+            scope_directory(scope), prefix, admit, limits.scan_entries, query.folds_ascii
+        )
         try:
             for document in walk:
                 scanned_files += 1
                 scanned_bytes += len(document.data)
-                candidate = match_document(document.parts, document.data, query, limits)
+                candidate = match_document(
+                    document.parts, document.data, query, limits, document.lowered
+                )
                 if candidate is not None:
                     ranking.offer(candidate)
         except WalkStop:
