@@ -65,8 +65,11 @@ class FeishuIdentities:
             return known
         if not self._enroll or not _aliases(ids):
             return None
-        principal = self._state.add_principal(self._new_name(ids), "user")
-        self._remember(principal, ids)
+        # The Principal and its aliases in one commit: a first contact runs on the event loop,
+        # and a burst of newcomers would otherwise wait for a sync per row.
+        with self._state.transaction():
+            principal = self._state.add_principal(self._new_name(ids), "user")
+            self._remember(principal, ids)
         logger.info("enrolled a new Feishu user as principal %s", principal.name)
         return principal
 

@@ -111,6 +111,18 @@ class State:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One transaction; inside another, a savepoint of it, so steps can be grouped into one
+        commit (one WAL sync) and a failed step still undoes only its own writes."""
+        if self.db.in_transaction:
+            self.db.execute("SAVEPOINT amux_step")
+            try:
+                yield self.db
+            except BaseException:
+                self.db.execute("ROLLBACK TO amux_step")
+                self.db.execute("RELEASE amux_step")
+                raise
+            self.db.execute("RELEASE amux_step")
+            return
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield self.db
