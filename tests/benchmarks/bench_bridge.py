@@ -41,7 +41,7 @@ from mcp.client.stdio import stdio_client
 
 from hub.client import HubClient
 from hub.config import OWNER_TOKEN_FILE
-from hub.contract import Claim
+from hub.contract import Claim, Session
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.launch import LaunchSite
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
@@ -397,7 +397,7 @@ async def sandbox_cost(root: Path, samples: int) -> None:
     work_dir = root / "sandbox-runtime"
     settings = RuntimeSettings(name="bench", claude=find_agent_cli("claude"), work_dir=work_dir)
     site = LaunchSite(settings, work_dir, amux_home=root / "sandbox-home")
-    session = {"id": "s1", "principal_id": "p1"}
+    session = Session("s1", "p1", "claude", None, None, None, "unbound", None)
     for directory in (site.workspace(session), site.session_home("s1"), site.run_dir("e1")):
         directory.mkdir(parents=True)
     request = site.request(
