@@ -48,7 +48,7 @@ async def test_a_turn_that_saves_shows_the_path_and_only_its_owner_can_undo_it(
 
         asked = await bot.say("Add evidence and open questions to our review format")
         progress = await bot.reply_to(asked)
-        await until(lambda: '"content": "Result"' in card_text(progress.card), seconds=90)
+        await until(lambda: "**Memory**" in card_text(progress.card), seconds=90)
         shown = card_text(progress.card)
         assert f"Saved `{PATH}` ({revision(AFTER)[:8]})" in shown
         (undo,) = [b for b in buttons(progress.card) if b["action"] == "memory.undo"]
@@ -79,7 +79,7 @@ async def test_a_bound_turn_that_touches_no_memory_says_so(tmp_path: Path) -> No
     ):
         asked = await bot.say("What is two plus two?")
         progress = await bot.reply_to(asked)
-        await until(lambda: '"content": "Result"' in card_text(progress.card), seconds=90)
+        await until(lambda: "**Memory**" in card_text(progress.card), seconds=90)
         assert "Just an answer." in card_text(progress.card)
         assert "Memory not used." in card_text(progress.card)
         assert not [b for b in buttons(progress.card) if b["action"] == "memory.undo"]
