@@ -344,8 +344,7 @@ class Management:
         if entry.get("session_id"):
             session = str(entry["session_id"])[:8]
             return text(self.lang, "memory.change.by_conversation", session=session)
-        author = self._hub.state.principal(str(entry["principal_id"]))
-        name = escape(author.name) if author is not None else "?"
+        name = escape(str(entry.get("principal") or "?"))
         return text(self.lang, "memory.change.by_person", name=name, via=entry["via"])
 
     async def undo(self, principal: Principal, value: dict[str, Any]) -> tuple[str, bool]:

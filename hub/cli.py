@@ -154,7 +154,8 @@ def history_line(entry: dict[str, Any]) -> str:
     new = (entry.get("new_revision") or "absent")[:12]
     line = (
         f"{_when(entry['at'])}  {entry['action']:<7} {entry['path']}  {previous} -> {new}  "
-        f"{entry['size_bytes']} bytes  by {entry['principal_id']} via {entry['via']}"
+        f"{entry['size_bytes']} bytes  by {entry.get('principal') or entry['principal_id']}"
+        f" via {entry['via']}"
     )
     if entry.get("session_id"):
         line += f"  session {entry['session_id']}"

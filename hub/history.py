@@ -298,12 +298,17 @@ class MemoryHistory:
             "size_bytes": row["size_bytes"],
             "at": row["at"],
             "principal_id": row["principal_id"],
+            "principal": self._name_of(row["principal_id"]),
             "via": row["via"],
             "session_id": row["session_id"],
             "execution_id": row["execution_id"],
             "restorable": restorable_until is not None,
             "restorable_until": restorable_until,
         }
+
+    def _name_of(self, principal_id: str) -> str | None:
+        principal = self._state.principal(principal_id)
+        return principal.name if principal is not None else None
 
     # -- erasing ---------------------------------------------------------------------------------
 

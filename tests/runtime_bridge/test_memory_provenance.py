@@ -86,7 +86,7 @@ async def test_an_agent_save_an_operator_overwrite_restore_forget_and_erase_are_
             text = (await cli(hub, "memory", "history", path)).stdout
             assert f"session {turn['session_id']}" in text
             assert f"execution {turn['execution_id']}" in text
-            assert "via mcp" in text
+            assert "by owner via mcp" in text
 
             # The operator overwrites it from the CLI: logged as cli, the old body kept.
             rewritten = "# Review format\nshort bullet points\n"
