@@ -524,13 +524,21 @@ class MemoryHistory:
         return any(scope_directory(r["scope"]) == tuple(relative[:width]) for r in row)
 
     def _over_bound(self, scope: str, already: set[int]) -> list[sqlite3.Row]:
+        max_bytes = 4 * self._limits.scope_bytes
+        max_copies = 4 * self._limits.scope_documents
+        count, total = self._state.db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(history_bytes), 0) FROM memory_log "
+            "WHERE scope = ? AND history_bytes IS NOT NULL",
+            (scope,),
+        ).fetchone()
+        if count <= max_copies and total <= max_bytes:
+            # The common case: one aggregate instead of every kept entry as a row.
+            return []
         rows = self._state.db.execute(
             "SELECT * FROM memory_log WHERE scope = ? AND history_bytes IS NOT NULL "
             "ORDER BY id DESC",
             (scope,),
         ).fetchall()
-        max_bytes = 4 * self._limits.scope_bytes
-        max_copies = 4 * self._limits.scope_documents
         total = 0
         count = 0
         over: list[sqlite3.Row] = []
