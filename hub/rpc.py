@@ -35,7 +35,14 @@ from hub.errors import (
     PayloadTooLarge,
 )
 from hub.history import Author
-from hub.identity import Actor, acting_for, bearer_token, memory_scope, require_service
+from hub.identity import (
+    Actor,
+    acting_for,
+    bearer_token,
+    check_binding,
+    memory_scope,
+    require_service,
+)
 from hub.limits import DEFAULT_LIMITS
 from hub.metrics import METRICS, UNKNOWN_METHOD
 from hub.paths import binding_for
@@ -417,7 +424,10 @@ class EraseParams(Params):
 
 
 async def memory_erase(call: Call, params: EraseParams) -> dict[str, Any]:
-    scope = call.hub.memory_scope_for(call.actor, call.binding)
+    # Unlike the other memory calls, erasing works while memory is off: "forget me" must not
+    # wait for the owner to turn memory back on. The scope and binding rules are the same.
+    scope = memory_scope(call.actor, call.hub.config.isolation)
+    check_binding(call.actor, call.binding, scope)
     if call.actor.delegated:
         # Nothing undoes an erase: a person decides it, never an Agent acting on a prompt.
         raise Forbidden("an Agent credential cannot erase memory; erase is for its owner")

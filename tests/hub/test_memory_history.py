@@ -16,6 +16,7 @@ from bot.app import create_app
 from hub.config import OWNER_TOKEN_FILE, HubSettings
 from hub.history import DAY, Author, MemoryHistory
 from hub.limits import Limits
+from hub.paths import principal_scope
 from hub.state import State
 from hub.store import MemoryStore
 
@@ -42,11 +43,15 @@ class Caller:
 
 
 async def start(
-    aiohttp_client: Any, tmp_path: Path, isolation: bool, history_days: int = 30
+    aiohttp_client: Any,
+    tmp_path: Path,
+    isolation: bool,
+    history_days: int = 30,
+    enabled: bool = True,
 ) -> tuple[Caller, Caller, HubSettings]:
     settings = HubSettings(home=tmp_path / "amux-home")
     state = State(settings.state_path)
-    state.save_setting("memory.enabled", True)
+    state.save_setting("memory.enabled", enabled)
     state.save_setting("memory.isolation", "on" if isolation else "off")
     state.save_setting("memory.history_days", history_days)
     state.add_principal("owner", owner=True)
@@ -223,3 +228,21 @@ async def test_history_pages_newest_first_and_filters_by_path(
     assert [e["path"] for e in only["entries"]] == ["b.md"]
     status, body = await alice.call("memory.history", limit=0)
     assert status == 400, body
+
+
+async def test_erase_works_while_memory_is_off(aiohttp_client: Any, tmp_path: Path) -> None:
+    settings = HubSettings(home=tmp_path / "amux-home")
+    store = MemoryStore(settings.memory_root)
+    store.open()
+    owner, bob, _ = await start(aiohttp_client, tmp_path, isolation=True, enabled=False)
+    state = State(settings.state_path)
+    bob_id = state.principal_by_name("bob").id
+    state.close()
+    await store.upsert(principal_scope(bob_id), "mine.md", "bob's note\n", "absent")
+    status, body = await bob.call("memory.get", path="mine.md")
+    assert (status, body["error"]["code"]) == (403, "memory_disabled")
+    receipt = await bob.ok("memory.erase")
+    assert receipt["documents_removed"] == 1
+    assert not (settings.memory_root / "users").exists() or not any(
+        (settings.memory_root / "users").rglob("*.md")
+    )
