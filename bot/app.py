@@ -60,7 +60,9 @@ def create_app(
         # Imported only when the bot is on: lark-oapi takes seconds to import.
         from bot.feishu_app import add_feishu
 
-        add_feishu(app, hub_settings, feishu, feishu_client)
+        # The bot reaches Agents' workspaces (files in and out) only beside an in-process worker.
+        in_process = settings if worker_url is not None else None
+        add_feishu(app, hub_settings, feishu, feishu_client, runtime=in_process)
     else:
         logger.info(feishu.describe())
     return app

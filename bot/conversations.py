@@ -21,6 +21,9 @@ read the turn runs anyway and its card says so.
 A finished turn's card shows the Provider's token totals and the elapsed time in its title, and a
 "New conversation" button: the topic's next message then starts a new Session (the old one stays
 as it was). The progress card's Stop cancels the running turn; the Session stays resumable.
+
+Images and files of the message are saved in the workspace and named in the prompt; files the
+Agent leaves in ``outbox/`` are posted after the answer (``bot.files``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import MessageEvent
+from bot.files import Refused, Saved, TurnFiles, with_files
 from bot.outbox import Followed, Outbox, Owed
 from bot.streaming import StreamingCard, open_streaming
 from bot.topic_context import SeenTopics, TopicContext, TopicReader, with_context
@@ -49,6 +53,7 @@ from hub.contract import (
     SUCCEEDED,
     Execution,
     MemoryUse,
+    Session,
     WatchResult,
 )
 from hub.errors import AmuxError, Unavailable
@@ -88,8 +93,10 @@ class Conversations:
         stream_interval: float = 1.0,
         topics: TopicReader | None = None,
         seen: SeenTopics | None = None,
+        files: TurnFiles | None = None,
     ) -> None:
         self._hub = hub
+        self._files = files
         self._topics = topics
         self._seen = seen
         self._stream_interval = stream_interval
@@ -129,6 +136,8 @@ class Conversations:
                 return None
             principal_id = session.principal_id
         prompt = event.text.strip()
+        if event.attachments:
+            prompt = await self._bring_in(event, principal_id, session, prompt)
         if not prompt:
             return None
         context = TopicContext()
@@ -180,6 +189,27 @@ class Conversations:
         self._outbox.follow(followed)
         await self._follow(followed)
         return Turn(submitted.id, session.id, progress_message_id)
+
+    async def _bring_in(
+        self, event: MessageEvent, principal_id: str, session: Session | None, prompt: str
+    ) -> str:
+        """Save the message's files in the workspace; the prompt naming them. Refusals are told."""
+        if self._files is None:
+            saved: list[Saved] = []
+            refused = [
+                Refused(a.name or a.kind, "files are read only when Agents run on the Hub's host")
+                for a in event.attachments
+            ]
+        else:
+            owner = session or Session("", principal_id, "", None, None, None, "pending", None)
+            workspace = self._files.workspace(owner)
+            saved, refused = await self._files.bring_in(event, workspace)
+        if refused:
+            items = "; ".join(f"{r.name}: {r.reason}" for r in refused)
+            await self._client.reply(
+                event.message_id, text=catalogue_text(self._lang, "files.refused", items=items)
+            )
+        return with_files(prompt, saved)
 
     def resume(self) -> int:
         """Re-attach to every turn an earlier process was following; returns how many."""
@@ -307,6 +337,14 @@ class Conversations:
             owed.append(Owed("card", progress_card(view, self._lang), sequence))
             reason = execution.error or "the Agent ended without an answer"
             owed.append(Owed("reply", error_card(state, reason, self._lang)))
+        if state == SUCCEEDED and self._files is not None:
+            session = self._hub.executions.session(execution.session_id)
+            # A little slack: file times and the bot's clock may disagree by a tick.
+            chosen, skipped = self._files.left_to_send(
+                self._files.workspace(session), followed.started_at - 2.0
+            )
+            owed.extend(Owed("file", {"path": str(path)}) for path in chosen)
+            warnings = warnings + [f"not posted: {r.name} ({r.reason})" for r in skipped]
         owed.extend(Owed("reply", warning_card(warning, self._lang)) for warning in warnings)
         self._outbox.owe(followed, owed)
 

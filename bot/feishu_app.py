@@ -13,6 +13,7 @@ from bot.conversations import Conversations
 from bot.feishu.adapter import FeishuAdapter
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
+from bot.files import TurnFiles
 from bot.identity import CLAIM_SECONDS, FeishuIdentities
 from bot.management import Management
 from bot.outbox import OUTBOX_FILE, Outbox
@@ -23,6 +24,8 @@ from hub.errors import AmuxError
 from hub.metrics import METRICS
 from hub.rpc import HUB
 from hub.server import READINESS
+from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.launch import LaunchSite
 
 logger = logging.getLogger("amux.serve")
 
@@ -56,7 +59,10 @@ def add_feishu(
     hub_settings: HubSettings,
     settings: FeishuSettings,
     client: FeishuClient | None,
+    *,
+    runtime: RuntimeSettings | None = None,
 ) -> None:
+    """The bot on ``app``; ``runtime`` is the in-process worker's settings, when there is one."""
     sink = _DeferredSink()
     adapter = FeishuAdapter(settings, sink, state_dir=hub_settings.home, client=client)
     app[FEISHU] = adapter
@@ -81,11 +87,16 @@ def add_feishu(
         management = Management(hub, lang, settings.provider)
         client = adapter.client
         seen = SeenTopics(hub_settings.home / TOPICS_FILE)
+        files = None
+        if runtime is not None:
+            work_dir = runtime.work_dir or (hub_settings.home / "runtime")
+            files = TurnFiles(client, LaunchSite(runtime, work_dir, hub_settings.home))
         outbox = Outbox(
             hub_settings.home / OUTBOX_FILE,
             adapter.cards.finish,
             lambda reply_to, card, key: client.reply(reply_to, card=card, idempotency_key=key),
             client.finish_card_entity,
+            post_file=files.post if files is not None else None,
             dropped=metrics.feishu_gave_up if metrics is not None else lambda reason: None,
         )
         conversations = Conversations(
@@ -98,6 +109,7 @@ def add_feishu(
             stream_interval=settings.card_update_interval_seconds,
             topics=TopicReader(client),
             seen=seen,
+            files=files,
         )
         sink.target = BotSink(adapter.client, identities, management, conversations, lang)
         code = identities.offer_claim()

@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
+from bot.feishu.errors import FeishuApiError
 from hub.errors import AmuxError, Unavailable
 
 logger = logging.getLogger("amux.bot")
@@ -74,12 +75,15 @@ _ADDED_COLUMNS = (
 
 Card = dict[str, Any]
 # "card": show the card on the streaming card entity, else on ``target`` (the progress card),
-# else post it as a reply to ``reply_to``; "reply": post it as a reply in the topic.
-Kind = Literal["card", "reply"]
+# else post it as a reply to ``reply_to``; "reply": post it as a reply in the topic; "file":
+# upload the file at ``card["path"]`` and post it in the topic.
+Kind = Literal["card", "reply", "file"]
 FinishCard = Callable[[str, Card], Awaitable[None]]
 Reply = Callable[[str, Card, str], Awaitable[object]]
 # (card_id, card, sequence, idempotency key): close streaming and replace the entity's card.
 FinishEntity = Callable[[str, Card, int, str], Awaitable[None]]
+# (reply_to, path, idempotency key): upload a file and post it in the topic.
+PostFile = Callable[[str, str, str], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,7 @@ class Outbox:
         finish_entity: FinishEntity,
         *,
         max_age: float = MAX_AGE_SECONDS,
+        post_file: PostFile | None = None,
         max_wait: float = 30.0,
         clock: Callable[[], float] = time.time,
         dropped: Callable[[str], None] = lambda reason: None,
@@ -139,6 +144,7 @@ class Outbox:
         self._finish_card = finish_card
         self._reply = reply
         self._finish_entity = finish_entity
+        self._post_file = post_file
         self._max_age = max_age
         self._max_wait = max_wait
         self._clock = clock
@@ -280,7 +286,11 @@ class Outbox:
                 self._done(item.id)
                 continue
             try:
-                if item.kind == "card" and item.card_id:
+                if item.kind == "file":
+                    if self._post_file is None:
+                        raise FeishuApiError("this bot posts no files", operation="file")
+                    await self._post_file(item.reply_to, str(item.card.get("path")), item.uuid)
+                elif item.kind == "card" and item.card_id:
                     await self._finish_entity(item.card_id, item.card, item.sequence, item.uuid)
                 elif item.kind == "card" and item.target:
                     await self._finish_card(item.target, item.card)

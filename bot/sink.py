@@ -27,8 +27,8 @@ PROVIDER_SET = {
     "en_us": "New conversations in this chat now run {provider}.",
 }
 TEXT_ONLY = {
-    "zh_cn": "请用文字描述你的请求（目前只读取文字和富文本消息）。",
-    "en_us": "Please write your request as text (only text and rich-text messages are read).",
+    "zh_cn": "请用文字描述你的请求（读取文字、富文本、图片和文件消息）。",
+    "en_us": "Please write your request as text (text, rich text, images and files are read).",
 }
 CLAIM_REFUSED = {
     ClaimRefused.WRONG: {
@@ -81,8 +81,8 @@ class BotSink:
                     event.message_id, card=enrollment_closed_card(self._lang), in_thread=False
                 )
                 return
-            if not text:
-                # An image, file or sticker (or a bare mention): say so rather than stay silent.
+            if not text and not event.attachments:
+                # A bare mention, or a kind of message with nothing to read: say so.
                 await self._client.reply(event.message_id, text=TEXT_ONLY[self._lang])
                 return
             await self._conversations.handle(event, principal)

@@ -129,6 +129,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "message."
         ),
         "conversation.new": "New conversation",
+        "files.refused": "Not read: {items}",
         "conversation.renewed": "The next message in this topic starts a new conversation.",
         "conversation.not_yours": "Only whoever started this conversation can renew it.",
         "usage.tokens": "{input} in / {output} out",
@@ -269,6 +270,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "progress.restarting": "Hub 正在重启：恢复后此卡片会继续更新。",
         "context.unavailable": "无法读取话题中之前的消息（{reason}）：Agent 只看到这条消息。",
         "conversation.new": "新对话",
+        "files.refused": "未读取：{items}",
         "conversation.renewed": "此话题中的下一条消息将开始新的对话。",
         "conversation.not_yours": "只有发起此对话的人可以开始新对话。",
         "usage.tokens": "输入 {input} / 输出 {output}",

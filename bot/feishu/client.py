@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import io
 import json
 import logging
 import random
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import requests
+from requests_toolbelt import MultipartEncoder  # type: ignore[import-untyped]
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -48,6 +50,9 @@ RATE_LIMIT_CODES = frozenset({99991400, 99991402, 230020, 11020, 11021})
 TOKEN_INVALID_CODES = frozenset({99991661, 99991663, 99991668, 99991677})
 # Where lark-oapi's TokenManager caches an app's tenant token; not a public API of the SDK.
 TENANT_TOKEN_CACHE_KEY = "self_tenant_token:{app_id}"
+
+# Where a binary download's bytes travel in the answer ``_call`` returns.
+_BYTES = "bytes"
 
 ReceiveIdType = Literal["chat_id", "open_id", "union_id", "user_id", "email"]
 Verdict = Literal["ok", "retry", "refresh_token", "fail"]
@@ -230,6 +235,65 @@ class FeishuClient:
             if isinstance(item, dict) and item.get("open_id") and item.get("name")
         }
 
+    async def message_resource(self, message_id: str, key: str, kind: str) -> bytes:
+        """An image or file of a message (``im.v1.message_resource.get``; ``kind`` image|file)."""
+        data = await self._call(
+            "message_resource",
+            HttpMethod.GET,
+            "/open-apis/im/v1/messages/:message_id/resources/:file_key",
+            paths={"message_id": message_id, "file_key": key},
+            queries=[("type", kind)],
+            binary=True,
+        )
+        content = data.get(_BYTES)
+        if not isinstance(content, bytes):
+            raise FeishuApiError("Feishu sent no file content", operation="message_resource")
+        return content
+
+    async def upload(self, name: str, content: bytes, *, image: bool) -> str:
+        """Upload an image (``im.v1.image.create``) or a file (``im.v1.file.create``); its key."""
+        if image:
+            data = await self._call(
+                "image_upload",
+                HttpMethod.POST,
+                "/open-apis/im/v1/images",
+                body={"image_type": "message"},
+                files={"image": (name, content)},
+            )
+            key = (data.get("data") or {}).get("image_key")
+        else:
+            data = await self._call(
+                "file_upload",
+                HttpMethod.POST,
+                "/open-apis/im/v1/files",
+                body={"file_type": "stream", "file_name": name},
+                files={"file": (name, content)},
+            )
+            key = (data.get("data") or {}).get("file_key")
+        if not key:
+            raise FeishuApiError("Feishu returned no key for an upload", operation="upload")
+        return str(key)
+
+    async def reply_upload(
+        self, message_id: str, key: str, *, image: bool, idempotency_key: str
+    ) -> SentMessage:
+        """Post an uploaded image or file in ``message_id``'s topic."""
+        content = {"image_key": key} if image else {"file_key": key}
+        data = await self._call(
+            "reply",
+            HttpMethod.POST,
+            "/open-apis/im/v1/messages/:message_id/reply",
+            paths={"message_id": message_id},
+            receiver=message_id,
+            body={
+                "msg_type": "image" if image else "file",
+                "content": json.dumps(content),
+                "reply_in_thread": True,
+                "uuid": idempotency_key,
+            },
+        )
+        return _sent(data)
+
     # -- CardKit card entities (the endpoints of lark-oapi's ``cardkit.v1``) ----------------
 
     async def create_card_entity(self, card: dict[str, Any]) -> str:
@@ -360,6 +424,8 @@ class FeishuClient:
         queries: Sequence[tuple[str, str]] = (),
         body: dict[str, Any] | None = None,
         receiver: str = "",
+        files: dict[str, Any] | None = None,
+        binary: bool = False,
     ) -> dict[str, Any]:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._attempts),
@@ -374,7 +440,15 @@ class FeishuClient:
                 with attempt:
                     await self._pacer.wait(receiver)
                     call = functools.partial(
-                        self._call_once, operation, method, uri, paths, queries, body
+                        self._call_once,
+                        operation,
+                        method,
+                        uri,
+                        paths,
+                        queries,
+                        body,
+                        files=files,
+                        binary=binary,
                     )
                     result = await asyncio.get_running_loop().run_in_executor(
                         self._executor, call
@@ -398,17 +472,30 @@ class FeishuClient:
         paths: dict[str, str] | None,
         queries: Sequence[tuple[str, str]],
         body: dict[str, Any] | None,
+        *,
+        files: dict[str, Any] | None = None,
+        binary: bool = False,
     ) -> dict[str, Any]:
         for refreshed in (False, True):
+            payload: Any = body
+            headers = {"Content-Type": "application/json; charset=utf-8"}
+            if files:
+                # An upload is multipart; an encoder is read once, so each attempt makes its own.
+                fields: dict[str, Any] = {k: str(v) for k, v in (body or {}).items()}
+                for field_name, (file_name, content) in files.items():
+                    stream = io.BytesIO(content)
+                    fields[field_name] = (file_name, stream, "application/octet-stream")
+                payload = MultipartEncoder(fields=fields)
+                headers = {"Content-Type": payload.content_type}
             request = (
                 lark.BaseRequest.builder()
                 .http_method(method)
                 .uri(uri)
                 .paths(dict(paths or {}))
                 .queries(list(queries))
-                .headers({"Content-Type": "application/json; charset=utf-8"})
+                .headers(headers)
                 .token_types({AccessTokenType.TENANT})
-                .body(body)
+                .body(payload)
                 .build()
             )
             try:
@@ -425,6 +512,11 @@ class FeishuClient:
                 raise _Retryable(f"connection error ({type(error).__name__})") from None
             raw = response.raw
             status = int(raw.status_code or 0)
+            content_type = next(
+                (v for k, v in (raw.headers or {}).items() if k.lower() == "content-type"), ""
+            )
+            if binary and 200 <= status < 300 and "json" not in content_type:
+                return {_BYTES: raw.content or b""}
             try:
                 data: Any = json.loads(raw.content or b"{}")
             except ValueError:

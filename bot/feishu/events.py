@@ -45,6 +45,17 @@ class Mention:
 
 
 @dataclass(frozen=True)
+class Attachment:
+    """An image or file of a message: ``kind`` is image or file, the resource type to fetch.
+
+    Audio, video and stickers are not attachments: such a message has nothing to read."""
+
+    kind: str
+    key: str
+    name: str = ""
+
+
+@dataclass(frozen=True)
 class MessageEvent:
     """A message someone sent the bot (private chat) or wrote in a group the bot is in."""
 
@@ -62,6 +73,7 @@ class MessageEvent:
     mentions_bot: bool = False
     mentions: tuple[Mention, ...] = ()
     create_time_ms: int = 0
+    attachments: tuple[Attachment, ...] = ()
 
     @property
     def is_private(self) -> bool:
@@ -207,6 +219,33 @@ def message_text(message_type: str, content: str) -> str:
     return ""
 
 
+def attachments_of(message_type: str, content: str) -> tuple[Attachment, ...]:
+    """The images and files a message carries (a rich-text post's inline images included)."""
+    try:
+        parsed = json.loads(content) if content else {}
+    except ValueError:
+        return ()
+    if not isinstance(parsed, dict):
+        return ()
+    if message_type == "image" and parsed.get("image_key"):
+        return (Attachment("image", str(parsed["image_key"])),)
+    if message_type == "file" and parsed.get("file_key"):
+        return (Attachment("file", str(parsed["file_key"]), str(parsed.get("file_name") or "")),)
+    if message_type == "post":
+        found: list[Attachment] = []
+        body = (
+            parsed
+            if "content" in parsed
+            else next((v for v in parsed.values() if isinstance(v, dict) and "content" in v), {})
+        )
+        for paragraph in body.get("content") or []:
+            for element in paragraph if isinstance(paragraph, list) else []:
+                if isinstance(element, dict) and element.get("tag") == "img":
+                    found.append(Attachment("image", str(element.get("image_key") or "")))
+        return tuple(a for a in found if a.key)
+    return ()
+
+
 def strip_mentions(text: str, mentions: tuple[Mention, ...], bot_open_id: str) -> tuple[str, bool]:
     """Drop the bot's own mention and spell out the others as ``@name``.
 
@@ -312,6 +351,7 @@ def _message(event_id: str, event: dict[str, Any], bot_open_id: str) -> MessageE
         mentions_bot=mentions_bot,
         mentions=tuple(m for m in mentions if not (bot_open_id and m.ids.open_id == bot_open_id)),
         create_time_ms=created,
+        attachments=attachments_of(message_type, str(message.get("content") or "")),
     )
 
 

@@ -329,8 +329,8 @@ async def test_a_message_without_text_gets_a_hint_instead_of_silence(tmp_path: P
             **BOB,
             chat_id=private_chat(BOB),
             message_id=stored.message_id,
-            message_type="image",
-            content={"image_key": "img_v2_123"},
+            message_type="sticker",
+            content={"file_key": "sticker_v2_123"},
         )
         bot.sent[stored.message_id] = image
         status, _ = await bot.post(image)

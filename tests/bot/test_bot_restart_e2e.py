@@ -1,4 +1,5 @@
-"""Feishu turns survive Hub restarts and Feishu outages: `amux serve` as a process.
+"""Feishu turns survive Hub restarts and Feishu outages, stream progress and carry files:
+`amux serve` as a process.
 
 The Agent is a declared stand-in (``tests/fakes/gate_agent.sh``) that waits for a gate file the
 test writes, so the test decides whether a turn is still running when the Hub restarts or
@@ -197,3 +198,45 @@ async def test_progress_streams_into_a_cardkit_card_or_an_ordinary_card_when_car
     bot.open_gate("patched answer")
     await until(lambda: "patched answer" in shown(progress))
     assert bot.feishu.calls("PATCH", f"/im/v1/messages/{progress.message_id}")
+
+
+@pytest.mark.parametrize("bot", ["120"], indirect=True)
+async def test_a_files_image_reaches_the_agents_workspace_and_its_outbox_file_is_posted_after(
+    bot: Bot,
+) -> None:
+    stored = bot.feishu.add_message("oc_chat1", "")
+    bot.feishu.resources[(stored.message_id, "img_1")] = b"GIF89a first image line\nmore\n"
+    content = {
+        "title": "",
+        "content": [
+            [{"tag": "text", "text": str(bot.gate)}],
+            [{"tag": "img", "image_key": "img_1"}],
+        ],
+    }
+    payload = signer.message(
+        "",
+        **ALICE,
+        message_id=stored.message_id,
+        message_type="post",
+        content=content,
+    )
+    body, headers = signer.sign(payload)
+    async with bot.http.post(
+        f"{bot.hub.url}/feishu/events", data=io.BytesIO(body), headers=headers
+    ) as response:
+        assert response.status == 200
+    card = (await until(lambda: bot.replies_to(stored.message_id)))[0]
+    bot.gate.with_name("gate.out").write_text("the report the Agent wrote\n")
+    bot.open_gate("answer with a file\n")
+    saved = f"inbox/{stored.message_id}/image-1.gif"
+    await until(lambda: f"saw {saved}: GIF89a first image line" in shown(card))
+    posted = await until(
+        lambda: [m for m in bot.replies_to(stored.message_id) if m.msg_type == "file"]
+    )
+    (file_key,) = [json.loads(m.content)["file_key"] for m in posted]
+    assert bot.feishu.uploads[file_key] == ("report.txt", b"the report the Agent wrote\n")
+    # Posted after the answer: the answer card was finished before the file was uploaded.
+    assert card.entity is not None
+    finished = bot.feishu.calls("PUT", f"/cardkit/v1/cards/{card.entity.card_id}")
+    upload = bot.feishu.calls("POST", "/im/v1/files")
+    assert finished and upload and finished[-1].at <= upload[0].at

@@ -44,6 +44,8 @@ async def mention_in_topic(bot: Bot, text: str, who: Who, root: StoredMessage) -
         thread_id=TOPIC,
         mentions=[signer.mention("@_user_1", BOT_OPEN_ID, "amux")],
     )
+    # Feishu stamps the event with the stored message's own creation time.
+    payload["event"]["message"]["create_time"] = str(stored.create_time_ms)
     status, _ = await bot.post(payload)
     assert status == 200
     return stored.message_id

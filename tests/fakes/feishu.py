@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import email.parser
+import email.policy
 import itertools
 import json
 import time
@@ -121,6 +123,9 @@ class FakeFeishu:
         self._card_uuids: set[str] = set()
         self.cardkit_refused = False
         self.message_list_refused = False
+        # (message_id, key) -> bytes of a message's image or file; uploads by key -> (name, bytes).
+        self.resources: dict[tuple[str, str], bytes] = {}
+        self.uploads: dict[str, tuple[str, bytes]] = {}
         self.user_names: dict[str, str] = {}
         self.url = ""
         # Long connection state.
@@ -137,6 +142,9 @@ class FakeFeishu:
         app.router.add_post("/open-apis/im/v1/messages", self._create)
         app.router.add_get("/open-apis/im/v1/messages", self._list)
         app.router.add_get("/open-apis/contact/v3/users/batch", self._users)
+        app.router.add_get("/open-apis/im/v1/messages/{message_id}/resources/{key}", self._resource)
+        app.router.add_post("/open-apis/im/v1/files", self._upload)
+        app.router.add_post("/open-apis/im/v1/images", self._upload)
         app.router.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply)
         app.router.add_patch("/open-apis/im/v1/messages/{message_id}", self._patch)
         app.router.add_get("/open-apis/bot/v3/info", self._bot_info)
@@ -365,6 +373,36 @@ class FakeFeishu:
         ids = request.query.getall("user_ids", [])
         items = [{"open_id": i, "name": self.user_names[i]} for i in ids if i in self.user_names]
         return web.json_response({"code": 0, "msg": "success", "data": {"items": items}})
+
+    async def _resource(self, request: web.Request) -> web.StreamResponse:
+        found = self.resources.get((request.match_info["message_id"], request.match_info["key"]))
+        if found is None:
+            return web.json_response({"code": 234003, "msg": "resource not found"}, status=400)
+        return web.Response(body=found, content_type="application/octet-stream")
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        # The recording middleware consumed the stream: parse the multipart body it kept.
+        raw = self.requests[-1].body
+        head = f"Content-Type: {request.headers.get('Content-Type', '')}\r\n\r\n".encode()
+        parsed = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+            head + (raw if isinstance(raw, bytes) else b"")
+        )
+        parts: dict[str, tuple[str, bytes]] = {}
+        for part in parsed.iter_parts():
+            name = str(part.get_param("name", header="content-disposition") or "")
+            payload = part.get_payload(decode=True)
+            parts[name] = (
+                part.get_filename() or "",
+                payload if isinstance(payload, bytes) else b"",
+            )
+        field_name = "image" if request.path.endswith("/images") else "file"
+        if field_name not in parts:
+            return web.json_response({"code": 234001, "msg": "no file"}, status=400)
+        filename, content = parts[field_name]
+        given = parts.get("file_name", ("", b""))[1].decode()
+        key = f"{field_name}_{next(self._ids)}"
+        self.uploads[key] = (given or filename, content)
+        return web.json_response({"code": 0, "msg": "success", "data": {f"{field_name}_key": key}})
 
     def _attach_entity(self, message: StoredMessage) -> None:
         if message.msg_type != "interactive":

@@ -1,7 +1,9 @@
 #!/bin/sh
-# A stand-in Agent for restart and outage tests. The prompt's first line names a gate file: each
-# run appends a line to GATE.runs, waits (up to 120 s) until GATE exists, then answers with its
-# content, so a test decides when a turn ends and how often it ran.
+# A stand-in Agent for restart, outage and file tests. The prompt's first line names a gate file:
+# each run appends a line to GATE.runs, waits (up to 120 s) until GATE exists, then answers with
+# its content, so a test decides when a turn ends and how often it ran. For each prompt line
+# "- PATH (N bytes)" (a file the bot saved) it adds "saw PATH: <its first line>", and when
+# GATE.out exists it leaves a copy in ./outbox/ for the bot to post.
 IFS= read -r gate
 echo run >> "$gate.runs"
 i=0
@@ -11,3 +13,14 @@ while [ ! -e "$gate" ]; do
   sleep 0.1
 done
 cat "$gate"
+while IFS= read -r line || [ -n "$line" ]; do
+  case "$line" in
+    "- "*" bytes)")
+      path=${line#- }
+      path=${path% (*}
+      echo "saw $path: $(head -n 1 "$path")" ;;
+  esac
+done
+if [ -e "$gate.out" ]; then
+  mkdir -p outbox && cp "$gate.out" outbox/report.txt
+fi

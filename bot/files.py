@@ -1,0 +1,174 @@
+"""Files in and out of a turn, through the workspace of the Session's Principal.
+
+Rules:
+
+- In: a message's images and files are downloaded (``im.v1.message_resource.get``) into
+  ``<workspace>/inbox/<message id>/`` before the turn is queued, at most ``MAX_IN_BYTES`` per
+  turn; names are sanitized (no directories, no hidden names, a safe character set). The prompt
+  names each saved path relative to the workspace (the Agent's working directory). Kinds the bot
+  does not read (audio, video, stickers) and what would exceed the budget are refused, and the
+  sender is told which and why.
+- Out: files the Agent writes to ``<workspace>/outbox/`` during the turn (modified after it
+  started) are uploaded and posted in the topic after the answer, at most ``MAX_OUT_FILES``, each
+  at most ``MAX_OUT_BYTES``; symbolic links and anything that is not a regular file are skipped.
+  They are owed in the outbox like the answer, so they are posted once, after it.
+- The workspace is computed as the Runtime worker computes it (``LaunchSite.workspace``). The
+  bot can reach it only when the worker runs in the Hub's process; with remote workers only, files
+  are not brought in or sent out, and the sender is told.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.feishu.client import FeishuClient
+from bot.feishu.events import MessageEvent
+from hub.contract import Session
+from hub.errors import AmuxError
+from runtime_bridge.launch import LaunchSite
+
+logger = logging.getLogger("amux.bot")
+
+MAX_IN_BYTES = 20 * 1024 * 1024
+MAX_OUT_FILES = 10
+MAX_OUT_BYTES = 20 * 1024 * 1024
+INBOX = "inbox"
+OUTBOX = "outbox"
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp"}
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def sanitize(name: str, fallback: str) -> str:
+    """A file name safe to create: its last path part, safe characters only, never hidden."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    cleaned = _UNSAFE.sub("_", base).strip("._")[:100]
+    return cleaned or fallback
+
+
+def image_suffix(content: bytes) -> str:
+    if content.startswith(b"\x89PNG"):
+        return ".png"
+    if content.startswith(b"\xff\xd8"):
+        return ".jpg"
+    if content.startswith((b"GIF87a", b"GIF89a")):
+        return ".gif"
+    if content[:4] == b"RIFF" and content[8:12] == b"WEBP":
+        return ".webp"
+    return ".img"
+
+
+@dataclass(frozen=True)
+class Saved:
+    path: str  # relative to the workspace
+    size: int
+
+
+@dataclass(frozen=True)
+class Refused:
+    name: str
+    reason: str
+
+
+def with_files(prompt: str, saved: list[Saved]) -> str:
+    if not saved:
+        return prompt
+    listed = "\n".join(f"- {item.path} ({item.size} bytes)" for item in saved)
+    head = prompt or "Please look at the attached files."
+    return f"{head}\n\nFiles attached to this message, saved in your working directory:\n{listed}"
+
+
+class TurnFiles:
+    """Brings a message's files into the workspace, and finds the files a turn left to send."""
+
+    def __init__(self, client: FeishuClient, site: LaunchSite) -> None:
+        self._client = client
+        self._site = site
+
+    def workspace(self, session: Session) -> Path:
+        return self._site.workspace(session)
+
+    async def bring_in(
+        self, event: MessageEvent, workspace: Path
+    ) -> tuple[list[Saved], list[Refused]]:
+        saved: list[Saved] = []
+        refused: list[Refused] = []
+        budget = MAX_IN_BYTES
+        inbox = workspace / INBOX / sanitize(event.message_id, "message")
+        for n, item in enumerate(event.attachments, 1):
+            label = item.name or f"{item.kind} {n}"
+            if item.kind not in ("image", "file"):
+                refused.append(Refused(label, f"{item.kind} messages are not read"))
+                continue
+            try:
+                content = await self._client.message_resource(event.message_id, item.key, item.kind)
+            except AmuxError as error:
+                refused.append(Refused(label, f"download failed: {error.message}"))
+                continue
+            if len(content) > budget:
+                refused.append(Refused(label, "over the 20 MiB per message limit"))
+                continue
+            budget -= len(content)
+            name = (
+                f"image-{n}{image_suffix(content)}"
+                if item.kind == "image"
+                else sanitize(item.name, f"file-{n}")
+            )
+            inbox.mkdir(parents=True, exist_ok=True, mode=0o700)
+            target = inbox / name
+            # O_EXCL and no links followed: nothing the Agent planted there is written through.
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as out:
+                out.write(content)
+            saved.append(Saved(str(target.relative_to(workspace)), len(content)))
+        return saved, refused
+
+    @staticmethod
+    def left_to_send(workspace: Path, since: float) -> tuple[list[Path], list[Refused]]:
+        """Regular files in ``<workspace>/outbox`` modified at or after ``since``, bounded."""
+        outbox = workspace / OUTBOX
+        try:
+            entries = sorted(outbox.iterdir())
+        except OSError:
+            return [], []
+        chosen: list[Path] = []
+        refused: list[Refused] = []
+        for entry in entries:
+            try:
+                info = entry.lstat()
+            except OSError:
+                continue
+            if not stat.S_ISREG(info.st_mode) or info.st_mtime < since:
+                continue
+            if info.st_size > MAX_OUT_BYTES:
+                refused.append(Refused(entry.name, "over the 20 MiB per file limit"))
+            elif len(chosen) >= MAX_OUT_FILES:
+                refused.append(Refused(entry.name, f"more than {MAX_OUT_FILES} files"))
+            else:
+                chosen.append(entry)
+        return chosen, refused
+
+    async def post(self, reply_to: str, path: str, key: str) -> None:
+        """Upload one outbox file and post it in the topic (``key`` makes the post idempotent).
+
+        Raises:
+            FeishuApiError: the file is gone or is no longer a regular file (nothing to post).
+        """
+        from bot.feishu.errors import FeishuApiError
+
+        target = Path(path)
+        try:
+            fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as error:
+            raise FeishuApiError(f"outbox file {target.name} is gone ({error.strerror})") from None
+        with os.fdopen(fd, "rb") as source:
+            content = source.read(MAX_OUT_BYTES + 1)
+        if len(content) > MAX_OUT_BYTES:
+            raise FeishuApiError(f"outbox file {target.name} grew over the limit")
+        image = target.suffix.lower() in IMAGE_SUFFIXES
+        uploaded = await self._client.upload(sanitize(target.name, "file"), content, image=image)
+        await self._client.reply_upload(reply_to, uploaded, image=image, idempotency_key=key)
