@@ -14,7 +14,8 @@ Rules:
   They are owed in the outbox like the answer, so they are posted once, after it.
 - The workspace is computed as the Runtime worker computes it (``LaunchSite.workspace``). The
   bot can reach it only when the worker runs in the Hub's process; with remote workers only, files
-  are not brought in or sent out, and the sender is told.
+  are not brought in or sent out, and the sender is told. A file that cannot be written (a
+  workspace the bot may not write to) is refused the same way.
 """
 
 from __future__ import annotations
@@ -118,12 +119,18 @@ class TurnFiles:
                 if item.kind == "image"
                 else sanitize(item.name, f"file-{n}")
             )
-            inbox.mkdir(parents=True, exist_ok=True, mode=0o700)
             target = inbox / name
-            # O_EXCL and no links followed: nothing the Agent planted there is written through.
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(fd, "wb") as out:
-                out.write(content)
+            try:
+                # Readable by an Agent that runs as another user (AMUX_RUNTIME_RUN_AS).
+                inbox.mkdir(parents=True, exist_ok=True, mode=0o755)
+                # O_EXCL and no links followed: nothing the Agent planted is written through.
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                with os.fdopen(fd, "wb") as out:
+                    out.write(content)
+            except OSError as error:
+                logger.warning("could not save %s in the workspace: %s", name, error.strerror)
+                refused.append(Refused(label, "it could not be saved in the Agent's workspace"))
+                continue
             saved.append(Saved(str(target.relative_to(workspace)), len(content)))
         return saved, refused
 

@@ -1,0 +1,130 @@
+"""The outbox: what the bot owes Feishu survives a new process, goes out once, in order, and is
+given up (and counted) only when refused or too old. Real SQLite files, the real lark-oapi
+client against the fake Feishu."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from bot.config import FeishuSettings
+from bot.feishu.client import FeishuClient
+from bot.outbox import Followed, Outbox, Owed
+from cards.notices import warning_card
+from tests.conftest import until
+from tests.fakes.feishu import FakeFeishu
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def feishu() -> AsyncIterator[FakeFeishu]:
+    async with FakeFeishu(app_id="cli_outbox") as fake:
+        yield fake
+
+
+@pytest.fixture
+async def client(feishu: FakeFeishu) -> AsyncIterator[FeishuClient]:
+    settings = FeishuSettings(
+        app_id="cli_outbox", app_secret=SecretStr(feishu.app_secret), domain=feishu.url
+    )
+    made = FeishuClient(settings, attempts=2, backoff=lambda state: 0.01)
+    yield made
+    await made.close()
+
+
+def outbox_of(path: Path, client: FeishuClient, **kw: object) -> Outbox:
+    return Outbox(
+        path,
+        client.update_card,
+        lambda reply_to, card, key: client.reply(reply_to, card=card, idempotency_key=key),
+        client.finish_card_entity,
+        max_wait=0.05,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def texts(feishu: FakeFeishu, root: str) -> list[str]:
+    return [
+        json.dumps(m.card, ensure_ascii=False)
+        for m in feishu.messages.values()
+        if m.root_id == root and m.msg_type == "interactive"
+    ]
+
+
+async def test_what_one_process_owed_the_next_delivers_once_and_in_order(
+    feishu: FakeFeishu, client: FeishuClient, tmp_path: Path
+) -> None:
+    question = feishu.add_message("oc_chat", "question")
+    followed = Followed("run1", "", question.message_id, "question", 0.0)
+    first = outbox_of(tmp_path / "outbox.sqlite3", client)
+    first.follow(followed)
+    assert first.followed() == [followed]
+    await feishu.go_down()
+    first.start()
+    first.owe(followed, [Owed("card", warning_card(f"part {n}", "en_us")) for n in range(3)])
+    assert first.followed() == []
+    await first.stop(0.2)  # Feishu is down: everything stays owed on disk
+    first.close()
+    assert texts(feishu, question.message_id) == []
+
+    await feishu.come_back()
+    # The first post is answered 503: it is tried again under the same idempotency key.
+    feishu.fail_next(1, status=503, code=0, path_contains="/reply")
+    second = outbox_of(tmp_path / "outbox.sqlite3", client)
+    second.start()
+    try:
+        await until(lambda: second.pending() == 0)
+    finally:
+        await second.stop(0)
+        second.close()
+    shown = texts(feishu, question.message_id)
+    assert [n for n in range(3) for text in shown if f"part {n}" in text] == [0, 1, 2]
+    keys = [call.body["uuid"] for call in feishu.calls("POST", "/reply")]
+    assert len(keys) == 4 and keys[0] == keys[1] and len(set(keys)) == 3
+
+
+async def test_a_reply_refused_for_good_or_older_than_a_day_is_dropped_and_counted(
+    feishu: FakeFeishu, client: FeishuClient, tmp_path: Path
+) -> None:
+    question = feishu.add_message("oc_chat", "question")
+    clock = Clock()
+    dropped: list[str] = []
+    outbox = outbox_of(tmp_path / "outbox.sqlite3", client, clock=clock, dropped=dropped.append)
+    followed = Followed("run1", "om_gone", question.message_id, "q", 0.0)
+    await feishu.go_down()
+    outbox.start()
+    try:
+        outbox.owe(followed, [Owed("reply", warning_card("stale", "en_us"))])
+        await until(lambda: feishu.calls("POST", "/reply") == [] and outbox.pending() == 1)
+        clock.now += 24 * 3600 + 1
+        await until(lambda: dropped == ["too_old"])
+        assert outbox.pending() == 0
+
+        await feishu.come_back()
+        # The progress card no longer exists: Feishu refuses the update; the reply still goes.
+        outbox.owe(
+            followed,
+            [
+                Owed("card", warning_card("final", "en_us")),
+                Owed("reply", warning_card("w", "en_us")),
+            ],
+        )
+        await until(lambda: outbox.pending() == 0)
+        assert dropped == ["too_old", "refused"]
+        assert len(texts(feishu, question.message_id)) == 1
+    finally:
+        await outbox.stop(0)
+        outbox.close()
