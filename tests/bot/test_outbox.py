@@ -15,6 +15,7 @@ from bot.config import FeishuSettings
 from bot.feishu.client import FeishuClient
 from bot.outbox import Followed, Outbox, Owed
 from cards.notices import warning_card
+from hub.metrics import Metrics
 from tests.conftest import until
 from tests.fakes.feishu import FakeFeishu
 
@@ -102,7 +103,13 @@ async def test_a_reply_refused_for_good_or_older_than_a_day_is_dropped_and_count
     question = feishu.add_message("oc_chat", "question")
     clock = Clock()
     dropped: list[str] = []
-    outbox = outbox_of(tmp_path / "outbox.sqlite3", client, clock=clock, dropped=dropped.append)
+    metrics = Metrics()
+
+    def gave_up(reason: str) -> None:
+        dropped.append(reason)
+        metrics.feishu_gave_up(reason)
+
+    outbox = outbox_of(tmp_path / "outbox.sqlite3", client, clock=clock, dropped=gave_up)
     followed = Followed("run1", "om_gone", question.message_id, "q", 0.0)
     await feishu.go_down()
     outbox.start()
@@ -124,6 +131,8 @@ async def test_a_reply_refused_for_good_or_older_than_a_day_is_dropped_and_count
         )
         await until(lambda: outbox.pending() == 0)
         assert dropped == ["too_old", "refused"]
+        scraped = metrics.render().decode()
+        assert 'amux_feishu_replies_undelivered_total{reason="too_old"} 1.0' in scraped
         assert len(texts(feishu, question.message_id)) == 1
     finally:
         await outbox.stop(0)
