@@ -8,6 +8,8 @@ Rules:
 - A turn's final card(s) are recorded in the same transaction that forgets the follow, before the
   first attempt to post them (``synchronous=FULL``: the commit is fsynced), and are delivered
   in the order they were owed.
+- A final card Feishu will not show in place (its message deleted, a card the bot may no longer
+  update) is posted as a reply instead, so the answer is not lost with it.
 - Delivery retries across Feishu outages and Hub restarts until Feishu accepts it. The client
   already retries rate limits (honouring their reset time), 5xx answers and connection errors; an
   item still failing waits (growing back-off, at most ``max_wait``) and is tried again. An item
@@ -300,6 +302,19 @@ class Outbox:
                 logger.warning("a Feishu reply stays owed and is retried: %s", error.message)
                 raise _StillFailing() from None
             except AmuxError as error:
+                if item.kind == "card" and (item.card_id or item.target):
+                    # The card cannot be shown where it was (deleted, not the bot's any more):
+                    # the answer still goes out, as a reply in the topic.
+                    logger.warning("final card not shown in place (%s); replying", error.message)
+                    self._as_reply(item.id)
+                    await self._deliver_owed()
+                    return
                 logger.error("Feishu refused an owed reply; dropping it: %s", error.message)
                 self._dropped("refused")
             self._done(item.id)
+
+    def _as_reply(self, item_id: int) -> None:
+        with self._lock:
+            self._db.execute(
+                "UPDATE owed SET kind = 'reply', target = '', card_id = '' WHERE id = ?", (item_id,)
+            )

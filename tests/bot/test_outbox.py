@@ -97,7 +97,7 @@ async def test_what_one_process_owed_the_next_delivers_once_and_in_order(
     assert len(keys) == 4 and keys[0] == keys[1] and len(set(keys)) == 3
 
 
-async def test_a_reply_refused_for_good_or_older_than_a_day_is_dropped_and_counted(
+async def test_a_final_card_not_shown_in_place_is_replied_and_only_refused_or_stale_ones_drop(
     feishu: FakeFeishu, client: FeishuClient, tmp_path: Path
 ) -> None:
     question = feishu.add_message("oc_chat", "question")
@@ -121,7 +121,7 @@ async def test_a_reply_refused_for_good_or_older_than_a_day_is_dropped_and_count
         assert outbox.pending() == 0
 
         await feishu.come_back()
-        # The progress card no longer exists: Feishu refuses the update; the reply still goes.
+        # The progress card no longer exists: the final card goes out as a reply instead.
         outbox.owe(
             followed,
             [
@@ -130,10 +130,17 @@ async def test_a_reply_refused_for_good_or_older_than_a_day_is_dropped_and_count
             ],
         )
         await until(lambda: outbox.pending() == 0)
-        assert dropped == ["too_old", "refused"]
+        assert dropped == ["too_old"]
         scraped = metrics.render().decode()
         assert 'amux_feishu_replies_undelivered_total{reason="too_old"} 1.0' in scraped
-        assert len(texts(feishu, question.message_id)) == 1
+        shown = texts(feishu, question.message_id)
+        assert len(shown) == 2 and "final" in shown[0] and "stale" not in "".join(shown)
+
+        # A reply Feishu refuses for good (its message is gone) is dropped and counted.
+        gone = Followed("run2", "", "om_missing", "q", 0.0)
+        outbox.owe(gone, [Owed("reply", warning_card("lost", "en_us"))])
+        await until(lambda: outbox.pending() == 0)
+        assert dropped == ["too_old", "refused"]
     finally:
         await outbox.stop(0)
         outbox.close()
