@@ -56,7 +56,7 @@ from hub.contract import (
     Session,
     WatchResult,
 )
-from hub.errors import AmuxError, Unavailable
+from hub.errors import AmuxError
 from hub.services import Hub
 from hub.state import Principal
 
@@ -172,7 +172,7 @@ class Conversations:
                     event.message_id, card=progress_card(view, self._lang)
                 )
                 progress_message_id = sent.message_id
-        except Unavailable as error:
+        except AmuxError as error:
             # The turn is queued already: it runs, and its answer is owed as a topic reply.
             logger.warning("no progress card for turn %s: %s", submitted.id, error.message)
             progress_message_id, card_id = "", ""

@@ -240,3 +240,16 @@ async def test_a_files_image_reaches_the_agents_workspace_and_its_outbox_file_is
     finished = bot.feishu.calls("PUT", f"/cardkit/v1/cards/{card.entity.card_id}")
     upload = bot.feishu.calls("POST", "/im/v1/files")
     assert finished and upload and finished[-1].at <= upload[0].at
+
+
+@pytest.mark.parametrize("bot", ["120"], indirect=True)
+async def test_a_turn_whose_progress_card_feishu_refuses_still_answers_in_the_topic(
+    bot: Bot,
+) -> None:
+    bot.feishu.fail_next(1, status=400, code=230002, path_contains="/reply")
+    asked = await bot.say(str(bot.gate))
+    await until(lambda: bot.runs() == 1)
+    bot.open_gate("answered without a progress card")
+    (answer,) = await until(lambda: bot.replies_to(asked))
+    assert "answered without a progress card" in shown(answer)
+    assert bot.feishu.failures_left() == 0
