@@ -296,7 +296,8 @@ def config_set(
 
 @system_app.command("restart")
 def system_restart(ctx: typer.Context) -> None:
-    """Drain in-flight requests and restart the Hub in place (owner only)."""
+    """Restart the Hub (owner only): no new Agent turns start, running ones get AMUX_DRAIN_SECONDS
+    to finish and are then handed back to run again after the restart, in-flight requests drain."""
     env = env_of(ctx)
     emit(run(with_client(env, lambda hub: hub.call("system.restart"))))
 
