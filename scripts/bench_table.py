@@ -28,10 +28,15 @@ REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 BEGIN = "<!-- bench-table:begin -->"
 END = "<!-- bench-table:end -->"
-NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?")
+# "1,234" is one figure; "911, 767" are two.
+NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 SECTION = re.compile(r"^== (.*) ==$")
-# Lines that describe the run, not a measurement.
-SKIP = ("machine:", "scope:")
+# Lines that describe the run or come from a server's log, not a measurement.
+SKIP = ("machine:", "scope:", "for script", "#", "INFO", "WARNING", "DEBUG", "ERROR")
+# A benchmark's best run is printed for its author; the table shows medians and spreads only.
+BEST = re.compile(r"\s*\(best\s+[\d.,]+\)")
+# A run's verdict on its target; runs may differ, and the table shows the figures instead.
+VERDICT = re.compile(r"\b(?:meets|misses|MISSES)\b")
 
 
 @dataclass
@@ -42,34 +47,58 @@ class Row:
     decimals: list[int] = field(default_factory=list)
 
 
-def parse(output: str) -> dict[tuple[str, str], tuple[list[float], list[int]]]:
-    """(section, line with figures replaced by {}) -> the figures and their decimal places."""
-    rows: dict[tuple[str, str], tuple[list[float], list[int]]] = {}
+Key = tuple[str, str, int]
+
+
+def parse(output: str) -> dict[Key, tuple[list[float], list[int]]]:
+    """(section, line with figures replaced by {}, how many such lines came before in the
+    section) -> the figures and their decimal places."""
+    rows: dict[Key, tuple[list[float], list[int]]] = {}
+    seen: dict[tuple[str, str], int] = {}
     section = ""
+    # A line ending in ':', or a one-word line without figures (a provider's name), names the
+    # rows under it.
+    labels: list[tuple[int, str]] = []  # (indent, label), outermost first
     for raw in output.splitlines():
-        line = raw.strip()
+        line = VERDICT.sub("target", BEST.sub("", raw.strip()))
+        indent = len(raw) - len(raw.lstrip())
+        # A label names only the lines indented under it.
+        while labels and labels[-1][0] >= indent and line:
+            labels.pop()
         heading = SECTION.match(line)
         if heading:
-            section = heading.group(1)
+            # The title up to its first comma; the rows carry the details.
+            section, labels = heading.group(1).split(", ")[0], []
             continue
-        if not line or line.startswith(SKIP) or not NUMBER.search(line):
+        if not line or line.startswith(SKIP):
             continue
+        if line.endswith(":"):
+            # A heading over the rows that follow (which requests, which kind of time).
+            labels.append((indent, line[:-1]))
+            continue
+        if not NUMBER.search(line):
+            if len(line) <= 20 and " " not in line:
+                labels.append((indent, line))
+            continue
+        if labels:
+            line = ": ".join([*(label for _, label in labels), line])
         tokens = NUMBER.findall(line)
         template = NUMBER.sub("{}", line.replace("{", "{{").replace("}", "}}"))
         template = re.sub(r"\s{2,}", " ", template)
         values = [float(t.replace(",", "")) for t in tokens]
         decimals = [len(t.split(".")[1]) if "." in t else 0 for t in tokens]
-        key = (section, template)
-        # A line printed twice in one section (e.g. per query) keeps its first figures.
-        rows.setdefault(key, (values, decimals))
+        # Lines that differ only in their figures (200 and 2,000 documents) stay apart.
+        count = seen.get((section, template), 0)
+        seen[(section, template)] = count + 1
+        rows[(section, template, count)] = (values, decimals)
     return rows
 
 
 def combine(outputs: list[str]) -> list[Row]:
-    combined: dict[tuple[str, str], Row] = {}
+    combined: dict[Key, Row] = {}
     for output in outputs:
-        for (section, template), (values, decimals) in parse(output).items():
-            row = combined.setdefault((section, template), Row(section, template))
+        for key, (values, decimals) in parse(output).items():
+            row = combined.setdefault(key, Row(key[0], key[1]))
             row.values.append(values)
             row.decimals = row.decimals or decimals
     return list(combined.values())
