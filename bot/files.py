@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.feishu.client import FeishuClient
+from bot.feishu.errors import FeishuApiError
 from bot.feishu.events import MessageEvent
 from hub.contract import Session
 from hub.errors import AmuxError
@@ -165,8 +166,6 @@ class TurnFiles:
         Raises:
             FeishuApiError: the file is gone or is no longer a regular file (nothing to post).
         """
-        from bot.feishu.errors import FeishuApiError
-
         target = Path(path)
         try:
             fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
