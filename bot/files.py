@@ -20,10 +20,13 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +36,8 @@ from bot.feishu.events import MessageEvent
 from hub.contract import Session
 from hub.errors import AmuxError
 from runtime_bridge.launch import LaunchSite
+from runtime_bridge.providers.confined import open_dir, open_root, write_file
+from runtime_bridge.worker import run_as_ids
 
 logger = logging.getLogger("amux.bot")
 
@@ -64,6 +69,19 @@ def image_suffix(content: bytes) -> str:
     return ".img"
 
 
+@contextlib.contextmanager
+def _outbox(workspace: Path) -> Iterator[int]:
+    """``<workspace>/outbox`` as a descriptor, refused if it is a link or not a directory."""
+    with open_root(workspace) as root:
+        fd = os.open(
+            OUTBOX, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root
+        )
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 @dataclass(frozen=True)
 class Saved:
     path: str  # relative to the workspace
@@ -90,6 +108,8 @@ class TurnFiles:
     def __init__(self, client: FeishuClient, site: LaunchSite) -> None:
         self._client = client
         self._site = site
+        # Files brought in belong to the Agent's user (AMUX_RUNTIME_RUN_AS), else to the service.
+        self._owner = run_as_ids(site.settings.run_as) if site.settings.run_as else None
 
     def workspace(self, session: Session) -> Path:
         return self._site.workspace(session)
@@ -122,12 +142,14 @@ class TurnFiles:
             )
             target = inbox / name
             try:
-                # Readable by an Agent that runs as another user (AMUX_RUNTIME_RUN_AS).
-                inbox.mkdir(parents=True, exist_ok=True, mode=0o755)
-                # O_EXCL and no links followed: nothing the Agent planted is written through.
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-                with os.fdopen(fd, "wb") as out:
-                    out.write(content)
+                # The Agent owns the workspace's content: every directory below it is opened
+                # without following links (a planted `inbox -> /etc` is replaced, not followed),
+                # and the file is created afresh. The Agent's user owns what is made.
+                with (
+                    open_root(workspace) as root,
+                    open_dir(root, inbox.relative_to(workspace), self._owner) as directory,
+                ):
+                    write_file(directory, name, content, 0o644, self._owner)
             except OSError as error:
                 logger.warning("could not save %s in the workspace: %s", name, error.strerror)
                 refused.append(Refused(label, "it could not be saved in the Agent's workspace"))
@@ -137,27 +159,29 @@ class TurnFiles:
 
     @staticmethod
     def left_to_send(workspace: Path, since: float) -> tuple[list[Path], list[Refused]]:
-        """Regular files in ``<workspace>/outbox`` modified at or after ``since``, bounded."""
-        outbox = workspace / OUTBOX
+        """Regular files in ``<workspace>/outbox`` modified at or after ``since``, bounded.
+
+        ``outbox`` and its files are the Agent's: a link there (say ``outbox -> AMUX_HOME``,
+        made inside the sandbox but resolving on the host) is never followed, so nothing
+        outside the workspace is ever posted.
+        """
         try:
-            entries = sorted(outbox.iterdir())
+            with _outbox(workspace) as outbox:
+                names = sorted(os.listdir(outbox))
+                infos = [(n, os.stat(n, dir_fd=outbox, follow_symlinks=False)) for n in names]
         except OSError:
             return [], []
         chosen: list[Path] = []
         refused: list[Refused] = []
-        for entry in entries:
-            try:
-                info = entry.lstat()
-            except OSError:
-                continue
+        for name, info in infos:
             if not stat.S_ISREG(info.st_mode) or info.st_mtime < since:
                 continue
             if info.st_size > MAX_OUT_BYTES:
-                refused.append(Refused(entry.name, "over the 20 MiB per file limit"))
+                refused.append(Refused(name, "over the 20 MiB per file limit"))
             elif len(chosen) >= MAX_OUT_FILES:
-                refused.append(Refused(entry.name, f"more than {MAX_OUT_FILES} files"))
+                refused.append(Refused(name, f"more than {MAX_OUT_FILES} files"))
             else:
-                chosen.append(entry)
+                chosen.append(workspace / OUTBOX / name)
         return chosen, refused
 
     async def post(self, reply_to: str, path: str, key: str) -> None:
@@ -168,11 +192,16 @@ class TurnFiles:
         """
         target = Path(path)
         try:
-            fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+            if target.parent.name != OUTBOX:
+                raise FileNotFoundError(errno.ENOENT, "not an outbox file")
+            with _outbox(target.parent.parent) as outbox:
+                fd = os.open(target.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=outbox)
+            with os.fdopen(fd, "rb") as source:
+                if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
+                    raise FileNotFoundError(errno.ENOENT, "not a regular file")
+                content = source.read(MAX_OUT_BYTES + 1)
         except OSError as error:
             raise FeishuApiError(f"outbox file {target.name} is gone ({error.strerror})") from None
-        with os.fdopen(fd, "rb") as source:
-            content = source.read(MAX_OUT_BYTES + 1)
         if len(content) > MAX_OUT_BYTES:
             raise FeishuApiError(f"outbox file {target.name} grew over the limit")
         image = target.suffix.lower() in IMAGE_SUFFIXES

@@ -142,3 +142,33 @@ async def test_files_left_in_the_outbox_during_the_turn_are_posted_once_and_boun
     )
     with pytest.raises(FeishuApiError):
         await files.post(question.message_id, str(outbox / "link.txt"), "key-link")
+
+
+async def test_links_the_agent_plants_in_its_workspace_are_never_followed(
+    files: TurnFiles, feishu: FakeFeishu, tmp_path: Path
+) -> None:
+    # Made inside the sandbox, these links resolve on the host, where the bot reads and writes.
+    secrets = tmp_path / "amux-home"
+    secrets.mkdir()
+    (secrets / "owner.token").write_text("amux_owner_secret")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "outbox").symlink_to(secrets)
+    (workspace / "inbox").symlink_to(elsewhere)
+
+    chosen, refused = files.left_to_send(workspace, time.time() - 3600)
+    assert chosen == [] and refused == []
+    with pytest.raises(FeishuApiError, match="gone"):
+        await files.post("om_1", str(workspace / "outbox" / "owner.token"), "k1")
+    assert feishu.uploads == {}
+
+    message = feishu.add_message("oc_chat", "")
+    feishu.resources[(message.message_id, "img_1")] = PNG
+    saved, _ = await files.bring_in(
+        event_with(message.message_id, Attachment("image", "img_1")), workspace
+    )
+    assert [s.path for s in saved] == [f"inbox/{message.message_id}/image-1.png"]
+    assert not (workspace / "inbox").is_symlink()
+    assert os.listdir(elsewhere) == []
