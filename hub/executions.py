@@ -20,7 +20,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any
 
 from hub.contract import (
     CANCELLED,
@@ -47,7 +47,6 @@ MAX_PROMPT_BYTES = 256 * 1024
 MAX_EVENT_BYTES = 16 * 1024
 WORKER_FRESH_SECONDS = 60.0
 TOUCH_SECONDS = 5.0
-T = TypeVar("T")
 NO_WORKER = "no Runtime worker is connected; this turn waits until one is"
 HANDED_BACK = (
     "the Hub restarted before this turn finished; it runs again from the start after the restart"
@@ -88,8 +87,6 @@ class Executions:
         self._watch_waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._closing = False
         self._claiming = True
-        # Writes waiting for the next shared commit (see _write).
-        self._writes: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
 
     async def _notify(self, execution_id: str | None = None, *, queue: bool = True) -> None:
         """Wake the waiters a change concerns: claims if ``queue``, watches of ``execution_id``
@@ -125,53 +122,6 @@ class Executions:
             waiters.discard(waiter)
             if not waiters:
                 del self._watch_waiters[execution_id]
-
-    async def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``work`` in a transaction shared with the other writes queued this moment.
-
-        Each commit syncs the WAL, on the event loop. Under a burst one commit covers every
-        write queued while the last one ran instead of one sync each; each caller is answered
-        only after the commit that holds its write. ``work`` runs in a savepoint of its own, so
-        its exception undoes its writes alone and is raised to its caller.
-        """
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        self._writes.append((work, future))
-        if len(self._writes) == 1:
-            loop.call_soon(self._commit_writes)
-        result: T = await future
-        return result
-
-    def _commit_writes(self) -> None:
-        batch, self._writes = self._writes, []
-        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
-        try:
-            with self._state.transaction() as db:
-                for work, future in batch:
-                    if future.cancelled():
-                        continue
-                    db.execute("SAVEPOINT amux_write")
-                    try:
-                        result = work(db)
-                    except Exception as error:
-                        db.execute("ROLLBACK TO amux_write")
-                        db.execute("RELEASE amux_write")
-                        outcomes.append((future, None, error))
-                    else:
-                        db.execute("RELEASE amux_write")
-                        outcomes.append((future, result, None))
-        except Exception as error:  # the transaction failed as a whole: nothing was written
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(error)
-            return
-        for future, result, failure in outcomes:
-            if future.done():
-                continue
-            if failure is not None:
-                future.set_exception(failure)
-            else:
-                future.set_result(result)
 
     @property
     def closing(self) -> bool:
@@ -368,7 +318,7 @@ class Executions:
                 self._insert_event(db, execution_id, "status", NO_WORKER)
             return session
 
-        session = await self._write(queue)
+        session = await self._state.write(queue)
         await self._notify(execution_id)
         return self.describe(execution_id), session
 
@@ -460,7 +410,7 @@ class Executions:
             try:
                 if self._claiming and self._claimable() is not None:
                     # The worker is seen in the claim's own transaction: one commit, not two.
-                    claimed = await self._write(
+                    claimed = await self._state.write(
                         lambda db: self._claim_one(db, worker_id, principal_id)
                     )
                     if claimed is not None:
@@ -548,14 +498,14 @@ class Executions:
             self._owned(execution_id, worker_id)
             return self._insert_event(db, execution_id, kind, text[:MAX_EVENT_BYTES])
 
-        seq = await self._write(append)
+        seq = await self._state.write(append)
         # An event frees no Session: claims have nothing new to look at.
         await self._notify(execution_id, queue=False)
         return seq
 
     async def add_hub_event(self, execution_id: str, kind: str, text: str) -> int:
         """An event the Hub itself records for a turn (its memory calls): no lease to check."""
-        seq = await self._write(
+        seq = await self._state.write(
             lambda db: self._insert_event(db, execution_id, kind, text[:MAX_EVENT_BYTES])
         )
         await self._notify(execution_id, queue=False)
@@ -595,7 +545,7 @@ class Executions:
                 state = SUCCEEDED if outcome.succeeded else FAILED
                 self._finish(execution_id, state, outcome.result, outcome.error)
 
-        await self._write(finish)
+        await self._state.write(finish)
         await self._notify(execution_id)
         return self.describe(execution_id)
 

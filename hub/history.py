@@ -166,15 +166,18 @@ class MemoryHistory:
         if result["revision"] != previous:
             size = len(str(content).encode("utf-8"))
             kept = None if previous == ABSENT else self._kept_size(scope, result["path"], previous)
-            self.record(
-                scope,
-                result["path"],
-                action,
-                author,
-                None if previous == ABSENT else previous,
-                result["revision"],
-                size,
-                kept,
+            # Through the shared commit: writers on other scopes then share its sync.
+            await self._state.write(
+                lambda _db: self.record(
+                    scope,
+                    result["path"],
+                    action,
+                    author,
+                    None if previous == ABSENT else previous,
+                    result["revision"],
+                    size,
+                    kept,
+                )
             )
             if kept is not None:
                 await self.prune(scope)
@@ -196,8 +199,10 @@ class MemoryHistory:
         result = await self._store.forget(scope, path, expected_revision)
         if not result["already_absent"]:
             size = self._kept_size(scope, result["path"], str(expected_revision))
-            self.record(
-                scope, result["path"], "forget", author, str(expected_revision), None, 0, size
+            await self._state.write(
+                lambda _db: self.record(
+                    scope, result["path"], "forget", author, str(expected_revision), None, 0, size
+                )
             )
             if size is not None:
                 await self.prune(scope)

@@ -146,7 +146,12 @@ class Call:
 
     def author(self) -> Author:
         """The change log's author of a change made by this call (see ``hub.history``)."""
-        launch = self.hub.state.credential_launch(self.actor.credential.id)
+        # Only delegated (Agent) credentials are issued for a launch: others skip the lookup.
+        launch = (
+            self.hub.state.credential_launch(self.actor.credential.id)
+            if self.actor.delegated
+            else None
+        )
         return Author(
             self.actor.principal.id,
             self.via,

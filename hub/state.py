@@ -7,22 +7,24 @@ database brings its schema up to date (see ``hub.migrations``, which owns every 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import secrets
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hub.errors import Conflict, InvalidArgument, NotFound
 from hub.migrations import migrate
 
 TOKEN_PREFIX = "amux_"
+T = TypeVar("T")
 
 
 def hash_token(token: str) -> str:
@@ -105,9 +107,55 @@ class State:
             raise
         # Bumped on every revocation through this connection, so caches of credentials can tell.
         self.credential_changes = 0
+        # Writes waiting for the next shared commit (see ``write``).
+        self._writes: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
 
     def close(self) -> None:
         self.db.close()
+
+    async def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` in a transaction shared with the other writes queued this moment.
+
+        Each commit syncs the WAL, on the event loop. Under a burst one commit covers every
+        write queued while the last one ran instead of one sync each; each caller is answered
+        only after the commit that holds its write. ``work`` runs in a savepoint of its own, so
+        its exception undoes its writes alone and is raised to its caller.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._writes.append((work, future))
+        if len(self._writes) == 1:
+            loop.call_soon(self._commit_writes)
+        result: T = await future
+        return result
+
+    def _commit_writes(self) -> None:
+        batch, self._writes = self._writes, []
+        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        try:
+            with self.transaction():
+                for work, future in batch:
+                    if future.cancelled():
+                        continue
+                    try:
+                        with self.transaction():
+                            result = work(self.db)
+                    except Exception as error:
+                        outcomes.append((future, None, error))
+                    else:
+                        outcomes.append((future, result, None))
+        except Exception as error:  # the transaction failed as a whole: nothing was written
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        for future, result, failure in outcomes:
+            if future.done():
+                continue
+            if failure is not None:
+                future.set_exception(failure)
+            else:
+                future.set_result(result)
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
