@@ -160,7 +160,14 @@ class LaunchSite:
         if not self.sandboxed:
             return plan
         # The Agent's own executable first, for the same message an unsandboxed launch gives.
-        resolve_executable(plan)
+        executable = resolve_executable(plan)
+        # By its directory's real path: the sandbox binds installations where they really are,
+        # so a directory reached through a link (/opt/current -> /opt/v2) is not there twice.
+        real_dir = os.path.realpath(os.path.dirname(executable))
+        plan = dataclasses.replace(
+            plan,
+            argv=(os.path.join(real_dir, os.path.basename(executable)), *plan.argv[1:]),
+        )
         bwrap = shutil.which("bwrap")
         if bwrap is None:
             raise ExecutableMissing(

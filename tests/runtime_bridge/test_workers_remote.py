@@ -63,6 +63,14 @@ def descends_from(pid: int, ancestor: int) -> bool:
     return False
 
 
+def command_line(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return b""
+
+
 def children(pid: int) -> list[int]:
     """The live direct children of ``pid``."""
     found: list[int] = []
@@ -147,11 +155,15 @@ class Cluster:
         return worker
 
     def running_on(self) -> tuple[WorkerProcess, int] | None:
-        """The worker whose Agent is running now, and the Agent's pid."""
+        """The worker whose Agent is running now, and the Agent's pid (its sandbox).
+
+        Every worker also keeps its warm MCP host as a child: that one is not an Agent.
+        """
         for worker in self.workers:
             if worker.proc.poll() is None:
                 for child in children(worker.proc.pid):
-                    return worker, child
+                    if b"runtime_bridge.mcp_host" not in command_line(child):
+                        return worker, child
         return None
 
     def close(self) -> None:
