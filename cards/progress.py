@@ -46,21 +46,19 @@ def progress_card(view: Progress, lang: Lang) -> Card:
         seconds = f"{view.elapsed_seconds:.0f}"
         elements.append(markdown(f"*{text(lang, 'progress.elapsed', seconds=seconds)}*"))
     if view.run_id and view.status in ("queued", "running"):
-        elements.append(
-            row(
-                button(
-                    text(lang, "progress.cancel"),
-                    actions.RUN_CANCEL,
-                    kind="danger",
-                    run_id=view.run_id,
-                )
-            )
-        )
+        elements.append(cancel_row(view.run_id, lang))
     return card(
         text(lang, f"progress.title.{view.status}"),
         _STATUS_TEMPLATE[view.status],
         elements,
         subtitle=view.title[:120],
+    )
+
+
+def cancel_row(run_id: str, lang: Lang) -> Element:
+    """The Stop button of a running turn's card."""
+    return row(
+        button(text(lang, "progress.cancel"), actions.RUN_CANCEL, kind="danger", run_id=run_id)
     )
 
 

@@ -9,10 +9,10 @@ so the streamed text never has to hold the complete answer.
 
 from __future__ import annotations
 
-from cards import actions
 from cards.catalogue import text
-from cards.elements import Card, Element, button, card, defuse_mentions, row
+from cards.elements import Card, Element, card, defuse_mentions
 from cards.models import Lang, Progress
+from cards.progress import cancel_row
 
 STREAM_ELEMENT = "stream"
 STREAM_CHARS = 8_000
@@ -32,16 +32,7 @@ def streaming_card(view: Progress, lang: Lang) -> Card:
         {"tag": "markdown", "element_id": STREAM_ELEMENT, "content": stream_text(view.lines)}
     ]
     if view.run_id:
-        elements.append(
-            row(
-                button(
-                    text(lang, "progress.cancel"),
-                    actions.RUN_CANCEL,
-                    kind="danger",
-                    run_id=view.run_id,
-                )
-            )
-        )
+        elements.append(cancel_row(view.run_id, lang))
     built = card(text(lang, "progress.title.running"), "blue", elements, subtitle=view.title[:120])
     built["config"]["streaming_mode"] = True
     built["config"]["streaming_config"] = {

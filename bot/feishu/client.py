@@ -175,6 +175,13 @@ class FeishuClient:
         again later, from another process even: Feishu shows it once.
         """
         msg_type, content = _content(card, text)
+        return await self._post_reply(
+            message_id, msg_type, content, in_thread, idempotency_key or str(uuid.uuid4())
+        )
+
+    async def _post_reply(
+        self, message_id: str, msg_type: str, content: str, in_thread: bool, key: str
+    ) -> SentMessage:
         data = await self._call(
             "reply",
             HttpMethod.POST,
@@ -186,7 +193,7 @@ class FeishuClient:
                 "content": content,
                 "reply_in_thread": in_thread,
                 # Same uuid on every retry: Feishu posts it once even if an earlier try landed.
-                "uuid": idempotency_key or str(uuid.uuid4()),
+                "uuid": key,
             },
         )
         return _sent(data)
@@ -279,20 +286,10 @@ class FeishuClient:
     ) -> SentMessage:
         """Post an uploaded image or file in ``message_id``'s topic."""
         content = {"image_key": key} if image else {"file_key": key}
-        data = await self._call(
-            "reply",
-            HttpMethod.POST,
-            "/open-apis/im/v1/messages/:message_id/reply",
-            paths={"message_id": message_id},
-            receiver=message_id,
-            body={
-                "msg_type": "image" if image else "file",
-                "content": json.dumps(content),
-                "reply_in_thread": True,
-                "uuid": idempotency_key,
-            },
+        msg_type = "image" if image else "file"
+        return await self._post_reply(
+            message_id, msg_type, json.dumps(content), True, idempotency_key
         )
-        return _sent(data)
 
     # -- CardKit card entities (the endpoints of lark-oapi's ``cardkit.v1``) ----------------
 
