@@ -56,7 +56,8 @@ def test_a_bound_claude_plan_shows_argv_env_files_and_binding_with_secrets_maske
     assert shown["binding"] == "global"
     assert shown["warnings"] == []
     argv = shown["argv"]
-    assert argv[0] == "claude"
+    # The executable the worker would run: by its real path when the plan is sandboxed.
+    assert argv[0].rsplit("/", 1)[-1] == "claude"
     assert "--mcp-config" in argv and "--strict-mcp-config" in argv
     assert protocol_text("mcp").strip() in argv[argv.index("--append-system-prompt") + 1]
     env = shown["env"]
