@@ -309,20 +309,7 @@ class FeishuClient:
     async def reply_card_entity(self, message_id: str, card_id: str) -> SentMessage:
         """Reply in ``message_id``'s topic with the card entity ``card_id``."""
         content = json.dumps({"type": "card", "data": {"card_id": card_id}})
-        data = await self._call(
-            "reply",
-            HttpMethod.POST,
-            "/open-apis/im/v1/messages/:message_id/reply",
-            paths={"message_id": message_id},
-            receiver=message_id,
-            body={
-                "msg_type": "interactive",
-                "content": content,
-                "reply_in_thread": True,
-                "uuid": str(uuid.uuid4()),
-            },
-        )
-        return _sent(data)
+        return await self._post_reply(message_id, "interactive", content, True, str(uuid.uuid4()))
 
     async def stream_card_text(
         self, card_id: str, element_id: str, content: str, sequence: int

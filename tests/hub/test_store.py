@@ -147,12 +147,12 @@ async def test_a_create_racing_a_forget_in_the_same_directory_always_lands(
     store: MemoryStore,
 ) -> None:
     for round_ in range(20):
-        old = await store.upsert(SCOPE, f"shared/{round_}/old.md", "old", "absent")
+        old = await store.upsert(SCOPE, f"team/{round_}/old.md", "old", "absent")
         await asyncio.gather(
-            store.forget(SCOPE, f"shared/{round_}/old.md", old["revision"]),
-            store.upsert(SCOPE, f"shared/{round_}/new.md", "new", "absent"),
+            store.forget(SCOPE, f"team/{round_}/old.md", old["revision"]),
+            store.upsert(SCOPE, f"team/{round_}/new.md", "new", "absent"),
         )
-        assert (await store.get(SCOPE, f"shared/{round_}/new.md"))["content"] == "new"
+        assert (await store.get(SCOPE, f"team/{round_}/new.md"))["content"] == "new"
 
 
 async def test_forget_keeps_a_directory_holding_anything_else(store: MemoryStore) -> None:
