@@ -110,13 +110,19 @@ async def restarted(bot: Bot, before: int) -> None:
     await until(lambda: bot.hub.healthy(), seconds=30)
 
 
+async def held_turn(bot: Bot) -> tuple[str, StoredMessage]:
+    """Start a turn whose Agent waits at its gate; its message and progress card."""
+    asked = await bot.say(str(bot.gate))
+    progress = (await until(lambda: bot.replies_to(asked)))[0]
+    await until(lambda: bot.runs() == 1)
+    return asked, progress
+
+
 @pytest.mark.parametrize("bot", ["120"], indirect=True)
 async def test_a_restart_waits_for_the_running_turn_and_its_card_ends_with_the_answer(
     bot: Bot,
 ) -> None:
-    asked = await bot.say(str(bot.gate))
-    progress = (await until(lambda: bot.replies_to(asked)))[0]
-    await until(lambda: bot.runs() == 1)
+    asked, progress = await held_turn(bot)
     await bot.restart()
     await until(lambda: "draining before restart: no new turns; 1 running" in bot.hub.log())
     bot.open_gate("finished during the drain")
@@ -131,9 +137,7 @@ async def test_a_restart_waits_for_the_running_turn_and_its_card_ends_with_the_a
 async def test_a_turn_still_running_at_the_drain_deadline_runs_again_and_its_card_follows_it(
     bot: Bot,
 ) -> None:
-    asked = await bot.say(str(bot.gate))
-    progress = (await until(lambda: bot.replies_to(asked)))[0]
-    await until(lambda: bot.runs() == 1)
+    asked, progress = await held_turn(bot)
     await bot.restart()
     # Handed back visibly, then claimed again by the next process.
     await until(lambda: HANDED_BACK in every_state(progress), seconds=60)
@@ -149,9 +153,7 @@ async def test_a_turn_still_running_at_the_drain_deadline_runs_again_and_its_car
 async def test_an_answer_owed_during_a_feishu_outage_and_a_restart_is_posted_once_afterwards(
     bot: Bot,
 ) -> None:
-    asked = await bot.say(str(bot.gate))
-    progress = (await until(lambda: bot.replies_to(asked)))[0]
-    await until(lambda: bot.runs() == 1)
+    asked, progress = await held_turn(bot)
     # Long enough for three cards: the progress card and two follow-up replies.
     paragraphs = [f"Paragraph {n}: " + "lorem ipsum dolor sit amet " * 30 for n in range(80)]
     answer = "\n\n".join(paragraphs)
