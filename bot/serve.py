@@ -19,6 +19,7 @@ from enum import Enum
 from aiohttp import web
 
 from bot.app import create_app
+from bot.heap import freeze_startup_heap
 from bot.logs import AccessLogger
 from hub.config import HubSettings
 from hub.middleware import DRAIN
@@ -62,6 +63,7 @@ async def serve(settings: HubSettings) -> Outcome:
         app, handle_signals=False, shutdown_timeout=1.0, access_log_class=AccessLogger
     )
     await runner.setup()
+    freeze_startup_heap()
     try:
         site = web.TCPSite(runner, settings.host, settings.port)
         await site.start()
