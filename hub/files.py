@@ -232,6 +232,51 @@ class MemoryFiles:
                 raise
             os.fsync(dir_fd)
 
+    def keep_copy(
+        self,
+        source: MemoryFiles,
+        source_parts: tuple[str, ...],
+        parts: tuple[str, ...],
+        data: bytes,
+    ) -> None:
+        """Make ``parts`` a durable copy of ``data``, the bytes ``source_parts`` of ``source``
+        holds now, which its caller is about to rename over or remove.
+
+        A second name for that file is such a copy without writing or syncing its data again:
+        the file is never written in place. Only a private file with no other name and of the
+        expected size is linked; otherwise (another filesystem, a file with other permissions)
+        the bytes are copied.
+        """
+        with source._directory(source_parts[:-1], create=False) as source_fd:
+            if source_fd is not None and self._link(source_fd, source_parts[-1], parts, data):
+                return
+        self.write_atomic(parts, data)
+
+    def _link(self, source_fd: int, name: str, parts: tuple[str, ...], data: bytes) -> bool:
+        try:
+            info = os.stat(name, dir_fd=source_fd, follow_symlinks=False)
+        except OSError:
+            return False
+        private = stat.S_IMODE(info.st_mode) & 0o077 == 0
+        if not (stat.S_ISREG(info.st_mode) and private and info.st_nlink == 1):
+            return False
+        if info.st_size != len(data):
+            return False
+        with self._directory(parts[:-1], create=True) as dir_fd:
+            assert dir_fd is not None
+            try:
+                os.link(
+                    name, parts[-1], src_dir_fd=source_fd, dst_dir_fd=dir_fd, follow_symlinks=False
+                )
+            except FileExistsError:
+                # Named by its revision: what is there already holds these bytes.
+                return True
+            except OSError:
+                return False
+            # The new name reaches the disk before the caller replaces the old one.
+            os.fsync(dir_fd)
+        return True
+
     def delete(self, parts: tuple[str, ...], keep: int = 0) -> bool:
         """Remove the document and sync its directory; False when it was already gone.
 

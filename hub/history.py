@@ -8,8 +8,9 @@ Rules:
   how the call came (``cli``, ``mcp``, ``card``, ``rpc``) and, for a delegated Agent credential,
   the Session and execution it was issued for. Metadata only: a body never goes to SQLite.
 - Before a document is overwritten or forgotten its body is kept as a plain file named by its
-  revision, ``<AMUX_HOME>/memory-history/<scope dirs>/<path>/<revision>`` (mode 0600, written
-  durably like the memory root), for ``memory.history_days`` days (0 keeps none). Copies beyond
+  revision, ``<AMUX_HOME>/memory-history/<scope dirs>/<path>/<revision>`` (mode 0600; the
+  replaced file itself under a second name where it can be, else a copy written durably like the
+  memory root), for ``memory.history_days`` days (0 keeps none). Copies beyond
   4 × the scope quota go oldest first. History is outside the memory root: search, get and the
   quotas never see it.
 - A restore writes a kept body back as an ordinary conditional upsert.
@@ -93,6 +94,9 @@ class MemoryHistory:
         self.days = max(0.0, float(days))
         self._limits = limits
         self.files = MemoryFiles(root, cache_bytes=0)
+        # Per scope, the copies kept and their bytes as last counted plus what was kept since:
+        # a write then checks the bound without summing the scope's whole log again.
+        self._kept: dict[str, tuple[int, int]] = {}
         # Pages freed by an erase are zeroed, so a redacted path leaves no trace in the file.
         state.db.execute("PRAGMA secure_delete = ON")
 
@@ -115,7 +119,8 @@ class MemoryHistory:
         return scope_directory(scope) + tuple(path.split("/")) + (revision,)
 
     def _keep(self, scope: str, parts: tuple[str, ...], data: bytes) -> None:
-        self.files.write_atomic(scope_directory(scope) + parts + (revision_of(data),), data)
+        full = scope_directory(scope) + parts
+        self.files.keep_copy(self._store.files, full, full + (revision_of(data),), data)
 
     def record(
         self,
@@ -180,7 +185,7 @@ class MemoryHistory:
                 )
             )
             if kept is not None:
-                await self.prune(scope)
+                await self._bound(scope, kept)
         return result
 
     def _kept_size(self, scope: str, path: str, revision: str) -> int | None:
@@ -205,7 +210,7 @@ class MemoryHistory:
                 )
             )
             if size is not None:
-                await self.prune(scope)
+                await self._bound(scope, size)
         return result
 
     async def restore(
@@ -334,6 +339,7 @@ class MemoryHistory:
         redacted = self._state.db.execute(
             f"UPDATE memory_log SET path = ?, history_bytes = NULL WHERE {where}", [ERASED, *args]
         ).rowcount
+        self._kept.pop(scope, None)
         self._redact_turn_events(scope, logical, whose)
         self.record(scope, ERASED, "erase", author, None, None, 0, None)
         self._scrub()
@@ -455,8 +461,34 @@ class MemoryHistory:
 
     # -- retention -------------------------------------------------------------------------------
 
+    async def _bound(self, scope: str, kept_bytes: int) -> None:
+        """Count a copy just kept; prune the scope once it holds more than its bound allows."""
+        totals = self._kept.get(scope)
+        if totals is None:
+            # Counted now, the new copy included: its log entry is committed.
+            totals = self._count_kept(scope)
+        else:
+            totals = (totals[0] + 1, totals[1] + kept_bytes)
+        if totals[0] > 4 * self._limits.scope_documents or totals[1] > 4 * self._limits.scope_bytes:
+            await self.prune(scope)
+        else:
+            self._kept[scope] = totals
+
+    def _count_kept(self, scope: str) -> tuple[int, int]:
+        count, total = self._state.db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(history_bytes), 0) FROM memory_log "
+            "WHERE scope = ? AND history_bytes IS NOT NULL",
+            (scope,),
+        ).fetchone()
+        return int(count), int(total)
+
     async def prune(self, scope: str | None = None) -> int:
         """Drop copies past the window, and beyond 4 × the scope quota oldest first."""
+        # Whatever this removes, the next bound check counts afresh.
+        if scope is None:
+            self._kept.clear()
+        else:
+            self._kept.pop(scope, None)
         db = self._state.db
         expired: list[sqlite3.Row] = []
         cutoff = time.time() - self.days * DAY
@@ -531,11 +563,7 @@ class MemoryHistory:
     def _over_bound(self, scope: str, already: set[int]) -> list[sqlite3.Row]:
         max_bytes = 4 * self._limits.scope_bytes
         max_copies = 4 * self._limits.scope_documents
-        count, total = self._state.db.execute(
-            "SELECT COUNT(*), COALESCE(SUM(history_bytes), 0) FROM memory_log "
-            "WHERE scope = ? AND history_bytes IS NOT NULL",
-            (scope,),
-        ).fetchone()
+        count, total = self._count_kept(scope)
         if count <= max_copies and total <= max_bytes:
             # The common case: one aggregate instead of every kept entry as a row.
             return []

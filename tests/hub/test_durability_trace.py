@@ -25,7 +25,9 @@ from tests.conftest import HubProcess, free_port
 
 pytestmark = pytest.mark.e2e
 
-SYSCALLS = "fsync,fdatasync,rename,renameat,renameat2,unlink,unlinkat,openat,mkdir,mkdirat"
+SYSCALLS = (
+    "fsync,fdatasync,rename,renameat,renameat2,unlink,unlinkat,openat,mkdir,mkdirat,link,linkat"
+)
 # -s: paths are longer than strace's default 32-character strings.
 STRACE = ["strace", "-f", "--seccomp-bpf", "-s", "4096", "-e", f"trace={SYSCALLS}"]
 TEMP_NAME = re.compile(r"^\.amux-tmp-[0-9a-f]+$")
@@ -122,6 +124,11 @@ def trace_ops(log: Path, tids: set[int], cwd: Path) -> list[Op]:
         elif name in ("renameat", "renameat2"):
             source = at(args[0], _string(args[1]))
             ops.append(Op(number, "rename", source, at(args[2], _string(args[3]))))
+        elif name == "link":
+            ops.append(Op(number, "link", _string(args[0]), _string(args[1])))
+        elif name == "linkat":
+            source = at(args[0], _string(args[1]))
+            ops.append(Op(number, "link", source, at(args[2], _string(args[3]))))
         elif name == "unlink":
             ops.append(Op(number, "unlink", _string(args[0])))
         elif name == "unlinkat":
@@ -210,6 +217,31 @@ def test_an_upsert_answers_after_temp_sync_rename_and_directory_sync(traced: Tra
     synced = first(ops, "fsync", temp, after=created.line)
     assert synced.line < rename.line, "the temporary file was renamed before it was synced"
     first(ops, "fsync", directory, after=rename.line)
+
+
+def test_an_overwrite_keeps_the_old_body_durably_before_replacing_it(traced: TracedHub) -> None:
+    first_body = "# kept\nthe first version\n"
+    written, _ = traced.call(
+        "memory.upsert", path="kept/doc.md", content=first_body, expected_revision="absent"
+    )
+    _, ops = traced.call(
+        "memory.upsert",
+        path="kept/doc.md",
+        content="# kept\nthe second version\n",
+        expected_revision=written["revision"],
+    )
+    document = str(traced.memory / "global" / "kept" / "doc.md")
+    history = traced.hub.home / "memory-history" / "global" / "kept" / "doc.md"
+    copy = history / written["revision"]
+
+    # The replaced file itself, under a second name: no second write of its bytes.
+    link = next(op for op in ops if op.name == "link" and op.target == str(copy))
+    assert link.path == document
+    kept = first(ops, "fsync", str(history), after=link.line)
+    rename = next(op for op in ops if op.name == "rename" and op.target == document)
+    assert kept.line < rename.line, "the document was replaced before its old body was kept"
+    assert copy.read_text() == first_body
+    assert copy.stat().st_mode & 0o777 == 0o600
 
 
 def test_a_forget_answers_after_unlink_and_directory_sync(traced: TracedHub) -> None:
