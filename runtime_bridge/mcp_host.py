@@ -4,7 +4,8 @@ Claude and Codex wait for their MCP servers before the first model request, and 
 ``amux mcp`` spends about a second importing the SDK. The host imports it once and listens on a
 private Unix socket; for each connection from ``mcp_shim`` it forks a child that takes the
 launch's ``AMUX_*`` variables from the shim's first line, puts the connection on its stdin and
-stdout, and runs the ordinary ``amux mcp`` server there. The host itself never speaks to the
+stdout, and serves ``amux mcp`` there: the server the host built once before forking, bound to
+this launch's own bridge. The host itself never speaks to the
 Hub: every child authenticates with its own launch's delegated credential.
 """
 
@@ -17,6 +18,8 @@ import signal
 import socket
 import sys
 from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
 
 from runtime_bridge import mcp_server
 from runtime_bridge.launch_env import NO_OWNER_TOKEN
@@ -41,8 +44,8 @@ def _read_header(conn: socket.socket) -> dict[str, str]:
     return {k: v for k, v in header.items() if k in FORWARDED and isinstance(v, str)}
 
 
-def _child(conn: socket.socket) -> None:
-    """Serve one launch on ``conn``; never returns."""
+def _child(conn: socket.socket, built: tuple[MCPServer, mcp_server.BridgeSlot]) -> None:
+    """Serve one launch on ``conn`` with the server built before the fork; never returns."""
     code = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -57,7 +60,7 @@ def _child(conn: socket.socket) -> None:
         os.dup2(conn.fileno(), 0)
         os.dup2(conn.fileno(), 1)
         conn.close()
-        mcp_server.main()
+        mcp_server.main(built)
         code = 0
     except BaseException:
         # A forked child must never return into the host's accept loop.
@@ -66,9 +69,10 @@ def _child(conn: socket.socket) -> None:
         os._exit(code)
 
 
-def _warm_up() -> None:
+def _warm_up() -> tuple[MCPServer, mcp_server.BridgeSlot]:
     """Do once, before forking, what every server would otherwise repeat: settings parsing,
-    tool schema generation and the transport's imports."""
+    the transport's imports, and the server itself with its tool schemas; each child binds its
+    own launch's bridge to it."""
     import mcp.server.stdio  # noqa: F401
 
     from hub.config import ClientSettings
@@ -80,12 +84,14 @@ def _warm_up() -> None:
     from hub.errors import InvalidArgument
 
     ClientSettings()
-    mcp_server.build_server(mcp_server.MemoryBridge(None, refusal=InvalidArgument("warm-up")))
+    # Answers only if a child failed to bind its launch's bridge, which it never serves without.
+    slot = mcp_server.BridgeSlot(mcp_server.MemoryBridge(None, refusal=InvalidArgument("unbound")))
+    return mcp_server.build_server(slot), slot
 
 
 def serve(socket_path: str) -> None:
     """Listen on ``socket_path`` (owner-only) and fork one server per connection."""
-    _warm_up()
+    built = _warm_up()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     previous = os.umask(0o177)
@@ -99,7 +105,7 @@ def serve(socket_path: str) -> None:
         conn, _ = listener.accept()
         if os.fork() == 0:
             listener.close()
-            _child(conn)
+            _child(conn, built)
         conn.close()
 
 

@@ -291,8 +291,18 @@ def invalid_arguments(tool: str, error: ValidationError) -> InvalidArgument:
     return InvalidArgument(f"invalid arguments for {tool}: {problems}")
 
 
-def build_server(bridge: MemoryBridge) -> MCPServer:
-    """The MCP server with the memory tools bound to ``bridge``."""
+class BridgeSlot:
+    """Where a built server's tools find their bridge. A warm host builds one server (tool
+    schemas, argument models) before it forks, and each child binds its own launch's bridge."""
+
+    def __init__(self, bridge: MemoryBridge) -> None:
+        self.bridge = bridge
+
+
+def build_server(bridge: MemoryBridge | BridgeSlot) -> MCPServer:
+    """The MCP server with the memory tools bound to ``bridge`` (or to whatever the slot holds
+    when a tool is called)."""
+    slot = bridge if isinstance(bridge, BridgeSlot) else BridgeSlot(bridge)
     server: MCPServer = MemoryServer(SERVER_NAME)
 
     @server.tool(
@@ -310,7 +320,7 @@ def build_server(bridge: MemoryBridge) -> MCPServer:
             int | None, Field(description="Most documents to return: default 5, at most 20.")
         ] = None,
     ) -> CallToolResult:
-        return await bridge.forward(lambda hub: hub.memory_search(query, path_prefix, limit))
+        return await slot.bridge.forward(lambda hub: hub.memory_search(query, path_prefix, limit))
 
     @server.tool(
         name="amux.memory_get", description=_GET, annotations=_READ_ONLY, structured_output=False
@@ -327,7 +337,9 @@ def build_server(bridge: MemoryBridge) -> MCPServer:
             int | None, Field(description="next_offset of a truncated read, to continue it.")
         ] = None,
     ) -> CallToolResult:
-        return await bridge.forward(lambda hub: hub.memory_get(path, start_line, end_line, offset))
+        return await slot.bridge.forward(
+            lambda hub: hub.memory_get(path, start_line, end_line, offset)
+        )
 
     @server.tool(
         name="amux.memory_upsert", description=_UPSERT, annotations=_WRITE, structured_output=False
@@ -337,13 +349,15 @@ def build_server(bridge: MemoryBridge) -> MCPServer:
         content: Annotated[str, Field(description="The complete new Markdown content.")],
         expected_revision: Revision,
     ) -> CallToolResult:
-        return await bridge.forward(lambda hub: hub.memory_upsert(path, content, expected_revision))
+        return await slot.bridge.forward(
+            lambda hub: hub.memory_upsert(path, content, expected_revision)
+        )
 
     @server.tool(
         name="amux.memory_forget", description=_FORGET, annotations=_WRITE, structured_output=False
     )
     async def memory_forget(path: MemoryPath, expected_revision: Revision) -> CallToolResult:
-        return await bridge.forward(lambda hub: hub.memory_forget(path, expected_revision))
+        return await slot.bridge.forward(lambda hub: hub.memory_forget(path, expected_revision))
 
     @server.tool(
         name=CONTINUE_TOOL, description=_CONTINUE, annotations=_READ_ONLY, structured_output=False
@@ -351,7 +365,7 @@ def build_server(bridge: MemoryBridge) -> MCPServer:
     async def result_continue(
         cursor: Annotated[str, Field(description="The cursor from the previous part.")],
     ) -> CallToolResult:
-        return bridge.continue_result(cursor)
+        return slot.bridge.continue_result(cursor)
 
     return server
 
@@ -382,14 +396,23 @@ def settings_refusal(err: ValidationError) -> InvalidArgument:
     return InvalidArgument(f"amux memory is not configured correctly: {invalid_settings(err)}")
 
 
-async def serve(bridge: MemoryBridge) -> None:
-    """Serve MCP on stdin/stdout until the client closes the stream."""
+async def serve(bridge: MemoryBridge, built: tuple[MCPServer, BridgeSlot] | None = None) -> None:
+    """Serve MCP on stdin/stdout until the client closes the stream, on the ``built`` server
+    (bound to ``bridge`` here) when there is one."""
+    if built is None:
+        server = build_server(bridge)
+    else:
+        server, slot = built
+        slot.bridge = bridge
     async with bridge:
-        await build_server(bridge).run_stdio_async()
+        await server.run_stdio_async()
 
 
-def main() -> None:
-    """Entry point of ``amux mcp``: settings from the environment, logs on stderr, MCP on stdio."""
+def main(built: tuple[MCPServer, BridgeSlot] | None = None) -> None:
+    """Entry point of ``amux mcp``: settings from the environment, logs on stderr, MCP on stdio.
+
+    A warm host passes the server it built before forking, so this launch only binds its bridge.
+    """
     # stdout carries the protocol; every log line goes to stderr. Configured before MCPServer,
     # whose own logging set-up then leaves ours in place.
     logging.basicConfig(
@@ -402,7 +425,7 @@ def main() -> None:
         logger.error("%s", refusal.message)
         bridge = MemoryBridge(None, refusal=refusal)
     try:
-        asyncio.run(serve(bridge))
+        asyncio.run(serve(bridge, built))
     except KeyboardInterrupt:
         pass
     except Exception as error:
