@@ -11,6 +11,7 @@ Hub: every child authenticates with its own launch's delegated credential.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -92,6 +93,10 @@ def _warm_up() -> tuple[MCPServer, mcp_server.BridgeSlot]:
 def serve(socket_path: str) -> None:
     """Listen on ``socket_path`` (owner-only) and fork one server per connection."""
     built = _warm_up()
+    # Children share the host's memory copy-on-write; a collection in a child walking what the
+    # host imported would copy those pages and spend a launch's time on them.
+    gc.collect()
+    gc.freeze()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     previous = os.umask(0o177)
