@@ -52,6 +52,7 @@ from hub.paths import binding_for
 from hub.services import Hub
 from hub.state import Principal
 from hub.store import ABSENT
+from hub.sysconfig import SPECS
 
 logger = logging.getLogger("amux.bot")
 
@@ -78,6 +79,22 @@ def _erase_view(path: str | None, receipt: Receipt) -> EraseView:
 
 def _bool(value: Any, default: bool) -> bool:
     return value if isinstance(value, bool) else default
+
+
+def _days(value: Any, default: int) -> int:
+    """The history window a card carries: cards older than the setting carry none, which keeps
+    ``default`` (the saved value); anything else must parse as the setting itself does.
+
+    Raises:
+        InvalidArgument: not a whole number of days the setting accepts.
+    """
+    if value is None:
+        return default
+    spec = SPECS["memory.history_days"]
+    try:
+        return int(spec.parse(value))
+    except InvalidArgument as err:
+        raise InvalidArgument(f"{spec.key}: {err.message}") from None
 
 
 def _card_page(content: str, next_offset: int | None, offset: int) -> tuple[str, int | None]:
@@ -141,18 +158,23 @@ class Management:
         principal: Principal,
         draft_memory: bool | None = None,
         draft_isolation: bool | None = None,
+        draft_history_days: int | None = None,
         restarted: bool = False,
         chat_id: str = "",
     ) -> ManagementView:
         described = self._hub.config.describe()
         memory = described["memory.enabled"]
         isolation = described["memory.isolation"]
+        history = described["memory.history_days"]
         return ManagementView(
             identity=Identity(principal.name, principal.id, "user", principal.is_owner),
             memory_scope=self.scope_of(principal),
             memory=Setting(bool(memory["saved"]), bool(memory["running"]), draft_memory),
             isolation=Setting(
                 isolation["saved"] == "on", isolation["running"] == "on", draft_isolation
+            ),
+            history_days=Setting(
+                int(history["saved"]), int(history["running"]), draft_history_days
             ),
             restarted=restarted,
             chat_id=chat_id,
@@ -162,6 +184,20 @@ class Management:
 
     def card(self, principal: Principal, **draft: Any) -> Card:
         return management_card(self.view(principal, **draft), self.lang)
+
+    @staticmethod
+    def _draft(value: dict[str, Any], saved: ManagementView) -> tuple[bool, bool, int]:
+        """The whole draft a click carries (memory, isolation, history days), every value
+        checked before any is used; what an older card lacks is the saved value.
+
+        Raises:
+            InvalidArgument: a value the setting would refuse.
+        """
+        return (
+            _bool(value.get("memory_enabled"), saved.memory.saved),
+            _bool(value.get("isolation"), saved.isolation.saved),
+            _days(value.get("history_days"), saved.history_days.saved),
+        )
 
     async def act(
         self,
@@ -209,21 +245,26 @@ class Management:
                 return owner_only_card(self.lang)
             self.set_provider(chat_id, str(value.get("provider") or ""))
             return self.card(principal, chat_id=chat_id)
-        if action in (actions.MEMORY_TOGGLE, actions.ISOLATION_TOGGLE):
+        if action in (actions.MEMORY_TOGGLE, actions.ISOLATION_TOGGLE, actions.HISTORY_DAYS):
+            memory, isolation, days = self._draft(value, saved)
             return self.card(
                 principal,
                 chat_id=chat_id,
-                draft_memory=_bool(value.get("memory_enabled"), saved.memory.saved),
-                draft_isolation=_bool(value.get("isolation"), saved.isolation.saved),
+                draft_memory=memory,
+                draft_isolation=isolation,
+                draft_history_days=days,
             )
         if action == actions.SETTINGS_SAVE:
-            memory = _bool(value.get("memory_enabled"), saved.memory.saved)
-            isolation = _bool(value.get("isolation"), saved.isolation.saved)
+            # Validated as a whole first: a refused value saves nothing of the click.
+            memory, isolation, days = self._draft(value, saved)
             hub.config.save("memory.enabled", memory)
             hub.config.save("memory.isolation", "on" if isolation else "off")
+            hub.config.save("memory.history_days", days)
             logger.info("settings saved from Feishu by %s", principal.name)
             after = self.view(principal)
-            return restart_notice_card(RestartNotice(after.memory, after.isolation), self.lang)
+            return restart_notice_card(
+                RestartNotice(after.memory, after.isolation, after.history_days), self.lang
+            )
         if action == actions.RESTART_NOW:
             # The new process updates this card once it runs (see ``after_restart``).
             hub.state.save_setting(

@@ -4,15 +4,20 @@ Every interactive element of an amux card carries ``behaviors: [{"type": "callba
 {"action": <name>, ...fields}}]``. Feishu echoes that value back in ``card.action.trigger``
 (``event.action.value``), plus ``form_value`` for form submissions and ``checked`` for checkers.
 Handlers dispatch on ``value["action"]``; the names and fields below are a wire contract (old
-cards stay in chats for weeks), so add names rather than change them.
+cards stay in chats for weeks), so add names rather than change them. Cards from before
+``history_days`` existed carry none: a draft without it keeps the saved number of days.
 
 =========================  ======================================================================
 action                     fields carried in the value
 =========================  ======================================================================
 ``manage.open``            (none) re-render the management card
-``memory.toggle``          ``memory_enabled``, ``isolation``: the draft *after* this click
-``isolation.toggle``       ``memory_enabled``, ``isolation``: the draft *after* this click
-``settings.save``          ``memory_enabled``, ``isolation``: the draft to save
+``memory.toggle``          ``memory_enabled``, ``isolation``, ``history_days``: the draft *after*
+                           this click
+``isolation.toggle``       ``memory_enabled``, ``isolation``, ``history_days``: the draft *after*
+                           this click
+``history.days``           ``memory_enabled``, ``isolation``, ``history_days``: the draft *after*
+                           this click (a choice of days history is kept)
+``settings.save``          ``memory_enabled``, ``isolation``, ``history_days``: the draft to save
 ``restart.now``            (none) restart the Hub now
 ``restart.later``          (none) keep the saved values pending until a later restart
 ``memory.list``            ``path_prefix`` (optional) list the caller's memory documents
@@ -40,6 +45,7 @@ from typing import Any, Final
 MANAGE_OPEN: Final = "manage.open"
 MEMORY_TOGGLE: Final = "memory.toggle"
 ISOLATION_TOGGLE: Final = "isolation.toggle"
+HISTORY_DAYS: Final = "history.days"
 SETTINGS_SAVE: Final = "settings.save"
 RESTART_NOW: Final = "restart.now"
 RESTART_LATER: Final = "restart.later"
@@ -62,6 +68,7 @@ ALL: Final[frozenset[str]] = frozenset(
         MANAGE_OPEN,
         MEMORY_TOGGLE,
         ISOLATION_TOGGLE,
+        HISTORY_DAYS,
         SETTINGS_SAVE,
         RESTART_NOW,
         RESTART_LATER,
@@ -83,7 +90,7 @@ ALL: Final[frozenset[str]] = frozenset(
 
 # Actions only the owner may trigger; handlers must check this, the card merely hides them.
 OWNER_ONLY: Final[frozenset[str]] = frozenset(
-    {MEMORY_TOGGLE, ISOLATION_TOGGLE, SETTINGS_SAVE, RESTART_NOW, RESTART_LATER}
+    {MEMORY_TOGGLE, ISOLATION_TOGGLE, HISTORY_DAYS, SETTINGS_SAVE, RESTART_NOW, RESTART_LATER}
 )
 
 

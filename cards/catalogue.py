@@ -28,6 +28,9 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "manage.memory_switch": "Agent memory",
         "manage.isolation_switch": "User isolation",
         "manage.values": "saved: **{saved}**, running: **{running}**",
+        "manage.history": (
+            "**History kept**: days an overwritten or forgotten document stays restorable"
+        ),
         "manage.restart_pending": "Restart pending: saved values apply at the next Hub restart.",
         "manage.unsaved": "You have unsaved changes.",
         "manage.save": "Save",
@@ -36,8 +39,11 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "manage.restarted": "The Hub restarted; the running values below are now in effect.",
         "value.on": "on",
         "value.off": "off",
+        "value.days": "{days} days",
         "restart.title": "Saved: restart to apply",
-        "restart.changes": "**Saved** Agent memory: {memory}; user isolation: {isolation}",
+        "restart.changes": (
+            "**Saved** Agent memory: {memory}; user isolation: {isolation}; history kept: {history}"
+        ),
         "restart.body": (
             "Saving does not change the running policy. A restart starts no new Agent turns, "
             "gives running ones up to AMUX_DRAIN_SECONDS (2 minutes by default) to finish, "
@@ -49,7 +55,10 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "- Agent memory off: memory tools are rejected, files are kept. Bound conversations "
             "keep their protocol and fail memory calls until it is enabled again.\n"
             "- User isolation decides whether members share one global memory or each get their "
-            "own."
+            "own.\n"
+            "- History kept: the days an overwritten or forgotten document stays restorable. "
+            "When the Hub starts, kept earlier versions older than that (all of them when off) "
+            "are removed."
         ),
         "restart.when": (
             "Restart at a quiet moment: running Agent turns get up to 2 minutes to finish first."
@@ -181,6 +190,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "manage.memory_switch": "Agent 记忆",
         "manage.isolation_switch": "用户隔离",
         "manage.values": "已保存：**{saved}**，运行中：**{running}**",
+        "manage.history": "**历史保留**：被覆盖或遗忘的文档可恢复的天数",
         "manage.restart_pending": "待重启：已保存的值将在下次 Hub 重启后生效。",
         "manage.unsaved": "你有尚未保存的修改。",
         "manage.save": "保存",
@@ -189,8 +199,11 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "manage.restarted": "Hub 已重启，下方的运行值现已生效。",
         "value.on": "开",
         "value.off": "关",
+        "value.days": "{days} 天",
         "restart.title": "已保存：重启后生效",
-        "restart.changes": "**已保存** Agent 记忆：{memory}；用户隔离：{isolation}",
+        "restart.changes": (
+            "**已保存** Agent 记忆：{memory}；用户隔离：{isolation}；历史保留：{history}"
+        ),
         "restart.body": (
             "保存不会改变正在运行的策略。重启时不再开始新的 Agent 任务，进行中的任务最多等待 "
             "AMUX_DRAIN_SECONDS（默认 2 分钟）完成；仍未完成的会交回队列，重启后从头重新运行，"
@@ -199,7 +212,9 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "首次开启后请新建会话。\n"
             "- 关闭 Agent 记忆：记忆工具调用会被拒绝，文件会保留。已绑定的会话保留协议，"
             "在重新开启前记忆调用会失败。\n"
-            "- 用户隔离决定成员共享一份全局记忆，还是每人各自一份。"
+            "- 用户隔离决定成员共享一份全局记忆，还是每人各自一份。\n"
+            "- 历史保留：被覆盖或遗忘的文档可恢复的天数。Hub 启动时，早于该期限的旧版本"
+            "（关闭时为全部旧版本）会被删除。"
         ),
         "restart.when": "请在空闲时重启：进行中的 Agent 任务最多有 2 分钟完成。",
         "restart.now": "立即重启",

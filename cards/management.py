@@ -19,9 +19,16 @@ from cards.elements import (
 )
 from cards.models import Lang, ManagementView, RestartNotice, Setting
 
+# The history windows offered as buttons; any other saved number of days is shown as it is.
+HISTORY_CHOICES: tuple[int, ...] = (0, 7, 30, 90, 365)
+
 
 def _on_off(lang: Lang, value: bool) -> str:
     return text(lang, "value.on" if value else "value.off")
+
+
+def _days(lang: Lang, days: int) -> str:
+    return text(lang, "value.off") if days == 0 else text(lang, "value.days", days=days)
 
 
 def _identity_section(view: ManagementView, lang: Lang) -> list[Element]:
@@ -62,7 +69,7 @@ def _provider_section(view: ManagementView, lang: Lang) -> list[Element]:
     return [markdown(text(lang, "manage.provider", provider=view.provider)), row(*choices)]
 
 
-def _setting_line(lang: Lang, setting: Setting) -> Element:
+def _setting_line(lang: Lang, setting: Setting[bool]) -> Element:
     return markdown(
         text(
             lang,
@@ -71,6 +78,16 @@ def _setting_line(lang: Lang, setting: Setting) -> Element:
             running=_on_off(lang, setting.running),
         )
     )
+
+
+def _history_line(lang: Lang, setting: Setting[int]) -> Element:
+    values = text(
+        lang,
+        "manage.values",
+        saved=_days(lang, setting.saved),
+        running=_days(lang, setting.running),
+    )
+    return markdown(f"{text(lang, 'manage.history')}\n{values}")
 
 
 def management_card(view: ManagementView, lang: Lang) -> Card:
@@ -86,7 +103,7 @@ def management_card(view: ManagementView, lang: Lang) -> Card:
         ]
         return card(text(lang, "manage.title"), "blue", elements)
 
-    memory, isolation = view.memory.shown, view.isolation.shown
+    memory, isolation, days = view.memory.shown, view.isolation.shown, view.history_days.shown
     elements += [
         hr(),
         markdown(text(lang, "manage.experiments")),
@@ -98,6 +115,7 @@ def management_card(view: ManagementView, lang: Lang) -> Card:
             actions.MEMORY_TOGGLE,
             memory_enabled=not memory,
             isolation=isolation,
+            history_days=days,
         ),
         _setting_line(lang, view.memory),
         checker(
@@ -107,8 +125,23 @@ def management_card(view: ManagementView, lang: Lang) -> Card:
             actions.ISOLATION_TOGGLE,
             memory_enabled=memory,
             isolation=not isolation,
+            history_days=days,
         ),
         _setting_line(lang, view.isolation),
+        _history_line(lang, view.history_days),
+        row(
+            *(
+                button(
+                    _days(lang, choice),
+                    actions.HISTORY_DAYS,
+                    kind="primary" if choice == days else "default",
+                    memory_enabled=memory,
+                    isolation=isolation,
+                    history_days=choice,
+                )
+                for choice in HISTORY_CHOICES
+            )
+        ),
     ]
     if view.has_unsaved_draft:
         elements.append(markdown(text(lang, "manage.unsaved")))
@@ -122,6 +155,7 @@ def management_card(view: ManagementView, lang: Lang) -> Card:
                 kind="primary",
                 memory_enabled=memory,
                 isolation=isolation,
+                history_days=days,
             ),
             button(text(lang, "manage.my_memory"), actions.MEMORY_LIST),
         )
@@ -141,10 +175,12 @@ def restart_notice_card(notice: RestartNotice, lang: Lang) -> Card:
                 "restart.changes",
                 memory=_on_off(lang, notice.memory.saved),
                 isolation=_on_off(lang, notice.isolation.saved),
+                history=_days(lang, notice.history_days.saved),
             )
         ),
         _setting_line(lang, notice.memory),
         _setting_line(lang, notice.isolation),
+        _history_line(lang, notice.history_days),
         hr(),
         markdown(text(lang, "restart.body")),
         markdown(f"*{text(lang, 'restart.when')}*"),

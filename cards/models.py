@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 Lang = Literal["zh_cn", "en_us"]
 LANGS: tuple[Lang, ...] = ("zh_cn", "en_us")
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
-class Setting:
+class Setting(Generic[T]):
     """One Hub setting as the owner sees it: saved value, running value, and an unsaved draft."""
 
-    saved: bool
-    running: bool
-    draft: bool | None = None
+    saved: T
+    running: T
+    draft: T | None = None
 
     @property
-    def shown(self) -> bool:
+    def shown(self) -> T:
         """What the switch displays: the draft while editing, otherwise the saved value."""
         return self.saved if self.draft is None else self.draft
 
@@ -43,8 +45,10 @@ class ManagementView:
 
     identity: Identity
     memory_scope: str
-    memory: Setting
-    isolation: Setting
+    memory: Setting[bool]
+    isolation: Setting[bool]
+    # Whole days an overwritten or forgotten document stays restorable (0: none kept).
+    history_days: Setting[int]
     restarted: bool = False
     # The Agent new conversations in this chat run, and the choices offered.
     chat_id: str = ""
@@ -53,19 +57,27 @@ class ManagementView:
 
     @property
     def restart_pending(self) -> bool:
-        return self.memory.restart_pending or self.isolation.restart_pending
+        return (
+            self.memory.restart_pending
+            or self.isolation.restart_pending
+            or self.history_days.restart_pending
+        )
 
     @property
     def has_unsaved_draft(self) -> bool:
-        return any(s.shown != s.saved for s in (self.memory, self.isolation))
+        return (
+            any(s.shown != s.saved for s in (self.memory, self.isolation))
+            or self.history_days.shown != self.history_days.saved
+        )
 
 
 @dataclass(frozen=True)
 class RestartNotice:
     """What saving changed, shown on the restart notice card."""
 
-    memory: Setting
-    isolation: Setting
+    memory: Setting[bool]
+    isolation: Setting[bool]
+    history_days: Setting[int]
 
 
 @dataclass(frozen=True)
