@@ -293,9 +293,21 @@ class Management:
             actions.MEMORY_ERASE_CONFIRM,
         ):
             return None
+        path = value.get("path")
+        author = Author(principal.id, "card")
+        scope = self.scope_of(principal)
+        if action in (actions.MEMORY_ERASE_ASK, actions.MEMORY_ERASE_CONFIRM):
+            # Erasing works while memory is off too: "forget me" never waits for the owner.
+            # No path is the whole scope; a path that is not one is refused, never "everything".
+            target = None if path is None or path == "" else path
+            if action == actions.MEMORY_ERASE_ASK:
+                preview = await hub.history.preview_erase(scope, target, principal.id)
+                return erase_confirm_card(_erase_view(target, preview), self.lang)
+            receipt = await hub.history.erase(scope, target, author)
+            logger.info("memory erased from Feishu by %s", principal.name)
+            return erased_card(_erase_view(target, receipt), self.lang)
         if not hub.config.memory_enabled:
             return memory_disabled_card(self.lang)
-        scope = self.scope_of(principal)
         store = hub.store
         if action == actions.MEMORY_LIST:
             listed = await store.list_documents(scope, value.get("path_prefix"), LIST_LIMIT)
@@ -315,7 +327,6 @@ class Management:
             return memory_search_card(
                 MemorySearch(scope, query, hits, found["incomplete"]), self.lang
             )
-        path = value.get("path")
         if action == actions.MEMORY_OPEN:
             got = await store.get(scope, path, offset=value.get("offset"))
             if not got["exists"]:
@@ -329,7 +340,6 @@ class Management:
         if action == actions.MEMORY_HISTORY:
             changes = await self._changes(principal, scope, value.get("path"), HISTORY_CHANGES)
             return memory_history_card(changes, self.lang)
-        author = Author(principal.id, "card")
         if action == actions.MEMORY_RESTORE:
             kept = str(value.get("revision") or "")
             restored = await hub.history.restore(
@@ -337,18 +347,10 @@ class Management:
             )
             logger.info("a memory document restored from Feishu by %s", principal.name)
             return restored_card(restored["path"], restored["revision"], self.lang)
-        if action in (actions.MEMORY_ERASE_ASK, actions.MEMORY_ERASE_CONFIRM):
-            target = path if isinstance(path, str) and path else None
-            if action == actions.MEMORY_ERASE_ASK:
-                preview = await hub.history.preview_erase(scope, target, principal.id)
-                return erase_confirm_card(_erase_view(target, preview), self.lang)
-            receipt = await hub.history.erase(scope, target, author)
-            logger.info("memory erased from Feishu by %s", principal.name)
-            return erased_card(_erase_view(target, receipt), self.lang)
         revision = str(value.get("revision") or "")
         if action == actions.MEMORY_FORGET_ASK:
             return forget_confirm_card(str(path), revision, self.lang)
-        forgotten = await hub.history.forget(scope, path, revision, Author(principal.id, "card"))
+        forgotten = await hub.history.forget(scope, path, revision, author)
         logger.info("memory document forgotten from Feishu by %s", principal.name)
         return forget_done_card(
             ForgetOutcome(forgotten["path"], forgotten["already_absent"]), self.lang

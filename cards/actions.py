@@ -28,7 +28,8 @@ action                     fields carried in the value
 ``memory.history``         ``path`` (optional): recent changes of the caller's memory
 ``memory.restore``         ``path``, ``revision`` (kept), ``expected_revision`` (current)
 ``memory.erase.ask``       ``path`` (optional; none: the whole scope): what an erase removes
-``memory.erase.confirm``   ``path`` (optional): erase the document(s) and their history
+``memory.erase.confirm``   ``path`` (optional): erase the document(s) and their history; both
+                           erase actions work while memory is off, no other memory action does
 ``memory.undo``            ``path``, ``revision`` (what the turn left; absent after a forget),
                            ``previous_revision`` (absent when the turn created it),
                            ``principal_id`` (whose memory): undo one change of a turn

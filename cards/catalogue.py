@@ -162,6 +162,10 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "notice.memory_disabled.title": "Memory unavailable",
         "notice.memory_disabled": "Agent memory is off on this Hub. The owner can enable it in "
         "/amux → Experiments.",
+        "notice.memory_disabled.erase_hint": (
+            "Your memory documents are kept while it is off. You can still erase them for good."
+        ),
+        "notice.memory_disabled.erase": "Erase my memory…",
         "notice.enrollment_closed.title": "Not enrolled",
         "notice.enrollment_closed": (
             "This Hub does not accept new members right now. Ask its owner to add you."
@@ -308,6 +312,8 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "warning.title": "提示",
         "notice.memory_disabled.title": "记忆不可用",
         "notice.memory_disabled": "本 Hub 未开启 Agent 记忆。所有者可在 /amux → 实验功能 中开启。",
+        "notice.memory_disabled.erase_hint": "关闭期间你的记忆文档仍会保留。你仍可以将其彻底删除。",
+        "notice.memory_disabled.erase": "彻底删除我的记忆…",
         "notice.enrollment_closed.title": "尚未加入",
         "notice.enrollment_closed": "本 Hub 目前不接受新成员。请联系所有者添加你。",
         "notice.own_topic.title": "请开启你自己的话题",

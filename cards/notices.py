@@ -32,7 +32,12 @@ def _notice(key: str, lang: Lang, extra: list[Element] | None = None) -> Card:
 
 
 def memory_disabled_card(lang: Lang) -> Card:
-    return _notice("notice.memory_disabled", lang)
+    """Memory is off: nothing can be read or changed, but the caller can still erase theirs."""
+    erase = button(
+        text(lang, "notice.memory_disabled.erase"), actions.MEMORY_ERASE_ASK, kind="danger"
+    )
+    extra = [markdown(text(lang, "notice.memory_disabled.erase_hint")), row(erase)]
+    return _notice("notice.memory_disabled", lang, extra)
 
 
 def enrollment_closed_card(lang: Lang) -> Card:

@@ -1,5 +1,5 @@
-"""The owner's history window on the `/amux` card, as Feishu users meet it: the real bot behind
-the fake Feishu server, no worker needed."""
+"""The owner's history window on the `/amux` card, and erasing one's memory while memory is off,
+as Feishu users meet them: the real bot behind the fake Feishu server, no worker needed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.bot.test_bot_flows import BOB, Bot, buttons, card_text, running_bot
+from hub.history import Author
+from hub.paths import principal_scope
+from tests.bot.test_bot_flows import ALICE, BOB, Bot, buttons, card_text, running_bot
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -146,3 +148,63 @@ async def test_a_card_from_before_the_history_setting_keeps_the_saved_window(
         notice = await bot.card_after(old_save, message_id=message_id)
         assert "history kept: 14 days" in card_text(notice)
         assert saved(bot) == dict(DEFAULTS, **{"memory.enabled": True, "memory.history_days": 14})
+
+
+# -- erasing while memory is off ---------------------------------------------------------------
+
+
+async def test_with_memory_off_a_member_can_still_erase_their_memory_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, memory=False, isolation=True) as bot:
+        bob, alice = bot.ids["bob"], bot.ids["alice"]
+        mine = principal_scope(bob)
+        author = Author(bob, "cli")
+        first = await bot.hub.history.upsert(
+            mine, "notes/mine.md", "bob's note\n", "absent", author
+        )
+        await bot.hub.history.upsert(
+            mine, "notes/mine.md", "bob's second note\n", first["revision"], author
+        )
+        await bot.hub.store.upsert(principal_scope(alice), "hers.md", "alice's\n", "absent")
+        memory_root = bot.hub.settings.memory_root
+        assert [p.name for p in memory_root.rglob("mine.md")] == ["mine.md"]
+
+        disabled = await bot.card_after({"action": "memory.list"}, who=BOB)
+        assert "Memory unavailable" in card_text(disabled)
+        (erase,) = buttons(disabled)
+        assert erase == {"action": "memory.erase.ask"}
+
+        ask = await bot.card_after(erase, who=BOB)
+        assert "removes **1** document(s) (your whole memory)" in card_text(ask)
+        assert "**1** kept earlier version(s)" in card_text(ask)
+        assert "**2** change-log entries" in card_text(ask)
+        (confirm,) = [b for b in buttons(ask) if b["action"] == "memory.erase.confirm"]
+        assert list(memory_root.rglob("mine.md")), "asking erases nothing"
+
+        # A path that is not one is refused, not taken for the whole memory.
+        forged = await bot.card_after(dict(confirm, path=["notes/mine.md"]), who=BOB)
+        assert "Something went wrong" in card_text(forged)
+        assert list(memory_root.rglob("mine.md"))
+
+        receipt = await bot.card_after(confirm, who=BOB)
+        assert "Removed 1 document(s) and 1 kept earlier version(s)" in card_text(receipt)
+        assert "replaced in 2 change-log entries" in card_text(receipt)
+        assert list(memory_root.rglob("mine.md")) == []
+        kept = bot.hub.settings.home / "memory-history"
+        assert [p for p in kept.rglob("*") if p.is_file()] == []
+        # Only Bob's own memory: Alice's document is untouched.
+        assert (await bot.hub.store.get(principal_scope(alice), "hers.md"))["exists"]
+
+        for value in (
+            {"action": "memory.list"},
+            {"action": "memory.search"},
+            {"action": "memory.open", "path": "hers.md"},
+            {"action": "memory.history"},
+            {"action": "memory.restore", "path": "notes/mine.md", "revision": first["revision"]},
+            {"action": "memory.forget.ask", "path": "hers.md", "revision": "absent"},
+            {"action": "memory.forget.confirm", "path": "hers.md", "revision": "absent"},
+        ):
+            still_off = await bot.card_after(value, who=ALICE)
+            assert "Memory unavailable" in card_text(still_off), value
+        assert (await bot.hub.store.get(principal_scope(alice), "hers.md"))["exists"]

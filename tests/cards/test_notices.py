@@ -1,5 +1,6 @@
 import pytest
 
+from cards import actions
 from cards.models import LANGS, Lang
 from cards.notices import (
     enrollment_closed_card,
@@ -10,7 +11,7 @@ from cards.notices import (
     stale_card,
     warning_card,
 )
-from tests.cards.structure import all_text, assert_valid_card
+from tests.cards.structure import all_text, assert_valid_card, callbacks
 
 
 @pytest.mark.parametrize("lang", LANGS)
@@ -38,3 +39,12 @@ def test_error_card_shows_message_and_stable_code_without_markup() -> None:
 def test_own_topic_notice_tells_the_member_what_to_do() -> None:
     assert "Start your own topic" in all_text(own_topic_card("en_us"))
     assert "新建你自己的话题" in all_text(own_topic_card("zh_cn"))
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_memory_off_still_offers_to_erase_the_whole_own_memory(lang: Lang) -> None:
+    card = memory_disabled_card(lang)
+    assert callbacks(card) == [{"action": actions.MEMORY_ERASE_ASK}]
+    if lang == "en_us":
+        assert "Erase my memory…" in all_text(card)
+        assert "You can still erase them for good." in all_text(card)
