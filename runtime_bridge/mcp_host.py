@@ -11,6 +11,7 @@ Hub: every child authenticates with its own launch's delegated credential.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import logging
@@ -20,10 +21,13 @@ import socket
 import sys
 from pathlib import Path
 
+from mcp import Client
 from mcp.server.mcpserver import MCPServer
+from mcp.types import jsonrpc_message_adapter
 
 from runtime_bridge import mcp_server
 from runtime_bridge.launch_env import NO_OWNER_TOKEN
+from runtime_bridge.mcp_paging import CONTINUE_TOOL
 from runtime_bridge.mcp_shim import FORWARDED
 
 SHIM = Path(__file__).with_name("mcp_shim.py")
@@ -87,7 +91,21 @@ def _warm_up() -> tuple[MCPServer, mcp_server.BridgeSlot]:
     ClientSettings()
     # Answers only if a child failed to bind its launch's bridge, which it never serves without.
     slot = mcp_server.BridgeSlot(mcp_server.MemoryBridge(None, refusal=InvalidArgument("unbound")))
-    return mcp_server.build_server(slot), slot
+    server = mcp_server.build_server(slot)
+    asyncio.run(_rehearse(server))
+    return server, slot
+
+
+async def _rehearse(server: MCPServer) -> None:
+    """One whole session in memory: the SDK builds its message validators and serializers on
+    first use, which would otherwise happen again in every child before it can answer."""
+    async with Client(server) as client:
+        await client.list_tools()
+        await client.call_tool(CONTINUE_TOOL, {"cursor": "rehearsal"})
+    line = '{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
+    jsonrpc_message_adapter.validate_json(line, by_name=False).model_dump_json(
+        by_alias=True, exclude_unset=True
+    )
 
 
 def serve(socket_path: str) -> None:

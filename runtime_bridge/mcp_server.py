@@ -8,8 +8,9 @@ text; a text over the 6 KiB page budget is paged through ``amux.result_continue`
 arguments that do not fit a tool included, are ``isError`` results holding the one error shape
 ``{"error": {"code", "message", ...}}``.
 
-Start-up check: one ``system.capabilities`` call, bounded by ``STARTUP_TIMEOUT`` seconds, runs in
-the background as the server starts, so the tool list never waits on the Hub; a tool call waits
+Start-up check: one ``system.capabilities`` call, bounded by ``STARTUP_TIMEOUT`` seconds, made
+when the first tool call arrives, so the handshake and the tool list (which Claude and Codex wait
+for before their first model request) never share the process with Hub traffic; a tool call waits
 for the verdict (at most that bound). There are no per-call capability lookups. What the verdict
 means for later calls:
 
@@ -124,7 +125,6 @@ class MemoryBridge:
         self._check: asyncio.Task[Verdict] | None = None
 
     async def __aenter__(self) -> MemoryBridge:
-        self.start()
         return self
 
     async def __aexit__(
@@ -143,7 +143,7 @@ class MemoryBridge:
             await self._hub.close()
 
     def start(self) -> None:
-        """Begin the one capability check in the background."""
+        """Begin the one capability check in the background (the first tool call does)."""
         if self._check is None and self._refusal is None:
             self._check = asyncio.create_task(self._startup_check(), name="amux-mcp-startup-check")
 
