@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import statistics
@@ -68,6 +69,8 @@ from tests.runtime_bridge.test_providers_pi import pi_agent_source
 PROMPT = "Say hello."
 PI_ARGS = ["--provider", "fake", "--model", "fake-model"]
 PROVIDERS = ("pi", "claude", "codex")
+# The CLIs that start their MCP servers before the first model request.
+MCP_CLIS = ("claude", "codex")
 MEMORY_CALLS = 50
 DOCUMENT = "# Bench\n" + "a line of remembered text\n" * 40
 LAUNCH_TARGET_MS = 100.0
@@ -115,10 +118,14 @@ async def wait_for(predicate: Callable[[], Any], within: float = 120.0) -> Any:
     return value
 
 
+MINIMAL_MCP = [sys.executable, "-I", "-S", str(REPO / "tests" / "fakes" / "minimal_mcp.py")]
+
+
 def bare_command(
-    provider: str, root: Path, model: FakeModelServer
+    provider: str, root: Path, model: FakeModelServer, minimal_mcp: bool = False
 ) -> tuple[list[str], dict[str, str], str | None]:
-    """The CLI run by hand against the fake: argv, environment, stdin."""
+    """The CLI run by hand against the fake: argv, environment, stdin; with ``minimal_mcp``,
+    configured with one MCP server that answers everything at once."""
     env = offline_env(root / "bare-home", model.base_url)
     executable = find_agent_cli(provider)
     if provider == "pi":
@@ -132,17 +139,30 @@ def bare_command(
         return [executable, "-p", "--mode", "json", *PI_ARGS], env, PROMPT
     if provider == "claude":
         argv = [executable, "-p", "--output-format", "stream-json", "--verbose"]
+        if minimal_mcp:
+            config = root / "minimal-mcp.json"
+            servers = {"minimal": {"command": MINIMAL_MCP[0], "args": MINIMAL_MCP[1:]}}
+            config.write_text(json.dumps({"mcpServers": servers}))
+            argv += ["--mcp-config", str(config), "--strict-mcp-config"]
         return argv, env, PROMPT
-    codex_home = root / "bare-codex-home"
+    codex_home = root / ("bare-codex-home-mcp" if minimal_mcp else "bare-codex-home")
     codex_home.mkdir(exist_ok=True)
-    shutil.copyfile(codex_config(root / "bare", model), codex_home / "config.toml")
+    config_text = codex_config(root / "bare", model).read_text()
+    if minimal_mcp:
+        config_text += (
+            f"\n[mcp_servers.minimal]\ncommand = {json.dumps(MINIMAL_MCP[0])}\n"
+            f"args = {json.dumps(MINIMAL_MCP[1:])}\n"
+        )
+    (codex_home / "config.toml").write_text(config_text)
     env["CODEX_HOME"] = str(codex_home)
     return [executable, "exec", "--skip-git-repo-check", PROMPT], env, None
 
 
-async def bare_launch(provider: str, root: Path, model: FakeModelServer) -> float:
+async def bare_launch(
+    provider: str, root: Path, model: FakeModelServer, minimal_mcp: bool = False
+) -> float:
     """Seconds from spawning the CLI to its first model request."""
-    argv, env, stdin = bare_command(provider, root, model)
+    argv, env, stdin = bare_command(provider, root, model, minimal_mcp)
     workdir = root / "bare-work"
     workdir.mkdir(exist_ok=True)
     start = time.perf_counter()
@@ -282,6 +302,13 @@ async def launches(root: Path, samples: int, providers: tuple[str, ...]) -> None
             await bridged_launch(provider, plain, plain_owner, model, None)
             await bridged_launch(provider, bound, bound_owner, model, "global")
             bare = timing([await bare_launch(provider, root, model) for _ in range(samples)])
+            # The CLI's own MCP start-up, with a server that costs next to nothing: what a
+            # memory launch pays before anything of amux's runs.
+            minimal = (
+                timing([await bare_launch(provider, root, model, True) for _ in range(samples)])
+                if provider in MCP_CLIS
+                else None
+            )
             unbound = timing(
                 [
                     await bridged_launch(provider, plain, plain_owner, model, None)
@@ -298,6 +325,11 @@ async def launches(root: Path, samples: int, providers: tuple[str, ...]) -> None
             verdict = "meets" if added < LAUNCH_TARGET_MS else "misses"
             print(f"  {provider}")
             print(f"    bare CLI          {bare.ms()}")
+            if minimal is not None:
+                print(
+                    f"    bare CLI + minimal MCP server {minimal.ms()}  "
+                    f"added {(minimal.median - bare.median) * 1000:7.1f} ms (the CLI's MCP start)"
+                )
             print(
                 f"    bridged, no memory {unbound.ms()}  "
                 f"added {(unbound.median - bare.median) * 1000:7.1f} ms"
@@ -306,6 +338,11 @@ async def launches(root: Path, samples: int, providers: tuple[str, ...]) -> None
                 f"    bridged, memory    {with_memory.ms()}  added {added:7.1f} ms "
                 f"({ratio(with_memory.median, bare.median)}) {verdict} < {LAUNCH_TARGET_MS:.0f} ms"
             )
+            if minimal is not None:
+                print(
+                    f"    amux's own share: memory launch minus bare + minimal MCP"
+                    f" {(with_memory.median - minimal.median) * 1000:7.1f} ms"
+                )
 
 
 async def memory_calls(root: Path) -> None:
