@@ -11,7 +11,15 @@ import pytest
 
 from hub.history import Author
 from hub.paths import principal_scope
-from tests.bot.test_bot_flows import ALICE, BOB, Bot, buttons, card_text, running_bot
+from tests.bot.test_bot_flows import (
+    ALICE,
+    BOB,
+    Bot,
+    button_nodes,
+    buttons,
+    card_text,
+    running_bot,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,22 +35,12 @@ def history_choices(card: dict[str, Any]) -> dict[int, dict[str, Any]]:
 
 
 def primary_history_labels(card: dict[str, Any]) -> list[str]:
-    labels: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            behaviors = node.get("behaviors") or [{}]
-            if node.get("tag") == "button" and node.get("type") == "primary":
-                if behaviors[0].get("value", {}).get("action") == "history.days":
-                    labels.append(node["text"]["content"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(card)
-    return labels
+    return [
+        node["text"]["content"]
+        for node in button_nodes(card)
+        if node.get("type") == "primary"
+        and (node.get("behaviors") or [{}])[0].get("value", {}).get("action") == "history.days"
+    ]
 
 
 def save_button(card: dict[str, Any]) -> dict[str, Any]:

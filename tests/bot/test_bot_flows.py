@@ -71,14 +71,14 @@ def plain_of(card: dict[str, Any]) -> str:
     return "".join(e["text"]["content"] for e in card["body"]["elements"] if e.get("tag") == "div")
 
 
-def buttons(card: dict[str, Any]) -> list[dict[str, Any]]:
-    """The callback values of every button on the card, in order."""
+def button_nodes(card: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every button element of the card, in order."""
     found: list[dict[str, Any]] = []
 
     def walk(node: Any) -> None:
         if isinstance(node, dict):
             if node.get("tag") == "button":
-                found.append(node["behaviors"][0]["value"])
+                found.append(node)
             for value in node.values():
                 walk(value)
         elif isinstance(node, list):
@@ -87,6 +87,11 @@ def buttons(card: dict[str, Any]) -> list[dict[str, Any]]:
 
     walk(card)
     return found
+
+
+def buttons(card: dict[str, Any]) -> list[dict[str, Any]]:
+    """The callback values of every button on the card, in order."""
+    return [node["behaviors"][0]["value"] for node in button_nodes(card)]
 
 
 def seed(
@@ -274,7 +279,6 @@ async def running_bot(
 
 
 # -- who may talk to the bot, and where ---------------------------------------------------------
-
 
 
 async def test_closed_enrollment_refuses_newcomers_politely_and_creates_no_principal(
@@ -539,7 +543,6 @@ async def test_the_topics_starter_can_cancel_a_run_and_others_cannot(tmp_path: P
         # The progress card says so and loses its Cancel button.
         await until(lambda: "Cancelled" in card_text(progress.card))
         assert not [b for b in buttons(progress.card) if b["action"] == "run.cancel"]
-
 
 
 async def test_a_failed_launch_is_reported_as_a_readable_card(tmp_path: Path) -> None:
