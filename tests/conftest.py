@@ -24,6 +24,7 @@ from aiohttp.test_utils import TestClient
 
 from bot.app import create_app
 from hub.config import OWNER_TOKEN_FILE, HubSettings
+from hub.state import State
 
 REPO = Path(__file__).resolve().parent.parent
 AMUX = shutil.which("amux", path=str(Path(sys.executable).parent)) or "amux"
@@ -253,16 +254,37 @@ class HubProcess:
                 self.proc.wait()
 
 
-@pytest.fixture
-def hub_process(tmp_path: Path) -> Iterator[HubProcess]:
-    """A fresh Hub process with default settings (memory disabled)."""
-    home = tmp_path / "amux-home"
-    hub = HubProcess(home, free_port())
+def save_settings(home: Path, settings: Mapping[str, Any]) -> None:
+    """Save Hub settings before its first start: they are then its running values, no restart."""
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    state = State(HubSettings(home=home).state_path)
+    try:
+        for key, value in settings.items():
+            state.save_setting(key, value)
+    finally:
+        state.close()
+
+
+@contextlib.contextmanager
+def running_hub(
+    home: Path, settings: Mapping[str, Any] | None = None, **process: Any
+) -> Iterator[HubProcess]:
+    """``amux serve`` over ``home`` with ``settings`` saved first, stopped on the way out."""
+    if settings:
+        save_settings(home, settings)
+    hub = HubProcess(home, free_port(), **process)
     hub.start()
     try:
         yield hub
     finally:
         hub.stop()
+
+
+@pytest.fixture
+def hub_process(tmp_path: Path) -> Iterator[HubProcess]:
+    """A fresh Hub process with default settings (memory disabled)."""
+    with running_hub(tmp_path / "amux-home") as hub:
+        yield hub
 
 
 @pytest.fixture

@@ -20,8 +20,7 @@ from typing import Any
 
 import pytest
 
-from hub.state import State
-from tests.conftest import HubProcess, free_port
+from tests.conftest import HubProcess, running_hub
 
 pytestmark = pytest.mark.e2e
 
@@ -189,16 +188,10 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TracedHub]:
     if refusal:
         pytest.skip(refusal)
     home = place / "amux-home"
-    state = State(home / "state.sqlite3")
-    state.save_setting("memory.enabled", True)
-    state.close()
     log = place / "hub.strace"
-    hub = HubProcess(home, free_port(), prefix=[*STRACE, "-o", str(log)])
-    hub.start()
-    try:
+    trace = [*STRACE, "-o", str(log)]
+    with running_hub(home, {"memory.enabled": True}, prefix=trace) as hub:
         yield TracedHub(hub, log, home / "memory")
-    finally:
-        hub.stop()
 
 
 def test_an_upsert_answers_after_temp_sync_rename_and_directory_sync(traced: TracedHub) -> None:

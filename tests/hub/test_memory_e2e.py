@@ -16,8 +16,7 @@ from hub.cli import CliEnv, export_document, memory_app
 from hub.client import HubClient
 from hub.config import ClientSettings, HubSettings
 from hub.errors import Conflict
-from hub.state import State
-from tests.conftest import AMUX, CliResult, HubProcess, free_port
+from tests.conftest import AMUX, CliResult, HubProcess, free_port, running_hub
 
 pytestmark = pytest.mark.e2e
 
@@ -36,17 +35,8 @@ BIG = (
 def memory_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
     """One Hub process with memory enabled, shared by the tests that only read and write."""
     home = tmp_path_factory.mktemp("e2e") / "amux-home"
-    home.mkdir(mode=0o700)
-    # Saving the setting before the first start makes it the running value without a restart.
-    state = State(HubSettings(home=home).state_path)
-    state.save_setting("memory.enabled", True)
-    state.close()
-    hub = HubProcess(home, free_port())
-    hub.start()
-    try:
+    with running_hub(home, {"memory.enabled": True}) as hub:
         yield hub
-    finally:
-        hub.stop()
 
 
 def ok(result: CliResult) -> Any:
@@ -326,13 +316,7 @@ def test_disabling_memory_refuses_data_calls_and_keeps_the_files(
     tmp_path: Path,
 ) -> None:
     home = tmp_path / "amux-home"
-    home.mkdir(mode=0o700)
-    state = State(HubSettings(home=home).state_path)
-    state.save_setting("memory.enabled", True)
-    state.close()
-    hub = HubProcess(home, free_port())
-    hub.start()
-    try:
+    with running_hub(home, {"memory.enabled": True}) as hub:
         kept = put(hub, "MEMORY.md", "keep me\n")
         ok(hub.cli("system", "config", "set", "memory.enabled", "false"))
         hub.restart()
@@ -347,5 +331,3 @@ def test_disabling_memory_refuses_data_calls_and_keeps_the_files(
             assert (status, body["error"]["code"]) == (403, "memory_disabled")
         assert (home / "memory" / "global" / "MEMORY.md").read_text() == "keep me\n"
         assert not (home / "memory" / "global" / "x.md").exists()
-    finally:
-        hub.stop()

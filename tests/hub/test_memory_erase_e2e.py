@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hub.config import HubSettings
-from hub.state import State
-from tests.conftest import HubProcess, free_port
+from tests.conftest import HubProcess, running_hub
 
 pytestmark = pytest.mark.e2e
 
@@ -22,18 +20,9 @@ TEXT = "bob-private-phrase-41c9: my standing preferences\n"
 
 @pytest.fixture
 def isolated_hub(tmp_path: Path) -> Iterator[HubProcess]:
-    home = tmp_path / "amux-home"
-    home.mkdir(mode=0o700)
-    state = State(HubSettings(home=home).state_path)
-    state.save_setting("memory.enabled", True)
-    state.save_setting("memory.isolation", "on")
-    state.close()
-    hub = HubProcess(home, free_port())
-    hub.start()
-    try:
+    settings = {"memory.enabled": True, "memory.isolation": "on"}
+    with running_hub(tmp_path / "amux-home", settings) as hub:
         yield hub
-    finally:
-        hub.stop()
 
 
 def containing(root: Path, needle: bytes) -> list[Path]:
