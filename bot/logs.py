@@ -4,6 +4,11 @@ Every line written while a request is served carries its id (the Hub's middlewar
 does the access line aiohttp writes after the handler. Redaction scrubs bearer tokens, ``amux_``
 credentials and any secret value the process registers, from the message, extra fields and
 tracebacks alike.
+
+A record is one line whatever a caller put into it: the text format writes control characters
+(C0, DEL, C1 and the Unicode line separators) of the message as escapes such as ``\\n`` and
+``\\x1b``, and indents the lines of a traceback, so a decoded request path holding a newline
+cannot write a second, forged record. The JSON format escapes them inside its strings.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ _PATTERNS = (
     (re.compile(r"(?i)\b(bearer)\s+[^\s\"',;]+"), rf"\1 {REDACTED}"),
     (CREDENTIAL_SHAPE, f"amux_{REDACTED}"),
 )
+# Characters that end a line or drive a terminal: C0 controls, DEL, C1 controls, and the two
+# Unicode separators that str.splitlines() and some viewers also break lines at.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 # Attributes every LogRecord has; anything else was passed as ``extra=`` and is logged as a field.
 _STANDARD = frozenset(
     vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime"}
@@ -79,6 +88,13 @@ class RedactionFilter(logging.Filter):
         return True
 
 
+_JSON_RAW = re.compile(r"[\x7f-\x9f\u2028\u2029]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
 class JsonFormatter(logging.Formatter):
     """time, level, logger, message, request_id, then extra fields; tracebacks as ``exception``."""
 
@@ -99,7 +115,32 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = value if _is_json_scalar(value) else repr(value)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return self.redact(json.dumps(entry, ensure_ascii=False, default=repr))
+        text = json.dumps(entry, ensure_ascii=False, default=repr)
+        # JSON escapes C0 itself; DEL, C1 and the line separators it leaves raw, and some
+        # viewers break lines or take terminal commands at them. Outside strings JSON is ASCII,
+        # so each one found is inside a string, where \uXXXX means the same character.
+        return self.redact(_JSON_RAW.sub(_json_escape, text))
+
+
+def escape_controls(text: str) -> str:
+    """``text`` on one line: each control character as ``\\n``, ``\\r``, ``\\t`` or ``\\xNN``."""
+    if _CONTROL.search(text) is None:
+        return text
+    return _CONTROL.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def _continued(text: str) -> str:
+    # Each line of a traceback indented and escaped: no line of it can pass for a record.
+    return "\n".join("  " + escape_controls(line) for line in text.split("\n"))
 
 
 class TextFormatter(logging.Formatter):
@@ -107,11 +148,21 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
         self.redact = redact
 
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        # The message holds what callers sent (a request's path, method or headers).
+        return escape_controls(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return _continued(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _continued(super().formatStack(stack_info))
+
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         request_id = getattr(record, "request_id", None) or REQUEST_ID.get()
         if request_id:
-            line += f" [request_id={request_id}]"
+            line += f" [request_id={escape_controls(str(request_id))}]"
         return self.redact(line)
 
 
