@@ -53,6 +53,16 @@ HANDED_BACK = (
 )
 
 
+def no_such_execution(execution_id: str) -> NotFound:
+    """The answer for an execution that does not exist, or that the caller may not see."""
+    return NotFound("no such execution", execution_id=execution_id)
+
+
+def no_such_session(session_id: str) -> NotFound:
+    """The answer for a Session that does not exist, or that the caller may not see."""
+    return NotFound("no such session", session_id=session_id)
+
+
 def delegation_label(session_id: str) -> str:
     """The label of a Session's delegated Agent credentials, so a lost launch's can be found."""
     return f"session {session_id}"
@@ -193,7 +203,7 @@ class Executions:
         """Raises: NotFound: no such session."""
         row = self.db.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
         if row is None:
-            raise NotFound("no such session", session_id=session_id)
+            raise no_such_session(session_id)
         return Session(
             row["id"],
             row["principal_id"],
@@ -326,7 +336,7 @@ class Executions:
         """Raises: NotFound: no such execution."""
         row = self.db.execute("SELECT * FROM executions WHERE id = ?", (execution_id,)).fetchone()
         if row is None:
-            raise NotFound("no such execution", execution_id=execution_id)
+            raise no_such_execution(execution_id)
         return Execution(
             id=row["id"],
             session_id=row["session_id"],
@@ -471,7 +481,7 @@ class Executions:
     def _owned(self, execution_id: str, worker_id: str) -> Any:
         row = self.db.execute("SELECT * FROM executions WHERE id = ?", (execution_id,)).fetchone()
         if row is None:
-            raise NotFound("no such execution", execution_id=execution_id)
+            raise no_such_execution(execution_id)
         if row["worker_id"] != worker_id or row["state"] != RUNNING:
             raise Conflict(
                 "this worker no longer holds the execution's lease", execution_id=execution_id

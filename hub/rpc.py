@@ -47,6 +47,7 @@ from hub.limits import DEFAULT_LIMITS
 from hub.metrics import METRICS, UNKNOWN_METHOD
 from hub.paths import binding_for
 from hub.services import Hub
+from hub.state import no_such_credential
 from hub.store import ABSENT
 
 logger = logging.getLogger("amux.hub.rpc")
@@ -616,13 +617,21 @@ class RevokeParams(Params):
 
 
 async def credentials_revoke(call: Call, params: RevokeParams) -> dict[str, Any]:
-    """Revoke a delegated credential this service issued (or any, for the owner)."""
+    """Revoke a delegated credential this service issued (or any, for the owner).
+
+    Who may revoke is settled before the id is looked up, and a credential another service
+    issued answers as an unknown id: no answer tells a caller which credential ids exist.
+    """
     hub = call.hub
-    issuer = hub.state.credential_issuer(params.id)
-    if not (call.actor.principal.is_owner and not call.actor.delegated):
-        require_service(call.actor)
-        if issuer != call.actor.principal.id:
-            raise Forbidden("a service can revoke only the credentials it issued")
+    actor = call.actor
+    if not (actor.principal.is_owner and not actor.delegated):
+        require_service(actor)
+        try:
+            issuer = hub.state.credential_issuer(params.id)
+        except NotFound:
+            issuer = None
+        if issuer != actor.principal.id:
+            raise no_such_credential(params.id)
     return hub.state.revoke_credential(params.id).to_wire()
 
 

@@ -10,7 +10,7 @@ from pydantic import AfterValidator, Field
 
 from hub.contract import Outcome, Session, TurnResult
 from hub.errors import Forbidden
-from hub.executions import delegation_label
+from hub.executions import delegation_label, no_such_execution, no_such_session
 from hub.identity import acting_for, require_service
 from hub.rpc import Call, Method, Methods, Params, text_field
 from hub.state import Principal
@@ -38,14 +38,38 @@ def _acting_for(call: Call, principal_id: str | None) -> Principal:
     return acting_for(call.actor, call.hub.state, principal_id)
 
 
-def _may_follow(call: Call, session: Session) -> None:
-    actor = call.actor
-    if actor.delegated:
+# Who may see what, decided before anything is looked up, so that no answer tells a caller whether
+# an id exists: a caller that may follow no turn at all (an Agent credential) is refused whatever
+# the id, and one that may follow only its own gets, for someone else's, the very answer an
+# unknown id gets.
+
+
+def _may_follow_turns(call: Call) -> None:
+    if call.actor.delegated:
         raise Forbidden("an Agent credential cannot follow Agent turns")
-    if actor.principal.kind == "service" or actor.principal.is_owner:
-        return
-    if session.principal_id != actor.principal.id:
-        raise Forbidden("this conversation belongs to someone else")
+
+
+def _sees_every_session(call: Call) -> bool:
+    principal = call.actor.principal
+    return principal.kind == "service" or principal.is_owner
+
+
+def _visible_session(call: Call, session_id: str) -> Session:
+    """Raises: Forbidden: an Agent credential. NotFound: no such Session, or not the caller's."""
+    _may_follow_turns(call)
+    session = call.hub.executions.session(session_id)
+    if not _sees_every_session(call) and session.principal_id != call.actor.principal.id:
+        raise no_such_session(session_id)
+    return session
+
+
+def _visible_execution(call: Call, execution_id: str) -> None:
+    """Raises: Forbidden: an Agent credential. NotFound: no such execution, or not the caller's."""
+    _may_follow_turns(call)
+    executions = call.hub.executions
+    session = executions.session(executions.describe(execution_id).session_id)
+    if not _sees_every_session(call) and session.principal_id != call.actor.principal.id:
+        raise no_such_execution(execution_id)
 
 
 class SubmitParams(Params):
@@ -62,6 +86,10 @@ async def executions_submit(call: Call, params: SubmitParams) -> dict[str, Any]:
     if params.cwd is not None and not call.actor.principal.is_owner:
         # A directory of the caller's choosing would be bound into the Agent's sandbox.
         raise Forbidden("only the owner may choose an Agent's working directory")
+    if params.session_id is not None:
+        # Someone else's conversation answers as an unknown one; the service and the owner,
+        # who see every Session, hear below that it belongs to someone else.
+        _visible_session(call, params.session_id)
     execution, session = await call.hub.executions.submit(
         principal_id=principal.id,
         submitted_by=call.actor.principal.id,
@@ -82,9 +110,9 @@ class WatchParams(Params):
 
 async def executions_watch(call: Call, params: WatchParams) -> dict[str, Any]:
     execution_id = params.execution_id
-    executions = call.hub.executions
-    _may_follow(call, executions.session(executions.describe(execution_id).session_id))
-    return (await executions.watch(execution_id, params.after, params.wait_seconds)).to_wire()
+    _visible_execution(call, execution_id)
+    watched = await call.hub.executions.watch(execution_id, params.after, params.wait_seconds)
+    return watched.to_wire()
 
 
 class ExecutionParams(Params):
@@ -92,10 +120,8 @@ class ExecutionParams(Params):
 
 
 async def executions_cancel(call: Call, params: ExecutionParams) -> dict[str, Any]:
-    execution_id = params.execution_id
-    executions = call.hub.executions
-    _may_follow(call, executions.session(executions.describe(execution_id).session_id))
-    return (await executions.cancel(execution_id)).to_wire()
+    _visible_execution(call, params.execution_id)
+    return (await call.hub.executions.cancel(params.execution_id)).to_wire()
 
 
 class SessionParams(Params):
@@ -103,9 +129,7 @@ class SessionParams(Params):
 
 
 async def sessions_get(call: Call, params: SessionParams) -> dict[str, Any]:
-    session = call.hub.executions.session(params.session_id)
-    _may_follow(call, session)
-    return session.to_wire()
+    return _visible_session(call, params.session_id).to_wire()
 
 
 class RegisterParams(Params):

@@ -27,6 +27,11 @@ TOKEN_PREFIX = "amux_"
 T = TypeVar("T")
 
 
+def no_such_credential(credential_id: str) -> NotFound:
+    """The answer for a credential that does not exist, or that the caller may not see."""
+    return NotFound(f"no credential with id '{credential_id}'")
+
+
 def hash_token(token: str) -> str:
     # Tokens carry 256 random bits, so a fast hash is enough to make a stolen database useless.
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
@@ -333,7 +338,7 @@ class State:
             "SELECT issued_by FROM credentials WHERE id = ?", (credential_id,)
         ).fetchone()
         if row is None:
-            raise NotFound(f"no credential with id '{credential_id}'")
+            raise no_such_credential(credential_id)
         return row["issued_by"]  # type: ignore[no-any-return]
 
     def revoke_credential(self, credential_id: str) -> Credential:
@@ -344,7 +349,7 @@ class State:
                 (time.time(), credential_id),
             )
             if cursor.rowcount == 0:
-                raise NotFound(f"no credential with id '{credential_id}'")
+                raise no_such_credential(credential_id)
             row = db.execute("SELECT * FROM credentials WHERE id = ?", (credential_id,)).fetchone()
         self.credential_changes += 1
         return _credential(row)
