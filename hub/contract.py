@@ -31,6 +31,17 @@ QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = (
 )
 FINISHED = frozenset({SUCCEEDED, FAILED, CANCELLED})
 
+# The Feishu bot keys a topic's conversation as ``feishu:<chat>:<root message>`` (``#N`` after
+# the Nth "New conversation"; see ``bot.conversations``), and its next message continues
+# whichever Session holds that origin. The bot queues its turns in the Hub's own process, so
+# no RPC caller has a reason to name one; one that did would own the topic's next conversation.
+BOT_ORIGIN_PREFIX = "feishu:"
+
+
+def is_bot_origin(origin: str) -> bool:
+    """Whether ``origin`` is in the bot's namespace (in any case, around any spaces)."""
+    return origin.strip().lower().startswith(BOT_ORIGIN_PREFIX)
+
 
 def _field(wire: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
     value = wire.get(name)

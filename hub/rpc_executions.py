@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
 
-from hub.contract import Outcome, Session, TurnResult
+from hub.contract import BOT_ORIGIN_PREFIX, Outcome, Session, TurnResult, is_bot_origin
 from hub.errors import Forbidden
 from hub.executions import delegation_label, no_such_execution, no_such_session
 from hub.identity import acting_for, require_service
@@ -83,6 +83,11 @@ class SubmitParams(Params):
 
 async def executions_submit(call: Call, params: SubmitParams) -> dict[str, Any]:
     principal = _acting_for(call, params.principal_id)
+    if params.origin is not None and is_bot_origin(params.origin):
+        raise Forbidden(
+            f"origins starting with {BOT_ORIGIN_PREFIX!r} are the Feishu bot's conversations; "
+            "leave origin out or choose another"
+        )
     if params.cwd is not None and not call.actor.principal.is_owner:
         # A directory of the caller's choosing would be bound into the Agent's sandbox.
         raise Forbidden("only the owner may choose an Agent's working directory")
