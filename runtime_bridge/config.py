@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hub.errors import InvalidArgument
+from runtime_bridge.bounds import MIN_CPU, MemorySetting, WorkspaceSetting
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
 from runtime_bridge.providers import ADAPTERS
 from runtime_bridge.providers.plan import MEMORY_SERVER
@@ -59,6 +60,33 @@ class RuntimeSettings(BaseSettings):
     run_as: str | None = None
     # The amux executable launches use for `amux mcp` and the CLI; default: the running one.
     amux: str | None = None
+    # Each launch's bounds (runtime_bridge.bounds); unset: the default for this machine.
+    memory_max: MemorySetting = Field(
+        default=None,
+        description="Memory one Agent launch may use, everything it starts together: bytes or "
+        "a size with a binary unit (512M, 2G). Unset: a quarter of RAM, within 512M..4G.",
+    )
+    tasks_max: int | None = Field(
+        default=None,
+        ge=1,
+        description="Processes and threads one Agent launch may have at once. Unset: 512.",
+    )
+    cpu_max: float | None = Field(
+        default=None,
+        ge=MIN_CPU,
+        description="CPU time one Agent launch may use, in CPUs (1.5 = one and a half cores). "
+        "Unset: every CPU but one, at least 0.5.",
+    )
+    open_files_max: int | None = Field(
+        default=None,
+        ge=16,
+        description="Files each process of an Agent launch may have open. Unset: 4096.",
+    )
+    workspace_max: WorkspaceSetting = Field(
+        default=None,
+        description="Disk an Agent's workspace may use: bytes or a size with a binary unit "
+        "(512M, 2G). Unset: 2G.",
+    )
 
     @field_validator("providers")
     @classmethod
