@@ -196,6 +196,43 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def check_memory_disk(
+    memory_root: Path, min_free_bytes: int = 256 * 1024 * 1024, min_free_share: float = 0.05
+) -> Check:
+    """Room on the memory root's file system: once it is full, memory writes answer
+    ``storage_unavailable`` (documents stay whole, reads go on)."""
+    name = "memory_disk"
+    where = memory_root
+    try:
+        # Before the first start the root does not exist yet: the disk it will be made on counts.
+        while not where.exists() and where != where.parent:
+            where = where.parent
+        info = os.statvfs(where)
+    except OSError as error:
+        return Check(name, "warn", f"cannot inspect the disk of {memory_root}: {error.strerror}")
+    mib = 1024 * 1024
+    free = info.f_bavail * info.f_frsize
+    total = info.f_blocks * info.f_frsize
+    share = free / total if total else 0.0
+    detail = f"{free // mib} MiB free of {total // mib} MiB ({share:.0%}) under {where}"
+    if info.f_flag & os.ST_RDONLY:
+        return Check(
+            name,
+            "fail",
+            f"{where} is on a read-only file system: every memory write fails",
+            f"remount the file system holding {where} read-write",
+        )
+    if free < min_free_bytes or share < min_free_share:
+        return Check(
+            name,
+            "warn",
+            f"{detail}: nearly full; memory writes fail with storage_unavailable once it is",
+            f"free space on the file system holding {where}, or move AMUX_HOME to a larger one "
+            "(its memory history and state database are there too)",
+        )
+    return Check(name, "ok", detail)
+
+
 async def check_sandbox(
     runtime: RuntimeSettings,
     feishu: FeishuSettings,
@@ -634,6 +671,7 @@ async def diagnose(
         return checks
     checks.append(check_home(settings.hub.home))
     checks.append(check_root_lock(settings.hub.memory_root))
+    checks.append(check_memory_disk(settings.hub.memory_root))
     client = settings.client
     token = client.resolved_token()
     async with HubClient(client.hub_url, token, timeout=min(client.timeout, HTTP_SECONDS)) as hub:

@@ -1,18 +1,25 @@
 """The one error tree of amux, shared by the Hub, its client, the CLI and the MCP server.
 
-    AmuxError                      code              HTTP  details
-    ├── InvalidArgument            invalid_argument  400
-    │   └── InvalidPath            invalid_path      400
-    ├── Unauthenticated            unauthenticated   401
-    ├── Forbidden                  forbidden         403
-    │   ├── BindingMismatch        binding_mismatch  403
-    │   └── MemoryDisabled         memory_disabled   403
-    ├── NotFound                   not_found         404
-    ├── Conflict                   conflict          409   observed_revision, path
-    ├── PayloadTooLarge            payload_too_large 413
-    ├── QuotaExceeded              quota_exceeded    422   limit
-    ├── Unavailable                unavailable       503
-    └── InternalError              internal          500
+    AmuxError                      code                 HTTP  details
+    ├── InvalidArgument            invalid_argument     400
+    │   └── InvalidPath            invalid_path         400
+    ├── Unauthenticated            unauthenticated      401
+    ├── Forbidden                  forbidden            403
+    │   ├── BindingMismatch        binding_mismatch     403
+    │   └── MemoryDisabled         memory_disabled      403
+    ├── NotFound                   not_found            404
+    ├── Conflict                   conflict             409   observed_revision, path
+    ├── PayloadTooLarge            payload_too_large    413
+    ├── QuotaExceeded              quota_exceeded       422   limit
+    ├── Unavailable                unavailable          503
+    │   └── StorageUnavailable     storage_unavailable  503   cause, disk
+    │       └── StorageFull        storage_unavailable  507   cause, disk
+    └── InternalError              internal             500
+
+``storage_unavailable`` is a disk the Hub writes to refusing a write (or a read): ``cause`` is
+``no_space`` or ``quota`` (507 Insufficient Storage: retrying will not help until room is made),
+``read_only`` or ``io`` (503); ``disk`` is ``memory``, ``memory_history`` or ``state``. Its
+message names the cause, never a file system path.
 
 Other packages graft their own errors onto this tree by subclassing (the Runtime bridge's launch
 errors under ``Unavailable``, the Feishu adapter's ``FeishuApiError``). A class that names its own
@@ -146,6 +153,27 @@ class QuotaExceeded(AmuxError):
 class Unavailable(AmuxError):
     code = "unavailable"
     status = 503
+
+
+class StorageUnavailable(Unavailable):
+    code = "storage_unavailable"
+    status = 503
+
+    @property
+    def cause(self) -> str | None:
+        """``no_space``, ``quota``, ``read_only`` or ``io``."""
+        return self._text_detail("cause")
+
+    @property
+    def disk(self) -> str | None:
+        """Which of the Hub's stores refused: ``memory``, ``memory_history`` or ``state``."""
+        return self._text_detail("disk")
+
+
+class StorageFull(StorageUnavailable):
+    # No code of its own: it travels as storage_unavailable, with the status that says more
+    # room is needed rather than a retry.
+    status = 507
 
 
 class InternalError(AmuxError):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hub.errors import InvalidPath
+from hub.storage import MEMORY, guarded, is_storage_errno
 
 TEMP_PREFIX = ".amux-tmp-"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -53,6 +54,9 @@ def _is_link(name: str, dir_fd: int) -> bool:
 def _refuse(
     err: OSError, parts: tuple[str, ...], index: int, dir_fd: int | None = None
 ) -> InvalidPath:
+    if is_storage_errno(err.errno):
+        # The disk failed, not the path: the method's guard reports it as the disk's error.
+        raise err
     shown = "/".join(parts[: index + 1])
     # O_DIRECTORY | O_NOFOLLOW on a link reports ENOTDIR, not ELOOP: say what is really there.
     linked = err.errno in (errno.ELOOP, errno.EMLINK) or (
@@ -128,10 +132,15 @@ def _entry_bytes(entry: tuple[_Stamp, bytes, bytes | None]) -> int:
 
 
 class MemoryFiles:
-    """File access to one memory root (``<AMUX_HOME>/memory``)."""
+    """File access to one memory root (``<AMUX_HOME>/memory``).
 
-    def __init__(self, root: Path, cache_bytes: int = 64 * 1024 * 1024) -> None:
+    A full, read-only or failing file system makes reads and writes raise ``StorageUnavailable``
+    naming ``disk`` (see ``hub.storage``); a write that fails leaves the old document whole.
+    """
+
+    def __init__(self, root: Path, cache_bytes: int = 64 * 1024 * 1024, disk: str = MEMORY) -> None:
         self.root = root
+        self.disk = disk
         self._cache = _ContentCache(cache_bytes)
         # Directories below the root (as path components) whose entry in their parent was synced
         # by this process. Written from worker threads; a race at worst syncs a parent twice.
@@ -190,8 +199,9 @@ class MemoryFiles:
 
         Raises:
             InvalidPath: a component is a link, or a file stands where a directory should.
+            StorageUnavailable: the disk failed to read.
         """
-        with self._directory(parts[:-1], create=False) as dir_fd:
+        with guarded(self.disk, self.root), self._directory(parts[:-1], create=False) as dir_fd:
             if dir_fd is None:
                 return None
             try:
@@ -209,8 +219,11 @@ class MemoryFiles:
                 os.close(fd)
 
     def write_atomic(self, parts: tuple[str, ...], data: bytes) -> None:
-        """Replace or create the document durably: temp file, fsync, rename, directory fsync."""
-        with self._directory(parts[:-1], create=True) as dir_fd:
+        """Replace or create the document durably: temp file, fsync, rename, directory fsync.
+
+        Raises: StorageUnavailable: the disk is full, read-only or failing (nothing changed).
+        """
+        with guarded(self.disk, self.root), self._directory(parts[:-1], create=True) as dir_fd:
             assert dir_fd is not None
             temp = f"{TEMP_PREFIX}{secrets.token_hex(8)}"
             fd = os.open(
@@ -247,7 +260,10 @@ class MemoryFiles:
         expected size is linked; otherwise (another filesystem, a file with other permissions)
         the bytes are copied.
         """
-        with source._directory(source_parts[:-1], create=False) as source_fd:
+        with (
+            guarded(self.disk, self.root),
+            source._directory(source_parts[:-1], create=False) as source_fd,
+        ):
             if source_fd is not None and self._link(source_fd, source_parts[-1], parts, data):
                 return
         self.write_atomic(parts, data)
@@ -285,15 +301,16 @@ class MemoryFiles:
         spend the search's directory-entry budget. The caller must hold the lock that orders
         writes to this part of the tree, or a concurrent write could lose its new directory.
         """
-        with self._directory(parts[:-1], create=False) as dir_fd:
-            if dir_fd is None:
-                return False
-            try:
-                os.unlink(parts[-1], dir_fd=dir_fd)
-            except FileNotFoundError:
-                return False
-            os.fsync(dir_fd)
-        self._prune_empty(parts[:-1], keep)
+        with guarded(self.disk, self.root):
+            with self._directory(parts[:-1], create=False) as dir_fd:
+                if dir_fd is None:
+                    return False
+                try:
+                    os.unlink(parts[-1], dir_fd=dir_fd)
+                except FileNotFoundError:
+                    return False
+                os.fsync(dir_fd)
+            self._prune_empty(parts[:-1], keep)
         return True
 
     def _prune_empty(self, directory: tuple[str, ...], keep: int) -> None:

@@ -41,6 +41,7 @@ from hub.files import MemoryFiles
 from hub.limits import Limits
 from hub.paths import GLOBAL_SCOPE, principal_scope, scope_directory, validate_path
 from hub.state import State
+from hub.storage import MEMORY_HISTORY
 from hub.store import ABSENT, MemoryStore, revision_of
 
 logger = logging.getLogger("amux.hub.history")
@@ -93,7 +94,7 @@ class MemoryHistory:
         self.root = root
         self.days = max(0.0, float(days))
         self._limits = limits
-        self.files = MemoryFiles(root, cache_bytes=0)
+        self.files = MemoryFiles(root, cache_bytes=0, disk=MEMORY_HISTORY)
         # Per scope, the copies kept and their bytes as last counted plus what was kept since:
         # a write then checks the bound without summing the scope's whole log again.
         self._kept: dict[str, tuple[int, int]] = {}

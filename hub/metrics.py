@@ -17,10 +17,13 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
+from hub.storage import CAUSES, DISKS
+
 # Hub RPC calls are mostly sub-millisecond reads, with long polls of up to 30 s at the far end.
 RPC_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 OK = "ok"
 UNKNOWN_METHOD = "unknown"
+OTHER = "other"
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,13 @@ class Metrics:
             "Searches that stopped at the scan budget and answered incomplete=true.",
             registry=r,
         )
+        self.storage_errors = Counter(
+            "amux_storage_errors",
+            "Calls a disk refused, by disk (memory, memory_history, state) and cause "
+            "(no_space, quota, read_only, io).",
+            ["disk", "cause"],
+            registry=r,
+        )
         self.feishu_events = Counter(
             "amux_feishu_events",
             "Feishu events by outcome: received, deduplicated or failed.",
@@ -127,6 +137,13 @@ class Metrics:
             self.memory_conflicts.labels(method).inc()
         if method == "memory.search" and outcome == OK and _incomplete(body):
             self.search_incomplete.inc()
+
+    def storage_refused(self, disk: str | None, cause: str | None) -> None:
+        """Count one call answered ``storage_unavailable``."""
+        # Both come from the Hub's own closed sets; anything else would be a bug, not a series.
+        self.storage_errors.labels(
+            disk if disk in DISKS else OTHER, cause if cause in CAUSES else OTHER
+        ).inc()
 
     def feishu_event(self, outcome: str) -> None:
         """Count one Feishu event: ``received``, ``deduplicated`` or ``failed``."""

@@ -13,6 +13,7 @@ import functools
 import json
 import logging
 import math
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from hub.errors import (
     MemoryDisabled,
     NotFound,
     PayloadTooLarge,
+    StorageUnavailable,
 )
 from hub.history import Author
 from hub.identity import (
@@ -48,6 +50,7 @@ from hub.metrics import METRICS, UNKNOWN_METHOD
 from hub.paths import binding_for
 from hub.services import Hub
 from hub.state import no_such_credential
+from hub.storage import from_sqlite_error, refused
 from hub.store import ABSENT
 
 logger = logging.getLogger("amux.hub.rpc")
@@ -214,6 +217,13 @@ async def errors_middleware(
         if http.status == 405:
             return _failed(request, InvalidArgument("Hub RPC calls use POST"))
         raise
+    except sqlite3.Error as error:
+        # A statement outside State.transaction meets the state database's disk failing too.
+        failure = from_sqlite_error(error)
+        if failure is None:
+            logger.exception("RPC %s failed", request.path)
+            return _failed(request, InternalError("internal error; see the Hub log"))
+        return _failed(request, refused(failure, request.app[HUB].state.path))
     except Exception:
         logger.exception("RPC %s failed", request.path)
         return _failed(request, InternalError("internal error; see the Hub log"))
@@ -222,6 +232,9 @@ async def errors_middleware(
 def _failed(request: web.Request, error: AmuxError) -> web.Response:
     # The metrics middleware outside this one counts outcomes by code.
     request[ERROR_CODE_KEY] = error.code
+    metrics = request.app.get(METRICS)
+    if metrics is not None and isinstance(error, StorageUnavailable):
+        metrics.storage_refused(error.disk, error.cause)
     return error_response(error)
 
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from hub.errors import Conflict, InvalidArgument, NotFound
 from hub.migrations import migrate
+from hub.storage import from_sqlite_error, refused
 
 TOKEN_PREFIX = "amux_"
 T = TypeVar("T")
@@ -165,24 +166,39 @@ class State:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """One transaction; inside another, a savepoint of it, so steps can be grouped into one
-        commit (one WAL sync) and a failed step still undoes only its own writes."""
-        if self.db.in_transaction:
-            self.db.execute("SAVEPOINT amux_step")
+        commit (one WAL sync) and a failed step still undoes only its own writes.
+
+        Raises: StorageUnavailable: the database's disk is full, read-only or failing; nothing
+        of the transaction was written.
+        """
+        try:
+            if self.db.in_transaction:
+                self.db.execute("SAVEPOINT amux_step")
+                try:
+                    yield self.db
+                except BaseException:
+                    # A full disk or an I/O error may have rolled the whole transaction back.
+                    if self.db.in_transaction:
+                        self.db.execute("ROLLBACK TO amux_step")
+                        self.db.execute("RELEASE amux_step")
+                    raise
+                self.db.execute("RELEASE amux_step")
+                return
+            self.db.execute("BEGIN IMMEDIATE")
             try:
                 yield self.db
+                self.db.execute("COMMIT")
             except BaseException:
-                self.db.execute("ROLLBACK TO amux_step")
-                self.db.execute("RELEASE amux_step")
+                # A COMMIT that failed for want of space leaves the transaction open unless
+                # SQLite rolled it back itself; left open, every later write would fail too.
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
                 raise
-            self.db.execute("RELEASE amux_step")
-            return
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+        except sqlite3.Error as err:
+            failure = from_sqlite_error(err)
+            if failure is None:
+                raise
+            raise refused(failure, self.path) from None
 
     # -- principals ------------------------------------------------------------------------------
 

@@ -12,9 +12,17 @@ from pathlib import Path
 import pytest
 
 from bot.config import FeishuSettings
-from bot.doctor import Check, check_feishu_topic_scope, check_sandbox, passed, render
+from bot.doctor import (
+    Check,
+    check_feishu_topic_scope,
+    check_memory_disk,
+    check_sandbox,
+    passed,
+    render,
+)
 from runtime_bridge.config import RuntimeSettings
 from tests.fakes.feishu import FakeFeishu
+from tests.tmpfs import tmpfs
 
 # -- the sandbox ----------------------------------------------------------------------------------
 
@@ -155,3 +163,37 @@ async def test_doctor_warns_with_the_scopes_to_add_when_the_app_may_not_read_top
         assert refused.status == "warn"
         assert "im:message.group_msg" in refused.fix
         assert "s3cret" not in refused.detail + refused.fix
+
+
+# -- the memory disk ------------------------------------------------------------------------------
+
+
+def test_a_nearly_full_memory_disk_warns_with_a_fix(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "home", "64m") as home:
+        (home / "memory").mkdir()
+        small = check_memory_disk(home / "memory")
+        # Not created yet: the disk it will be made on is the one that counts.
+        fresh = check_memory_disk(home / "not-yet" / "memory")
+    for check in (small, fresh):
+        assert check.status == "warn", check
+        assert check.name == "memory_disk"
+        assert "64 MiB free of 64 MiB" in check.detail and "nearly full" in check.detail
+        assert "storage_unavailable" in check.detail
+        assert check.fix.startswith("free space on the file system holding")
+    assert f"under {tmp_path / 'home'}" in fresh.detail
+    assert "fix: free space on the file system holding" in render([small])
+
+
+def test_a_memory_disk_with_room_passes(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "home", "1g") as home:
+        check = check_memory_disk(home)
+    assert check.status == "ok", check
+    assert check.detail.startswith("1024 MiB free of 1024 MiB (100%)")
+
+
+def test_a_read_only_memory_disk_fails(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "home", "1g", "ro") as home:
+        check = check_memory_disk(home)
+    assert check.status == "fail", check
+    assert "read-only" in check.detail
+    assert check.fix == f"remount the file system holding {home} read-write"
