@@ -4,7 +4,11 @@
 Each Principal's Agents work in a workspace of their own (``<work_dir>/workspaces/<key>``), so
 files one user's Agent leaves (``CLAUDE.md``, ``.claude/settings.json`` hooks…) never reach
 another user's Agent. An operator-set ``AMUX_RUNTIME_DEFAULT_CWD`` is an explicit choice of one
-directory that every user's Agents share.
+directory that every user's Agents share: on a root worker they then share one uid as well, the
+directory's, since each must write there.
+
+Every launch starts with ``agent_exec`` (cgroups, limits, a session keyring of its own, the
+seccomp filter), then the sandbox, then the switch to the Agent's uid.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import dataclasses
 import hashlib
 import os
 import shutil
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +25,8 @@ from typing import Any
 
 from hub.contract import Session
 from hub.errors import InvalidArgument
+from runtime_bridge import agent_exec
+from runtime_bridge.agent_users import AgentUsers, Identity, configured_user, worker_is_root
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.providers import LaunchPlan, LaunchRequest, MemoryAttachment
 from runtime_bridge.providers.errors import ExecutableMissing
@@ -32,6 +39,7 @@ from runtime_bridge.sandbox import (
 )
 
 SESSION_HOME = "home"
+AGENT_EXEC = Path(agent_exec.__file__)
 
 
 def principal_key(principal_id: str) -> str:
@@ -87,6 +95,40 @@ class LaunchSite:
     @property
     def sandboxed(self) -> bool:
         return self.settings.sandbox == "bwrap"
+
+    def agent_identity(self, principal_id: str, allocate: bool = True) -> Identity | None:
+        """Who ``principal_id``'s Agents run as: the configured user, else on a root worker a
+        uid of the Principal's own (of the shared directory's, when one is set), else the
+        worker's own uid (None). Without ``allocate`` nothing is written: a Principal without
+        a uid yet is shown the one it would get.
+
+        Raises:
+            InvalidArgument: ``AMUX_RUNTIME_RUN_AS`` names no user, or root.
+        """
+        if self.settings.run_as:
+            return configured_user(self.settings.run_as)
+        if not worker_is_root():
+            return None
+        shared = self.settings.default_cwd
+        owner = principal_id if shared is None else f"shared-directory:{shared}"
+        users = AgentUsers(self.work_dir)
+        return users.of(owner) if allocate else users.planned(owner)
+
+    def confinement(
+        self, cgroup_procs: tuple[Path, ...] = (), rlimits: tuple[str, ...] = ()
+    ) -> tuple[str, ...]:
+        """The ``agent_exec`` prefix of a launch: join ``cgroup_procs``, set ``rlimits``
+        (``NAME=SOFT:HARD``), a session keyring of its own, and the seccomp filter for bwrap."""
+        words: list[str] = [sys.executable, "-I", "-S", str(AGENT_EXEC)]
+        for procs in cgroup_procs:
+            words += ["--cgroup", str(procs)]
+        # No core files: a crash leaves nothing of the Agent's memory in its workspace.
+        for limit in ("core=0:0", *rlimits):
+            words += ["--rlimit", limit]
+        words.append("--keyring")
+        if self.sandboxed and agent_exec.seccomp_filter() is not None:
+            words.append("--seccomp")
+        return (*words, "--")
 
     def hidden(self) -> tuple[Path, ...]:
         return service_hidden(amux_home=self.amux_home, work_dir=self.work_dir)
@@ -151,14 +193,20 @@ class LaunchSite:
         sockets: tuple[Path, ...] = (),
         extra_executables: tuple[str, ...] = (),
     ) -> LaunchPlan:
-        """``plan`` run inside the sandbox (unchanged when the sandbox is off).
+        """``plan`` run inside the sandbox, after ``agent_exec`` (only that when the sandbox is
+        off; the worker adds the launch's cgroups to it).
 
         Raises:
             ExecutableMissing: bwrap, or an executable the launch needs, is not installed.
-            InvalidArgument: the working directory would expose what the sandbox hides.
+            InvalidArgument: the working directory would expose what the sandbox hides, or a
+                root worker's plan names no other user to run the Agent as.
         """
+        if worker_is_root() and plan.run_as is None:
+            raise InvalidArgument(
+                "a root worker never runs an Agent as root; the plan names no uid"
+            )
         if not self.sandboxed:
-            return plan
+            return dataclasses.replace(plan, confine=self.confinement())
         # The Agent's own executable first, for the same message an unsandboxed launch gives.
         executable = resolve_executable(plan)
         # By its directory's real path: the sandbox binds installations where they really are,
@@ -186,7 +234,10 @@ class LaunchSite:
             executables=(plan.argv[0], *extra_executables, *commands),
             env=plan.env,
             hidden=self.hidden(),
-            run_as=plan.run_as is not None,
+            switch_user=plan.run_as is not None,
+            seccomp_fd=agent_exec.SECCOMP_FD if agent_exec.seccomp_filter() else None,
         )
         env = {**plan.env, "TMPDIR": "/tmp"}
-        return dataclasses.replace(plan, sandbox=bwrap_argv(bwrap, layout), env=env)
+        return dataclasses.replace(
+            plan, sandbox=bwrap_argv(bwrap, layout), env=env, confine=self.confinement()
+        )

@@ -7,6 +7,11 @@ launch's ``AMUX_*`` variables from the shim's first line, puts the connection on
 stdout, and serves ``amux mcp`` there: the server the host built once before forking, bound to
 this launch's own bridge. The host itself never speaks to the
 Hub: every child authenticates with its own launch's delegated credential.
+
+A root worker runs each Principal's Agents as a uid of their own, so the socket is open to any
+user that reaches it (its directory is root's alone: only sandboxes it is bound into reach it),
+and each child first becomes the user at the other end of its connection (``SO_PEERCRED``): an
+Agent's server has that Agent's rights and no more.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import logging
 import os
 import signal
 import socket
+import struct
 import sys
 from pathlib import Path
 
@@ -49,11 +55,25 @@ def _read_header(conn: socket.socket) -> dict[str, str]:
     return {k: v for k, v in header.items() if k in FORWARDED and isinstance(v, str)}
 
 
+def _become_peer(conn: socket.socket) -> None:
+    """Drop to the connecting process's uid and gid when the host runs as root."""
+    if os.geteuid() != 0:
+        return
+    credentials = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _, uid, gid = struct.unpack("3i", credentials)
+    if uid == 0:
+        return
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+
+
 def _child(conn: socket.socket, built: tuple[MCPServer, mcp_server.BridgeSlot]) -> None:
     """Serve one launch on ``conn`` with the server built before the fork; never returns."""
     code = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _become_peer(conn)
         header = _read_header(conn)
         for key in FORWARDED:
             os.environ.pop(key, None)
@@ -109,7 +129,11 @@ async def _rehearse(server: MCPServer) -> None:
 
 
 def serve(socket_path: str) -> None:
-    """Listen on ``socket_path`` (owner-only) and fork one server per connection."""
+    """Listen on ``socket_path`` and fork one server per connection.
+
+    The socket is owner-only unless the host runs as root: then its private directory is what
+    keeps others out, and Agents of other uids, bound to it in their sandbox, may connect.
+    """
     built = _warm_up()
     # Children share the host's memory copy-on-write; a collection in a child walking what the
     # host imported would copy those pages and spend a launch's time on them.
@@ -117,7 +141,7 @@ def serve(socket_path: str) -> None:
     gc.freeze()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    previous = os.umask(0o177)
+    previous = os.umask(0o111 if os.geteuid() == 0 else 0o177)
     try:
         listener.bind(socket_path)
     finally:

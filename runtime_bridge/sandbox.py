@@ -11,6 +11,13 @@ worker's other launches, or processes outside its turn. The sandbox gives it:
   read-only, and nothing else of the host: homes, ``/tmp``, ``/var``, ``AMUX_HOME`` and the
   worker's work directory are absent or empty, even where an installation's directory holds them;
 - read-write only its own workspace and its Session's home, read-only its run directory;
+- the kernel's interfaces masked as container runtimes mask them: ``/proc/sys``, ``/proc/irq``,
+  ``/proc/bus``, ``/proc/fs`` and ``/proc/sysrq-trigger`` read-only; ``/proc/kcore``,
+  ``/proc/keys``, ``/proc/timer_list`` and the like hidden; no ``/sys``; no user namespace of its
+  own (``--disable-userns`` where bwrap makes one, a seccomp filter where it runs as root);
+- never uid 0: a root worker runs bwrap as root (so it can mount what the worker can read) and
+  switches to the Agent's own unprivileged uid inside, keeping only the capabilities that switch
+  needs until then; a worker that is not root builds the sandbox in a user namespace of its own;
 - the network, because it needs its model provider and the Hub's RPC.
 
 ``bwrap_argv`` is pure, so ``amux runtime plan`` shows the exact sandbox a launch gets;
@@ -38,6 +45,32 @@ SYSTEM_PATHS: tuple[str, ...] = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib3
 ALWAYS_HIDDEN: tuple[str, ...] = ("/root", "/home", "/tmp", "/var", "/run", "/etc/amux")
 # Fresh, empty and writable in every sandbox.
 SCRATCH: tuple[str, ...] = ("/tmp", "/var/tmp")
+# Kernel interfaces an Agent reads but never writes (sysctls check only file permissions: a
+# writable ``kernel.core_pattern`` makes the kernel run a program of the writer's choice as root).
+KERNEL_READ_ONLY: tuple[str, ...] = (
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/irq",
+    "/proc/bus",
+    "/proc/fs",
+)
+# Kernel interfaces an Agent never sees: memory images, other users' keys, timers and scheduler
+# state that leak what other processes do, the kernel's log and symbols, hardware.
+KERNEL_HIDDEN: tuple[str, ...] = (
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/key-users",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/latency_stats",
+    "/proc/kallsyms",
+    "/proc/kmsg",
+    "/proc/config.gz",
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/scsi",
+)
 # The amux packages an Agent's ``amux mcp`` and ``amux memory`` import.
 AMUX_PACKAGES: tuple[str, ...] = ("hub", "bot", "runtime_bridge", "cards")
 
@@ -58,8 +91,14 @@ class SandboxLayout:
     sockets: tuple[Path, ...] = ()
     # A resolver configuration that lives outside /etc (``/etc/resolv.conf`` as a link into /run).
     resolver: Path | None = None
-    # Without a uid change the Agent keeps no capability, even when the worker runs as root.
-    drop_capabilities: bool = True
+    # bwrap runs as root and ``setpriv`` inside switches to the Agent's uid: until then the
+    # sandbox keeps what that switch needs and nothing else (the switch clears them). Otherwise
+    # it keeps nothing.
+    switch_user: bool = False
+    # bwrap makes a user namespace (a worker that is not root) and forbids the Agent another.
+    user_namespace: bool = True
+    # The descriptor bwrap reads the seccomp filter from (``agent_exec`` opens it); None: none.
+    seccomp_fd: int | None = None
 
 
 def _within(path: Path, root: Path) -> bool:
@@ -133,15 +172,22 @@ def bwrap_argv(bwrap: str, layout: SandboxLayout) -> tuple[str, ...]:
         "--hostname",
         "amux-agent",
     ]
-    if layout.drop_capabilities:
-        argv += ["--cap-drop", "ALL"]
+    if layout.user_namespace:
+        argv += ["--unshare-user", "--disable-userns"]
+    argv += ["--cap-drop", "ALL"]
+    if layout.switch_user:
+        # What setpriv needs, and the search right to enter the Agent's own (0700) workspace.
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        argv += ["--cap-add", "CAP_DAC_READ_SEARCH"]
+    if layout.seccomp_fd is not None:
+        argv += ["--seccomp", str(layout.seccomp_fd)]
     for system in SYSTEM_PATHS:
         target = os.readlink(system) if os.path.islink(system) else None
         if target is not None:
             argv += ["--symlink", target, system]
         elif os.path.isdir(system):
             argv += ["--ro-bind", system, system]
-    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--proc", "/proc", "--dev", "/dev", *kernel_masks()]
     bound = [*_system_dirs(), *layout.installations]
     own = [*layout.writable, *layout.read_only, *layout.sockets]
     covered = [
@@ -174,6 +220,21 @@ def bwrap_argv(bwrap: str, layout: SandboxLayout) -> tuple[str, ...]:
     return tuple(argv)
 
 
+def kernel_masks() -> list[str]:
+    """bwrap words masking the fresh ``/proc`` (entries this kernel lacks are left out: bwrap
+    cannot mount over what does not exist, and there is nothing to reach there)."""
+    words: list[str] = []
+    for path in KERNEL_READ_ONLY:
+        if os.path.exists(path):
+            words += ["--ro-bind", path, path]
+    for path in KERNEL_HIDDEN:
+        if os.path.isdir(path):
+            words += ["--perms", "0555", "--tmpfs", path, "--remount-ro", path]
+        elif os.path.exists(path):
+            words += ["--ro-bind", "/dev/null", path]
+    return words
+
+
 def _shebang_interpreter(path: str) -> str | None:
     """The interpreter a script's ``#!`` line names (``env NAME`` gives NAME), if any."""
     try:
@@ -196,19 +257,33 @@ def installation_root(executable: Path, hidden: Iterable[Path]) -> Path:
     """The directory an executable's installation lives in, as narrow as still works.
 
     A package under ``node_modules`` needs the whole ``node_modules`` (its dependencies sit
-    beside it); a ``bin/`` executable needs its prefix (``lib/`` beside ``bin/``). A root that
-    would expose a hidden path (a home directory) falls back to the executable's own directory.
+    beside it); a ``bin/`` executable needs its prefix (``lib/`` beside ``bin/``). Inside a
+    hidden path (a home: ``~/.local/bin/tool``) the prefix is where the user's own data lives
+    (``~/.local/share``), so only the executable's own directory is taken; so too for a root
+    that would expose a hidden path.
     """
+    hidden = tuple(hidden)
     real = Path(os.path.realpath(executable))
     parts = real.parts
     candidate = real.parent
     if "node_modules" in parts:
         candidate = Path(*parts[: parts.index("node_modules") + 1])
-    elif real.parent.name == "bin":
+    elif real.parent.name == "bin" and not any(_within(real, h) for h in hidden):
         candidate = real.parent.parent
     if any(_within(h, candidate) for h in hidden) or candidate == Path("/"):
         candidate = real.parent
     return candidate
+
+
+def _holds_hidden(directory: Path, hidden: Iterable[Path]) -> bool:
+    """Whether binding ``directory`` would show a hidden path or a dot entry (``.env``,
+    ``.config``) kept beside an executable."""
+    if any(_within(h, directory) and h != directory for h in hidden):
+        return True
+    try:
+        return any(name.startswith(".") for name in os.listdir(directory))
+    except OSError:
+        return True
 
 
 def _covered(path: Path, roots: Iterable[Path]) -> bool:
@@ -245,8 +320,13 @@ def find_installations(
         if found in seen:
             continue
         seen.add(found)
-        own_dir = Path(os.path.realpath(Path(found).parent))
-        for path in (own_dir, installation_root(Path(found), hidden)):
+        real = Path(os.path.realpath(found))
+        root = installation_root(Path(found), hidden)
+        candidates: tuple[Path, ...] = (real.parent, root)
+        if root == real.parent and any(_within(real, h) for h in hidden):
+            # Inside a home, a directory holding dot entries binds the executable alone.
+            candidates = (real,) if _holds_hidden(real.parent, hidden) else (real.parent,)
+        for path in candidates:
             # A root holding a hidden path is bound all the same: the hidden path is covered
             # again afterwards. One that is hidden itself would hide its own executable.
             if not _covered(path, [*system, *roots]) and path not in hidden:
@@ -338,7 +418,8 @@ def sandbox_layout(
     executables: Iterable[str],
     env: Mapping[str, str],
     hidden: tuple[Path, ...],
-    run_as: bool,
+    switch_user: bool,
+    seccomp_fd: int | None,
 ) -> SandboxLayout:
     """The sandbox of one launch (reads the file system to find installations).
 
@@ -357,5 +438,7 @@ def sandbox_layout(
         read_only=tuple(read_only),
         sockets=tuple(sockets),
         resolver=resolver_outside_etc(),
-        drop_capabilities=not run_as,
+        switch_user=switch_user,
+        user_namespace=os.geteuid() != 0,
+        seccomp_fd=seccomp_fd,
     )

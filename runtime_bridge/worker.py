@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import os
-import pwd
+import resource
 import shutil
 import sys
 from collections.abc import Mapping
@@ -21,8 +21,11 @@ from typing import Any
 
 from hub.client import HubClient
 from hub.contract import Claim, Outcome, Session, TurnResult
-from hub.errors import AmuxError, Conflict, InvalidArgument, Unavailable
+from hub.errors import AmuxError, Conflict, Unavailable
 from hub.requestid import REQUEST_ID
+from runtime_bridge.agent_users import configured_user
+from runtime_bridge.bounds import bounds_from_settings
+from runtime_bridge.cgroups import LaunchGroup, rlimits
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.launch import SESSION_HOME, LaunchSite
 from runtime_bridge.materializer import materialize_memory_cli
@@ -37,10 +40,12 @@ from runtime_bridge.providers import (
     run,
 )
 from runtime_bridge.providers.confined import open_dir, open_root
+from runtime_bridge.workspace_usage import workspace_size
 
 logger = logging.getLogger("amux.worker")
 
 CLAIM_WAIT_SECONDS = 20.0
+RLIMIT_NAMES = {resource.RLIMIT_NOFILE: "nofile", resource.RLIMIT_NPROC: "nproc"}
 RETRY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
 
 
@@ -60,13 +65,9 @@ def run_as_ids(user: str) -> tuple[int, int]:
     """(uid, gid) of a local user given by name or number.
 
     Raises:
-        InvalidArgument: there is no such user.
+        InvalidArgument: there is no such user, or it is root.
     """
-    try:
-        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
-    except KeyError:
-        raise InvalidArgument(f"AMUX_RUNTIME_RUN_AS names no local user: {user}") from None
-    return entry.pw_uid, entry.pw_gid
+    return configured_user(user)
 
 
 def memory_warning(reason: str) -> str:
@@ -100,8 +101,8 @@ class Worker:
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.amux = settings.amux or default_amux_executable()
         self.worker_id: str | None = None
-        # Agents of another user cannot reach the worker's private socket: they start cold.
-        self.warm_mcp = None if settings.run_as else WarmMcp(self.amux)
+        self.bounds = bounds_from_settings(settings)
+        self.warm_mcp = WarmMcp(self.amux)
 
     async def register(self) -> str:
         answer = await self.hub.call("workers.register", name=self.settings.name)
@@ -242,7 +243,7 @@ class Worker:
         try:
             # Re-checked here: the Hub this worker serves may accept providers it does not.
             site.check_provider(provider)
-            run_as = run_as_ids(self.settings.run_as) if self.settings.run_as else None
+            run_as = site.agent_identity(session.principal_id)
             self._prepare(site, session, claimed.execution_id, run_as)
             memory, credential_id = await self._memory(claimed, provider, run_dir, warnings, run_as)
             request = site.request(
@@ -265,15 +266,34 @@ class Worker:
             native_id: str | None = None
             usage: dict[str, Any] = {}
             failure: str | None = None
-            async for event in run(plan):
-                if isinstance(event, Progress):
-                    await self._event(claimed, "progress", plan.mask(event.text))
-                elif isinstance(event, Result):
-                    text = plan.mask(event.text)
-                    native_id = event.native_session_id
-                    usage = dict(event.usage)
-                elif isinstance(event, Failure):
-                    failure = plan.mask(event.message)
+            group = await asyncio.to_thread(LaunchGroup.create, claimed.execution_id, self.bounds)
+            # Never above a hard limit the worker itself lives under (it could not raise it).
+            ceilings = {r: resource.getrlimit(r)[1] for r in RLIMIT_NAMES}
+            limits = rlimits(self.bounds, run_as is not None and group is None, ceilings)
+            plan = dataclasses.replace(
+                plan,
+                confine=site.confinement(
+                    group.procs_files if group is not None else (),
+                    tuple(f"{RLIMIT_NAMES[r]}={soft}:{hard}" for r, (soft, hard) in limits.items()),
+                ),
+            )
+            reached: tuple[str, ...] = ()
+            try:
+                async for event in run(plan):
+                    if isinstance(event, Progress):
+                        await self._event(claimed, "progress", plan.mask(event.text))
+                    elif isinstance(event, Result):
+                        text = plan.mask(event.text)
+                        native_id = event.native_session_id
+                        usage = dict(event.usage)
+                    elif isinstance(event, Failure):
+                        failure = plan.mask(event.message)
+            finally:
+                if group is not None:
+                    reached = group.hit()
+                    await asyncio.shield(asyncio.to_thread(group.remove))
+            failure = await self._bounds_reached(claimed, reached, failure, warnings)
+            await self._check_workspace(claimed, plan.cwd, warnings)
             result = TurnResult(
                 text=text,
                 provider=provider,
@@ -297,6 +317,42 @@ class Worker:
             if credential_id is not None:
                 with contextlib.suppress(AmuxError):
                     await self.hub.call("credentials.revoke", id=credential_id)
+
+    async def _bounds_reached(
+        self, claimed: Claim, reached: tuple[str, ...], failure: str | None, warnings: list[str]
+    ) -> str | None:
+        """The turn's failure as its user should read it once a bound was reached.
+
+        Memory ends the Agent (the kernel kills it), so the bound is the failure; a refused fork
+        may or may not end the turn, so it is the failure when the turn failed, else a warning.
+        """
+        bounds = self.bounds
+        if "memory" in reached:
+            return f"the Agent was stopped at its {bounds.describe('memory')}"
+        if "tasks" in reached:
+            said = f"the Agent reached its {bounds.describe('tasks')}: processes past it failed"
+            if failure is not None:
+                return f"{said} ({failure})"
+            warnings.append(said)
+            await self._event(claimed, "warning", said)
+        return failure
+
+    async def _check_workspace(self, claimed: Claim, cwd: Path, warnings: list[str]) -> None:
+        """Warn when the workspace holds more than its bound, at the end of each turn."""
+        limit = self.bounds.workspace_bytes
+        try:
+            used = await asyncio.to_thread(workspace_size, cwd, limit)
+        except OSError as error:
+            logger.warning("cannot measure the workspace %s: %s", cwd, error.strerror)
+            return
+        if used <= limit:
+            return
+        said = (
+            f"the workspace holds more than its {self.bounds.describe('workspace')}; "
+            "remove files it no longer needs"
+        )
+        warnings.append(said)
+        await self._event(claimed, "warning", said)
 
     def _prepare(
         self,
@@ -342,8 +398,10 @@ class Worker:
             ):
                 pass
 
-    def _mcp_argv(self, owner_uid: int | None) -> tuple[str, ...]:
-        if owner_uid is None and self.warm_mcp is not None:
+    def _mcp_argv(self) -> tuple[str, ...]:
+        # An Agent that cannot reach the warm host's socket (run as another user without the
+        # sandbox binding it) falls back to the cold command by itself.
+        if self.warm_mcp is not None:
             return self.warm_mcp.argv()
         return (self.amux, "mcp")
 
@@ -403,7 +461,7 @@ class Worker:
             hub_url=self.hub_url,
             credential=token,
             binding=binding,
-            mcp_argv=self._mcp_argv(run_as[0] if run_as else None),
+            mcp_argv=self._mcp_argv(),
             unavailable=unavailable,
         )
         cli_dir = materialize_memory_cli(

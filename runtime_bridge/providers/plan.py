@@ -167,6 +167,8 @@ class LaunchPlan:
     roots: tuple[Path, ...] = ()
     # The ``bwrap … --`` prefix the Agent runs under; empty: no sandbox.
     sandbox: tuple[str, ...] = ()
+    # The ``agent_exec … --`` prefix before it (cgroups, limits, keyring, seccomp filter).
+    confine: tuple[str, ...] = ()
 
     def mask(self, text: str) -> str:
         """``text`` with every secret of this plan (its credential, secret-named variables of its
@@ -199,6 +201,8 @@ class LaunchPlan:
                 {"source": str(c.source), "destination": str(c.destination)} for c in self.copies
             ],
             "sandbox": [clean(a) for a in self.sandbox],
+            "confine": [clean(a) for a in self.confine],
+            "run_as": list(self.run_as) if self.run_as is not None else None,
             "warnings": list(self.warnings),
             "binding": self.binding,
             "resume_id": self.resume_id,

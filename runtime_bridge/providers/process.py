@@ -93,11 +93,15 @@ def _user_switch(plan: LaunchPlan) -> tuple[str, ...]:
     if plan.run_as is None:
         return ()
     uid, gid = plan.run_as
+    # No new privileges: nothing the Agent runs (a set-uid program, file capabilities) raises
+    # it above the uid it was given.
     return (
         _setpriv(plan),
         f"--reuid={uid}",
         f"--regid={gid}",
         "--clear-groups",
+        "--no-new-privs",
+        "--inh-caps=-all",
         "--pdeathsig",
         "TERM",
         "--",
@@ -112,11 +116,11 @@ def launch_command(plan: LaunchPlan, argv: list[str]) -> list[str]:
     ``--die-with-parent`` does that for a sandboxed launch; otherwise ``setpriv --pdeathsig``.
     """
     if plan.sandbox:
-        return [*plan.sandbox, *_user_switch(plan), *argv]
+        return [*plan.confine, *plan.sandbox, *_user_switch(plan), *argv]
     if plan.run_as is not None:
-        return [*_user_switch(plan), *argv]
+        return [*plan.confine, *_user_switch(plan), *argv]
     setpriv = shutil.which("setpriv")
-    return [*((setpriv, "--pdeathsig", "TERM", "--") if setpriv else ()), *argv]
+    return [*plan.confine, *((setpriv, "--pdeathsig", "TERM", "--") if setpriv else ()), *argv]
 
 
 async def start(plan: LaunchPlan, argv: list[str]) -> asyncio.subprocess.Process:

@@ -8,6 +8,43 @@
 #   cwd          the workspace and its entries  -> cwd DIR: ENTRIES
 #   environ X    search every visible process environment for X -> environ-hit | environ-none
 #   spawn TAG    leave a detached process behind, tagged TAG     -> spawned TAG
+#   uid          the uid it runs as                              -> uid N
+#   openw PATH   open a file for writing, writing nothing        -> openw-ok PATH | openw-denied PATH
+#   addkey NAME  add a key to its user keyring                   -> addkey-ok NAME | addkey-failed NAME
+#   findkey NAME look for a key in its user keyring              -> findkey-hit NAME | findkey-none NAME
+#   forkbomb N   start up to N processes that stay, mark the workspace `forked`, wait for a
+#                `release` file there                            -> forked STARTED of N
+#   allocate MIB allocate and touch MIB MiB of memory            -> allocated MIB | allocate-failed MIB
+# add_key / keyctl(KEYCTL_SEARCH) on the user keyring, through the C library.
+KEYS='
+import ctypes, platform, sys
+add_key, keyctl = {"x86_64": (248, 250), "aarch64": (217, 219)}[platform.machine()]
+libc = ctypes.CDLL(None)
+verb, name = sys.argv[1], sys.argv[2].encode()
+if verb == "addkey":
+    found = libc.syscall(add_key, b"user", name, b"secret", 6, -4)
+else:
+    found = libc.syscall(keyctl, 10, -4, b"user", name, 0)
+sys.exit(0 if found > 0 else 1)
+'
+# Children that stay until the turn ends, as many as the kernel allows, up to N.
+FORKS='
+import os, sys, time
+wanted, started = int(sys.argv[1]), 0
+while started < wanted:
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(600)
+        os._exit(0)
+    started += 1
+open("forked", "w").close()
+while not os.path.exists("release"):
+    time.sleep(0.05)
+print(f"forked {started} of {wanted}", flush=True)
+'
 while IFS= read -r line; do
   verb=${line%% *}
   arg=${line#* }
@@ -25,6 +62,22 @@ while IFS= read -r line; do
         echo "environ-hit"
       else
         echo "environ-none"
+      fi ;;
+    uid) echo "uid $(id -u)" ;;
+    openw)
+      if ( : >> "$arg" ) 2>/dev/null; then echo "openw-ok $arg"; else echo "openw-denied $arg"; fi ;;
+    addkey|findkey)
+      if python3 -c "$KEYS" "$verb" "$arg" 2>/dev/null; then
+        [ "$verb" = addkey ] && echo "addkey-ok $arg" || echo "findkey-hit $arg"
+      else
+        [ "$verb" = addkey ] && echo "addkey-failed $arg" || echo "findkey-none $arg"
+      fi ;;
+    forkbomb) python3 -c "$FORKS" "$arg" ;;
+    allocate)
+      if python3 -c "b = bytearray($arg * 1048576); print(len(b))" >/dev/null 2>&1; then
+        echo "allocated $arg"
+      else
+        echo "allocate-failed $arg"
       fi ;;
     spawn)
       setsid sh -c 'sleep 600; :' "$arg" </dev/null >/dev/null 2>&1 &

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ import pytest
 from hub.errors import InvalidArgument
 from runtime_bridge.providers.errors import ExecutableMissing
 from runtime_bridge.sandbox import (
+    KERNEL_HIDDEN,
+    KERNEL_READ_ONLY,
     SandboxLayout,
     bwrap_argv,
     check_workspace,
@@ -54,11 +57,12 @@ def test_the_argv_isolates_processes_and_dies_with_the_worker(tmp_path: Path) ->
 def test_hidden_parents_of_the_launch_are_empty_unlistable_and_read_only(tmp_path: Path) -> None:
     home = tmp_path / "amux-home"
     argv = bwrap_argv("bwrap", layout(tmp_path))
-    tmpfs = pairs(argv, "--tmpfs")
+    tmpfs = [p for p in pairs(argv, "--tmpfs") if not p.startswith("/proc/")]
     assert str(home) in tmpfs and str(home / "runtime") in tmpfs
     # /root is neither bound nor above the launch: it simply does not exist inside.
     assert "/root" not in tmpfs
-    assert set(pairs(argv, "--remount-ro")) == {str(home), str(home / "runtime")}
+    remounted = {p for p in pairs(argv, "--remount-ro") if not p.startswith("/proc/")}
+    assert remounted == {str(home), str(home / "runtime")}
     # The launch's own directories are mounted after (over) the tmpfs that hides their parents.
     last_tmpfs = max(i for i, w in enumerate(argv) if w == "--tmpfs")
     assert argv.index("--bind") > last_tmpfs
@@ -87,9 +91,38 @@ def test_scratch_space_is_writable_by_any_user(tmp_path: Path) -> None:
         assert argv[at - 3 : at] == ("--perms", "1777", "--tmpfs")
 
 
-def test_a_run_as_launch_keeps_the_capabilities_setpriv_needs(tmp_path: Path) -> None:
-    argv = bwrap_argv("bwrap", layout(tmp_path, drop_capabilities=False))
-    assert "--cap-drop" not in argv
+def test_a_user_switch_keeps_only_what_setpriv_needs_and_nothing_else_keeps_any(
+    tmp_path: Path,
+) -> None:
+    shape = layout(tmp_path)
+    argv = bwrap_argv("bwrap", replace(shape, switch_user=True, user_namespace=False))
+    assert pairs(argv, "--cap-drop") == ["ALL"]
+    assert pairs(argv, "--cap-add") == ["CAP_SETUID", "CAP_SETGID", "CAP_DAC_READ_SEARCH"]
+    assert "--unshare-user" not in argv
+    plain = bwrap_argv("bwrap", shape)
+    assert pairs(plain, "--cap-drop") == ["ALL"] and "--cap-add" not in plain
+
+
+def test_a_user_namespace_sandbox_forbids_the_agent_a_namespace_of_its_own(tmp_path: Path) -> None:
+    argv = bwrap_argv("bwrap", layout(tmp_path, user_namespace=True, seccomp_fd=9))
+    assert "--unshare-user" in argv and "--disable-userns" in argv
+    assert pairs(argv, "--seccomp") == ["9"]
+
+
+def test_the_kernel_interfaces_are_masked_after_the_fresh_proc(tmp_path: Path) -> None:
+    argv = bwrap_argv("bwrap", layout(tmp_path))
+    proc = argv.index("--proc")
+    read_only = [argv[i + 1] for i, w in enumerate(argv) if w == "--ro-bind" and i > proc]
+    assert "/proc/sys" in read_only
+    for path in KERNEL_READ_ONLY:
+        assert (path in read_only) == os.path.exists(path), path
+    for path in KERNEL_HIDDEN:
+        if os.path.isdir(path):
+            assert path in pairs(argv, "--tmpfs") and path in pairs(argv, "--remount-ro")
+        elif os.path.exists(path):
+            at = argv.index(path)
+            assert argv[at - 2 : at] == ("--ro-bind", "/dev/null"), path
+    assert "/sys" not in argv
 
 
 def test_an_npm_cli_brings_its_whole_node_modules(tmp_path: Path) -> None:
@@ -115,6 +148,23 @@ def test_a_bin_executable_under_a_home_is_bound_narrowly(tmp_path: Path) -> None
     tool.write_text("#!/bin/sh\n")
     tool.chmod(0o755)
     assert installation_root(tool, (home,)) == home / "bin"
+
+
+def test_an_executable_in_a_home_binds_its_directory_never_the_prefix_beside_it(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "root"
+    tool = home / ".local" / "bin" / "agent"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    secret = home / ".local" / "share" / "app" / "secret.txt"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("private")
+    assert find_installations([str(tool)], "", (home,)) == (tool.parent,)
+    # A directory holding dot entries beside the executable gives only the executable.
+    (tool.parent / ".env").write_text("TOKEN=1")
+    assert find_installations([str(tool)], "", (home,)) == (tool,)
 
 
 def test_a_missing_executable_is_named(tmp_path: Path) -> None:

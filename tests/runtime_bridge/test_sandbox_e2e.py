@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -145,23 +146,60 @@ async def test_another_principals_agent_reaches_no_hub_file_no_memory_and_leaves
     assert len(workspaces) == 2
 
 
-async def test_without_the_sandbox_the_same_probe_reads_the_hubs_secrets(tmp_path: Path) -> None:
-    """The control: the probe does detect what the sandbox prevents."""
+@pytest.fixture
+def visible() -> Iterator[Path]:
+    """A file anyone on the host may read, outside every workspace."""
+    outside = Path(tempfile.mkdtemp(prefix="amux-probe-outside-"))
+    outside.chmod(0o755)
+    readable = outside / "readable.txt"
+    readable.write_text("anyone on the host may read this")
+    readable.chmod(0o644)
+    try:
+        yield readable
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
+
+
+async def test_without_the_sandbox_the_same_probe_reads_the_hubs_secrets(
+    tmp_path: Path, visible: Path
+) -> None:
+    """The control: the probe does detect what the sandbox prevents.
+
+    A root worker runs even an unsandboxed Agent as a uid of its Principal's own, so there the
+    Hub's private files stay out of reach and what shows is everything else on the host: a
+    world-readable file outside the workspace, which the sandbox hides.
+    """
     hub = start_hub(tmp_path, "off")
     try:
         await asyncio.to_thread(hub.enable_memory, True)
         note = save_owner_note(hub, "# Private\nvisible without a sandbox\n")
         bob = add_principal(hub, "bob")
         tag = f"amux-probe-{uuid.uuid4().hex}"
-        report = await asyncio.to_thread(run_probe, hub, bob, *attack(hub, note, tag))
+        commands = (*attack(hub, note, tag), f"read {visible}")
+        report = await asyncio.to_thread(run_probe, hub, bob, *commands)
         lines = report["lines"]
-        assert f"read-ok {hub.home / OWNER_TOKEN_FILE}" in lines
-        assert f"read-ok {note}" in lines
-        assert "environ-hit" in lines
+        assert f"read-ok {visible}" in lines
+        if os.geteuid() == 0:
+            assert f"read-denied {hub.home / OWNER_TOKEN_FILE}" in lines
+            assert f"read-denied {note}" in lines
+            assert "environ-none" in lines
+        else:
+            assert f"read-ok {hub.home / OWNER_TOKEN_FILE}" in lines
+            assert f"read-ok {note}" in lines
+            assert "environ-hit" in lines
         for pid in processes_tagged(tag):
             os.kill(pid, 9)
     finally:
         hub.stop()
+
+
+async def test_the_sandbox_hides_a_readable_file_outside_the_workspace(
+    sandboxed_hub: HubProcess, visible: Path
+) -> None:
+    report = await asyncio.to_thread(
+        run_probe, sandboxed_hub, sandboxed_hub.owner_token, f"read {visible}"
+    )
+    assert f"read-denied {visible}" in report["lines"]
 
 
 def test_an_undeclared_provider_is_refused_at_submit_and_nothing_runs(
