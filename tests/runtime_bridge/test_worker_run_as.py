@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import AMUX
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
 from tests.runtime_bridge.conftest import find_agent_cli
 from tests.runtime_bridge.test_worker import agent_run, cli
