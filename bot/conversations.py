@@ -282,7 +282,7 @@ class Conversations:
                     await streaming.close()
                 # A streaming card ends under a sequence above every update sent to it.
                 sequence = streaming.next_sequence() if streaming is not None else 0
-                self._report(followed, answer, warnings, elapsed, memory, sequence)
+                await self._report(followed, answer, warnings, elapsed, memory, sequence)
                 return
             restarting = executions.closing
             if restarting:
@@ -304,7 +304,7 @@ class Conversations:
             if restarting:
                 return
 
-    def _report(
+    async def _report(
         self,
         followed: Followed,
         answer: WatchResult,
@@ -340,7 +340,7 @@ class Conversations:
         if state == SUCCEEDED and self._files is not None:
             session = self._hub.executions.session(execution.session_id)
             # A little slack: file times and the bot's clock may disagree by a tick.
-            chosen, skipped = self._files.left_to_send(
+            chosen, skipped = await self._files.left_to_send(
                 self._files.workspace(session), followed.started_at - 2.0
             )
             owed.extend(Owed("file", {"path": str(path)}) for path in chosen)

@@ -11,15 +11,32 @@ Rules:
 - Out: files the Agent writes to ``<workspace>/outbox/`` during the turn (modified after it
   started) are uploaded and posted in the topic after the answer, at most ``MAX_OUT_FILES``, each
   at most ``MAX_OUT_BYTES``; symbolic links and anything that is not a regular file are skipped.
-  They are owed in the outbox like the answer, so they are posted once, after it.
+  At most ``MAX_OUTBOX_ENTRIES`` entries of ``outbox/`` are looked at; when it holds more, the
+  sender is told the rest were not. They are owed in the outbox like the answer, so they are
+  posted once, after it.
 - The workspace is computed as the Runtime worker computes it (``LaunchSite.workspace``). The
   bot can reach it only when the worker runs in the Hub's process; with remote workers only, files
   are not brought in or sent out, and the sender is told. A file that cannot be written (a
   workspace the bot may not write to) is refused the same way.
+
+Everything in the workspace is the Agent's, and the Agent is hostile: between two looks it can
+swap a file for a link, a directory or a FIFO (whose ``open`` waits for a writer, forever). So:
+
+- Directories are opened with ``O_DIRECTORY | O_NOFOLLOW`` and entries are named relative to
+  their descriptor; no path below the workspace is ever resolved.
+- A file is opened once, with ``O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC`` (an open that cannot wait,
+  of the entry itself), then judged by ``fstat`` of that descriptor (a regular file, at most
+  ``MAX_OUT_BYTES``) and read from it, never more than ``MAX_OUT_BYTES + 1`` bytes. Inbox files
+  are created with ``O_CREAT | O_EXCL`` as well: what stood at the name is unlinked, not followed
+  or descended into.
+- Listing and reading are bounded (``MAX_OUTBOX_ENTRIES``, ``MAX_OUT_BYTES``), and all of this
+  file work runs in a worker thread, so a slow or hostile workspace never stalls the event loop
+  that serves ``/healthz`` and every webhook.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import logging
@@ -36,7 +53,7 @@ from bot.feishu.events import MessageEvent
 from hub.contract import Session
 from hub.errors import AmuxError
 from runtime_bridge.launch import LaunchSite
-from runtime_bridge.providers.confined import open_dir, open_root, write_file
+from runtime_bridge.providers.confined import Owner, open_dir, open_root
 from runtime_bridge.worker import run_as_ids
 
 logger = logging.getLogger("amux.bot")
@@ -44,10 +61,15 @@ logger = logging.getLogger("amux.bot")
 MAX_IN_BYTES = 20 * 1024 * 1024
 MAX_OUT_FILES = 10
 MAX_OUT_BYTES = 20 * 1024 * 1024
+MAX_OUTBOX_ENTRIES = 256
 INBOX = "inbox"
 OUTBOX = "outbox"
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_SAFE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+_READ = os.O_RDONLY | _SAFE
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _SAFE
+_CHUNK = 1024 * 1024
 
 
 def sanitize(name: str, fallback: str) -> str:
@@ -69,19 +91,6 @@ def image_suffix(content: bytes) -> str:
     return ".img"
 
 
-@contextlib.contextmanager
-def _outbox(workspace: Path) -> Iterator[int]:
-    """``<workspace>/outbox`` as a descriptor, refused if it is a link or not a directory."""
-    with open_root(workspace) as root:
-        fd = os.open(
-            OUTBOX, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root
-        )
-    try:
-        yield fd
-    finally:
-        os.close(fd)
-
-
 @dataclass(frozen=True)
 class Saved:
     path: str  # relative to the workspace
@@ -100,6 +109,152 @@ def with_files(prompt: str, saved: list[Saved]) -> str:
     listed = "\n".join(f"- {item.path} ({item.size} bytes)" for item in saved)
     head = prompt or "Please look at the attached files."
     return f"{head}\n\nFiles attached to this message, saved in your working directory:\n{listed}"
+
+
+@contextlib.contextmanager
+def _outbox(workspace: Path) -> Iterator[int]:
+    """``<workspace>/outbox`` as a descriptor, refused if it is a link or not a directory."""
+    with open_root(workspace) as root:
+        fd = os.open(
+            OUTBOX, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root
+        )
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _opened_file(directory: int, name: str) -> Iterator[tuple[int, os.stat_result]]:
+    """The regular file ``name`` in ``directory``, opened once, with what ``fstat`` says of it.
+
+    Raises:
+        OSError: ``name`` is a link (``ELOOP``), a socket (``ENXIO``), gone, or opened but not a
+            regular file (``ENOENT``: there is no file to read).
+    """
+    fd = os.open(name, _READ, dir_fd=directory)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise FileNotFoundError(errno.ENOENT, "not a regular file")
+        yield fd, info
+    finally:
+        os.close(fd)
+
+
+def _read_bounded(fd: int, limit: int) -> bytes:
+    """At most ``limit`` bytes from ``fd``, however much the file holds or grows meanwhile."""
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, _CHUNK))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _first_entries(directory: int, limit: int) -> tuple[list[str], bool]:
+    """Up to ``limit`` names of regular-looking entries in ``directory``, and whether it holds more.
+
+    The directory is read lazily and only so far: the Agent can fill it with millions of names.
+    The kind read here is a hint to skip directories, links and FIFOs without opening them;
+    what decides is the ``fstat`` of the opened file.
+    """
+    names: list[str] = []
+    seen = 0
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if seen == limit:
+                return names, True
+            seen += 1
+            with contextlib.suppress(OSError):
+                if entry.is_file(follow_symlinks=False):
+                    names.append(entry.name)
+    return names, False
+
+
+def _list_outbox(workspace: Path, since: float) -> tuple[list[Path], list[Refused]]:
+    try:
+        with _outbox(workspace) as outbox:
+            names, more = _first_entries(outbox, MAX_OUTBOX_ENTRIES)
+            infos: list[tuple[str, os.stat_result]] = []
+            for name in sorted(names):
+                try:
+                    with _opened_file(outbox, name) as (_, info):
+                        infos.append((name, info))
+                except OSError:
+                    continue  # Not a regular file once opened, or gone: nothing to post.
+    except OSError:
+        return [], []
+    chosen: list[Path] = []
+    refused: list[Refused] = []
+    for name, info in infos:
+        if info.st_mtime < since:
+            continue
+        if info.st_size > MAX_OUT_BYTES:
+            refused.append(Refused(name, "over the 20 MiB per file limit"))
+        elif len(chosen) >= MAX_OUT_FILES:
+            refused.append(Refused(name, f"more than {MAX_OUT_FILES} files"))
+        else:
+            chosen.append(workspace / OUTBOX / name)
+    if more:
+        refused.append(
+            Refused(f"the rest of {OUTBOX}/", f"more than {MAX_OUTBOX_ENTRIES} entries in it")
+        )
+    return chosen, refused
+
+
+def _read_outbox_file(target: Path) -> bytes:
+    """The content of one outbox file, read from the one descriptor its checks were made on.
+
+    Raises:
+        FeishuApiError: the file is gone, is no longer a regular file, or grew over the limit.
+    """
+    try:
+        if target.parent.name != OUTBOX:
+            raise FileNotFoundError(errno.ENOENT, "not an outbox file")
+        with _outbox(target.parent.parent) as outbox, _opened_file(outbox, target.name) as opened:
+            fd, info = opened
+            if info.st_size > MAX_OUT_BYTES:
+                raise FeishuApiError(f"outbox file {target.name} grew over the limit")
+            content = _read_bounded(fd, MAX_OUT_BYTES + 1)
+    except OSError as error:
+        raise FeishuApiError(f"outbox file {target.name} is gone ({error.strerror})") from None
+    if len(content) > MAX_OUT_BYTES:
+        raise FeishuApiError(f"outbox file {target.name} grew over the limit")
+    return content
+
+
+def _create(directory: int, name: str, mode: int) -> int:
+    """``name`` created afresh in ``directory``; a non-directory standing there is unlinked.
+
+    ``O_EXCL`` never opens what stood at the name, so nothing the Agent planted is followed or
+    written through; a directory there is refused rather than walked (it could be unbounded).
+    """
+    for _ in range(2):
+        try:
+            return os.open(name, _CREATE, mode, dir_fd=directory)
+        except FileExistsError:
+            os.unlink(name, dir_fd=directory)
+    raise OSError(errno.EEXIST, f"{name} keeps being replaced")
+
+
+def _save(workspace: Path, relative: Path, name: str, content: bytes, owner: Owner) -> None:
+    with open_root(workspace) as root, open_dir(root, relative, owner) as directory:
+        fd = _create(directory, name, 0o644)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EEXIST, f"{name} is not a regular file")
+            os.fchmod(fd, 0o644)
+            if owner is not None:
+                os.fchown(fd, *owner)
+            view = memoryview(content)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
 
 
 class TurnFiles:
@@ -142,14 +297,12 @@ class TurnFiles:
             )
             target = inbox / name
             try:
-                # The Agent owns the workspace's content: every directory below it is opened
-                # without following links (a planted `inbox -> /etc` is replaced, not followed),
-                # and the file is created afresh. The Agent's user owns what is made.
-                with (
-                    open_root(workspace) as root,
-                    open_dir(root, inbox.relative_to(workspace), self._owner) as directory,
-                ):
-                    write_file(directory, name, content, 0o644, self._owner)
+                # Every directory below the workspace is opened without following links (a
+                # planted `inbox -> /etc` is replaced, not followed); the Agent's user owns
+                # what is made.
+                await asyncio.to_thread(
+                    _save, workspace, inbox.relative_to(workspace), name, content, self._owner
+                )
             except OSError as error:
                 logger.warning("could not save %s in the workspace: %s", name, error.strerror)
                 refused.append(Refused(label, "it could not be saved in the Agent's workspace"))
@@ -158,52 +311,24 @@ class TurnFiles:
         return saved, refused
 
     @staticmethod
-    def left_to_send(workspace: Path, since: float) -> tuple[list[Path], list[Refused]]:
+    async def left_to_send(workspace: Path, since: float) -> tuple[list[Path], list[Refused]]:
         """Regular files in ``<workspace>/outbox`` modified at or after ``since``, bounded.
 
         ``outbox`` and its files are the Agent's: a link there (say ``outbox -> AMUX_HOME``,
         made inside the sandbox but resolving on the host) is never followed, so nothing
         outside the workspace is ever posted.
         """
-        try:
-            with _outbox(workspace) as outbox:
-                names = sorted(os.listdir(outbox))
-                infos = [(n, os.stat(n, dir_fd=outbox, follow_symlinks=False)) for n in names]
-        except OSError:
-            return [], []
-        chosen: list[Path] = []
-        refused: list[Refused] = []
-        for name, info in infos:
-            if not stat.S_ISREG(info.st_mode) or info.st_mtime < since:
-                continue
-            if info.st_size > MAX_OUT_BYTES:
-                refused.append(Refused(name, "over the 20 MiB per file limit"))
-            elif len(chosen) >= MAX_OUT_FILES:
-                refused.append(Refused(name, f"more than {MAX_OUT_FILES} files"))
-            else:
-                chosen.append(workspace / OUTBOX / name)
-        return chosen, refused
+        return await asyncio.to_thread(_list_outbox, workspace, since)
 
     async def post(self, reply_to: str, path: str, key: str) -> None:
         """Upload one outbox file and post it in the topic (``key`` makes the post idempotent).
 
         Raises:
-            FeishuApiError: the file is gone or is no longer a regular file (nothing to post).
+            FeishuApiError: the file is gone, is no longer a regular file, or grew over the limit
+                (nothing to post).
         """
         target = Path(path)
-        try:
-            if target.parent.name != OUTBOX:
-                raise FileNotFoundError(errno.ENOENT, "not an outbox file")
-            with _outbox(target.parent.parent) as outbox:
-                fd = os.open(target.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=outbox)
-            with os.fdopen(fd, "rb") as source:
-                if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
-                    raise FileNotFoundError(errno.ENOENT, "not a regular file")
-                content = source.read(MAX_OUT_BYTES + 1)
-        except OSError as error:
-            raise FeishuApiError(f"outbox file {target.name} is gone ({error.strerror})") from None
-        if len(content) > MAX_OUT_BYTES:
-            raise FeishuApiError(f"outbox file {target.name} grew over the limit")
+        content = await asyncio.to_thread(_read_outbox_file, target)
         image = target.suffix.lower() in IMAGE_SUFFIXES
         uploaded = await self._client.upload(sanitize(target.name, "file"), content, image=image)
         await self._client.reply_upload(reply_to, uploaded, image=image, idempotency_key=key)

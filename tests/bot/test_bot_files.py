@@ -1,12 +1,24 @@
-"""Files in and out of a turn: real lark-oapi against the fake Feishu, and a real workspace."""
+"""Files in and out of a turn: real lark-oapi against the fake Feishu, and a real workspace.
+
+The workspace is the Agent's, so the Agent is the adversary here: it leaves FIFOs, links and
+folders where the bot expects files, and swaps them in between the bot's looks.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import errno
+import io
+import json
 import os
+import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
+import aiohttp
 import pytest
 from pydantic import SecretStr
 
@@ -14,14 +26,51 @@ from bot.config import FeishuSettings
 from bot.feishu.client import FeishuClient
 from bot.feishu.errors import FeishuApiError
 from bot.feishu.events import Attachment, MessageEvent, UserIds, attachments_of
-from bot.files import MAX_IN_BYTES, MAX_OUT_BYTES, TurnFiles, sanitize, with_files
+from bot.files import (
+    MAX_IN_BYTES,
+    MAX_OUT_BYTES,
+    MAX_OUT_FILES,
+    MAX_OUTBOX_ENTRIES,
+    TurnFiles,
+    sanitize,
+    with_files,
+)
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.launch import LaunchSite
-from tests.fakes.feishu import FakeFeishu
+from tests.conftest import HubProcess, free_port, until
+from tests.fakes.feishu import FakeFeishu, StoredMessage
+from tests.fakes.feishu_events import FeishuSigner
 
 pytestmark = pytest.mark.timeout(60)
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
+# Long enough for a blocked call to stand out, far below the test's own timeout.
+DEADLINE = 5.0
+T = TypeVar("T")
+
+
+async def promptly(call: Awaitable[T]) -> T:
+    """``call``, failed if it takes longer than ``DEADLINE``.
+
+    A call that blocked the event loop would not even let the deadline fire: the test's own
+    timeout then fails it instead.
+    """
+    return await asyncio.wait_for(call, DEADLINE)
+
+
+def release_readers(fifo: Path) -> None:
+    """Let go whoever may wait on ``fifo`` for a writer, so a failing test cannot hang."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def nobody_reads(fifo: Path) -> bool:
+    """No process holds ``fifo`` open for reading (a non-blocking writer open says ``ENXIO``)."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError as error:
+        return error.errno == errno.ENXIO
+    return False
 
 
 @pytest.fixture
@@ -127,7 +176,7 @@ async def test_files_left_in_the_outbox_during_the_turn_are_posted_once_and_boun
     (outbox / "link.txt").symlink_to(tmp_path / "secret")
     (tmp_path / "secret").write_text("not for Feishu")
 
-    chosen, refused = files.left_to_send(workspace, started)
+    chosen, refused = await files.left_to_send(workspace, started)
     assert [p.name for p in chosen] == ["chart.png", "report.txt"]
     assert [r.name for r in refused] == ["huge.bin"]
 
@@ -158,7 +207,7 @@ async def test_links_the_agent_plants_in_its_workspace_are_never_followed(
     (workspace / "outbox").symlink_to(secrets)
     (workspace / "inbox").symlink_to(elsewhere)
 
-    chosen, refused = files.left_to_send(workspace, time.time() - 3600)
+    chosen, refused = await files.left_to_send(workspace, time.time() - 3600)
     assert chosen == [] and refused == []
     with pytest.raises(FeishuApiError, match="gone"):
         await files.post("om_1", str(workspace / "outbox" / "owner.token"), "k1")
@@ -172,3 +221,296 @@ async def test_links_the_agent_plants_in_its_workspace_are_never_followed(
     assert [s.path for s in saved] == [f"inbox/{message.message_id}/image-1.png"]
     assert not (workspace / "inbox").is_symlink()
     assert os.listdir(elsewhere) == []
+
+
+def hostile_outbox(tmp_path: Path) -> tuple[Path, Path]:
+    """A workspace whose outbox holds a FIFO, a link out of it, a folder and one real file."""
+    secret = tmp_path / "amux-home" / "owner.token"
+    secret.parent.mkdir()
+    secret.write_text("amux_owner_secret")
+    workspace = tmp_path / "workspace"
+    outbox = workspace / "outbox"
+    (outbox / "folder").mkdir(parents=True)
+    (outbox / "folder" / "inner.txt").write_text("inside a folder")
+    os.mkfifo(outbox / "pipe")
+    (outbox / "link.txt").symlink_to(secret)
+    (outbox / "report.txt").write_text("the report")
+    return workspace, outbox
+
+
+async def test_a_fifo_a_link_and_a_folder_in_the_outbox_are_skipped_and_never_waited_on(
+    feishu: FakeFeishu, files: TurnFiles, tmp_path: Path
+) -> None:
+    workspace, outbox = hostile_outbox(tmp_path)
+    try:
+        chosen, refused = await promptly(files.left_to_send(workspace, time.time() - 60))
+        assert chosen == [outbox / "report.txt"] and refused == []
+
+        question = feishu.add_message("oc_chat", "make a report")
+        for n, name in enumerate(["pipe", "link.txt", "folder"]):
+            with pytest.raises(FeishuApiError, match=f"outbox file {name} is gone"):
+                await promptly(files.post(question.message_id, str(outbox / name), f"k{n}"))
+        await promptly(files.post(question.message_id, str(outbox / "report.txt"), "k-report"))
+        assert list(feishu.uploads.values()) == [("report.txt", b"the report")]
+        posted = [m for m in feishu.messages.values() if m.root_id == question.message_id]
+        assert [m.msg_type for m in posted] == ["file"]
+        assert nobody_reads(outbox / "pipe")
+    finally:
+        release_readers(outbox / "pipe")
+
+
+def swap(target: Path, kind: str, secret: Path) -> None:
+    """Replace ``target`` as the Agent's next turn would: a FIFO, a link out, or a folder."""
+    staged = target.with_name(".staged")
+    if kind == "fifo":
+        os.mkfifo(staged)
+    elif kind == "link":
+        staged.symlink_to(secret)
+    else:
+        staged.mkdir()
+        (staged / "inner.txt").write_text("inside a folder")
+        target.unlink()
+    os.replace(staged, target)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "folder"])
+async def test_a_file_swapped_after_it_was_chosen_fails_its_post_at_once_and_others_still_go(
+    feishu: FakeFeishu, files: TurnFiles, tmp_path: Path, kind: str
+) -> None:
+    workspace, outbox = hostile_outbox(tmp_path)
+    late = outbox / "late.txt"
+    late.write_text("chosen, then swapped")
+    chosen, _ = await files.left_to_send(workspace, time.time() - 60)
+    assert chosen == [late, outbox / "report.txt"]
+
+    swap(late, kind, tmp_path / "amux-home" / "owner.token")
+    question = feishu.add_message("oc_chat", "make a report")
+    try:
+        # The report's upload is served by the fake Feishu on this same event loop: it only
+        # lands if the swapped file's post leaves the loop free.
+        failed, posted = await promptly(
+            asyncio.gather(
+                files.post(question.message_id, str(late), "k-late"),
+                files.post(question.message_id, str(outbox / "report.txt"), "k-report"),
+                return_exceptions=True,
+            )
+        )
+    finally:
+        if kind == "fifo":
+            release_readers(late)
+    assert isinstance(failed, FeishuApiError) and "late.txt is gone" in failed.message
+    assert posted is None
+    assert list(feishu.uploads.values()) == [("report.txt", b"the report")]
+
+
+async def test_a_file_that_grows_over_the_limit_after_it_was_chosen_is_not_posted(
+    feishu: FakeFeishu, files: TurnFiles, tmp_path: Path
+) -> None:
+    workspace, outbox = hostile_outbox(tmp_path)
+    chosen, _ = await files.left_to_send(workspace, time.time() - 60)
+    assert chosen == [outbox / "report.txt"]
+    with (outbox / "report.txt").open("r+b") as report:
+        report.truncate(MAX_OUT_BYTES + 1)
+    with pytest.raises(FeishuApiError, match="grew over the limit"):
+        await promptly(files.post("om_1", str(outbox / "report.txt"), "k1"))
+    assert feishu.uploads == {}
+
+
+async def test_an_outbox_with_too_many_entries_is_read_only_so_far_and_the_sender_is_told(
+    files: TurnFiles, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "workspace"
+    outbox = workspace / "outbox"
+    outbox.mkdir(parents=True)
+    for n in range(MAX_OUTBOX_ENTRIES + 50):
+        (outbox / f"part-{n:04}.txt").write_text(str(n))
+    chosen, refused = await promptly(files.left_to_send(workspace, time.time() - 60))
+    assert len(chosen) == MAX_OUT_FILES
+    assert [r.reason for r in refused].count(f"more than {MAX_OUT_FILES} files") == (
+        MAX_OUTBOX_ENTRIES - MAX_OUT_FILES
+    )
+    assert refused[-1].name == "the rest of outbox/"
+    assert refused[-1].reason == f"more than {MAX_OUTBOX_ENTRIES} entries in it"
+
+
+async def test_a_fifo_or_a_link_where_an_inbox_file_goes_is_replaced_and_a_folder_refused(
+    feishu: FakeFeishu, files: TurnFiles, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("not the Agent's")
+    message = feishu.add_message("oc_chat", "")
+    workspace = tmp_path / "workspace"
+    inbox = workspace / "inbox" / message.message_id
+    inbox.mkdir(parents=True)
+    os.mkfifo(inbox / "image-1.png")
+    (inbox / "notes.txt").symlink_to(elsewhere)
+    (inbox / "kept.txt").mkdir()
+    (inbox / "kept.txt" / "inner.txt").write_text("the Agent's own")
+    feishu.resources[(message.message_id, "img_1")] = PNG
+    feishu.resources[(message.message_id, "file_1")] = b"the notes"
+    feishu.resources[(message.message_id, "file_2")] = b"never saved"
+    event = event_with(
+        message.message_id,
+        Attachment("image", "img_1"),
+        Attachment("file", "file_1", "notes.txt"),
+        Attachment("file", "file_2", "kept.txt"),
+    )
+    saved, refused = await promptly(files.bring_in(event, workspace))
+    assert [s.path for s in saved] == [
+        f"inbox/{message.message_id}/image-1.png",
+        f"inbox/{message.message_id}/notes.txt",
+    ]
+    assert (inbox / "image-1.png").read_bytes() == PNG
+    assert not (inbox / "notes.txt").is_symlink()
+    assert (inbox / "notes.txt").read_bytes() == b"the notes"
+    assert elsewhere.read_text() == "not the Agent's"
+    assert [(r.name, r.reason) for r in refused] == [
+        ("kept.txt", "it could not be saved in the Agent's workspace")
+    ]
+    assert (inbox / "kept.txt" / "inner.txt").read_text() == "the Agent's own"
+
+
+# -- through `amux serve` ---------------------------------------------------------------------
+
+E2E_APP = "cli_files_e2e"
+e2e_signer = FeishuSigner(encrypt_key="ek_files", verification_token="vt_files", app_id=E2E_APP)
+ALICE: dict[str, Any] = {
+    "sender_open_id": "ou_alice",
+    "sender_union_id": "on_alice",
+    "sender_user_id": "u_alice",
+}
+
+# A stand-in Agent: once the test opens its gate it leaves a FIFO, a link out of the workspace,
+# a folder and two real files in its outbox, then answers.
+HOSTILE_AGENT = """#!/bin/sh
+cat > /dev/null
+i=0
+while [ ! -e "{gate}" ]; do
+  i=$((i + 1))
+  [ "$i" -gt 1200 ] && exit 1
+  sleep 0.1
+done
+rm -rf outbox
+mkdir -p outbox/folder
+echo "inside a folder" > outbox/folder/inner.txt
+ln -s "{secret}" outbox/link.txt
+mkfifo outbox/pipe
+printf 'the report\\n' > outbox/report.txt
+printf 'chosen, then swapped\\n' > outbox/late.txt
+echo "answer with files"
+"""
+
+
+async def answers_health(http: aiohttp.ClientSession, hub: HubProcess) -> bool:
+    try:
+        async with http.get(f"{hub.url}/healthz", timeout=aiohttp.ClientTimeout(2)) as response:
+            return response.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+
+
+async def watch_health(
+    http: aiohttp.ClientSession, hub: HubProcess, missed: list[float], stop: asyncio.Event
+) -> None:
+    """Ask ``/healthz`` over and over until ``stop``; note when it did not answer."""
+    while not stop.is_set():
+        if not await answers_health(http, hub):
+            missed.append(time.monotonic())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.05)
+
+
+def shown(message: StoredMessage) -> str:
+    return json.dumps(message.card, ensure_ascii=False)
+
+
+def hostile_hub(tmp_path: Path, feishu: FakeFeishu, agent: Path) -> HubProcess:
+    """``amux serve`` with the Feishu bot, its worker in-process launching ``agent``."""
+    return HubProcess(
+        tmp_path / "amux-home",
+        free_port(),
+        extra_env={
+            "AMUX_FEISHU_APP_ID": E2E_APP,
+            "AMUX_FEISHU_APP_SECRET": "secret",
+            "AMUX_FEISHU_ENCRYPT_KEY": e2e_signer.encrypt_key,
+            "AMUX_FEISHU_VERIFICATION_TOKEN": e2e_signer.verification_token,
+            "AMUX_FEISHU_DOMAIN": feishu.url,
+            "AMUX_FEISHU_LANGUAGE": "en_us",
+            "AMUX_FEISHU_CARD_UPDATE_INTERVAL_SECONDS": "0.2",
+            "AMUX_FEISHU_PROVIDER": "hostile",
+            "AMUX_RUNTIME_PROVIDERS": json.dumps({"hostile": str(agent)}),
+            "AMUX_RUNTIME_SANDBOX": "off",
+            "AMUX_RUNTIME_WORK_DIR": str(tmp_path / "runtime"),
+        },
+    )
+
+
+async def say(http: aiohttp.ClientSession, hub: HubProcess, feishu: FakeFeishu, text: str) -> str:
+    asked = feishu.add_message("oc_chat1", text)
+    body, headers = e2e_signer.sign(e2e_signer.message(text, **ALICE, message_id=asked.message_id))
+    async with http.post(
+        f"{hub.url}/feishu/events", data=io.BytesIO(body), headers=headers
+    ) as response:
+        assert response.status == 200
+    return asked.message_id
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory the Agent can reach: a root worker runs it as a uid of its own, which cannot
+    enter ``tmp_path``."""
+    with tempfile.TemporaryDirectory(prefix="amux-agent-") as made:
+        os.chmod(made, 0o755)
+        yield Path(made)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(180)
+async def test_only_the_agents_real_outbox_files_are_posted_and_the_bot_never_stalls(
+    tmp_path: Path, shared_dir: Path
+) -> None:
+    secret = tmp_path / "owner.token"
+    secret.write_text("amux_owner_secret")
+    gate = shared_dir / "gate"
+    agent = shared_dir / "hostile-agent.sh"
+    agent.write_text(HOSTILE_AGENT.format(gate=gate, secret=secret))
+    agent.chmod(0o755)
+    swapped = tmp_path / "not-yet"
+    async with FakeFeishu(app_id=E2E_APP) as feishu, aiohttp.ClientSession() as http:
+        hub = hostile_hub(tmp_path, feishu, agent)
+        await asyncio.to_thread(hub.start)
+        stop = asyncio.Event()
+        missed: list[float] = []
+        watcher = asyncio.create_task(watch_health(http, hub, missed, stop))
+        try:
+            await until(lambda: feishu.calls("GET", "/bot/v3/info"))
+            asked = await say(http, hub, feishu, "make me a report")
+
+            def replies() -> list[StoredMessage]:
+                return [m for m in feishu.messages.values() if m.root_id == asked]
+
+            card = (await until(replies))[0]
+            # Feishu is down when the turn ends, so its files stay owed once chosen; meanwhile
+            # the Agent (its next turn, say) swaps one of them for a FIFO.
+            await feishu.go_down()
+            gate.write_text("go")
+            await until(lambda: "stays owed and is retried" in hub.log(), seconds=90)
+            (swapped,) = (tmp_path / "runtime").rglob("outbox/late.txt")
+            os.mkfifo(swapped.with_name(".staged"))
+            os.replace(swapped.with_name(".staged"), swapped)
+            await feishu.come_back()
+
+            await until(lambda: "answer with files" in shown(card), seconds=90)
+            await until(lambda: "outbox file late.txt is gone" in hub.log(), seconds=90)
+            posted = await until(lambda: [m for m in replies() if m.msg_type == "file"])
+            (file_key,) = [json.loads(m.content)["file_key"] for m in posted]
+            assert feishu.uploads[file_key] == ("report.txt", b"the report\n")
+            assert list(feishu.uploads.values()) == [("report.txt", b"the report\n")]
+            assert nobody_reads(swapped)
+            assert await answers_health(http, hub)
+        finally:
+            stop.set()
+            await watcher
+            release_readers(swapped)
+            await asyncio.to_thread(hub.stop)
+        assert missed == []
