@@ -92,7 +92,9 @@ def agent_run(
 ) -> None:
     """Run one Agent turn; progress on stderr, the answer on stdout."""
     env = env_of(ctx)
-    workdir = str(cwd.resolve()) if cwd else None
+    # From the caller's directory: the Hub and the worker run elsewhere. Links are kept, so the
+    # Agent works in the directory as the caller named it.
+    workdir = os.path.abspath(cwd) if cwd else None
     memory: list[MemoryUse] = []
 
     async def work() -> tuple[Execution, str]:

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import SecretStr, ValidationError
+from pydantic import AfterValidator, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hub.errors import Unavailable
 
 OWNER_TOKEN_FILE = "owner.token"
+
+
+def absolute_path(path: Path) -> Path:
+    """``path`` from the directory this process started in, links kept as they are.
+
+    Settings are made absolute once, when read: a relative one handed on as it is would be taken
+    from another directory by bwrap and by the Agents, which run elsewhere.
+    """
+    return Path(os.path.abspath(path))
+
+
+# A path setting; a relative value is taken from the directory the process starts in.
+AbsolutePath = Annotated[Path, AfterValidator(absolute_path)]
 
 
 def invalid_settings(err: ValidationError, prefix: str = "AMUX_") -> str:
@@ -26,7 +40,7 @@ class HubSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="AMUX_", extra="ignore")
 
-    home: Path = Path(".amux")
+    home: AbsolutePath = Field(default=Path(".amux"), validate_default=True)
     host: str = "127.0.0.1"
     port: int = 8765
     # exec: re-exec in place after a graceful drain; exit: leave the restart to a supervisor.
@@ -57,7 +71,7 @@ class ClientSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="AMUX_", extra="ignore")
 
-    home: Path = Path(".amux")
+    home: AbsolutePath = Field(default=Path(".amux"), validate_default=True)
     hub_url: str = "http://127.0.0.1:8765"
     token: SecretStr | None = None
     memory_binding: str | None = None

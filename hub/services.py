@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from hub.config import OWNER_TOKEN_FILE, HubSettings
-from hub.errors import Forbidden, MemoryDisabled
+from hub.errors import Forbidden, InvalidArgument, MemoryDisabled
 from hub.executions import Executions
 from hub.history import MemoryHistory
 from hub.identity import Actor, Authenticator, check_binding, memory_scope
@@ -50,7 +50,15 @@ class Hub:
         Raises:
             Unavailable: another Hub already serves this memory root.
         """
-        settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as error:
+            # At start, before anything is opened: one line naming the setting, not a traceback.
+            problem = "it is not a directory" if isinstance(error, FileExistsError) else None
+            raise InvalidArgument(
+                f"AMUX_HOME {settings.home} cannot be used: {problem or error.strerror}; "
+                "point AMUX_HOME at a directory this user may write"
+            ) from None
         root_lock = RootLock(settings.memory_root)
         root_lock.acquire()
         try:

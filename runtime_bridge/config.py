@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hub.config import AbsolutePath
 from hub.errors import InvalidArgument
 from runtime_bridge.bounds import MIN_CPU, MemorySetting, WorkspaceSetting
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
@@ -18,6 +20,17 @@ from runtime_bridge.providers import ADAPTERS
 from runtime_bridge.providers.plan import MEMORY_SERVER
 
 PROVIDER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+
+
+def absolute_executable(executable: str) -> str:
+    """A bare name stays one, looked up on the launch's PATH; a relative path becomes absolute.
+
+    Agents start in their workspace and reach ``amux`` from inside the sandbox, where a path
+    relative to the worker's own directory would name nothing.
+    """
+    if os.sep not in executable or os.path.isabs(executable):
+        return executable
+    return os.path.abspath(executable)
 
 
 class RuntimeSettings(BaseSettings):
@@ -42,19 +55,19 @@ class RuntimeSettings(BaseSettings):
     pi_args: list[str] = []
     # The operator's own MCP servers for Claude ({"mcpServers": {...}}, Claude's format): every
     # Claude launch gets exactly these, plus amux memory when its conversation is bound.
-    claude_mcp_config: Path | None = None
+    claude_mcp_config: AbsolutePath | None = None
     # Provisioned explicitly into each launch's own CODEX_HOME / PI_CODING_AGENT_DIR.
-    codex_config: Path | None = None
-    pi_agent_dir: Path | None = None
+    codex_config: AbsolutePath | None = None
+    pi_agent_dir: AbsolutePath | None = None
     # Extra instructions merged with the memory protocol (never replaced by it).
     append_instructions: str | None = None
     developer_instructions: str | None = None
     pass_env: list[str] = list(DEFAULT_PASS_ENV)
     # Per-run files and per-session agent homes; default: <AMUX_HOME>/runtime.
-    work_dir: Path | None = None
+    work_dir: AbsolutePath | None = None
     # Where Agents work when a conversation names no directory; default: a workspace of each
     # Principal's own under <work_dir>/workspaces/. Setting it makes one directory all users share.
-    default_cwd: Path | None = None
+    default_cwd: AbsolutePath | None = None
     # Run Agents as this local user (a name or uid) instead of the worker's own; the worker must
     # run as root. Each run's files and the Agent's home then belong to that user alone.
     run_as: str | None = None
@@ -88,6 +101,11 @@ class RuntimeSettings(BaseSettings):
         "(512M, 2G). Unset: 2G.",
     )
 
+    @field_validator("claude", "codex", "pi", "amux")
+    @classmethod
+    def _executable_path(cls, value: str | None) -> str | None:
+        return None if value is None else absolute_executable(value)
+
     @field_validator("providers")
     @classmethod
     def _declared_providers(cls, value: dict[str, str]) -> dict[str, str]:
@@ -98,7 +116,7 @@ class RuntimeSettings(BaseSettings):
                 raise ValueError(f"{name} is built in; set AMUX_RUNTIME_{name.upper()} instead")
             if not executable.strip():
                 raise ValueError(f"provider {name} names no executable")
-        return value
+        return {name: absolute_executable(executable) for name, executable in value.items()}
 
     def unsandboxed_warning(self) -> str | None:
         """What a process launching Agents logs at start when the sandbox is off, else None."""

@@ -177,7 +177,7 @@ def render_env_example() -> str:
         "# readable only by the service user: it may hold the Feishu app secret and a Hub token.",
         "# Agent memory on/off, isolation and history days (memory.history_days) are not here:",
         "# they are saved in the Hub's state (`amux system config set memory.enabled true`) and",
-        "# apply at the next restart.",
+        "# apply at the next restart. A relative path is taken from the directory amux starts in.",
     ]
     seen: set[str] = set()
     for title, model in SECTIONS:

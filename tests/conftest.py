@@ -102,8 +102,15 @@ class HubProcess:
     extra_env: dict[str, str] = field(default_factory=dict)
     # A command the Hub runs under, such as strace; ``stop`` signals the Hub itself through it.
     prefix: list[str] = field(default_factory=list)
+    # Leave AMUX_HOME unset, as `make serve` does: the Hub and the CLI then find their home as
+    # the default relative `.amux` under their cwd, which is ``home.parent``.
+    default_home: bool = False
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.default_home:
+            assert self.home.name == ".amux", "the default home is .amux under the cwd"
 
     @property
     def url(self) -> str:
@@ -118,7 +125,9 @@ class HubProcess:
             k: v for k, v in os.environ.items() if not k.startswith("AMUX_") or k in self.extra_env
         }
         env.update(self.extra_env)
-        env.update({"AMUX_HOME": str(self.home), "AMUX_HUB_URL": self.url})
+        if not self.default_home:
+            env["AMUX_HOME"] = str(self.home)
+        env["AMUX_HUB_URL"] = self.url
         env.update(overrides)
         return env
 
@@ -223,6 +232,10 @@ class HubProcess:
     def restart(self) -> None:
         status, body = self.rpc("system.restart")
         assert status == 200, body
+        self.wait_restarted()
+
+    def wait_restarted(self) -> None:
+        """Wait until a requested restart is over: every saved setting is running."""
 
         def restarted() -> bool:
             status, body = self.rpc("system.config.get")
