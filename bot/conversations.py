@@ -202,8 +202,7 @@ class Conversations:
             ]
         else:
             owner = session or Session("", principal_id, "", None, None, None, "pending", None)
-            workspace = self._files.workspace(owner)
-            saved, refused = await self._files.bring_in(event, workspace)
+            saved, refused = await self._files.bring_in(event, owner)
         if refused:
             items = "; ".join(f"{r.name}: {r.reason}" for r in refused)
             await self._client.reply(

@@ -27,7 +27,12 @@ from hub.client import HubClient
 from hub.config import ClientSettings, HubSettings
 from hub.errors import AmuxError, Unauthenticated, Unavailable
 from hub.rootlock import LOCK_NAME
+from runtime_bridge import agent_exec, cgroups
+from runtime_bridge.agent_users import DYNAMIC_UIDS, configured_user
+from runtime_bridge.bounds import KINDS, bounds_from_settings
 from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.launch import confinement
+from runtime_bridge.providers.process import user_switch
 from runtime_bridge.sandbox import SandboxLayout, bwrap_argv
 
 Status = Literal["ok", "warn", "fail", "skip"]
@@ -245,6 +250,7 @@ async def check_sandbox(
     (sandbox off, or a bwrap that cannot start) fails; with enrollment closed, off is a warning.
     """
     name = "sandbox"
+    euid = os.geteuid()
     open_enrollment = feishu.enabled and feishu.enroll == "auto"
     if not runtime.in_process:
         return Check(
@@ -276,10 +282,10 @@ async def check_sandbox(
         )
     try:
         answered = await _capture([path, "--version"], seconds)
-        # The probe is a launch's own sandbox around `true`: the same namespaces, /proc and /dev,
-        # so a host that lets bwrap start but not mount a fresh /proc fails here, not at a turn.
-        layout = SandboxLayout(cwd=Path("/"), installations=(), hidden=(), writable=())
-        probed = await _capture([*bwrap_argv(path, layout), "true"], seconds)
+        # The probe is a launch's own sandbox around `true`: the same first step, namespaces,
+        # masked /proc and /dev, seccomp filter and uid switch, so a host that lets bwrap start
+        # but not mount a fresh /proc (or not switch uid) fails here, not at a turn.
+        probed = await _capture(_probe_argv(path, euid), seconds)
     except OSError as error:
         return Check(name, "fail", f"{path} cannot run: {error.strerror}", "reinstall bubblewrap")
     version = answered[1].splitlines()[0] if answered and answered[1] else "bwrap"
@@ -297,8 +303,89 @@ async def check_sandbox(
     return Check(
         name,
         "ok",
-        f"{version} ({path}): a probe launch got its own PID, IPC and UTS namespaces and /proc",
+        f"{version} ({path}): a probe launch got its own PID, IPC and UTS namespaces and /proc, "
+        "kernel interfaces masked, no user namespace of its own"
+        + (f", as uid {DYNAMIC_UIDS.start}" if euid == 0 else ""),
     )
+
+
+def _probe_argv(bwrap: str, euid: int) -> list[str]:
+    root = euid == 0
+    seccomp = agent_exec.SECCOMP_FD if agent_exec.seccomp_filter() else None
+    layout = SandboxLayout(
+        cwd=Path("/"),
+        installations=(),
+        hidden=(),
+        writable=(),
+        switch_user=root,
+        user_namespace=not root,
+        seccomp_fd=seccomp,
+    )
+    switch: tuple[str, ...] = ()
+    if root:
+        setpriv = shutil.which("setpriv") or "setpriv"
+        switch = user_switch(setpriv, DYNAMIC_UIDS.start, DYNAMIC_UIDS.start)
+    return [*confinement(True), *bwrap_argv(bwrap, layout), *switch, "true"]
+
+
+def check_agent_user(runtime: RuntimeSettings, euid: int | None = None) -> Check:
+    """Who Agents run as: never root."""
+    name = "agent_user"
+    euid = os.geteuid() if euid is None else euid
+    if runtime.run_as:
+        try:
+            uid, _ = configured_user(runtime.run_as)
+        except AmuxError as error:
+            return Check(
+                name,
+                "fail",
+                error.message,
+                "unset AMUX_RUNTIME_RUN_AS, or set it to an unprivileged local user",
+            )
+        if euid != 0:
+            return Check(
+                name,
+                "fail",
+                f"AMUX_RUNTIME_RUN_AS={runtime.run_as}, but this service is not root and "
+                "cannot switch to another user: every Agent launch fails",
+                "run the worker as root, or unset AMUX_RUNTIME_RUN_AS",
+            )
+        return Check(
+            name,
+            "ok",
+            f"every Agent runs as local user {runtime.run_as} (uid {uid}); Principals share it",
+            "",
+        )
+    if euid == 0:
+        return Check(
+            name,
+            "ok",
+            "each Principal's Agents run as a uid of its own "
+            f"({DYNAMIC_UIDS.start}-{DYNAMIC_UIDS.stop - 1}), never root",
+        )
+    return Check(
+        name,
+        "ok",
+        f"Agents run as this service's uid ({euid}) inside a user namespace; Principals share it",
+    )
+
+
+def check_bounds(runtime: RuntimeSettings, cgroup_root: Path = cgroups.CGROUP_ROOT) -> Check:
+    """How one launch is bounded here, and with what."""
+    name = "bounds"
+    bounds = bounds_from_settings(runtime)
+    listed = ", ".join(bounds.value(kind) for kind in KINDS if kind != "workspace")
+    applied = cgroups.mechanism(cgroup_root)
+    detail = f"{applied}: {listed} per launch; workspace {bounds.value('workspace')}"
+    if applied.startswith("rlimits"):
+        return Check(
+            name,
+            "warn",
+            detail + "; without cgroups memory and CPU are not bounded",
+            "run the worker as root, or give it a delegated cgroup v2 subtree "
+            "(systemd Delegate=yes) with the memory and pids controllers",
+        )
+    return Check(name, "ok", detail)
 
 
 def _sandbox_failure(code: int, output: str, proc_sys: Path) -> tuple[str, str]:
@@ -690,6 +777,9 @@ async def diagnose(
             declared = provider in settings.runtime.providers
             checks.append(await check_agent(provider, executable, required, declared))
         checks.append(await check_sandbox(settings.runtime, settings.feishu))
+        if settings.runtime.in_process:
+            checks.append(check_agent_user(settings.runtime))
+            checks.append(check_bounds(settings.runtime))
         if hub_ok:
             checks.append(await check_workers(hub))
         else:

@@ -54,7 +54,6 @@ from hub.contract import Session
 from hub.errors import AmuxError
 from runtime_bridge.launch import LaunchSite
 from runtime_bridge.providers.confined import Owner, open_dir, open_root
-from runtime_bridge.worker import run_as_ids
 
 logger = logging.getLogger("amux.bot")
 
@@ -263,15 +262,17 @@ class TurnFiles:
     def __init__(self, client: FeishuClient, site: LaunchSite) -> None:
         self._client = client
         self._site = site
-        # Files brought in belong to the Agent's user (AMUX_RUNTIME_RUN_AS), else to the service.
-        self._owner = run_as_ids(site.settings.run_as) if site.settings.run_as else None
 
     def workspace(self, session: Session) -> Path:
         return self._site.workspace(session)
 
     async def bring_in(
-        self, event: MessageEvent, workspace: Path
+        self, event: MessageEvent, session: Session
     ) -> tuple[list[Saved], list[Refused]]:
+        """Save ``event``'s files in ``session``'s workspace, owned by the uid its Agents run as
+        (the Principal's own on a root worker), else by the service."""
+        workspace = self.workspace(session)
+        owner = await asyncio.to_thread(self._site.agent_identity, session.principal_id)
         saved: list[Saved] = []
         refused: list[Refused] = []
         budget = MAX_IN_BYTES
@@ -301,7 +302,7 @@ class TurnFiles:
                 # planted `inbox -> /etc` is replaced, not followed); the Agent's user owns
                 # what is made.
                 await asyncio.to_thread(
-                    _save, workspace, inbox.relative_to(workspace), name, content, self._owner
+                    _save, workspace, inbox.relative_to(workspace), name, content, owner
                 )
             except OSError as error:
                 logger.warning("could not save %s in the workspace: %s", name, error.strerror)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -205,6 +206,8 @@ def runtime_plan(
                 mcp_argv=(amux, "mcp"),
                 cli_dir=memory_cli_dir(run_dir),
             )
+        # Who the Agent would run as: on a root worker, a uid of the Principal's own.
+        identity = site.agent_identity(planned.principal_id, allocate=False)
         request = site.request(
             provider=provider,
             prompt=prompt,
@@ -212,9 +215,9 @@ def runtime_plan(
             execution_id="<execution>",
             memory=memory,
             base_env=dict(os.environ),
-            own_home=site.sandboxed or settings.run_as is not None,
+            own_home=site.sandboxed or identity is not None,
         )
-        launch = build_plan(request)
+        launch = dataclasses.replace(build_plan(request), run_as=identity)
         # The sandbox is shown as a worker would build it; what it binds is found on this host.
         try:
             launch = site.sandbox(launch, request, (), (amux,) if memory else ())

@@ -47,6 +47,23 @@ def principal_key(principal_id: str) -> str:
     return hashlib.sha256(principal_id.encode("utf-8")).hexdigest()
 
 
+def confinement(
+    sandboxed: bool, cgroup_procs: tuple[Path, ...] = (), rlimits: tuple[str, ...] = ()
+) -> tuple[str, ...]:
+    """The ``agent_exec`` prefix of a launch: join ``cgroup_procs``, set ``rlimits``
+    (``NAME=SOFT:HARD``), a session keyring of its own, and the seccomp filter for bwrap."""
+    words: list[str] = [sys.executable, "-I", "-S", str(AGENT_EXEC)]
+    for procs in cgroup_procs:
+        words += ["--cgroup", str(procs)]
+    # No core files: a crash leaves nothing of the Agent's memory in its workspace.
+    for limit in ("core=0:0", *rlimits):
+        words += ["--rlimit", limit]
+    words.append("--keyring")
+    if sandboxed and agent_exec.seccomp_filter() is not None:
+        words.append("--seccomp")
+    return (*words, "--")
+
+
 def operator_server_paths(servers: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[Path, ...]]:
     """What the operator's MCP servers need to be visible in the sandbox: their commands, and
     the directories of files their arguments name by absolute path (a server's script)."""
@@ -117,18 +134,7 @@ class LaunchSite:
     def confinement(
         self, cgroup_procs: tuple[Path, ...] = (), rlimits: tuple[str, ...] = ()
     ) -> tuple[str, ...]:
-        """The ``agent_exec`` prefix of a launch: join ``cgroup_procs``, set ``rlimits``
-        (``NAME=SOFT:HARD``), a session keyring of its own, and the seccomp filter for bwrap."""
-        words: list[str] = [sys.executable, "-I", "-S", str(AGENT_EXEC)]
-        for procs in cgroup_procs:
-            words += ["--cgroup", str(procs)]
-        # No core files: a crash leaves nothing of the Agent's memory in its workspace.
-        for limit in ("core=0:0", *rlimits):
-            words += ["--rlimit", limit]
-        words.append("--keyring")
-        if self.sandboxed and agent_exec.seccomp_filter() is not None:
-            words.append("--seccomp")
-        return (*words, "--")
+        return confinement(self.sandboxed, cgroup_procs, rlimits)
 
     def hidden(self) -> tuple[Path, ...]:
         return service_hidden(amux_home=self.amux_home, work_dir=self.work_dir)

@@ -102,6 +102,9 @@ class Worker:
         self.amux = settings.amux or default_amux_executable()
         self.worker_id: str | None = None
         self.bounds = bounds_from_settings(settings)
+        if settings.run_as:
+            # Refused at start, with the reason, rather than at every turn.
+            configured_user(settings.run_as)
         self.warm_mcp = WarmMcp(self.amux)
 
     async def register(self) -> str:

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -312,3 +313,13 @@ async def hub_client(
     """The whole service in-process, behind aiohttp's test client."""
     client = await aiohttp_client(create_app(hub_settings))
     yield client
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory a stand-in Agent can reach and write to outside its workspace (an
+    unsandboxed one): a root worker runs Agents as a uid of their own, which cannot enter
+    ``tmp_path``."""
+    with tempfile.TemporaryDirectory(prefix="amux-agent-") as made:
+        os.chmod(made, 0o1777)
+        yield Path(made)

@@ -87,16 +87,15 @@ def _setpriv(plan: LaunchPlan) -> str:
     return setpriv
 
 
-def _user_switch(plan: LaunchPlan) -> tuple[str, ...]:
-    """``setpriv`` to the plan's user, with the death signal set after the uid change (a uid
-    change clears it, so it must come in the same call)."""
-    if plan.run_as is None:
-        return ()
-    uid, gid = plan.run_as
-    # No new privileges: nothing the Agent runs (a set-uid program, file capabilities) raises
-    # it above the uid it was given.
+def user_switch(setpriv: str, uid: int, gid: int) -> tuple[str, ...]:
+    """``setpriv`` to ``uid``/``gid``, with the death signal set after the uid change (a uid
+    change clears it, so it must come in the same call).
+
+    No new privileges: nothing the Agent runs (a set-uid program, file capabilities) raises it
+    above the uid it was given.
+    """
     return (
-        _setpriv(plan),
+        setpriv,
         f"--reuid={uid}",
         f"--regid={gid}",
         "--clear-groups",
@@ -106,6 +105,12 @@ def _user_switch(plan: LaunchPlan) -> tuple[str, ...]:
         "TERM",
         "--",
     )
+
+
+def _user_switch(plan: LaunchPlan) -> tuple[str, ...]:
+    if plan.run_as is None:
+        return ()
+    return user_switch(_setpriv(plan), *plan.run_as)
 
 
 def launch_command(plan: LaunchPlan, argv: list[str]) -> list[str]:

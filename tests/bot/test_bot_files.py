@@ -12,9 +12,8 @@ import errno
 import io
 import json
 import os
-import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,6 +34,7 @@ from bot.files import (
     sanitize,
     with_files,
 )
+from hub.contract import Session
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.launch import LaunchSite
 from tests.conftest import HubProcess, free_port, until
@@ -56,6 +56,11 @@ async def promptly(call: Awaitable[T]) -> T:
     timeout then fails it instead.
     """
     return await asyncio.wait_for(call, DEADLINE)
+
+
+def session_in(workspace: Path) -> Session:
+    """A Session working in ``workspace`` (as ``amux agent run --cwd`` would make)."""
+    return Session("s", "principal", "claude", str(workspace), None, None, "pending", None)
 
 
 def release_readers(fifo: Path) -> None:
@@ -134,7 +139,7 @@ async def test_images_and_files_are_saved_in_the_workspace_within_the_budget(
         Attachment("file", "file_gone", "gone.txt"),
     )
     workspace = tmp_path / "workspace"
-    saved, refused = await files.bring_in(event, workspace)
+    saved, refused = await files.bring_in(event, session_in(workspace))
 
     inbox = f"inbox/{message.message_id}"
     assert [s.path for s in saved] == [
@@ -216,7 +221,7 @@ async def test_links_the_agent_plants_in_its_workspace_are_never_followed(
     message = feishu.add_message("oc_chat", "")
     feishu.resources[(message.message_id, "img_1")] = PNG
     saved, _ = await files.bring_in(
-        event_with(message.message_id, Attachment("image", "img_1")), workspace
+        event_with(message.message_id, Attachment("image", "img_1")), session_in(workspace)
     )
     assert [s.path for s in saved] == [f"inbox/{message.message_id}/image-1.png"]
     assert not (workspace / "inbox").is_symlink()
@@ -355,7 +360,7 @@ async def test_a_fifo_or_a_link_where_an_inbox_file_goes_is_replaced_and_a_folde
         Attachment("file", "file_1", "notes.txt"),
         Attachment("file", "file_2", "kept.txt"),
     )
-    saved, refused = await promptly(files.bring_in(event, workspace))
+    saved, refused = await promptly(files.bring_in(event, session_in(workspace)))
     assert [s.path for s in saved] == [
         f"inbox/{message.message_id}/image-1.png",
         f"inbox/{message.message_id}/notes.txt",
@@ -453,15 +458,6 @@ async def say(http: aiohttp.ClientSession, hub: HubProcess, feishu: FakeFeishu, 
     ) as response:
         assert response.status == 200
     return asked.message_id
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory the Agent can reach: a root worker runs it as a uid of its own, which cannot
-    enter ``tmp_path``."""
-    with tempfile.TemporaryDirectory(prefix="amux-agent-") as made:
-        os.chmod(made, 0o755)
-        yield Path(made)
 
 
 @pytest.mark.e2e

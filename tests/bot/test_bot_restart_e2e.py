@@ -74,7 +74,9 @@ def every_state(message: StoredMessage) -> str:
 
 
 @pytest.fixture
-async def bot(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Bot]:
+async def bot(
+    tmp_path: Path, shared_dir: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Bot]:
     drain = getattr(request, "param", "120")
     async with FakeFeishu(app_id="cli_rs") as feishu:
         hub = HubProcess(
@@ -99,7 +101,7 @@ async def bot(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[B
         try:
             async with aiohttp.ClientSession() as http:
                 await until(lambda: feishu.calls("GET", "/bot/v3/info"))
-                yield Bot(hub, feishu, http, tmp_path / "gate")
+                yield Bot(hub, feishu, http, shared_dir / "gate")
         finally:
             await asyncio.to_thread(hub.stop)
 

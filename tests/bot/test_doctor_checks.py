@@ -14,6 +14,8 @@ import pytest
 from bot.config import FeishuSettings
 from bot.doctor import (
     Check,
+    check_agent_user,
+    check_bounds,
     check_feishu_topic_scope,
     check_memory_disk,
     check_sandbox,
@@ -56,6 +58,7 @@ async def test_a_working_bwrap_is_reported_with_its_version() -> None:
     assert check.status == "ok", check
     assert check.detail.startswith("bubblewrap ")
     assert "own PID, IPC and UTS namespaces and /proc" in check.detail
+    assert "kernel interfaces masked, no user namespace of its own" in check.detail
 
 
 async def test_sandbox_off_with_open_enrollment_fails_with_a_fix_for_either_side() -> None:
@@ -197,3 +200,39 @@ def test_a_read_only_memory_disk_fails(tmp_path: Path) -> None:
     assert check.status == "fail", check
     assert "read-only" in check.detail
     assert check.fix == f"remount the file system holding {home} read-write"
+
+
+def test_a_configuration_running_agents_as_root_fails_and_names_the_fix() -> None:
+    check = check_agent_user(RuntimeSettings(run_as="root"), euid=0)
+    assert check.status == "fail"
+    assert "would run Agents as root" in check.detail
+    assert "unset AMUX_RUNTIME_RUN_AS" in check.fix
+
+
+@pytest.mark.parametrize(
+    ("euid", "run_as", "status", "said"),
+    [
+        (0, None, "ok", "a uid of its own (61184-65519), never root"),
+        (1000, None, "ok", "this service's uid (1000) inside a user namespace"),
+        (0, "nobody", "ok", "local user nobody"),
+        (1000, "nobody", "fail", "cannot switch to another user"),
+    ],
+)
+def test_who_agents_run_as_is_reported(
+    euid: int, run_as: str | None, status: str, said: str
+) -> None:
+    check = check_agent_user(RuntimeSettings(run_as=run_as), euid=euid)
+    assert check.status == status and said in check.detail, check
+
+
+def test_the_bounds_and_the_mechanism_that_applies_them_are_reported(tmp_path: Path) -> None:
+    settings = RuntimeSettings(tasks_max=64, memory_max="1G")
+    here = check_bounds(settings)
+    assert "1 GiB" in here.detail and "64 tasks" in here.detail and "workspace 2 GiB" in here.detail
+    if here.status == "ok":
+        assert here.detail.startswith("cgroup v")
+    # A host offering no cgroup: rlimits only, which leave memory and CPU unbounded.
+    bare = check_bounds(settings, cgroup_root=tmp_path)
+    assert bare.status == "warn"
+    assert bare.detail.startswith("rlimits") and "memory and CPU are not bounded" in bare.detail
+    assert "Delegate=yes" in bare.fix

@@ -174,7 +174,8 @@ async def flaky_hop(upstream: str) -> AsyncIterator[FlakyHop]:
 
 
 async def test_a_bound_claude_conversation_keeps_its_protocol_when_the_hub_cannot_be_asked(
-    tmp_path: Path, cluster_for: Any  # noqa: F811
+    tmp_path: Path,
+    cluster_for: Any,  # noqa: F811
 ) -> None:
     script: list[Step] = [
         Answer("First."),
