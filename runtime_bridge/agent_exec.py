@@ -20,10 +20,8 @@ launch as little as possible. A step that fails ends the launch with status 125 
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
-import platform
 import resource
 import struct
 import sys
@@ -67,7 +65,7 @@ def seccomp_filter(machine: str | None = None) -> bytes | None:
     Another ABI of the same processor (i386 or x32 calls on x86_64) is refused outright: its
     calls have other numbers the filter does not check.
     """
-    known = _SYSCALLS.get(machine or platform.machine())
+    known = _SYSCALLS.get(machine or os.uname().machine)
     if known is None:
         return None
     arch, unshare, clone, clone3, _ = known
@@ -118,9 +116,11 @@ def _set_rlimit(spec: str) -> None:
 
 
 def _join_session_keyring() -> None:
-    known = _SYSCALLS.get(platform.machine())
+    known = _SYSCALLS.get(os.uname().machine)
     if known is None:
         return
+    import ctypes  # Only here: the one step that needs it, and its import costs a launch.
+
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.syscall(known[4], _KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
         code = ctypes.get_errno()
@@ -131,7 +131,7 @@ def _join_session_keyring() -> None:
 def _open_seccomp() -> None:
     program = seccomp_filter()
     if program is None:
-        raise _Refused(f"no seccomp filter for this machine ({platform.machine()})")
+        raise _Refused(f"no seccomp filter for this machine ({os.uname().machine})")
     fd = os.memfd_create("amux-seccomp", 0)
     os.write(fd, program)
     os.lseek(fd, 0, os.SEEK_SET)

@@ -6,9 +6,11 @@
    bridge drives ``codex app-server``. The bridge's share includes the Hub calls (binding,
    delegated credential), per-run files, and for claude and codex the start of ``amux mcp``
    when the CLI waits for its tools before the first request.
-2. Sandbox: what bubblewrap adds to a launch, measured on its own: building the sandbox
-   (finding installations) plus spawning ``/bin/true`` through the real sandbox argv, against the
-   same spawn without it (``setpriv --pdeathsig``, as an unsandboxed launch runs).
+2. Sandbox: what bubblewrap and the launch's bounds add to a launch, measured on their own:
+   building the sandbox (finding installations) and the launch's cgroup, spawning ``/bin/true``
+   through the real first step (``agent_exec``: cgroup, limits, keyring, seccomp filter) and
+   sandbox argv, and removing the cgroup, against the same spawn without them (``setpriv``, as
+   an unsandboxed launch runs, as the same uid).
 3. Memory call: ``amux.memory_get`` through the real MCP client SDK → ``amux mcp`` (stdio) → Hub,
    against ``HubClient.memory_get`` straight to the Hub; plus the cold start of ``amux mcp``.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -43,6 +46,9 @@ from mcp.client.stdio import stdio_client
 from hub.client import HubClient
 from hub.config import OWNER_TOKEN_FILE
 from hub.contract import Claim, Session
+from runtime_bridge import cgroups
+from runtime_bridge.bounds import bounds_from_settings
+from runtime_bridge.cgroups import LaunchGroup
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.launch import LaunchSite
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
@@ -446,26 +452,41 @@ async def sandbox_cost(root: Path, samples: int) -> None:
         base_env=dict(os.environ),
         own_home=True,
     )
-    plain = build_plan(request)
+    # As a worker would run it: on a root host, as the Principal's own uid.
+    plain = dataclasses.replace(build_plan(request), run_as=site.agent_identity("p1"))
+    bounds = bounds_from_settings(settings)
     builds: list[float] = []
+    removals: list[float] = []
     bare: list[float] = []
     boxed: list[float] = []
-    for _ in range(samples + 1):  # The first round warms caches and is dropped.
+    for n in range(samples + 1):  # The first round warms caches and is dropped.
         start = time.perf_counter()
         sandboxed = site.sandbox(plain, request)
+        group = LaunchGroup.create(f"bench-{os.getpid()}-{n}", bounds)
+        procs = group.procs_files if group is not None else ()
+        sandboxed = dataclasses.replace(sandboxed, confine=site.confinement(procs))
         built = time.perf_counter() - start
         unboxed = await spawn_seconds(launch_command(plain, ["/bin/true"]), dict(plain.env))
         inside = await spawn_seconds(launch_command(sandboxed, ["/bin/true"]), dict(plain.env))
+        start = time.perf_counter()
+        if group is not None:
+            group.hit()
+            group.remove()
+        removals.append(time.perf_counter() - start)
         builds.append(built)
         bare.append(unboxed)
         boxed.append(inside)
-    builds, bare, boxed = builds[1:], bare[1:], boxed[1:]
-    added = [b + (x - u) for b, x, u in zip(builds, boxed, bare, strict=True)]
+    builds, removals, bare, boxed = builds[1:], removals[1:], bare[1:], boxed[1:]
+    added = [b + r + (x - u) for b, r, x, u in zip(builds, removals, boxed, bare, strict=True)]
     verdict = "meets" if statistics.median(added) * 1000 < SANDBOX_TARGET_MS else "misses"
-    print(f"\nsandbox: spawn of /bin/true with and without bwrap, {samples} interleaved runs")
-    print(f"  build the sandbox argv      {spread(builds)}")
+    print(
+        f"\nsandbox: spawn of /bin/true with and without bwrap and the launch's bounds "
+        f"({cgroups.mechanism()}), {samples} interleaved runs"
+    )
+    print(f"  build the sandbox argv and the launch's cgroup {spread(builds)}")
+    print(f"  remove the launch's cgroup  {spread(removals)}")
     print(f"  spawn, no sandbox           {spread(bare)}")
-    print(f"  spawn, sandboxed            {spread(boxed)}")
+    print(f"  spawn, sandboxed and bounded {spread(boxed)}")
     print(
         f"  added per launch            {spread(added)} "
         f"({ratio(statistics.median(boxed), statistics.median(bare))} of the bare spawn) "

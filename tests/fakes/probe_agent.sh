@@ -15,6 +15,7 @@
 #   forkbomb N   start up to N processes that stay, mark the workspace `forked`, wait for a
 #                `release` file there                            -> forked STARTED of N
 #   allocate MIB allocate and touch MIB MiB of memory            -> allocated MIB | allocate-failed MIB
+#   fill MIB     write a file of MIB MiB in the workspace        -> filled MIB
 # add_key / keyctl(KEYCTL_SEARCH) on the user keyring, through the C library.
 KEYS='
 import ctypes, platform, sys
@@ -73,6 +74,7 @@ while IFS= read -r line; do
         [ "$verb" = addkey ] && echo "addkey-failed $arg" || echo "findkey-none $arg"
       fi ;;
     forkbomb) python3 -c "$FORKS" "$arg" ;;
+    fill) head -c "$((arg * 1048576))" /dev/urandom > filled.bin && echo "filled $arg" ;;
     allocate)
       if python3 -c "b = bytearray($arg * 1048576); print(len(b))" >/dev/null 2>&1; then
         echo "allocated $arg"

@@ -133,3 +133,22 @@ async def test_an_agent_allocating_past_the_memory_bound_fails_its_turn_naming_i
     assert small["state"] == "succeeded" and "allocated 16" in small["lines"], small
     assert large["state"] == "failed", large
     assert "memory bound (128 MiB, AMUX_RUNTIME_MEMORY_MAX)" in str(large["error"])
+
+
+async def test_a_workspace_past_its_bound_gets_a_warning_naming_it_and_keeps_its_files(
+    tmp_path: Path,
+) -> None:
+    hub = start_hub(tmp_path, AMUX_RUNTIME_WORKSPACE_MAX="2M")
+    try:
+        within = await asyncio.to_thread(probe, hub, hub.owner_token, "fill 1")
+        over = await asyncio.to_thread(probe, hub, hub.owner_token, "fill 3")
+    finally:
+        hub.stop()
+    bound = "workspace bound (2 MiB, AMUX_RUNTIME_WORKSPACE_MAX)"
+    assert within["state"] == "succeeded" and "filled 1" in within["lines"], within
+    assert not any(bound in warning for warning in within["warnings"]), within
+    assert over["state"] == "succeeded" and "filled 3" in over["lines"], over
+    assert any(bound in warning for warning in over["warnings"]), over
+    # Nothing is deleted: the bound is a warning to clean up, not a loss.
+    (filled,) = (hub.home / "runtime" / "workspaces").glob("*/filled.bin")
+    assert filled.stat().st_size == 3 * 1048576
