@@ -29,7 +29,9 @@ Agent leaves in ``outbox/`` are posted after the answer (``bot.files``).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,6 +78,22 @@ class Turn:
 def origin_of(event: MessageEvent) -> str:
     """The topic's key: its root message (a topic's first message is its own root)."""
     return f"feishu:{event.chat_id}:{event.root_id or event.message_id}"
+
+
+def topic_workspace(topic: str) -> str:
+    """A group topic's own workspace key: the same across its New conversations, so its files
+    stay with the topic; nobody's personal workspace."""
+    return "topic-" + hashlib.sha256(topic.encode("utf-8")).hexdigest()[:32]
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\[\]()]")
+
+
+def with_sender(prompt: str, sender: Principal) -> str:
+    """``prompt`` headed by who sent it: the Agent always knows whose turn this is, and a name
+    cannot break the header line."""
+    name = _UNPRINTABLE.sub("", sender.name).strip()[:64] or "someone"
+    return f"Message from {name} (amux principal {sender.id}):\n{prompt}"
 
 
 class Conversations:
@@ -128,16 +146,20 @@ class Conversations:
         origin = self._origin(topic)
         executions = self._hub.executions
         session = executions.session_by_origin(origin)
-        principal_id = sender.id
+        # A group topic is a shared conversation with a workspace of its own; a private chat
+        # works in its Principal's personal workspace.
+        workspace = None if event.is_private else topic_workspace(topic)
         if session is not None and session.principal_id != sender.id:
-            if self._hub.config.isolation:
-                # Under isolation a topic runs with its starter's memory only.
+            if self._hub.config.isolation or session.workspace is None:
+                # Under isolation a topic runs with its starter's memory only; and a topic whose
+                # conversation works in its starter's personal workspace stays the starter's.
                 await self._client.reply(event.message_id, card=own_topic_card(self._lang))
                 return None
-            principal_id = session.principal_id
+        # The Session keeps its starter (who may stop or renew it); each turn runs as its sender.
+        principal_id = session.principal_id if session is not None else sender.id
         prompt = event.text.strip()
         if event.attachments:
-            prompt = await self._bring_in(event, principal_id, session, prompt)
+            prompt = await self._bring_in(event, principal_id, session, prompt, workspace)
         if not prompt:
             return None
         context = TopicContext()
@@ -148,8 +170,9 @@ class Conversations:
                 principal_id=principal_id,
                 submitted_by=sender.id,
                 provider=session.provider if session else self._provider_of(event.chat_id),
-                prompt=with_context(prompt, context),
+                prompt=with_context(with_sender(prompt, sender), context),
                 origin=origin,
+                workspace=workspace,
             )
         except AmuxError as error:
             card = error_card(error.code, error.message, self._lang)
@@ -191,7 +214,12 @@ class Conversations:
         return Turn(submitted.id, session.id, progress_message_id)
 
     async def _bring_in(
-        self, event: MessageEvent, principal_id: str, session: Session | None, prompt: str
+        self,
+        event: MessageEvent,
+        principal_id: str,
+        session: Session | None,
+        prompt: str,
+        workspace: str | None,
     ) -> str:
         """Save the message's files in the workspace; the prompt naming them. Refusals are told."""
         if self._files is None:
@@ -201,8 +229,11 @@ class Conversations:
                 for a in event.attachments
             ]
         else:
-            owner = session or Session("", principal_id, "", None, None, None, "pending", None)
-            saved, refused = await self._files.bring_in(event, owner)
+            # A new conversation's files go where its turns will work.
+            target = session or Session(
+                "", principal_id, "", None, None, None, "pending", None, workspace
+            )
+            saved, refused = await self._files.bring_in(event, target)
         if refused:
             items = "; ".join(f"{r.name}: {r.reason}" for r in refused)
             await self._client.reply(

@@ -269,10 +269,10 @@ class TurnFiles:
     async def bring_in(
         self, event: MessageEvent, session: Session
     ) -> tuple[list[Saved], list[Refused]]:
-        """Save ``event``'s files in ``session``'s workspace, owned by the uid its Agents run as
-        (the Principal's own on a root worker), else by the service."""
+        """Save ``event``'s files in ``session``'s workspace (a group topic's own, else its
+        Principal's), owned by the uid its Agents run as on a root worker, else the service's."""
         workspace = self.workspace(session)
-        owner = await asyncio.to_thread(self._site.agent_identity, session.principal_id)
+        owner = await asyncio.to_thread(self._site.identity_of, session)
         saved: list[Saved] = []
         refused: list[Refused] = []
         budget = MAX_IN_BYTES

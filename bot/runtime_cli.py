@@ -207,7 +207,7 @@ def runtime_plan(
                 cli_dir=memory_cli_dir(run_dir),
             )
         # Who the Agent would run as: on a root worker, a uid of the Principal's own.
-        identity = site.agent_identity(planned.principal_id, allocate=False)
+        identity = site.identity_of(planned, allocate=False)
         request = site.request(
             provider=provider,
             prompt=prompt,

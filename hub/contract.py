@@ -67,6 +67,8 @@ class Session:
     native_id: str | None
     memory: str
     binding: str | None
+    # A shared conversation's own workspace (a group topic's), by key; None: its Principal's.
+    workspace: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -78,6 +80,7 @@ class Session:
             "native_id": self.native_id,
             "memory": self.memory,
             "binding": self.binding,
+            "workspace": self.workspace,
         }
 
     @classmethod
@@ -91,6 +94,7 @@ class Session:
             native_id=_optional(wire, "native_id", str),
             memory=_field(wire, "memory", str),
             binding=_optional(wire, "binding", str),
+            workspace=_optional(wire, "workspace", str),
         )
 
 

@@ -213,6 +213,7 @@ class Executions:
             row["native_id"],
             row["memory"],
             row["binding"],
+            row["workspace"],
         )
 
     def session_by_origin(self, origin: str) -> Session | None:
@@ -220,14 +221,19 @@ class Executions:
         return self.session(row["id"]) if row else None
 
     def _create_session(
-        self, principal_id: str, provider: str, cwd: str | None, origin: str | None
+        self,
+        principal_id: str,
+        provider: str,
+        cwd: str | None,
+        origin: str | None,
+        workspace: str | None = None,
     ) -> Session:
         now = self._clock()
         session_id = uuid.uuid4().hex
         self.db.execute(
-            "INSERT INTO sessions (id, principal_id, provider, cwd, origin, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (session_id, principal_id, provider, cwd, origin, now, now),
+            "INSERT INTO sessions (id, principal_id, provider, cwd, origin, workspace, created_at,"
+            " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (session_id, principal_id, provider, cwd, origin, workspace, now, now),
         )
         return self.session(session_id)
 
@@ -281,8 +287,13 @@ class Executions:
         cwd: str | None = None,
         session_id: str | None = None,
         origin: str | None = None,
+        workspace: str | None = None,
     ) -> tuple[Execution, Session]:
         """Queue one turn, in a new Session or resuming one of this Principal's.
+
+        ``submitted_by`` is whom the turn runs as. Only a shared conversation (a group topic,
+        which the bot alone submits to), made with a ``workspace`` of its own, takes turns of
+        others than its Principal.
 
         Raises:
             InvalidArgument: bad prompt or provider, or a provider change on an existing Session.
@@ -312,12 +323,17 @@ class Executions:
             if session is not None:
                 if session.principal_id != principal_id:
                     raise Forbidden("this conversation belongs to someone else")
+                if submitted_by != principal_id and session.workspace is None:
+                    # A personal conversation's turns are its Principal's own, never another's.
+                    raise Forbidden("this conversation belongs to someone else")
                 if session.provider != provider:
                     raise InvalidArgument(
                         f"this conversation runs {session.provider}; start a new one for {provider}"
                     )
             else:
-                session = self._create_session(principal_id, provider, cwd, origin)
+                if submitted_by != principal_id and workspace is None:
+                    raise Forbidden("a turn runs as its sender, in a conversation of its own")
+                session = self._create_session(principal_id, provider, cwd, origin, workspace)
             now = self._clock()
             db.execute(
                 "INSERT INTO executions (id, session_id, prompt, state, submitted_by, request_id, "

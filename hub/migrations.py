@@ -147,10 +147,17 @@ CREATE TABLE credential_launches (
 );
 """
 
+# A shared conversation (a group topic) works in a workspace of its own, named by this key,
+# never in the personal workspace of whoever started it.
+_V4_SESSION_WORKSPACES = """
+ALTER TABLE sessions ADD COLUMN workspace TEXT;
+"""
+
 MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (1, _V1_IDENTITY_AND_SETTINGS),
     (2, _queue_with_request_ids),
     (3, _V3_MEMORY_LOG),
+    (4, _V4_SESSION_WORKSPACES),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from types import MappingProxyType
 from typing import Annotated, Any
@@ -9,10 +10,11 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field
 
 from hub.contract import BOT_ORIGIN_PREFIX, Outcome, Session, TurnResult, is_bot_origin
-from hub.errors import Forbidden
+from hub.errors import Forbidden, NotFound
 from hub.executions import delegation_label, no_such_execution, no_such_session
 from hub.identity import acting_for, require_service
 from hub.rpc import Call, Method, Methods, Params, text_field
+from hub.services import Hub
 from hub.state import Principal
 
 MAX_WAIT_SECONDS = 30.0
@@ -231,7 +233,7 @@ async def sessions_memory(call: Call, params: MemoryParams) -> dict[str, Any]:
     }
     if session.memory == "bound" and session.binding:
         token, credential = hub.state.issue_credential(
-            session.principal_id,
+            _runs_as(hub, session, params.execution_id),
             "delegated",
             binding=session.binding,
             label=delegation_label(session.id),
@@ -242,6 +244,17 @@ async def sessions_memory(call: Call, params: MemoryParams) -> dict[str, Any]:
         answer["token"] = token
         answer["credential_id"] = credential.id
     return answer
+
+
+def _runs_as(hub: Hub, session: Session, execution_id: str | None) -> str:
+    """Whom a launch's credential is for: the sender of its turn, when the turn is one of this
+    Session's (a shared topic's turns are each their sender's), else the Session's Principal."""
+    if execution_id is not None:
+        with contextlib.suppress(NotFound):
+            execution = hub.executions.describe(execution_id)
+            if execution.session_id == session.id and execution.submitted_by:
+                return execution.submitted_by
+    return session.principal_id
 
 
 async def sessions_unbind(call: Call, params: SessionParams) -> dict[str, Any]:

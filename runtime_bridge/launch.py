@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import shutil
 import sys
 from collections.abc import Mapping
@@ -40,6 +41,10 @@ from runtime_bridge.sandbox import (
 
 SESSION_HOME = "home"
 AGENT_EXEC = Path(agent_exec.__file__)
+
+
+# A shared conversation's workspace key: never a principal's (those are 64 hex digits).
+WORKSPACE_KEY = re.compile(r"^[a-z][a-z0-9]{0,15}-[0-9a-f]{16,64}$")
 
 
 def principal_key(principal_id: str) -> str:
@@ -102,22 +107,44 @@ class LaunchSite:
         return self.work_dir / "workspaces"
 
     def workspace(self, session: Session) -> Path:
-        """The Session's chosen directory, the operator's shared one, or the Principal's own."""
+        """The Session's chosen directory, the operator's shared one, a shared conversation's
+        own, or the Principal's own.
+
+        Raises:
+            InvalidArgument: the Session names a workspace key that is not one.
+        """
         if session.cwd:
             return Path(session.cwd)
         if self.settings.default_cwd is not None:
             return self.settings.default_cwd
+        if session.workspace is not None:
+            if not WORKSPACE_KEY.match(session.workspace):
+                raise InvalidArgument(f"{session.workspace!r} is not a workspace key")
+            return self.workspaces / session.workspace
         return self.workspaces / principal_key(session.principal_id)
+
+    def identity_of(self, session: Session, allocate: bool = True) -> Identity | None:
+        """Who ``session``'s Agents run as: its workspace decides, so that every turn there
+        can change what the others left (a shared conversation's uid is its workspace's own).
+
+        Raises:
+            InvalidArgument: ``AMUX_RUNTIME_RUN_AS`` names no user, or root.
+        """
+        owner = session.principal_id
+        shared = session.workspace is not None and self.settings.default_cwd is None
+        if shared and not session.cwd:
+            owner = f"workspace:{session.workspace}"
+        return self.agent_identity(owner, allocate)
 
     @property
     def sandboxed(self) -> bool:
         return self.settings.sandbox == "bwrap"
 
     def agent_identity(self, principal_id: str, allocate: bool = True) -> Identity | None:
-        """Who ``principal_id``'s Agents run as: the configured user, else on a root worker a
-        uid of the Principal's own (of the shared directory's, when one is set), else the
-        worker's own uid (None). Without ``allocate`` nothing is written: a Principal without
-        a uid yet is shown the one it would get.
+        """Who ``principal_id``'s Agents (or a shared workspace's) run as: the configured user,
+        else on a root worker a uid of their own (of the shared directory's, when one is set),
+        else the worker's own uid (None). Without ``allocate`` nothing is written: an owner
+        without a uid yet is shown the one it would get.
 
         Raises:
             InvalidArgument: ``AMUX_RUNTIME_RUN_AS`` names no user, or root.

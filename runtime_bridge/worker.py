@@ -246,7 +246,7 @@ class Worker:
         try:
             # Re-checked here: the Hub this worker serves may accept providers it does not.
             site.check_provider(provider)
-            run_as = site.agent_identity(session.principal_id)
+            run_as = site.identity_of(session)
             self._prepare(site, session, claimed.execution_id, run_as)
             memory, credential_id = await self._memory(claimed, provider, run_dir, warnings, run_as)
             request = site.request(
