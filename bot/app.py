@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from bot.config import FeishuSettings
+from hub.bodies import SERVER_ARGS
 from hub.client import HubClient
 from hub.config import HubSettings
 from hub.errors import InvalidArgument, NotFound
@@ -49,7 +50,7 @@ def create_app(
     if problem is not None:
         # Before the Hub takes its lock and opens its state: nothing starts half-configured.
         raise InvalidArgument(problem)
-    app = web.Application(client_max_size=hub_settings.max_request_bytes)
+    app = web.Application(client_max_size=hub_settings.max_request_bytes, handler_args=SERVER_ARGS)
     settings = runtime_settings or RuntimeSettings()
     add_hub(app, hub_settings, settings.accepted_providers())
     if worker_url is not None:

@@ -64,7 +64,13 @@ def add_feishu(
 ) -> None:
     """The bot on ``app``; ``runtime`` is the in-process worker's settings, when there is one."""
     sink = _DeferredSink()
-    adapter = FeishuAdapter(settings, sink, state_dir=hub_settings.home, client=client)
+    adapter = FeishuAdapter(
+        settings,
+        sink,
+        state_dir=hub_settings.home,
+        client=client,
+        body_seconds=hub_settings.request_body_seconds,
+    )
     app[FEISHU] = adapter
     app.add_routes(adapter.routes())
     metrics = app.get(METRICS)

@@ -46,6 +46,9 @@ class HubSettings(BaseSettings):
     # exec: re-exec in place after a graceful drain; exit: leave the restart to a supervisor.
     restart_mode: Literal["exec", "exit"] = "exec"
     max_request_bytes: int = 1024 * 1024
+    # A request body not received whole within this long gets 408 and its connection is closed:
+    # a client dribbling bytes must not hold a connection, or a restart's drain, for longer.
+    request_body_seconds: float = Field(default=10.0, gt=0)
     # A worker that misses heart-beats this long loses its turn to a retry.
     lease_seconds: float = 30.0
     # A turn no worker takes within this long fails visibly instead of waiting forever.

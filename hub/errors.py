@@ -8,8 +8,10 @@
     │   ├── BindingMismatch        binding_mismatch     403
     │   └── MemoryDisabled         memory_disabled      403
     ├── NotFound                   not_found            404
+    ├── RequestTimeout             request_timeout      408
     ├── Conflict                   conflict             409   observed_revision, path
     ├── PayloadTooLarge            payload_too_large    413
+    ├── UnsupportedEncoding        unsupported_encoding 415
     ├── QuotaExceeded              quota_exceeded       422   limit
     ├── Unavailable                unavailable          503
     │   └── StorageUnavailable     storage_unavailable  503   cause, disk
@@ -120,6 +122,11 @@ class NotFound(AmuxError):
     status = 404
 
 
+class RequestTimeout(AmuxError):
+    code = "request_timeout"
+    status = 408
+
+
 class Conflict(AmuxError):
     code = "conflict"
     status = 409
@@ -138,6 +145,11 @@ class Conflict(AmuxError):
 class PayloadTooLarge(AmuxError):
     code = "payload_too_large"
     status = 413
+
+
+class UnsupportedEncoding(AmuxError):
+    code = "unsupported_encoding"
+    status = 415
 
 
 class QuotaExceeded(AmuxError):

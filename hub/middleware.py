@@ -7,7 +7,9 @@ they end up in every log line.
 
 The drain: once a stop or restart begins, in-flight requests finish and new ones are refused with
 503. aiohttp's own shutdown waits its full timeout for connections that arrive while it stops, so
-the Hub tracks its requests itself and hands aiohttp an already idle server.
+the Hub tracks its requests itself and hands aiohttp an already idle server. A request whose body
+is still arriving has done no work yet: the drain ends its read at once (``hub.bodies``) instead
+of waiting for a client that may be dribbling bytes on purpose.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from hub.bodies import BODY_READS, BodyReads, close_refused
 from hub.errors import Unavailable
 from hub.requestid import REQUEST_ID, REQUEST_ID_HEADER
 from hub.rpc import error_response
@@ -67,6 +70,7 @@ class Drain:
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self.reads = BodyReads()
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -86,6 +90,7 @@ class Drain:
     async def wait_idle(self, seconds: float) -> bool:
         """Start draining and wait for in-flight requests; False if some outlived ``seconds``."""
         self.draining = True
+        self.reads.end_all()
         try:
             await asyncio.wait_for(self._idle.wait(), seconds)
         except TimeoutError:
@@ -98,10 +103,13 @@ DRAIN = web.AppKey("drain", Drain)
 
 def install_middleware(app: web.Application) -> Drain:
     """Put both in front of every request of ``app``: the request id outermost (so a refusal
-    while draining carries one too), then the drain. Echoes the id on every response."""
+    while draining carries one too), then the drain. Echoes the id on every response, and closes
+    the connection of a request whose body was refused."""
     drain = Drain()
     app[DRAIN] = drain
+    app[BODY_READS] = drain.reads
     app.middlewares.insert(0, drain.middleware)
     app.middlewares.insert(0, request_id_middleware)
     app.on_response_prepare.append(_echo_request_id)
+    app.on_response_prepare.append(close_refused)
     return drain

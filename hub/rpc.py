@@ -24,6 +24,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hub import __version__
+from hub.bodies import read_body
 from hub.contract import MEMORY, MemoryUse
 from hub.errors import (
     AmuxError,
@@ -309,7 +310,9 @@ async def dispatch(request: web.Request) -> web.Response:
     spec = request[METHODS_KEY].get(name)
     if spec is None:
         raise NotFound(f"unknown RPC method '{name}'")
-    params = parse_params(spec.params, parse_body(await request.read()))
+    settings = request.app[HUB].settings
+    raw = await read_body(request, settings.max_request_bytes, settings.request_body_seconds)
+    params = parse_params(spec.params, parse_body(raw))
     binding = request.headers.get(BINDING_HEADER) or None
     via = request.headers.get(VIA_HEADER, "")
     call = Call(request.app[HUB], request[ACTOR_KEY], binding, via if via in CLIENT_VIAS else "rpc")

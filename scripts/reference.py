@@ -44,6 +44,9 @@ MEANINGS: dict[str, str] = {
     "it again.",
     "AMUX_MAX_REQUEST_BYTES": "Largest request body the Hub accepts; larger ones get "
     "payload_too_large.",
+    "AMUX_REQUEST_BODY_SECONDS": "A request body (Hub RPC, Feishu webhook) must arrive whole "
+    "within this many seconds; a slower one gets request_timeout (408) and its connection is "
+    "closed.",
     "AMUX_LEASE_SECONDS": "How long a worker may go without a heartbeat before its running turn is "
     "retried elsewhere (once) or failed visibly.",
     "AMUX_QUEUE_SECONDS": "A turn no Runtime worker takes within this many seconds fails with a "

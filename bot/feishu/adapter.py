@@ -49,8 +49,10 @@ class FeishuAdapter:
         *,
         client: FeishuClient | None = None,
         identity_retry_seconds: float = 30.0,
+        body_seconds: float = 10.0,
     ) -> None:
-        """Build everything without I/O beyond opening the dedup database.
+        """Build everything without I/O beyond opening the dedup database; a webhook request's
+        body must arrive within ``body_seconds``.
 
         Raises:
             InvalidArgument: the bot is not configured, or webhook mode lacks its secrets
@@ -81,7 +83,11 @@ class FeishuAdapter:
         self.cards = CardUpdateThrottle(
             self.client.update_card, settings.card_update_interval_seconds
         )
-        self._webhook = WebhookIngress(verifier, self.dispatcher) if verifier else None
+        self._webhook = (
+            WebhookIngress(verifier, self.dispatcher, body_seconds=body_seconds)
+            if verifier
+            else None
+        )
         self._longconn = (
             LongConnection(settings, self.dispatcher)
             if settings.mode == "long_connection"

@@ -3,7 +3,9 @@
 Thin edge: read the body, let :class:`WebhookVerifier` authenticate and decrypt it, let
 :class:`EventDispatcher` answer, and turn typed errors into their status and JSON shape
 (401 signature/timestamp, 403 token, 400 garbage) rather than the SDK's 500, which Feishu
-would keep retrying.
+would keep retrying. The route is open to anyone, so the body is read as ``hub.bodies`` reads
+any: uncompressed only (415), at most ``MAX_BODY_BYTES`` (413), within a deadline (408), and a
+refused request's connection is closed unread.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from aiohttp import web
 
 from bot.feishu.dispatcher import EventDispatcher
 from bot.feishu.verifier import WebhookVerifier
-from hub.errors import AmuxError, PayloadTooLarge
+from hub.bodies import read_body
+from hub.errors import AmuxError
 
 logger = logging.getLogger(__name__)
 
@@ -35,26 +38,21 @@ class WebhookIngress:
         *,
         clock: Callable[[], float] = time.time,
         max_body_bytes: int = MAX_BODY_BYTES,
+        body_seconds: float = 10.0,
     ) -> None:
         self._verifier = verifier
         self._dispatcher = dispatcher
         self._clock = clock
         self._max_body = max_body_bytes
+        self._body_seconds = body_seconds
 
     def routes(self) -> list[web.RouteDef]:
         return [web.post(EVENTS_PATH, self.handle)]
 
     async def handle(self, request: web.Request) -> web.Response:
         try:
-            if (request.content_length or 0) > self._max_body:
-                raise PayloadTooLarge("Feishu request body too large")
-            try:
-                # The whole body: the signature covers the exact bytes received.
-                body = await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                raise PayloadTooLarge("Feishu request body too large") from None
-            if len(body) > self._max_body:
-                raise PayloadTooLarge("Feishu request body too large")
+            # The whole body: the signature covers the exact bytes received.
+            body = await read_body(request, self._max_body, self._body_seconds)
             payload = self._verifier.open(request.headers, body, self._clock())
             answer = await self._dispatcher.dispatch(payload)
         except AmuxError as error:

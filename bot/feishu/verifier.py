@@ -97,6 +97,9 @@ class WebhookVerifier:
     def _plaintext(self, body: bytes) -> dict[str, Any]:
         try:
             outer = json.loads(body)
+        except RecursionError:
+            # Anyone may post: 200,000 "[" must be a 400, not a traceback and a 500.
+            raise InvalidArgument("Feishu request body is nested too deeply") from None
         except ValueError:
             raise InvalidArgument("Feishu request body is not JSON") from None
         if not isinstance(outer, dict):
@@ -110,7 +113,7 @@ class WebhookVerifier:
             raise InvalidArgument("cannot decrypt Feishu request: no encrypt key configured")
         try:
             inner = json.loads(AESCipher(self.encrypt_key).decrypt_str(encrypted))
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):
             raise InvalidArgument("cannot decrypt Feishu request") from None
         if not isinstance(inner, dict):
             raise InvalidArgument("Feishu payload is not an object")
