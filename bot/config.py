@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 FEISHU_DOMAIN = "https://open.feishu.cn"
@@ -26,6 +26,11 @@ class FeishuSettings(BaseSettings):
     domain: str = FEISHU_DOMAIN
     mode: Literal["webhook", "long_connection"] = "webhook"
     enroll: Literal["auto", "closed"] = "auto"
+    tenant_key: str = Field(
+        default="",
+        description="The tenant (tenant_key) the app belongs to: events of any other tenant are "
+        "refused. Empty: the tenant of the first signed event, kept in the Hub's state.",
+    )
     # Feishu retries for about 7 h; remember event ids well beyond that.
     dedup_hours: float = 24.0
     # Webhook requests older (or further in the future) than this are replays.

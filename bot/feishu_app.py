@@ -89,7 +89,12 @@ def add_feishu(
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         hub = app[HUB]
         lang = settings.language
-        identities = FeishuIdentities(hub.state, enroll=settings.enroll == "auto")
+        identities = FeishuIdentities(
+            hub.state,
+            enroll=settings.enroll == "auto",
+            app_id=settings.app_id,
+            tenant_key=settings.tenant_key,
+        )
         management = Management(hub, lang, settings.provider)
         client = adapter.client
         seen = SeenTopics(hub_settings.home / TOPICS_FILE)

@@ -1,7 +1,19 @@
-"""Feishu people → Hub Principals, and the one-time owner claim.
+"""Feishu people → Hub Principals, the events that may speak for them, and the owner claim.
 
-``union_id`` is stable across one developer's apps, so it is the preferred key; ``user_id`` next;
-``open_id`` (per app) is kept as an alias too because replies address people by it.
+Ids become aliases namespaced by tenant and app (``hub.aliases``): ``union_id`` is stable across
+one developer's apps; ``user_id`` is unique only inside a tenant, whose admins set it; ``open_id``
+is per app and is what replies address people by.
+
+Only events delivered for the bot's own app and tenant, from people of that tenant, are acted on;
+any other is logged and acknowledged with nothing done. The app's tenant is
+``AMUX_FEISHU_TENANT_KEY`` when set; else the one recorded in the Hub's state for this app id;
+else the tenant of the first signed event the bot receives, recorded from then on. A self-built
+app is delivered events for the one tenant it belongs to; a person of another tenant (in an
+external group) carries their own tenant and is refused.
+
+One event's ids name one Principal or none. When they name two, or the one they name already has
+an id of the same kind that differs (an admin gave a user_id to someone new; another open_id for
+this app), nothing is merged: the event is refused, with a warning naming the principals by id.
 """
 
 from __future__ import annotations
@@ -14,21 +26,27 @@ from collections.abc import Callable
 from enum import Enum
 
 from bot.feishu.events import UserIds
+from hub.aliases import (
+    ID_FIELDS,
+    FeishuApp,
+    IdField,
+    alias_kind,
+    bind_pending,
+    is_feishu_kind,
+    recorded_app,
+)
 from hub.errors import Conflict, NotFound
 from hub.state import Principal, State
 
 logger = logging.getLogger("amux.bot")
 
-ALIAS_KINDS = (
-    ("feishu_union_id", "union_id"),
-    ("feishu_user_id", "user_id"),
-    ("feishu_open_id", "open_id"),
-)
-
-
 # Long enough to read the log and open a chat with the bot; short enough that a code seen in an
 # old log (or a leaked one) is worthless.
 CLAIM_SECONDS = 30 * 60
+MISMATCH = (
+    "amux cannot tell who you are: your Feishu ids do not match the ones it knows, so nothing "
+    "was done; the owner can see why in amux's log"
+)
 
 
 class ClaimRefused(Enum):
@@ -39,15 +57,18 @@ class ClaimRefused(Enum):
     USED = "used"
 
 
-def _aliases(ids: UserIds) -> list[tuple[str, str]]:
-    return [(kind, getattr(ids, field)) for kind, field in ALIAS_KINDS if getattr(ids, field)]
-
-
 class FeishuIdentities:
-    """Resolves senders to Principals, enrolling newcomers when the Hub allows it."""
+    """Admits events of the bot's own tenant and resolves senders to Principals, enrolling
+    newcomers when the Hub allows it."""
 
     def __init__(
-        self, state: State, *, enroll: bool, clock: Callable[[], float] = time.time
+        self,
+        state: State,
+        *,
+        enroll: bool,
+        app_id: str = "",
+        tenant_key: str = "",
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._state = state
         self._enroll = enroll
@@ -56,40 +77,153 @@ class FeishuIdentities:
         # Wall-clock seconds, so the log can say when the code stops working.
         self.claim_expires_at: float | None = None
         self._used_code: str | None = None
+        self.app_id = app_id
+        self.app: FeishuApp | None = None
+        recorded = recorded_app(state)
+        if recorded is not None and recorded.app_id != app_id:
+            recorded = None  # Another app's tenant says nothing about this one's.
+        if tenant_key:
+            if recorded is not None and recorded.tenant_key != tenant_key:
+                logger.warning(
+                    "AMUX_FEISHU_TENANT_KEY %s replaces tenant %s recorded for Feishu app %s",
+                    tenant_key,
+                    recorded.tenant_key,
+                    app_id,
+                )
+            self._bind(FeishuApp(app_id, tenant_key))
+        elif recorded is not None:
+            self._bind(recorded)
+
+    # -- which events count ----------------------------------------------------------------------
+
+    def admits(self, tenant_key: str, app_id: str, person: UserIds) -> bool:
+        """Whether an event delivered for ``tenant_key`` and ``app_id``, from ``person``, may be
+        acted on; a refusal is logged."""
+        if self.app_id and app_id and app_id != self.app_id:
+            logger.warning(
+                "refused a Feishu event for app %s: this bot is app %s", app_id, self.app_id
+            )
+            return False
+        tenant = tenant_key or person.tenant_key
+        if not tenant:
+            logger.warning("refused a Feishu event that names no tenant")
+            return False
+        if self.app is None:
+            self._bind(FeishuApp(self.app_id, tenant))
+            logger.warning(
+                "Feishu app %s belongs to tenant %s, learned from its first event and kept in "
+                "the Hub's state; events of other tenants are refused (AMUX_FEISHU_TENANT_KEY "
+                "pins the tenant)",
+                self.app_id or "(no id)",
+                tenant,
+            )
+        own = self.app.tenant_key if self.app is not None else tenant
+        foreign = sorted({t for t in (tenant_key, person.tenant_key) if t and t != own})
+        if foreign:
+            logger.warning(
+                "refused a Feishu event from tenant %s: this bot's app belongs to tenant %s",
+                ", ".join(foreign),
+                own,
+            )
+            return False
+        return True
+
+    def _bind(self, app: FeishuApp) -> None:
+        for kind, holder in bind_pending(self._state, app):
+            logger.warning(
+                "a %s alias of principal %s waiting for the tenant was left unbound: another "
+                "principal has that id in tenant %s",
+                kind,
+                holder,
+                app.tenant_key,
+            )
+        self.app = app
+
+    # -- who is it -------------------------------------------------------------------------------
+
+    def _aliases(self, ids: UserIds) -> list[tuple[IdField, str, str]]:
+        """(field, alias kind, value) of each id given; user_id and open_id only once the app's
+        tenant is known, in the person's own tenant's namespace."""
+        found: list[tuple[IdField, str, str]] = []
+        for field in ID_FIELDS:
+            value = str(getattr(ids, field))
+            if not value:
+                continue
+            if field == "union_id":
+                found.append((field, alias_kind(field, None), value))
+            elif self.app is not None:
+                app = FeishuApp(self.app.app_id, ids.tenant_key or self.app.tenant_key)
+                found.append((field, alias_kind(field, app), value))
+        return found
 
     def resolve(self, ids: UserIds) -> Principal | None:
-        """The sender's Principal, created on first contact when enrollment is open."""
-        known = self.find(ids)
+        """The sender's Principal, created on first contact when enrollment is open.
+
+        Raises:
+            Conflict: the ids name two Principals, or differ from the ones their Principal has;
+                nothing was changed.
+        """
+        aliases = self._aliases(ids)
+        known = self._holder(aliases)
         if known is not None:
-            self._remember(known, ids)
+            self._remember(known, aliases)
             return known
-        if not self._enroll or not _aliases(ids):
+        if not self._enroll or not aliases:
             return None
         # The Principal and its aliases in one commit: a first contact runs on the event loop,
         # and a burst of newcomers would otherwise wait for a sync per row.
         with self._state.transaction():
             principal = self._state.add_principal(self._new_name(ids), "user")
-            self._remember(principal, ids)
+            self._remember(principal, aliases)
         logger.info("enrolled a new Feishu user as principal %s", principal.name)
         return principal
 
-    def find(self, ids: UserIds) -> Principal | None:
-        for kind, value in _aliases(ids):
-            principal = self._state.principal_by_alias(kind, value)
-            if principal is not None:
-                return principal
-        return None
+    def _holder(self, aliases: list[tuple[IdField, str, str]]) -> Principal | None:
+        """The one Principal these aliases name, if any, provided they all fit it.
 
-    def _remember(self, principal: Principal, ids: UserIds) -> None:
-        for kind, value in _aliases(ids):
+        Raises:
+            Conflict: they name two Principals, or one that has another id of a kind given.
+        """
+        holders: dict[str, Principal] = {}
+        for _, kind, value in aliases:
+            holder = self._state.principal_by_alias(kind, value)
+            if holder is not None:
+                holders[holder.id] = holder
+        if len(holders) > 1:
+            logger.warning(
+                "refused a Feishu event whose ids belong to principals %s; nothing merged",
+                ", ".join(sorted(holders)),
+            )
+            raise Conflict(MISMATCH)
+        if not holders:
+            return None
+        (principal,) = holders.values()
+        has: dict[str, set[str]] = {}
+        for kind, value in self._state.aliases(principal.id):
+            has.setdefault(kind, set()).add(value)
+        differ = [
+            field for field, kind, value in aliases if has.get(kind) and value not in has[kind]
+        ]
+        if differ:
+            logger.warning(
+                "refused a Feishu event whose %s differ from those principal %s has; "
+                "nothing merged",
+                ", ".join(differ),
+                principal.id,
+            )
+            raise Conflict(MISMATCH)
+        return principal
+
+    def _remember(self, principal: Principal, aliases: list[tuple[IdField, str, str]]) -> None:
+        for _, kind, value in aliases:
             holder = self._state.principal_by_alias(kind, value)
             if holder is not None and holder.id == principal.id:
                 continue  # Known already: a read, where adding would take the write lock.
             try:
                 self._state.add_alias(principal.id, kind, value)
             except Conflict:
-                # Another Principal owns this id already; resolution above preferred ours.
-                logger.warning("Feishu %s of %s belongs to another principal", kind, principal.name)
+                # Taken in between by another process (an admin command); ours stays as it was.
+                logger.warning("a Feishu %s of principal %s belongs to another", kind, principal.id)
 
     def _new_name(self, ids: UserIds) -> str:
         base = "feishu-" + (ids.union_id or ids.user_id or ids.open_id)[-10:]
@@ -112,7 +246,7 @@ class FeishuIdentities:
         owner = self._state.owner()
         if owner is None:
             return None
-        if any(kind.startswith("feishu_") for kind, _ in self._state.aliases(owner.id)):
+        if any(is_feishu_kind(kind) for kind, _ in self._state.aliases(owner.id)):
             return None
         self.claim_code = secrets.token_hex(4)
         self.claim_expires_at = self._clock() + CLAIM_SECONDS
@@ -128,14 +262,15 @@ class FeishuIdentities:
             return ClaimRefused.USED
         expected = self.claim_code
         owner = self._state.owner()
-        if expected is None or owner is None or not _aliases(ids):
+        aliases = self._aliases(ids)
+        if expected is None or owner is None or not aliases:
             return ClaimRefused.WRONG
         if not hmac.compare_digest(sent, expected.encode()):
             return ClaimRefused.WRONG
         if self.claim_expires_at is None or self._clock() >= self.claim_expires_at:
             logger.warning("an expired owner claim code was sent from Feishu")
             return ClaimRefused.EXPIRED
-        for kind, value in _aliases(ids):
+        for _, kind, value in aliases:
             self._state.move_alias(kind, value, owner.id)
         self._used_code = expected
         self.claim_code = None

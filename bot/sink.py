@@ -67,6 +67,8 @@ class BotSink:
     async def on_message(self, event: MessageEvent) -> None:
         if event.sender_type not in ("user", ""):
             return  # Other bots and apps do not drive Agents.
+        if not self._identities.admits(event.tenant_key, event.app_id, event.sender):
+            return
         text = event.text.strip()
         is_command = text == COMMAND or text.startswith(COMMAND + " ")
         if not event.is_private and not event.mentions_bot:
@@ -146,7 +148,12 @@ class BotSink:
         await self._client.reply(event.message_id, text=message, in_thread=False)
 
     async def on_card_action(self, action: CardAction) -> CardResponse | None:
-        principal = self._identities.resolve(action.operator)
+        if not self._identities.admits(action.tenant_key, action.app_id, action.operator):
+            return None
+        try:
+            principal = self._identities.resolve(action.operator)
+        except AmuxError as error:
+            return CardResponse(toast=error.message, toast_type="error")
         if principal is None:
             return CardResponse(card=enrollment_closed_card(self._lang))
         value = action.value

@@ -16,6 +16,7 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 
+from hub.aliases import IdField, alias_kind, recorded_app
 from hub.client import HubClient
 from hub.config import ClientSettings, HubSettings
 from hub.errors import AmuxError, Conflict, InvalidArgument, NotFound
@@ -353,10 +354,10 @@ def principal_add(
     emit(principal.to_wire())
 
 
-ALIAS_KINDS = {
-    "feishu_union_id": "--feishu-union-id",
-    "feishu_user_id": "--feishu-user-id",
-    "feishu_open_id": "--feishu-open-id",
+ALIAS_FIELDS: dict[IdField, str] = {
+    "union_id": "--feishu-union-id",
+    "user_id": "--feishu-user-id",
+    "open_id": "--feishu-open-id",
 }
 
 
@@ -365,23 +366,35 @@ def principal_alias(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="The Principal these outside identities belong to."),
     feishu_union_id: str | None = typer.Option(None, "--feishu-union-id"),
-    feishu_user_id: str | None = typer.Option(None, "--feishu-user-id"),
-    feishu_open_id: str | None = typer.Option(None, "--feishu-open-id"),
+    feishu_user_id: str | None = typer.Option(
+        None, "--feishu-user-id", help="A user_id of the bot's own tenant."
+    ),
+    feishu_open_id: str | None = typer.Option(
+        None, "--feishu-open-id", help="An open_id for the bot's own app."
+    ),
 ) -> None:
     """Map outside identities (Feishu ids) to one Principal."""
-    given = {
-        "feishu_union_id": feishu_union_id,
-        "feishu_user_id": feishu_user_id,
-        "feishu_open_id": feishu_open_id,
+    given: dict[IdField, str | None] = {
+        "union_id": feishu_union_id,
+        "user_id": feishu_user_id,
+        "open_id": feishu_open_id,
     }
-    aliases = [(kind, value) for kind, value in given.items() if value]
-    if not aliases:
-        fail(InvalidArgument(f"name at least one of {', '.join(ALIAS_KINDS.values())}"))
+    ids = [(field, value) for field, value in given.items() if value]
+    if not ids:
+        fail(InvalidArgument(f"name at least one of {', '.join(ALIAS_FIELDS.values())}"))
 
     def add(state: State) -> dict[str, Any]:
         principal = state.principal_by_name(name)
-        for kind, value in aliases:
-            state.add_alias(principal.id, kind, value)
+        app = recorded_app(state)
+        if app is None and any(field != "union_id" for field, _ in ids):
+            typer.echo(
+                "the Feishu app's tenant is not known yet: the user_id and open_id wait until "
+                "amux serve learns it",
+                err=True,
+            )
+        with state.transaction():
+            for field, value in ids:
+                state.add_alias(principal.id, alias_kind(field, app), value)
         return describe_principal(state, principal.id)
 
     emit(local(ctx, add))

@@ -153,11 +153,20 @@ _V4_SESSION_WORKSPACES = """
 ALTER TABLE sessions ADD COLUMN workspace TEXT;
 """
 
+# Version 5: Feishu user_id and open_id aliases are namespaced by tenant (and open_id by app;
+# see hub.aliases). The tenant is not in this database yet, so the existing ones wait under the
+# kinds that mean "the app's own tenant, once known"; the bot binds them when it learns it.
+_V5_FEISHU_ALIASES_WAIT_FOR_THE_TENANT = """
+UPDATE aliases SET kind = 'feishu:*:user_id' WHERE kind = 'feishu_user_id';
+UPDATE aliases SET kind = 'feishu:*:open_id' WHERE kind = 'feishu_open_id';
+"""
+
 MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (1, _V1_IDENTITY_AND_SETTINGS),
     (2, _queue_with_request_ids),
     (3, _V3_MEMORY_LOG),
     (4, _V4_SESSION_WORKSPACES),
+    (5, _V5_FEISHU_ALIASES_WAIT_FOR_THE_TENANT),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -274,6 +274,29 @@ class State:
                 (kind, value, principal_id, time.time()),
             )
 
+    def rekind_aliases(self, kind: str, new_kind: str) -> list[str]:
+        """Give every alias of ``kind`` the kind ``new_kind``, keeping value and holder.
+
+        An alias whose ``new_kind`` twin belongs to another principal stays as it was; returns
+        the ids of those holders.
+        """
+        with self.transaction() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO aliases (kind, value, principal_id, created_at) "
+                "SELECT ?, value, principal_id, created_at FROM aliases WHERE kind = ?",
+                (new_kind, kind),
+            )
+            db.execute(
+                "DELETE FROM aliases WHERE kind = ? AND EXISTS (SELECT 1 FROM aliases b "
+                "WHERE b.kind = ? AND b.value = aliases.value "
+                "AND b.principal_id = aliases.principal_id)",
+                (kind, new_kind),
+            )
+            rows = db.execute(
+                "SELECT principal_id FROM aliases WHERE kind = ? ORDER BY principal_id", (kind,)
+            ).fetchall()
+        return [row["principal_id"] for row in rows]
+
     def principal_by_alias(self, kind: str, value: str) -> Principal | None:
         row = self.db.execute(
             "SELECT p.* FROM aliases a JOIN principals p ON p.id = a.principal_id "

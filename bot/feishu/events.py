@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 MESSAGE_RECEIVE = "im.message.receive_v1"
@@ -30,11 +30,13 @@ OTHER_SUBSCRIBED = frozenset(
 
 @dataclass(frozen=True)
 class UserIds:
-    """A user's ids: ``open_id`` is per app, ``union_id`` per developer, ``user_id`` opt-in."""
+    """A user's ids: ``open_id`` is per app, ``union_id`` per developer, ``user_id`` opt-in and
+    unique only inside ``tenant_key``, the user's own tenant (empty when Feishu left it out)."""
 
     open_id: str = ""
     union_id: str = ""
     user_id: str = ""
+    tenant_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,9 @@ class MessageEvent:
     mentions: tuple[Mention, ...] = ()
     create_time_ms: int = 0
     attachments: tuple[Attachment, ...] = ()
+    # The tenant and app the event was delivered for (its header's).
+    tenant_key: str = ""
+    app_id: str = ""
 
     @property
     def is_private(self) -> bool:
@@ -100,6 +105,9 @@ class CardAction:
     name: str = ""
     # The callback token allows a delayed card update (30 min, twice); never log it.
     token: str = field(default="", repr=False)
+    # The tenant and app the click was delivered for (its header's).
+    tenant_key: str = ""
+    app_id: str = ""
 
     @property
     def action(self) -> str:
@@ -113,6 +121,8 @@ class OtherEvent:
     event_id: str
     event_type: str
     event: dict[str, Any]
+    tenant_key: str = ""
+    app_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -172,12 +182,13 @@ class MalformedEvent(ValueError):
 _PLACEHOLDER = re.compile(r"(@_user_\d+|@_all)( ?)")
 
 
-def _ids(raw: Any) -> UserIds:
+def _ids(raw: Any, tenant_key: Any = "") -> UserIds:
     raw = raw if isinstance(raw, dict) else {}
     return UserIds(
         open_id=str(raw.get("open_id") or ""),
         union_id=str(raw.get("union_id") or ""),
         user_id=str(raw.get("user_id") or ""),
+        tenant_key=str(tenant_key or raw.get("tenant_key") or ""),
     )
 
 
@@ -285,6 +296,17 @@ def event_type_of(payload: dict[str, Any]) -> str:
     return str(event.get("type", "")) if isinstance(event, dict) else ""
 
 
+def delivered_for(payload: dict[str, Any]) -> tuple[str, str]:
+    """The (tenant_key, app_id) an event was delivered for: the schema 2.0 header's, else the
+    older shapes' top-level or event fields."""
+    header = payload.get("header")
+    if isinstance(header, dict):
+        return str(header.get("tenant_key") or ""), str(header.get("app_id") or "")
+    event = payload.get("event")
+    source = event if isinstance(event, dict) and "tenant_key" in event else payload
+    return str(source.get("tenant_key") or ""), str(source.get("app_id") or "")
+
+
 def token_of(payload: dict[str, Any]) -> str:
     """The verification token: ``header.token`` in schema 2.0, top-level ``token`` otherwise."""
     header = payload.get("header")
@@ -302,17 +324,21 @@ def parse_event(payload: dict[str, Any], bot_open_id: str = "") -> Event | UrlVe
     event_type = event_type_of(payload)
     if event_type == "url_verification":
         return UrlVerification(challenge=str(payload.get("challenge", "")))
+    tenant_key, app_id = delivered_for(payload)
     if "header" not in payload and isinstance(payload.get("action"), dict):
-        return _legacy_card_action(payload)
+        return replace(_legacy_card_action(payload), tenant_key=tenant_key, app_id=app_id)
     event_id = event_id_of(payload)
     event = payload.get("event")
     if not event_id or not isinstance(event, dict):
         raise MalformedEvent("event without id or body")
+    parsed: Event
     if event_type == MESSAGE_RECEIVE:
-        return _message(event_id, event, bot_open_id)
-    if event_type == CARD_ACTION:
-        return _card_action(event_id, event)
-    return OtherEvent(event_id=event_id, event_type=event_type, event=event)
+        parsed = _message(event_id, event, bot_open_id)
+    elif event_type == CARD_ACTION:
+        parsed = _card_action(event_id, event)
+    else:
+        parsed = OtherEvent(event_id=event_id, event_type=event_type, event=event)
+    return replace(parsed, tenant_key=tenant_key, app_id=app_id)
 
 
 def _message(event_id: str, event: dict[str, Any], bot_open_id: str) -> MessageEvent:
@@ -321,7 +347,11 @@ def _message(event_id: str, event: dict[str, Any], bot_open_id: str) -> MessageE
     if not isinstance(message, dict) or not isinstance(sender, dict):
         raise MalformedEvent("message event without message or sender")
     mentions = tuple(
-        Mention(key=str(m.get("key", "")), name=str(m.get("name", "")), ids=_ids(m.get("id")))
+        Mention(
+            key=str(m.get("key", "")),
+            name=str(m.get("name", "")),
+            ids=_ids(m.get("id"), m.get("tenant_key")),
+        )
         for m in message.get("mentions") or []
         if isinstance(m, dict)
     )
@@ -338,7 +368,7 @@ def _message(event_id: str, event: dict[str, Any], bot_open_id: str) -> MessageE
         raise MalformedEvent("message event without message_id or chat_id")
     return MessageEvent(
         event_id=event_id,
-        sender=_ids(sender.get("sender_id")),
+        sender=_ids(sender.get("sender_id"), sender.get("tenant_key")),
         sender_type=str(sender.get("sender_type", "")),
         chat_id=chat_id,
         chat_type=str(message.get("chat_type", "")),

@@ -107,6 +107,38 @@ def test_card_action_carries_operator_context_value_form_and_token() -> None:
     assert "c-callback-token" not in repr(action)
 
 
+def test_events_keep_the_tenant_and_app_they_came_for_and_the_senders_tenant() -> None:
+    foreign = FeishuSigner(app_id="cli_9", tenant_key="tenant_9")
+    message = parse_event(foreign.message("hi"))
+    assert isinstance(message, MessageEvent)
+    assert (message.tenant_key, message.app_id, message.sender.tenant_key) == (
+        "tenant_9",
+        "cli_9",
+        "tenant_9",
+    )
+    click = parse_event(foreign.card_action({"action": "manage.open"}))
+    assert isinstance(click, CardAction)
+    assert (click.tenant_key, click.app_id, click.operator.tenant_key) == (
+        "tenant_9",
+        "cli_9",
+        "tenant_9",
+    )
+    legacy = parse_event(
+        {
+            "open_id": "ou_1",
+            "tenant_key": "tenant_old",
+            "token": "c-1",
+            "action": {"value": {"action": "manage.open"}},
+        }
+    )
+    assert isinstance(legacy, CardAction)
+    assert (legacy.tenant_key, legacy.app_id, legacy.operator.tenant_key) == (
+        "tenant_old",
+        "",
+        "tenant_old",
+    )
+
+
 def test_checker_click_reports_checked() -> None:
     payload = signer.card_action({"action": "memory.toggle"}, tag="checker", checked=True)
     action = parse_event(payload)

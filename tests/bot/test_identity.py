@@ -1,4 +1,5 @@
-"""Feishu people → Principals, and the owner claim code: once, and for 30 minutes only."""
+"""Feishu people → Principals: the tenant an event must come from, aliases namespaced by it, no
+merging of ids that disagree, and the owner claim code: once, and for 30 minutes only."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ from pathlib import Path
 import pytest
 
 from bot.feishu.events import UserIds
-from bot.identity import ALIAS_KINDS, CLAIM_SECONDS, ClaimRefused, FeishuIdentities
-from hub.cli import ALIAS_KINDS as CLI_ALIAS_KINDS
+from bot.identity import CLAIM_SECONDS, ClaimRefused, FeishuIdentities
+from hub.aliases import ID_FIELDS
+from hub.cli import ALIAS_FIELDS
+from hub.errors import Conflict
 from hub.state import Principal, State
 
+APP = "cli_app"
+TENANT = "tenant_own"
 NEWCOMER = UserIds(open_id="ou_new", union_id="on_new", user_id="u_new")
 STRANGER = UserIds(open_id="ou_stranger", union_id="on_stranger", user_id="u_stranger")
 
@@ -41,7 +46,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def identities(state: State, clock: Clock) -> FeishuIdentities:
-    return FeishuIdentities(state, enroll=True, clock=clock)
+    return FeishuIdentities(state, enroll=True, app_id=APP, tenant_key=TENANT, clock=clock)
 
 
 def test_a_fresh_code_expires_thirty_minutes_after_it_is_offered(
@@ -109,4 +114,101 @@ def test_no_code_is_offered_once_the_owner_has_a_feishu_identity(
 
 def test_the_cli_maps_only_the_outside_identities_the_bot_resolves() -> None:
     # An alias kind nothing looks up would be stored and never consulted.
-    assert set(CLI_ALIAS_KINDS) == {kind for kind, _ in ALIAS_KINDS}
+    assert set(ALIAS_FIELDS) == set(ID_FIELDS)
+
+
+def owner_with_ids(identities: FeishuIdentities, state: State) -> Principal:
+    code = identities.offer_claim()
+    assert code is not None
+    owner = identities.claim(code, NEWCOMER)
+    assert isinstance(owner, Principal)
+    return owner
+
+
+def test_user_and_open_ids_are_kept_in_the_namespace_of_their_tenant(
+    identities: FeishuIdentities, state: State
+) -> None:
+    owner = owner_with_ids(identities, state)
+    assert state.aliases(owner.id) == [
+        ("feishu:tenant_own:cli_app:open_id", "ou_new"),
+        ("feishu:tenant_own:user_id", "u_new"),
+        ("feishu_union_id", "on_new"),
+    ]
+    # The same user_id in another tenant is someone else.
+    elsewhere = UserIds(open_id="ou_other", user_id="u_new", tenant_key="tenant_other")
+    other = identities.resolve(elsewhere)
+    assert other is not None and other.id != owner.id
+
+
+def test_events_of_another_tenant_or_app_or_of_none_are_not_admitted(
+    identities: FeishuIdentities,
+) -> None:
+    own = UserIds(open_id="ou_a", tenant_key=TENANT)
+    assert identities.admits(TENANT, APP, own)
+    assert identities.admits(TENANT, "", own)  # The old card callbacks name no app.
+    assert not identities.admits("tenant_other", APP, own)
+    assert not identities.admits(TENANT, APP, UserIds(open_id="ou_a", tenant_key="tenant_other"))
+    assert not identities.admits(TENANT, "cli_other", own)
+    assert not identities.admits("", APP, UserIds(open_id="ou_a"))
+
+
+def test_without_a_configured_tenant_the_first_event_teaches_it_and_the_state_keeps_it(
+    state: State,
+) -> None:
+    learning = FeishuIdentities(state, enroll=True, app_id=APP)
+    assert learning.app is None
+    assert learning.admits("tenant_first", APP, UserIds(open_id="ou_a"))
+    assert not learning.admits("tenant_second", APP, UserIds(open_id="ou_b"))
+    restarted = FeishuIdentities(state, enroll=True, app_id=APP)
+    assert restarted.app is not None and restarted.app.tenant_key == "tenant_first"
+    assert not restarted.admits("tenant_second", APP, UserIds(open_id="ou_b"))
+    # Another app's tenant is learned afresh.
+    assert FeishuIdentities(state, enroll=True, app_id="cli_next").app is None
+
+
+def test_ids_naming_two_principals_are_refused_and_nothing_is_merged(
+    identities: FeishuIdentities, state: State, caplog: pytest.LogCaptureFixture
+) -> None:
+    owner = owner_with_ids(identities, state)
+    stranger = identities.resolve(STRANGER)
+    assert stranger is not None
+    before = (state.aliases(owner.id), state.aliases(stranger.id))
+    mixed = UserIds(open_id="ou_stranger", union_id="on_stranger", user_id="u_new")
+    with pytest.raises(Conflict):
+        identities.resolve(mixed)
+    assert (state.aliases(owner.id), state.aliases(stranger.id)) == before
+    (line,) = [r.getMessage() for r in caplog.records if "nothing merged" in r.getMessage()]
+    assert owner.id in line and stranger.id in line
+
+
+def test_an_id_unlike_the_one_its_principal_has_is_refused_and_nothing_is_added(
+    identities: FeishuIdentities, state: State, caplog: pytest.LogCaptureFixture
+) -> None:
+    owner = owner_with_ids(identities, state)
+    before = state.aliases(owner.id)
+    # An admin gave the owner's user_id to someone new: their open_id and union_id are theirs.
+    reassigned = UserIds(open_id="ou_newcomer", union_id="on_newcomer", user_id="u_new")
+    with pytest.raises(Conflict):
+        identities.resolve(reassigned)
+    assert state.aliases(owner.id) == before
+    assert state.principal_by_alias("feishu_union_id", "on_newcomer") is None
+    (line,) = [r.getMessage() for r in caplog.records if "nothing merged" in r.getMessage()]
+    assert owner.id in line and "union_id, open_id differ" in line
+    # The owner's own ids still resolve, and ids only partly known are added.
+    assert identities.resolve(NEWCOMER) == owner
+    assert identities.resolve(UserIds(union_id="on_new", user_id="u_new")) == owner
+
+
+def test_aliases_waiting_for_the_tenant_are_bound_to_it_once_it_is_known(state: State) -> None:
+    owner = state.owner()
+    assert owner is not None
+    state.add_alias(owner.id, "feishu:*:user_id", "u_owner")
+    state.add_alias(owner.id, "feishu:*:open_id", "ou_owner")
+    identities = FeishuIdentities(state, enroll=True, app_id=APP)
+    assert identities.resolve(UserIds(user_id="u_owner", tenant_key=TENANT)) is None
+    assert identities.admits(TENANT, APP, UserIds(user_id="u_owner"))
+    assert state.aliases(owner.id) == [
+        ("feishu:tenant_own:cli_app:open_id", "ou_owner"),
+        ("feishu:tenant_own:user_id", "u_owner"),
+    ]
+    assert identities.resolve(UserIds(user_id="u_owner", tenant_key=TENANT)) == owner

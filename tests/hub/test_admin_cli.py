@@ -51,7 +51,8 @@ def test_aliases_map_outside_identities_to_one_principal(tmp_path: Path) -> None
         )
     )
     assert {"kind": "feishu_union_id", "value": "on_1"} in shown["aliases"]
-    assert {"kind": "feishu_open_id", "value": "ou_1"} in shown["aliases"]
+    # Until the bot has learned its app's tenant, an open_id waits for it (see hub.aliases).
+    assert {"kind": "feishu:*:open_id", "value": "ou_1"} in shown["aliases"]
 
     taken = admin(home, "principal", "alias", "bob", "--feishu-union-id", "on_1")
     assert taken.returncode == 1

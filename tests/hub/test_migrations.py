@@ -7,10 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from hub.aliases import FeishuApp, alias_kind, bind_pending, recorded_app
 from hub.errors import Unavailable
 from hub.executions import Executions
-from hub.migrations import MIGRATIONS, SCHEMA_VERSION
+from hub.migrations import MIGRATIONS, SCHEMA_VERSION, run_script
 from hub.state import State
+
+APP = FeishuApp("cli_1", "tenant_1")
+# The migration that namespaced Feishu aliases by tenant.
+TENANT_ALIASES_VERSION = 5
 
 # What the first release wrote, verbatim: it stamped user_version 1 on every database it opened.
 RELEASE_1_IDENTITY = """
@@ -206,7 +211,8 @@ async def test_a_database_the_first_release_left_upgrades_and_keeps_its_rows(
         assert columns(path, "executions").count("request_id") == 1
         alice = state.principal_by_name("alice")
         assert alice.is_owner
-        assert state.aliases(alice.id) == [("feishu_open_id", "ou_1")]
+        # Waiting for the bot to learn its app's tenant (see hub.aliases).
+        assert state.aliases(alice.id) == [("feishu:*:open_id", "ou_1")]
         assert [c.label for c in state.credentials(alice.id)] == ["laptop"]
         assert state.saved_settings() == {"memory.enabled": True}
         executions = Executions(state, providers=("claude",))
@@ -270,3 +276,74 @@ def test_a_migration_that_fails_leaves_the_database_at_the_version_before_it(
         State(path)
     assert user_version(path) == 1
     assert tables(path) == {"principals", "aliases", "credentials", "settings"}
+
+
+def test_feishu_user_and_open_id_aliases_wait_for_the_apps_tenant_and_are_bound_to_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.sqlite3"
+    db = raw(path)
+    for version, step in MIGRATIONS:
+        if version >= TENANT_ALIASES_VERSION:
+            break
+        if isinstance(step, str):
+            run_script(db, step)
+        else:
+            step(db)
+    db.execute(f"PRAGMA user_version={TENANT_ALIASES_VERSION - 1}")
+    # What the bot and `amux principal alias` wrote before: ids without their tenant.
+    db.execute(
+        "INSERT INTO principals (id, name, kind, is_owner, created_at) "
+        "VALUES ('p1', 'alice', 'user', 1, 1.0)"
+    )
+    for kind, value in [
+        ("feishu_open_id", "ou_1"),
+        ("feishu_user_id", "u_1"),
+        ("feishu_union_id", "on_1"),
+    ]:
+        db.execute(
+            "INSERT INTO aliases (kind, value, principal_id, created_at) VALUES (?, ?, 'p1', 1.0)",
+            (kind, value),
+        )
+    db.close()
+
+    state = State(path)
+    try:
+        assert user_version(path) == SCHEMA_VERSION
+        alice = state.principal_by_name("alice")
+        assert state.aliases(alice.id) == [
+            ("feishu:*:open_id", "ou_1"),
+            ("feishu:*:user_id", "u_1"),
+            ("feishu_union_id", "on_1"),
+        ]
+        # Nothing looks the waiting ones up: a user_id of any tenant finds nobody.
+        assert state.principal_by_alias(alias_kind("user_id", APP), "u_1") is None
+
+        assert bind_pending(state, APP) == []
+        assert state.aliases(alice.id) == [
+            ("feishu:tenant_1:cli_1:open_id", "ou_1"),
+            ("feishu:tenant_1:user_id", "u_1"),
+            ("feishu_union_id", "on_1"),
+        ]
+        assert recorded_app(state) == APP
+        assert state.principal_by_alias(alias_kind("user_id", APP), "u_1") == alice
+        elsewhere = FeishuApp("cli_1", "tenant_2")
+        assert state.principal_by_alias(alias_kind("user_id", elsewhere), "u_1") is None
+    finally:
+        state.close()
+
+
+def test_an_alias_waiting_for_the_tenant_that_another_principal_holds_there_stays_waiting(
+    tmp_path: Path,
+) -> None:
+    state = State(tmp_path / "state.sqlite3")
+    try:
+        alice = state.add_principal("alice")
+        bob = state.add_principal("bob")
+        state.add_alias(alice.id, "feishu:*:user_id", "u_1")
+        state.add_alias(bob.id, alias_kind("user_id", APP), "u_1")
+        assert bind_pending(state, APP) == [("feishu:*:user_id", alice.id)]
+        assert state.aliases(alice.id) == [("feishu:*:user_id", "u_1")]
+        assert state.principal_by_alias(alias_kind("user_id", APP), "u_1") == bob
+    finally:
+        state.close()
