@@ -291,9 +291,8 @@ class Executions:
     ) -> tuple[Execution, Session]:
         """Queue one turn, in a new Session or resuming one of this Principal's.
 
-        ``submitted_by`` is whom the turn runs as. Only a shared conversation (a group topic,
-        which the bot alone submits to), made with a ``workspace`` of its own, takes turns of
-        others than its Principal.
+        A new Session made with a ``workspace`` is a shared conversation (a group topic, which
+        only the bot makes): its turns run as whoever ``submitted_by`` names, each its sender.
 
         Raises:
             InvalidArgument: bad prompt or provider, or a provider change on an existing Session.
@@ -323,16 +322,11 @@ class Executions:
             if session is not None:
                 if session.principal_id != principal_id:
                     raise Forbidden("this conversation belongs to someone else")
-                if submitted_by != principal_id and session.workspace is None:
-                    # A personal conversation's turns are its Principal's own, never another's.
-                    raise Forbidden("this conversation belongs to someone else")
                 if session.provider != provider:
                     raise InvalidArgument(
                         f"this conversation runs {session.provider}; start a new one for {provider}"
                     )
             else:
-                if submitted_by != principal_id and workspace is None:
-                    raise Forbidden("a turn runs as its sender, in a conversation of its own")
                 session = self._create_session(principal_id, provider, cwd, origin, workspace)
             now = self._clock()
             db.execute(

@@ -247,9 +247,9 @@ async def sessions_memory(call: Call, params: MemoryParams) -> dict[str, Any]:
 
 
 def _runs_as(hub: Hub, session: Session, execution_id: str | None) -> str:
-    """Whom a launch's credential is for: the sender of its turn, when the turn is one of this
-    Session's (a shared topic's turns are each their sender's), else the Session's Principal."""
-    if execution_id is not None:
+    """Whom a launch's credential is for: in a shared conversation (a group topic) the sender
+    of the turn, when the turn is one of this Session's; else the Session's Principal."""
+    if session.workspace is not None and execution_id is not None:
         with contextlib.suppress(NotFound):
             execution = hub.executions.describe(execution_id)
             if execution.session_id == session.id and execution.submitted_by:
