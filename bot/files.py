@@ -4,10 +4,12 @@ Rules:
 
 - In: a message's images and files are downloaded (``im.v1.message_resource.get``) into
   ``<workspace>/inbox/<message id>/`` before the turn is queued, at most ``MAX_IN_BYTES`` per
-  turn; names are sanitized (no directories, no hidden names, a safe character set). The prompt
-  names each saved path relative to the workspace (the Agent's working directory). Kinds the bot
-  does not read (audio, video, stickers) and what would exceed the budget are refused, and the
-  sender is told which and why.
+  turn. The budget counts bytes downloaded: each download is streamed and cut off past what is
+  left of it (a file cut off spends what was read), and once it is spent the rest are refused
+  without being downloaded. Names are sanitized (no directories, no hidden names, a safe
+  character set). The prompt names each saved path relative to the workspace (the Agent's working
+  directory). Kinds the bot does not read (audio, video, stickers) and what would exceed the
+  budget are refused, and the sender is told which and why.
 - Out: files the Agent writes to ``<workspace>/outbox/`` during the turn (modified after it
   started) are uploaded and posted in the topic after the answer, at most ``MAX_OUT_FILES``, each
   at most ``MAX_OUT_BYTES``; symbolic links and anything that is not a regular file are skipped.
@@ -48,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.feishu.client import FeishuClient
-from bot.feishu.errors import FeishuApiError
+from bot.feishu.errors import FeishuApiError, ResourceTooLarge
 from bot.feishu.events import MessageEvent
 from hub.contract import Session
 from hub.errors import AmuxError
@@ -58,6 +60,7 @@ from runtime_bridge.providers.confined import Owner, open_dir, open_root
 logger = logging.getLogger("amux.bot")
 
 MAX_IN_BYTES = 20 * 1024 * 1024
+OVER_BUDGET = "over the 20 MiB per message limit"
 MAX_OUT_FILES = 10
 MAX_OUT_BYTES = 20 * 1024 * 1024
 MAX_OUTBOX_ENTRIES = 256
@@ -282,13 +285,20 @@ class TurnFiles:
             if item.kind not in ("image", "file"):
                 refused.append(Refused(label, f"{item.kind} messages are not read"))
                 continue
+            if budget <= 0:
+                refused.append(Refused(label, OVER_BUDGET))
+                continue
             try:
-                content = await self._client.message_resource(event.message_id, item.key, item.kind)
+                content = await self._client.message_resource(
+                    event.message_id, item.key, item.kind, limit=budget
+                )
+            except ResourceTooLarge as error:
+                # The budget counts bytes downloaded: what was read before the cut is spent.
+                budget -= min(budget, error.received)
+                refused.append(Refused(label, OVER_BUDGET))
+                continue
             except AmuxError as error:
                 refused.append(Refused(label, f"download failed: {error.message}"))
-                continue
-            if len(content) > budget:
-                refused.append(Refused(label, "over the 20 MiB per message limit"))
                 continue
             budget -= len(content)
             name = (

@@ -1,7 +1,9 @@
 """Outbound Feishu calls through lark-oapi, off the event loop, with bounded retries.
 
 lark-oapi's calls are synchronous (even its ``a*`` methods fetch the tenant token with blocking
-``requests``), so every call runs in a worker thread. Retries happen only on HTTP 429, Feishu's
+``requests``), so every call runs in a worker thread. Downloads bypass its transport, which reads
+every answer whole into memory: they go out with the same tenant token and are streamed, cut off
+past their byte cap. Retries happen only on HTTP 429, Feishu's
 rate-limit codes, 5xx answers and connection errors; an invalid cached tenant token is dropped
 and fetched again once; anything else fails at once with a typed error that carries Feishu's
 code but never a credential.
@@ -15,6 +17,7 @@ import io
 import json
 import logging
 import random
+import urllib.parse
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import requests
+import urllib3
 from requests_toolbelt import MultipartEncoder  # type: ignore[import-untyped]
 from tenacity import (
     AsyncRetrying,
@@ -31,15 +35,18 @@ from tenacity import (
 )
 
 from bot.config import FeishuSettings
-from bot.feishu.errors import FeishuApiError
+from bot.feishu.errors import FeishuApiError, ResourceTooLarge
 from bot.feishu.observer import FeishuObserver, NoObserver
 from bot.feishu.ratelimit import Pacer
 from bot.feishu.sdk import (
     AccessTokenType,
     HttpMethod,
     ObtainAccessTokenException,
+    RawResponse,
+    RequestOption,
     TokenManager,
     lark,
+    verify,
 )
 from hub.errors import Unavailable
 
@@ -53,6 +60,10 @@ TENANT_TOKEN_CACHE_KEY = "self_tenant_token:{app_id}"
 
 # Where a binary download's bytes travel in the answer ``_call`` returns.
 _BYTES = "bytes"
+# A download is read in pieces this large, so its cap is checked as the bytes arrive.
+_DOWNLOAD_CHUNK = 64 * 1024
+# Feishu's JSON answers are a few hundred bytes; a download's error answer is read to this.
+_ANSWER_CAP = 64 * 1024
 
 ReceiveIdType = Literal["chat_id", "open_id", "union_id", "user_id", "email"]
 Verdict = Literal["ok", "retry", "refresh_token", "fail"]
@@ -242,8 +253,13 @@ class FeishuClient:
             if isinstance(item, dict) and item.get("open_id") and item.get("name")
         }
 
-    async def message_resource(self, message_id: str, key: str, kind: str) -> bytes:
-        """An image or file of a message (``im.v1.message_resource.get``; ``kind`` image|file)."""
+    async def message_resource(self, message_id: str, key: str, kind: str, *, limit: int) -> bytes:
+        """An image or file of a message (``im.v1.message_resource.get``; ``kind`` image|file) of
+        at most ``limit`` bytes: no more than ``limit + 1`` are ever read.
+
+        Raises:
+            ResourceTooLarge: it is over ``limit`` bytes; ``received`` says how many were read.
+        """
         data = await self._call(
             "message_resource",
             HttpMethod.GET,
@@ -251,6 +267,7 @@ class FeishuClient:
             paths={"message_id": message_id, "file_key": key},
             queries=[("type", kind)],
             binary=True,
+            limit=limit,
         )
         content = data.get(_BYTES)
         if not isinstance(content, bytes):
@@ -410,7 +427,9 @@ class FeishuClient:
         receiver: str = "",
         files: dict[str, Any] | None = None,
         binary: bool = False,
+        limit: int | None = None,
     ) -> dict[str, Any]:
+        """One API call, retried as the module says; ``limit`` streams a download and caps it."""
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._attempts),
             wait=self._wait,
@@ -433,10 +452,9 @@ class FeishuClient:
                         body,
                         files=files,
                         binary=binary,
+                        limit=limit,
                     )
-                    result = await asyncio.get_running_loop().run_in_executor(
-                        self._executor, call
-                    )
+                    result = await asyncio.get_running_loop().run_in_executor(self._executor, call)
                     ok = True
                     return result
         except _Retryable as error:
@@ -459,6 +477,7 @@ class FeishuClient:
         *,
         files: dict[str, Any] | None = None,
         binary: bool = False,
+        limit: int | None = None,
     ) -> dict[str, Any]:
         for refreshed in (False, True):
             payload: Any = body
@@ -483,7 +502,11 @@ class FeishuClient:
                 .build()
             )
             try:
-                response = self._client.request(request)
+                raw = (
+                    self._client.request(request).raw
+                    if limit is None
+                    else self._download(request, operation, limit)
+                )
             except ObtainAccessTokenException as error:
                 if classify(200, error.code) == "retry":
                     raise _Retryable(f"token rate limited ({error.code})") from None
@@ -494,7 +517,6 @@ class FeishuClient:
                 ) from None
             except requests.RequestException as error:
                 raise _Retryable(f"connection error ({type(error).__name__})") from None
-            raw = response.raw
             status = int(raw.status_code or 0)
             content_type = next(
                 (v for k, v in (raw.headers or {}).items() if k.lower() == "content-type"), ""
@@ -537,6 +559,76 @@ class FeishuClient:
                 operation=operation,
             )
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _download(self, request: lark.BaseRequest, operation: str, limit: int) -> RawResponse:
+        """``request`` sent as lark-oapi would send it, with the same cached tenant token, and its
+        answer read in pieces, abandoned as soon as it is over ``limit`` bytes.
+
+        Raises:
+            ResourceTooLarge: the answer says or shows it is over ``limit`` bytes.
+            ObtainAccessTokenException, requests.RequestException: as lark-oapi's own calls.
+        """
+        config = self._client.config
+        assert config is not None, "the client is built with a config"
+        option = RequestOption()
+        verify(config, request, option)
+        uri = str(request.uri)
+        for name, value in (request.paths or {}).items():
+            uri = uri.replace(f":{name}", urllib.parse.quote(str(value), safe=""))
+        headers = {
+            "Authorization": f"Bearer {option.tenant_access_token}",
+            # The cap counts bytes as they arrive; a compressed answer would count only after
+            # inflating them.
+            "Accept-Encoding": "identity",
+        }
+        with requests.get(
+            config.domain + uri,
+            params=list(request.queries),
+            headers=headers,
+            timeout=config.timeout,
+            stream=True,
+        ) as response:
+            raw = RawResponse()
+            raw.status_code = response.status_code
+            raw.headers = dict(response.headers)
+            # Only a successful binary answer is the file; an error is JSON, and small.
+            content_type = response.headers.get("Content-Type", "")
+            is_file = 200 <= response.status_code < 300 and "json" not in content_type
+            cap = limit if is_file else _ANSWER_CAP
+            declared = response.headers.get("Content-Length", "")
+            if is_file and declared.isdigit() and int(declared) > limit:
+                raise ResourceTooLarge(
+                    f"Feishu {operation} is over {limit} bytes", operation=operation, received=0
+                )
+            chunks: list[bytes] = []
+            received = 0
+            # One byte past the cap tells "exactly the cap" from "over it". Each piece is asked
+            # for by size, never more than the cap leaves, so nothing past it is ever held.
+            try:
+                while received <= cap:
+                    want = min(_DOWNLOAD_CHUNK, cap + 1 - received)
+                    chunk = response.raw.read(want, decode_content=True)
+                    if not chunk:
+                        break
+                    received += len(chunk)
+                    chunks.append(chunk)
+            except urllib3.exceptions.HTTPError as error:
+                # As requests reports the same failures when it reads a body itself.
+                raise requests.ConnectionError(type(error).__name__) from None
+            if received > cap and is_file:
+                raise ResourceTooLarge(
+                    f"Feishu {operation} is over {limit} bytes",
+                    operation=operation,
+                    received=received,
+                )
+            if received > cap:
+                raise FeishuApiError(
+                    f"Feishu {operation} answered with an error over {cap} bytes",
+                    http_status=response.status_code,
+                    operation=operation,
+                )
+            raw.content = b"".join(chunks)
+        return raw
 
 
 def _content(card: dict[str, Any] | None, text: str | None) -> tuple[str, str]:

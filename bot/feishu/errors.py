@@ -2,13 +2,15 @@
 
 AmuxError
 ├── Unavailable            unavailable        503   Feishu unreachable or still rate limited
-└── FeishuApiError         feishu_api_error   502   Feishu refused the call (feishu_code,
-                                                    http_status, operation)
+├── FeishuApiError         feishu_api_error   502   Feishu refused the call (feishu_code,
+│                                                   http_status, operation)
+└── PayloadTooLarge        payload_too_large  413
+    └── ResourceTooLarge   payload_too_large  413   a download cut off at its cap (received)
 """
 
 from __future__ import annotations
 
-from hub.errors import AmuxError
+from hub.errors import AmuxError, PayloadTooLarge
 
 
 class FeishuApiError(AmuxError):
@@ -32,3 +34,12 @@ class FeishuApiError(AmuxError):
     def operation(self) -> str | None:
         value = self.details.get("operation")
         return value if isinstance(value, str) else None
+
+
+class ResourceTooLarge(PayloadTooLarge):
+    """A download was over its cap, so it was cut off; ``received`` bytes were read before that."""
+
+    @property
+    def received(self) -> int:
+        value = self.details.get("received")
+        return value if isinstance(value, int) else 0

@@ -15,6 +15,8 @@ import lark_oapi as lark
 import lark_oapi.ws.client as ws_client
 from lark_oapi.core.enum import AccessTokenType, HttpMethod
 from lark_oapi.core.exception import ObtainAccessTokenException
+from lark_oapi.core.model import RawResponse, RequestOption
+from lark_oapi.core.token import verify
 from lark_oapi.core.token.manager import TokenManager
 from lark_oapi.core.utils import AESCipher
 
@@ -23,8 +25,11 @@ __all__ = [
     "AccessTokenType",
     "HttpMethod",
     "ObtainAccessTokenException",
+    "RawResponse",
+    "RequestOption",
     "TokenManager",
     "lark",
+    "verify",
     "ws_client",
 ]
 

@@ -135,8 +135,8 @@ async def test_images_and_files_are_saved_in_the_workspace_within_the_budget(
         Attachment("image", "img_1"),
         Attachment("file", "file_1", "../../notes 1.txt"),
         Attachment("file", "file_big", "big.bin"),
-        Attachment("file", "file_2", "over.bin"),
         Attachment("file", "file_gone", "gone.txt"),
+        Attachment("file", "file_2", "over.bin"),
     )
     workspace = tmp_path / "workspace"
     saved, refused = await files.bring_in(event, session_in(workspace))
@@ -149,11 +149,11 @@ async def test_images_and_files_are_saved_in_the_workspace_within_the_budget(
     ]
     assert (workspace / inbox / "notes_1.txt").read_bytes() == b"first line\nsecond line\n"
     assert (workspace / inbox / "image-1.png").read_bytes() == PNG
-    assert [(r.name, r.reason) for r in refused][0] == (
+    assert refused[0].name == "gone.txt" and "download failed" in refused[0].reason
+    assert [(r.name, r.reason) for r in refused][1] == (
         "over.bin",
         "over the 20 MiB per message limit",
     )
-    assert refused[1].name == "gone.txt" and "download failed" in refused[1].reason
     assert sorted(p.name for p in workspace.rglob("*") if p.is_file()) == [
         "big.bin",
         "image-1.png",

@@ -5,6 +5,10 @@ delayed card updates, bot info) and the long-connection bootstrap: the endpoint 
 and a WebSocket speaking the SDK's protobuf frames, so tests can push events and card clicks
 to ``lark.ws.Client`` and read its acknowledgements.
 
+Resources: ``resources`` holds a message's images and files as bytes; ``large_resources`` holds
+ones streamed in pieces, never whole, each counting the bytes that went out before the client
+stopped reading.
+
 Failure injection: ``fail_next(n, status=429, code=99991400)`` makes the next ``n`` matching
 API calls answer with that HTTP status and Feishu error code; ``go_down()`` refuses connections
 (and drops kept-alive ones) until ``come_back()``. Replies with a ``uuid`` already seen answer
@@ -43,6 +47,15 @@ class Recorded:
     headers: dict[str, str]
     body: Any
     at: float = 0.0  # time.monotonic() on arrival
+
+
+@dataclass
+class LargeResource:
+    """A resource of ``size`` zero bytes, streamed (chunked unless ``declare_length``)."""
+
+    size: int
+    declare_length: bool = False
+    sent: int = 0  # bytes handed to the connection before it ended
 
 
 @dataclass
@@ -125,6 +138,7 @@ class FakeFeishu:
         self.message_list_refused = False
         # (message_id, key) -> bytes of a message's image or file; uploads by key -> (name, bytes).
         self.resources: dict[tuple[str, str], bytes] = {}
+        self.large_resources: dict[tuple[str, str], LargeResource] = {}
         self.uploads: dict[str, tuple[str, bytes]] = {}
         self.user_names: dict[str, str] = {}
         self.url = ""
@@ -375,10 +389,30 @@ class FakeFeishu:
         return web.json_response({"code": 0, "msg": "success", "data": {"items": items}})
 
     async def _resource(self, request: web.Request) -> web.StreamResponse:
-        found = self.resources.get((request.match_info["message_id"], request.match_info["key"]))
+        where = (request.match_info["message_id"], request.match_info["key"])
+        large = self.large_resources.get(where)
+        if large is not None:
+            return await self._stream(request, large)
+        found = self.resources.get(where)
         if found is None:
             return web.json_response({"code": 234003, "msg": "resource not found"}, status=400)
         return web.Response(body=found, content_type="application/octet-stream")
+
+    async def _stream(self, request: web.Request, large: LargeResource) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        if large.declare_length:
+            response.content_length = large.size
+        await response.prepare(request)
+        piece = bytes(64 * 1024)
+        try:
+            while large.sent < large.size:
+                size = min(len(piece), large.size - large.sent)
+                await response.write(piece[:size])
+                large.sent += size
+            await response.write_eof()
+        except ConnectionError:
+            pass  # The client stopped reading; what it was sent is counted.
+        return response
 
     async def _upload(self, request: web.Request) -> web.Response:
         # The recording middleware consumed the stream: parse the multipart body it kept.
