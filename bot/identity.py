@@ -22,6 +22,7 @@ import hmac
 import logging
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable
 from enum import Enum
 
@@ -43,6 +44,12 @@ logger = logging.getLogger("amux.bot")
 # Long enough to read the log and open a chat with the bot; short enough that a code seen in an
 # old log (or a leaked one) is worthless.
 CLAIM_SECONDS = 30 * 60
+# Wrong claim codes one sender may send within CLAIM_LOCK_SECONDS, and everyone together while a
+# code stands (until a new one is offered: a restart). A code has 32 bits: guessing it takes
+# billions of tries, so a few wrong ones mean a typo or someone guessing.
+CLAIM_TRIES_PER_SENDER = 5
+CLAIM_TRIES_IN_ALL = 20
+CLAIM_LOCK_SECONDS = 60 * 60
 MISMATCH = (
     "amux cannot tell who you are: your Feishu ids do not match the ones it knows, so nothing "
     "was done; the owner can see why in amux's log"
@@ -55,6 +62,10 @@ class ClaimRefused(Enum):
     WRONG = "wrong"
     EXPIRED = "expired"
     USED = "used"
+    # Too many wrong codes from this sender within CLAIM_LOCK_SECONDS; any code is refused.
+    LOCKED = "locked"
+    # Too many wrong codes in all; any code is refused until a new one is offered.
+    LOCKED_FOR_ALL = "locked_for_all"
 
 
 class FeishuIdentities:
@@ -77,6 +88,9 @@ class FeishuIdentities:
         # Wall-clock seconds, so the log can say when the code stops working.
         self.claim_expires_at: float | None = None
         self._used_code: str | None = None
+        # When each sender's recent wrong codes came, and how many came in all.
+        self._wrong_tries: dict[str, deque[float]] = {}
+        self._wrong_in_all = 0
         self.app_id = app_id
         self.app: FeishuApp | None = None
         recorded = recorded_app(state)
@@ -250,13 +264,21 @@ class FeishuIdentities:
             return None
         self.claim_code = secrets.token_hex(4)
         self.claim_expires_at = self._clock() + CLAIM_SECONDS
+        self._wrong_in_all = 0
         return self.claim_code
 
     def claim(self, code: str, ids: UserIds) -> Principal | ClaimRefused:
         """Make this Feishu person the owner if ``code`` is the current, unexpired one.
 
-        A code works once: after it succeeds (or expires) it never works again.
+        A code works once: after it succeeds (or expires) it never works again. After
+        ``CLAIM_TRIES_PER_SENDER`` wrong codes within ``CLAIM_LOCK_SECONDS`` a sender's claims are
+        refused, the right code too, until the oldest of them is that old; after
+        ``CLAIM_TRIES_IN_ALL`` wrong codes everyone's are, until a new code is offered.
         """
+        sender = ids.union_id or ids.open_id or ids.user_id
+        locked = self._locked(sender)
+        if locked is not None:
+            return locked
         sent = code.strip().encode()
         if self._used_code is not None and hmac.compare_digest(sent, self._used_code.encode()):
             return ClaimRefused.USED
@@ -264,9 +286,9 @@ class FeishuIdentities:
         owner = self._state.owner()
         aliases = self._aliases(ids)
         if expected is None or owner is None or not aliases:
-            return ClaimRefused.WRONG
+            return self._wrong(sender)
         if not hmac.compare_digest(sent, expected.encode()):
-            return ClaimRefused.WRONG
+            return self._wrong(sender)
         if self.claim_expires_at is None or self._clock() >= self.claim_expires_at:
             logger.warning("an expired owner claim code was sent from Feishu")
             return ClaimRefused.EXPIRED
@@ -277,3 +299,45 @@ class FeishuIdentities:
         self.claim_expires_at = None
         logger.info("the owner's Feishu identity was claimed")
         return owner
+
+    def _recent_wrong(self, sender: str) -> deque[float]:
+        """The times of ``sender``'s wrong codes within ``CLAIM_LOCK_SECONDS``."""
+        tries = self._wrong_tries.get(sender, deque())
+        since = self._clock() - CLAIM_LOCK_SECONDS
+        while tries and tries[0] <= since:
+            tries.popleft()
+        return tries
+
+    def _locked(self, sender: str) -> ClaimRefused | None:
+        if self._wrong_in_all >= CLAIM_TRIES_IN_ALL:
+            return ClaimRefused.LOCKED_FOR_ALL
+        if len(self._recent_wrong(sender)) >= CLAIM_TRIES_PER_SENDER:
+            return ClaimRefused.LOCKED
+        return None
+
+    def _wrong(self, sender: str) -> ClaimRefused:
+        """Count one wrong code; the one that reaches a limit is answered with the lock.
+
+        Senders are remembered only for wrong codes, at most ``CLAIM_TRIES_IN_ALL`` of them per
+        code on offer.
+        """
+        tries = self._wrong_tries.setdefault(sender, self._recent_wrong(sender))
+        tries.append(self._clock())
+        self._wrong_in_all += 1
+        # For the owner, who may be the one mistyping; never the code, which is still good.
+        if self._wrong_in_all == CLAIM_TRIES_IN_ALL:
+            logger.warning(
+                "owner claims from Feishu are locked after %d wrong codes; restart amux serve "
+                "for a new code",
+                CLAIM_TRIES_IN_ALL,
+            )
+            return ClaimRefused.LOCKED_FOR_ALL
+        if len(tries) == CLAIM_TRIES_PER_SENDER:
+            logger.warning(
+                "owner claims from Feishu user %s are locked for %d minutes after %d wrong codes",
+                sender or "(no id)",
+                CLAIM_LOCK_SECONDS // 60,
+                CLAIM_TRIES_PER_SENDER,
+            )
+            return ClaimRefused.LOCKED
+        return ClaimRefused.WRONG

@@ -7,7 +7,7 @@ import logging
 from bot.conversations import Conversations
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
-from bot.identity import CLAIM_SECONDS, ClaimRefused, FeishuIdentities
+from bot.identity import CLAIM_LOCK_SECONDS, CLAIM_SECONDS, ClaimRefused, FeishuIdentities
 from bot.management import Management
 from cards import actions
 from cards.catalogue import text
@@ -43,6 +43,16 @@ CLAIM_REFUSED = {
     ClaimRefused.USED: {
         "zh_cn": "该认领码已被使用过，不能再次使用。",
         "en_us": "That claim code was already used; a code works only once.",
+    },
+    ClaimRefused.LOCKED: {
+        "zh_cn": "错误的认领码太多：{lock_minutes} 分钟内不再接受你的认领，正确的认领码也不例外。",
+        "en_us": "Too many wrong claim codes: claims from you are refused for {lock_minutes} "
+        "minutes, even with the right code.",
+    },
+    ClaimRefused.LOCKED_FOR_ALL: {
+        "zh_cn": "错误的认领码太多：认领已锁定。重启 amux serve，使用其日志中的新认领码。",
+        "en_us": "Too many wrong claim codes: claiming is locked. Restart amux serve and send the "
+        "new code from its log.",
     },
 }
 
@@ -106,8 +116,10 @@ class BotSink:
         if rest.startswith("claim"):
             owner = self._identities.claim(rest[len("claim") :].strip(), event.sender)
             if isinstance(owner, ClaimRefused):
-                logger.warning("an owner claim from Feishu was refused: %s code", owner.value)
-                refusal = CLAIM_REFUSED[owner][self._lang].format(minutes=CLAIM_SECONDS // 60)
+                logger.warning("an owner claim from Feishu was refused (%s)", owner.value)
+                refusal = CLAIM_REFUSED[owner][self._lang].format(
+                    minutes=CLAIM_SECONDS // 60, lock_minutes=CLAIM_LOCK_SECONDS // 60
+                )
                 await self._client.reply(event.message_id, text=refusal, in_thread=False)
                 return
             await self._client.reply(

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from bot.feishu.events import UserIds
-from bot.identity import CLAIM_SECONDS, ClaimRefused, FeishuIdentities
+from bot.identity import (
+    CLAIM_LOCK_SECONDS,
+    CLAIM_SECONDS,
+    CLAIM_TRIES_IN_ALL,
+    CLAIM_TRIES_PER_SENDER,
+    ClaimRefused,
+    FeishuIdentities,
+)
 from hub.aliases import ID_FIELDS
 from hub.cli import ALIAS_FIELDS
 from hub.errors import Conflict
@@ -100,6 +107,42 @@ def test_a_wrong_code_is_refused_as_wrong_and_the_right_one_still_works(
     assert identities.claim(wrong, STRANGER) is ClaimRefused.WRONG
     assert identities.claim("", STRANGER) is ClaimRefused.WRONG
     assert isinstance(identities.claim(code, NEWCOMER), Principal)
+
+
+def test_a_senders_lock_lifts_an_hour_after_their_first_wrong_code(
+    identities: FeishuIdentities, clock: Clock
+) -> None:
+    code = identities.offer_claim()
+    assert code is not None
+    wrong = "0" * 8 if code != "0" * 8 else "1" * 8
+    for _ in range(CLAIM_TRIES_PER_SENDER - 1):
+        assert identities.claim(wrong, STRANGER) is ClaimRefused.WRONG
+        clock.now += 60
+    assert identities.claim(wrong, STRANGER) is ClaimRefused.LOCKED
+    clock.now = clock.now - 60 * (CLAIM_TRIES_PER_SENDER - 1) + CLAIM_LOCK_SECONDS - 1
+    assert identities.claim(code, STRANGER) is ClaimRefused.LOCKED
+    clock.now += 1
+    # The oldest wrong code is an hour old: one more try, and a wrong one locks again.
+    assert identities.claim(wrong, STRANGER) is ClaimRefused.LOCKED
+    clock.now += CLAIM_LOCK_SECONDS
+    assert identities.claim(code, STRANGER) is ClaimRefused.EXPIRED
+
+
+def test_a_new_code_lifts_the_lock_on_everyone(identities: FeishuIdentities) -> None:
+    code = identities.offer_claim()
+    assert code is not None
+    wrong = "0" * 8 if code != "0" * 8 else "1" * 8
+    guessers = [
+        UserIds(open_id=f"ou_{n}", union_id=f"on_{n}")
+        for n in range(CLAIM_TRIES_IN_ALL // (CLAIM_TRIES_PER_SENDER - 1))
+    ]
+    for guesser in guessers:
+        for _ in range(CLAIM_TRIES_PER_SENDER - 1):
+            identities.claim(wrong, guesser)
+    assert identities.claim(code, NEWCOMER) is ClaimRefused.LOCKED_FOR_ALL
+    fresh = identities.offer_claim()
+    assert fresh is not None
+    assert isinstance(identities.claim(fresh, NEWCOMER), Principal)
 
 
 def test_no_code_is_offered_once_the_owner_has_a_feishu_identity(
