@@ -128,6 +128,21 @@ def _join_session_keyring() -> None:
             raise _Refused(f"cannot join a new session keyring: {os.strerror(code)}")
 
 
+def holds_session_keyring() -> bool:
+    """Whether this process holds a session keyring of its own (systemd gives each service
+    one), which every launch would inherit and possess; else its session keyring is its uid's,
+    and a launch switched to another uid gets that uid's own."""
+    known = _SYSCALLS.get(os.uname().machine)
+    if known is None:
+        return False
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    get_id, session, user_session = 0, -3, -5
+    own = libc.syscall(known[4], get_id, session, 0)
+    return bool(own >= 0 and own != libc.syscall(known[4], get_id, user_session, 0))
+
+
 def _open_seccomp() -> None:
     program = seccomp_filter()
     if program is None:

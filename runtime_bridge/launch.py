@@ -14,6 +14,7 @@ seccomp filter), then the sandbox, then the switch to the Agent's uid.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import re
@@ -40,6 +41,7 @@ from runtime_bridge.sandbox import (
 )
 
 SESSION_HOME = "home"
+SECCOMP_FILE = "seccomp.bpf"
 AGENT_EXEC = Path(agent_exec.__file__)
 
 
@@ -52,21 +54,73 @@ def principal_key(principal_id: str) -> str:
     return hashlib.sha256(principal_id.encode("utf-8")).hexdigest()
 
 
+# The first step without Python, where no session keyring needs replacing: join the cgroups
+# named before "--", open the seccomp filter (its path is the first word) on the descriptor
+# bwrap reads, then execute the rest.
+FIRST_STEP = (
+    'filter=$1; shift; while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; '
+    f'if [ -n "$filter" ]; then exec {agent_exec.SECCOMP_FD}<"$filter"; fi; exec "$@"'
+)
+
+
 def confinement(
-    sandboxed: bool, cgroup_procs: tuple[Path, ...] = (), rlimits: tuple[str, ...] = ()
+    sandboxed: bool,
+    cgroup_procs: tuple[Path, ...] = (),
+    rlimits: tuple[str, ...] = (),
+    seccomp_file: Path | None = None,
 ) -> tuple[str, ...]:
-    """The ``agent_exec`` prefix of a launch: join ``cgroup_procs``, set ``rlimits``
-    (``NAME=SOFT:HARD``), a session keyring of its own, and the seccomp filter for bwrap."""
-    words: list[str] = [sys.executable, "-I", "-S", str(AGENT_EXEC)]
+    """The first step of a launch: join ``cgroup_procs``, set ``rlimits`` (``NAME=SOFT:HARD``),
+    a session keyring of its own where the worker holds one, and the seccomp filter for bwrap.
+
+    Given ``seccomp_file`` (the filter, written beforehand), a launch whose worker holds no
+    session keyring of its own starts with ``sh`` and ``prlimit``: a Python interpreter's
+    start would cost every launch more than the rest of its sandbox.
+    """
+    limits = ("core=0:0", *rlimits)  # No core files: a crash leaves nothing of the Agent's.
+    seccomp = sandboxed and agent_exec.seccomp_filter() is not None
+    prlimit = shutil.which("prlimit")
+    if seccomp_file is not None and prlimit is not None and not _holds_session_keyring():
+        words = ["/bin/sh", "-c", FIRST_STEP, "amux-launch", str(seccomp_file) if seccomp else ""]
+        words += [str(procs) for procs in cgroup_procs]
+        words += ["--", prlimit]
+        for limit in limits:
+            name, _, values = limit.partition("=")
+            words.append(f"--{name}={values}")
+        return (*words, "--")
+    words = [sys.executable, "-I", "-S", str(AGENT_EXEC)]
     for procs in cgroup_procs:
         words += ["--cgroup", str(procs)]
-    # No core files: a crash leaves nothing of the Agent's memory in its workspace.
-    for limit in ("core=0:0", *rlimits):
+    for limit in limits:
         words += ["--rlimit", limit]
     words.append("--keyring")
-    if sandboxed and agent_exec.seccomp_filter() is not None:
+    if seccomp:
         words.append("--seccomp")
     return (*words, "--")
+
+
+@functools.cache
+def _holds_session_keyring() -> bool:
+    return agent_exec.holds_session_keyring()
+
+
+def write_seccomp_file(directory: Path) -> Path | None:
+    """The seccomp filter as a file in ``directory`` (the worker's own, where no Agent writes),
+    for the first step to open; written when a worker starts."""
+    program = agent_exec.seccomp_filter()
+    if program is None:
+        return None
+    path = directory / SECCOMP_FILE
+    try:
+        if path.read_bytes() == program:
+            return path
+    except OSError:
+        pass
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    partial = path.with_name(f".seccomp.{os.getpid()}")
+    partial.write_bytes(program)
+    partial.chmod(0o644)
+    os.replace(partial, path)
+    return path
 
 
 def operator_server_paths(servers: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[Path, ...]]:
@@ -161,7 +215,9 @@ class LaunchSite:
     def confinement(
         self, cgroup_procs: tuple[Path, ...] = (), rlimits: tuple[str, ...] = ()
     ) -> tuple[str, ...]:
-        return confinement(self.sandboxed, cgroup_procs, rlimits)
+        known = self.sandboxed and agent_exec.seccomp_filter() is not None
+        filter_file = self.work_dir / SECCOMP_FILE if known else None
+        return confinement(self.sandboxed, cgroup_procs, rlimits, filter_file)
 
     def hidden(self) -> tuple[Path, ...]:
         return service_hidden(amux_home=self.amux_home, work_dir=self.work_dir)

@@ -27,7 +27,7 @@ from runtime_bridge.agent_users import configured_user
 from runtime_bridge.bounds import bounds_from_settings
 from runtime_bridge.cgroups import LaunchGroup, rlimits
 from runtime_bridge.config import RuntimeSettings
-from runtime_bridge.launch import SESSION_HOME, LaunchSite
+from runtime_bridge.launch import SESSION_HOME, LaunchSite, write_seccomp_file
 from runtime_bridge.materializer import materialize_memory_cli
 from runtime_bridge.mcp_launcher import WarmMcp, warm_socket
 from runtime_bridge.providers import (
@@ -102,6 +102,8 @@ class Worker:
         self.amux = settings.amux or default_amux_executable()
         self.worker_id: str | None = None
         self.bounds = bounds_from_settings(settings)
+        if self.site.sandboxed:
+            write_seccomp_file(work_dir)
         if settings.run_as:
             # Refused at start, with the reason, rather than at every turn.
             configured_user(settings.run_as)

@@ -50,7 +50,7 @@ from runtime_bridge import cgroups
 from runtime_bridge.bounds import bounds_from_settings
 from runtime_bridge.cgroups import LaunchGroup
 from runtime_bridge.config import RuntimeSettings
-from runtime_bridge.launch import LaunchSite
+from runtime_bridge.launch import LaunchSite, write_seccomp_file
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
 from runtime_bridge.providers import build_plan
 from runtime_bridge.providers.process import launch_command
@@ -453,6 +453,7 @@ async def sandbox_cost(root: Path, samples: int) -> None:
         own_home=True,
     )
     # As a worker would run it: on a root host, as the Principal's own uid.
+    write_seccomp_file(work_dir)
     plain = dataclasses.replace(build_plan(request), run_as=site.agent_identity("p1"))
     bounds = bounds_from_settings(settings)
     builds: list[float] = []

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from runtime_bridge import agent_exec
+from runtime_bridge.launch import confinement, write_seccomp_file
 
 STEP = [sys.executable, "-I", "-S", agent_exec.__file__]
 # Prints the calling process's session keyring id (KEYCTL_GET_KEYRING_ID, the session keyring,
@@ -84,3 +85,32 @@ def test_the_filter_is_known_per_machine() -> None:
         program = agent_exec.seccomp_filter(machine)
         assert program is not None and len(program) % 8 == 0
     assert agent_exec.seccomp_filter("sparc64") is None
+
+
+@needs_bwrap
+@known_machine
+def test_the_shell_first_step_joins_limits_and_filters_as_the_python_one_does(
+    tmp_path: Path,
+) -> None:
+    filter_file = write_seccomp_file(tmp_path)
+    assert filter_file is not None
+    step = confinement(True, (), ("nofile=256:256",), filter_file)
+    bwrap = shutil.which("bwrap") or "bwrap"
+    sandbox = [bwrap, "--seccomp", str(agent_exec.SECCOMP_FD), "--ro-bind", "/", "/",
+               "--proc", "/proc", "--dev", "/dev", "--"]  # fmt: skip
+    limits = subprocess.run(
+        [*step, *sandbox, "/bin/sh", "-c", "ulimit -n; ulimit -c"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert limits.returncode == 0, limits.stderr
+    assert limits.stdout.split() == ["256", "0"]
+    refused = subprocess.run(
+        [*step, *sandbox, "unshare", "--user", "true"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "Operation not permitted" in refused.stderr
+    joined = subprocess.run(
+        [*confinement(True, (tmp_path / "missing" / "cgroup.procs",), (), filter_file), "true"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert joined.returncode == agent_exec.FAILED
