@@ -418,8 +418,19 @@ class Executions:
         ).fetchone()
         return int(row["n"])
 
-    async def claim(self, worker_id: str, principal_id: str, wait: float) -> Claim | None:
-        """The oldest queued turn whose Session is idle, leased to this worker; None on timeout."""
+    async def claim(
+        self,
+        worker_id: str,
+        principal_id: str,
+        wait: float,
+        connected: Callable[[], bool] = lambda: True,
+    ) -> Claim | None:
+        """The oldest queued turn whose Session is idle, leased to this worker; None on timeout.
+
+        Nothing is leased once ``connected`` says the worker stopped waiting: a killed worker's
+        idle slots leave long polls behind, and one of them taking a turn handed back to the
+        queue would spend its retry on a worker that is gone.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         seen_at: float | None = None
@@ -428,10 +439,14 @@ class Executions:
             waiter = loop.create_future()
             self._claim_waiters.add(waiter)
             try:
+                if not connected():
+                    return None
                 if self._claiming and self._claimable() is not None:
                     # The worker is seen in the claim's own transaction: one commit, not two.
                     claimed = await self._state.write(
-                        lambda db: self._claim_one(db, worker_id, principal_id)
+                        lambda db: (
+                            self._claim_one(db, worker_id, principal_id) if connected() else None
+                        )
                     )
                     if claimed is not None:
                         return self._claim_of(claimed)

@@ -134,6 +134,8 @@ class Call:
     actor: Actor
     binding: str | None
     via: str = "rpc"
+    # Whether the caller still waits for the answer: a long poll outlives a caller that died.
+    connected: Callable[[], bool] = lambda: True
 
     async def note_memory(
         self, op: str, path: str, revision: str | None = None, previous: str | None = None
@@ -315,7 +317,13 @@ async def dispatch(request: web.Request) -> web.Response:
     params = parse_params(spec.params, parse_body(raw))
     binding = request.headers.get(BINDING_HEADER) or None
     via = request.headers.get(VIA_HEADER, "")
-    call = Call(request.app[HUB], request[ACTOR_KEY], binding, via if via in CLIENT_VIAS else "rpc")
+    call = Call(
+        request.app[HUB],
+        request[ACTOR_KEY],
+        binding,
+        via if via in CLIENT_VIAS else "rpc",
+        connected=lambda: request.transport is not None and not request.transport.is_closing(),
+    )
     result = await spec.handler(call, params)
     return web.Response(body=dumps(result), content_type="application/json", charset="utf-8")
 

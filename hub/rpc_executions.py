@@ -157,7 +157,7 @@ class ClaimParams(Params):
 async def executions_claim(call: Call, params: ClaimParams) -> dict[str, Any]:
     require_service(call.actor)
     claimed = await call.hub.executions.claim(
-        params.worker_id, call.actor.principal.id, params.wait_seconds
+        params.worker_id, call.actor.principal.id, params.wait_seconds, call.connected
     )
     return claimed.to_wire() if claimed is not None else {}
 

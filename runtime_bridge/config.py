@@ -14,12 +14,24 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hub.config import AbsolutePath
 from hub.errors import InvalidArgument
-from runtime_bridge.bounds import MIN_CPU, MemorySetting, WorkspaceSetting
+from runtime_bridge.bounds import MIN_CPU, MemorySetting, WorkspaceSetting, host_cpus
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
 from runtime_bridge.providers import ADAPTERS
 from runtime_bridge.providers.plan import MEMORY_SERVER
 
 PROVIDER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+MAX_SLOTS = 64
+
+
+def default_slots(cpus: int) -> int:
+    """Turns a worker runs at once when AMUX_RUNTIME_SLOTS is unset: one per CPU, 2 to 8.
+
+    A turn mostly waits on its model's API, but the builds and tests its Agent runs compete for
+    the CPUs, so one per CPU keeps a busy turn from slowing the others much. At least two, so
+    one long turn never holds up everyone on a small host; at most eight, since each launch may
+    use up to its memory bound (a quarter of RAM by default).
+    """
+    return min(8, max(2, cpus))
 
 
 def absolute_executable(executable: str) -> str:
@@ -100,6 +112,13 @@ class RuntimeSettings(BaseSettings):
         description="Disk an Agent's workspace may use: bytes or a size with a binary unit "
         "(512M, 2G). Unset: 2G.",
     )
+    slots: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_SLOTS,
+        description="Agent turns this worker runs at once, each claimed and run on its own. "
+        "Unset: one per CPU, at least 2 and at most 8.",
+    )
 
     @field_validator("claude", "codex", "pi", "amux")
     @classmethod
@@ -127,6 +146,9 @@ class RuntimeSettings(BaseSettings):
             f"AMUX_RUNTIME_SANDBOX=off: Agents run with {who} file access and see its processes; "
             "set AMUX_RUNTIME_SANDBOX=bwrap to confine each one to its own workspace"
         )
+
+    def slot_count(self) -> int:
+        return self.slots if self.slots is not None else default_slots(host_cpus())
 
     def accepted_providers(self) -> tuple[str, ...]:
         """The Agents this worker launches: the built-in adapters, then the declared ones."""

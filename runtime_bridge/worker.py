@@ -2,7 +2,9 @@
 
 A worker talks to the Hub only over HTTP with a service credential, so it runs in the Hub's
 process or on any other host the same way. While a turn runs, heart-beats keep its lease; a lost
-lease or a cancel request stops the Agent's whole process group.
+lease or a cancel request stops the Agent's whole process group. It runs up to
+``AMUX_RUNTIME_SLOTS`` turns at once: each slot claims and runs turns on its own, so one long
+turn holds one slot, not the worker.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from hub.client import HubClient
 from hub.contract import Claim, Outcome, Session, TurnResult
-from hub.errors import AmuxError, Conflict, Unavailable
+from hub.errors import AmuxError, Conflict, NotFound, Unavailable
 from hub.requestid import REQUEST_ID
 from runtime_bridge.agent_users import configured_user
 from runtime_bridge.bounds import bounds_from_settings
@@ -108,6 +110,9 @@ class Worker:
             # Refused at start, with the reason, rather than at every turn.
             configured_user(settings.run_as)
         self.warm_mcp = WarmMcp(self.amux)
+        self._registering = asyncio.Lock()
+        # Failures in a row across every slot, so an outage is logged once, not once per slot.
+        self._failures = 0
 
     async def register(self) -> str:
         answer = await self.hub.call("workers.register", name=self.settings.name)
@@ -128,24 +133,48 @@ class Worker:
                 await asyncio.shield(self.warm_mcp.stop())
 
     async def _serve(self, stop: asyncio.Event) -> None:
+        slots = [
+            asyncio.create_task(self._slot(stop), name=f"worker-slot-{n}")
+            for n in range(self.settings.slot_count())
+        ]
+        try:
+            await asyncio.gather(*slots)
+        finally:
+            for slot in slots:
+                slot.cancel()
+            await asyncio.gather(*slots, return_exceptions=True)
+
+    async def _slot(self, stop: asyncio.Event) -> None:
+        """Claim one turn, run it to its result, claim the next, until ``stop`` is set."""
         failures = 0
         while not stop.is_set():
+            known = self.worker_id
             try:
-                if self.worker_id is None:
-                    await self.register()
+                if known is None:
+                    known = await self._registered()
                 claimed = await self._claim_unless(stop)
                 failures = 0
+                self._failures = 0
                 if claimed is not None:
                     await self.execute(claimed)
             except AmuxError as error:
-                if error.code == "not_found":
+                if error.code == "not_found" and self.worker_id == known:
                     self.worker_id = None  # The Hub forgot us (e.g. a new state): register anew.
                 delay = RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)]
                 failures += 1
-                if failures in (1, 10) or failures % 100 == 0:
+                self._failures += 1
+                if self._failures in (1, 10) or self._failures % 100 == 0:
                     logger.warning("worker cannot reach the Hub (%s); retrying", error.message)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
+
+    async def _registered(self) -> str:
+        """This worker's id, registering once however many slots find it unknown at once."""
+        async with self._registering:
+            if self.worker_id is None:
+                await self.register()
+        assert self.worker_id is not None
+        return self.worker_id
 
     async def _claim_unless(self, stop: asyncio.Event) -> Claim | None:
         """Claim, but give up the long poll as soon as ``stop`` is set.
@@ -229,7 +258,9 @@ class Worker:
                     execution_id=claimed.execution_id,
                     worker_id=self.worker_id,
                 )
-            except Conflict:
+            except (Conflict, NotFound):
+                # Gone elsewhere, or gone with a state the Hub no longer has: stop the Agent
+                # either way rather than leave it running beside this slot's next turn.
                 runner.cancel()
                 return None
             except Unavailable:

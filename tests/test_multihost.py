@@ -275,6 +275,8 @@ def cluster(network: Network, tmp_path: Path) -> Iterator[Cluster]:
                     AMUX_RUNTIME_NAME=name,
                     AMUX_RUNTIME_WORK_DIR=str(work_dir),
                     AMUX_RUNTIME_CLAUDE=str(fake),
+                    # One turn at a time per host, so two held turns land on both hosts.
+                    AMUX_RUNTIME_SLOTS="1",
                 ),
                 tmp_path / f"worker-{i}.log",
             )
@@ -306,7 +308,7 @@ def test_workers_on_two_hosts_run_turns_and_a_killed_workers_turn_is_retried_on_
     status, _ = cluster.rpc("system.whoami", ns=cluster.net.worker_ns(1))
     assert status == 200
 
-    # Two held turns: a worker runs one turn at a time, so each host takes one.
+    # Two held turns: each worker runs one turn at a time here, so each host takes one.
     first = submit(cluster, "hold: first conversation")
     second = submit(cluster, "hold: second conversation")
     try:

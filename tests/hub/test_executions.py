@@ -1,7 +1,9 @@
-"""The queue of Agent turns: a turn no worker takes in time fails visibly; a drain hands back."""
+"""The queue of Agent turns: a turn no worker takes in time fails visibly; a drain hands back;
+a long poll left behind by a worker that went away takes nothing."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from hub.executions import Executions
@@ -69,5 +71,28 @@ async def test_a_drain_claims_nothing_new_and_hands_running_turns_back_without_a
         last = executions.events(running.id)[-1].text
         assert "runs again from the start after the restart" in last
         assert await executions.wait_until_idle(0.05) is True
+    finally:
+        state.close()
+
+
+async def test_a_long_poll_whose_worker_went_away_leases_nothing(tmp_path: Path) -> None:
+    state = State(tmp_path / "state.sqlite3")
+    try:
+        executions = Executions(state, providers=("claude",))
+        alice = state.add_principal("alice")
+        runtime = state.add_principal("runtime", "service")
+        worker = executions.register_worker("w", runtime.id)
+        connected = True
+        polling = asyncio.create_task(executions.claim(worker, runtime.id, 10, lambda: connected))
+        await asyncio.sleep(0)  # the poll starts and waits for work
+        connected = False  # its worker was killed with the poll open
+        waiting, _ = await executions.submit(
+            principal_id=alice.id, submitted_by=alice.id, provider="claude", prompt="hello"
+        )
+        assert await asyncio.wait_for(polling, 5) is None
+        assert executions.describe(waiting.id).state == "queued"
+        # A worker that is still there gets it.
+        claimed = await executions.claim(worker, runtime.id, 0)
+        assert claimed is not None and claimed.execution_id == waiting.id
     finally:
         state.close()
