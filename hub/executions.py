@@ -5,6 +5,12 @@ and reused by every resume; an unbound Session stays unbound. An execution is on
 claimed by a worker under a lease kept alive by heartbeats, and finished with a result. A worker
 that stops heart-beating loses its lease; the turn is retried once elsewhere, then failed visibly.
 
+A free worker slot gets the oldest claimable turn of the Principal with the fewest running
+turns, and among Principals alike in that, of the one served least recently: Principals with
+queued turns take turns, so one's backlog never holds up another's next turn for longer than a
+slot takes to free. A turn counts for whom it runs as: its Session's Principal, or in a shared
+conversation (a group topic) its sender.
+
 A graceful stop or restart first drains: no turn is claimed any more, running turns may finish
 (a restart waits up to AMUX_DRAIN_SECONDS, a stop not at all), and those still running then are
 handed back to the queue (the attempt is not counted) with a status event saying so, so the next
@@ -97,6 +103,10 @@ class Executions:
         self._watch_waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._closing = False
         self._claiming = True
+        # When each Principal was last given a slot, in claims counted by this process. Only an
+        # order among them, so starting over from nothing after a restart is harmless.
+        self._served: dict[str, int] = {}
+        self._claims = 0
 
     async def _notify(self, execution_id: str | None = None, *, queue: bool = True) -> None:
         """Wake the waiters a change concerns: claims if ``queue``, watches of ``execution_id``
@@ -328,11 +338,23 @@ class Executions:
                     )
             else:
                 session = self._create_session(principal_id, provider, cwd, origin, workspace)
+            # Whose share the turn takes: whom it runs as.
+            runs_as = session.principal_id if session.workspace is None else submitted_by
             now = self._clock()
             db.execute(
-                "INSERT INTO executions (id, session_id, prompt, state, submitted_by, request_id, "
-                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (execution_id, session.id, prompt, QUEUED, submitted_by, request_id, now, now),
+                "INSERT INTO executions (id, session_id, prompt, state, submitted_by, runs_as, "
+                "request_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    execution_id,
+                    session.id,
+                    prompt,
+                    QUEUED,
+                    submitted_by,
+                    runs_as,
+                    request_id,
+                    now,
+                    now,
+                ),
             )
             if self.connected_workers() == 0:
                 self._insert_event(db, execution_id, "status", NO_WORKER)
@@ -425,7 +447,7 @@ class Executions:
         wait: float,
         connected: Callable[[], bool] = lambda: True,
     ) -> Claim | None:
-        """The oldest queued turn whose Session is idle, leased to this worker; None on timeout.
+        """The next fair turn whose Session is idle, leased to this worker; None on timeout.
 
         Nothing is leased once ``connected`` says the worker stopped waiting: a killed worker's
         idle slots leave long polls behind, and one of them taking a turn handed back to the
@@ -473,16 +495,71 @@ class Executions:
         ).fetchone()
         return None if row is None else str(row["id"])
 
+    def _fair_pick(self) -> tuple[str, str] | None:
+        """The turn a free slot runs next, and whom it runs as: the oldest claimable turn of
+        the Principal with the fewest running turns, then of the one served least recently,
+        then of the one waiting longest.
+
+        Every lookup is a range of the (state, runs_as, created_at) index, so the cost grows
+        with the number of Principals waiting, not with the length of their queues.
+        """
+        db = self.db
+        running: dict[str, int] = {}
+        busy: set[str] = set()
+        for row in db.execute(
+            "SELECT runs_as, session_id FROM executions WHERE state = ?", (RUNNING,)
+        ):
+            running[row["runs_as"]] = running.get(row["runs_as"], 0) + 1
+            busy.add(row["session_id"])
+        candidates: list[tuple[int, int, float, str, str]] = []
+        after = ""
+        while True:
+            # The next waiting Principal and its oldest turn: a skip along the index, not a
+            # scan of anyone's queue.
+            row = db.execute(
+                "SELECT runs_as, id, session_id, created_at FROM executions "
+                "WHERE state = ? AND runs_as > ? ORDER BY runs_as, created_at LIMIT 1",
+                (QUEUED, after),
+            ).fetchone()
+            if row is None:
+                break
+            who = after = row["runs_as"]
+            if row["session_id"] in busy:
+                # A Session runs one turn at a time: this Principal's next is a later one.
+                row = next(
+                    (
+                        later
+                        for later in db.execute(
+                            "SELECT id, session_id, created_at FROM executions "
+                            "WHERE state = ? AND runs_as = ? ORDER BY created_at",
+                            (QUEUED, who),
+                        )
+                        if later["session_id"] not in busy
+                    ),
+                    None,
+                )
+                if row is None:
+                    continue
+            rank = (running.get(who, 0), self._served.get(who, 0))
+            candidates.append((*rank, row["created_at"], row["id"], who))
+        if not candidates:
+            return None
+        *_, execution_id, who = min(candidates)
+        return execution_id, who
+
     def _claim_one(self, db: sqlite3.Connection, worker_id: str, principal_id: str) -> str | None:
-        """Lease the oldest claimable turn to the worker; returns its id.
+        """Lease the next turn (see ``_fair_pick``) to the worker; returns its id.
 
         Raises: NotFound: the worker is unknown (register again).
         """
         now = self._clock()
         self._touch_worker(worker_id, principal_id)
-        execution_id = self._claimable()
-        if execution_id is None:
+        picked = self._fair_pick()
+        if picked is None:
             return None
+        execution_id, runs_as = picked
+        self._claims += 1
+        self._served[runs_as] = self._claims
         db.execute(
             "UPDATE executions SET state = ?, worker_id = ?, attempts = attempts + 1, "
             "lease_expires_at = ?, updated_at = ? WHERE id = ?",

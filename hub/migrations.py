@@ -161,12 +161,25 @@ UPDATE aliases SET kind = 'feishu:*:user_id' WHERE kind = 'feishu_user_id';
 UPDATE aliases SET kind = 'feishu:*:open_id' WHERE kind = 'feishu_open_id';
 """
 
+# Version 6: whom each turn runs as (its Session's Principal; in a shared conversation, its
+# sender), indexed with its state, so a claim finds each Principal's oldest waiting turn and the
+# queued-turns cap counts one Principal's without scanning the whole queue (see hub.executions).
+_V6_EXECUTIONS_RUN_AS = """
+ALTER TABLE executions ADD COLUMN runs_as TEXT;
+UPDATE executions SET runs_as = (
+    SELECT CASE WHEN s.workspace IS NULL THEN s.principal_id ELSE executions.submitted_by END
+    FROM sessions s WHERE s.id = executions.session_id
+);
+CREATE INDEX executions_by_runs_as ON executions(state, runs_as, created_at);
+"""
+
 MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (1, _V1_IDENTITY_AND_SETTINGS),
     (2, _queue_with_request_ids),
     (3, _V3_MEMORY_LOG),
     (4, _V4_SESSION_WORKSPACES),
     (5, _V5_FEISHU_ALIASES_WAIT_FOR_THE_TENANT),
+    (6, _V6_EXECUTIONS_RUN_AS),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
