@@ -40,6 +40,7 @@ from bot.feishu.client import FeishuClient
 from bot.feishu.events import MessageEvent
 from bot.files import Refused, Saved, TurnFiles, with_files
 from bot.outbox import Followed, Outbox, Owed
+from bot.quotas import refusal_card
 from bot.streaming import StreamingCard, open_streaming
 from bot.topic_context import SeenTopics, TopicContext, TopicReader, with_context
 from cards.catalogue import text as catalogue_text
@@ -175,7 +176,7 @@ class Conversations:
                 workspace=workspace,
             )
         except AmuxError as error:
-            card = error_card(error.code, error.message, self._lang)
+            card = refusal_card(error, self._lang)
             await self._client.reply(event.message_id, card=card)
             return None
         if self._seen is not None:

@@ -17,6 +17,7 @@ from bot.files import TurnFiles
 from bot.identity import CLAIM_SECONDS, FeishuIdentities
 from bot.management import Management
 from bot.outbox import OUTBOX_FILE, Outbox
+from bot.quotas import SenderLimit
 from bot.sink import BotSink
 from bot.topic_context import TOPICS_FILE, SeenTopics, TopicReader
 from hub.config import HubSettings
@@ -122,7 +123,8 @@ def add_feishu(
             seen=seen,
             files=files,
         )
-        sink.target = BotSink(adapter.client, identities, management, conversations, lang)
+        limit = SenderLimit(hub.config.messages_per_minute)
+        sink.target = BotSink(adapter.client, identities, management, conversations, lang, limit)
         code = identities.offer_claim()
         if code is not None and identities.claim_expires_at is not None:
             expires = datetime.fromtimestamp(identities.claim_expires_at, UTC)

@@ -97,6 +97,21 @@ def _days(value: Any, default: int) -> int:
         raise InvalidArgument(f"{spec.key}: {err.message}") from None
 
 
+def _limit(value: Any, default: int, key: str) -> int:
+    """A per-person limit a card carries; absent (an older card) keeps ``default``.
+
+    Raises:
+        InvalidArgument: not a number the setting accepts.
+    """
+    if value is None:
+        return default
+    spec = SPECS[key]
+    try:
+        return int(spec.parse(value))
+    except InvalidArgument as err:
+        raise InvalidArgument(f"{spec.key}: {err.message}") from None
+
+
 def _card_page(content: str, next_offset: int | None, offset: int) -> tuple[str, int | None]:
     """The part of a Hub page one card shows, and the byte offset that continues after it.
 
@@ -161,11 +176,15 @@ class Management:
         draft_history_days: int | None = None,
         restarted: bool = False,
         chat_id: str = "",
+        draft_max_queued: int | None = None,
+        draft_messages_per_minute: int | None = None,
     ) -> ManagementView:
         described = self._hub.config.describe()
         memory = described["memory.enabled"]
         isolation = described["memory.isolation"]
         history = described["memory.history_days"]
+        queued = described["turns.max_queued_per_principal"]
+        messages = described["feishu.messages_per_minute"]
         return ManagementView(
             identity=Identity(principal.name, principal.id, "user", principal.is_owner),
             memory_scope=self.scope_of(principal),
@@ -180,24 +199,39 @@ class Management:
             chat_id=chat_id,
             provider=self.provider_of(chat_id) if chat_id else "",
             providers=self._hub.executions.providers if chat_id else (),
+            max_queued=Setting(int(queued["saved"]), int(queued["running"]), draft_max_queued),
+            messages_per_minute=Setting(
+                int(messages["saved"]), int(messages["running"]), draft_messages_per_minute
+            ),
         )
 
     def card(self, principal: Principal, **draft: Any) -> Card:
         return management_card(self.view(principal, **draft), self.lang)
 
     @staticmethod
-    def _draft(value: dict[str, Any], saved: ManagementView) -> tuple[bool, bool, int]:
-        """The whole draft a click carries (memory, isolation, history days), every value
-        checked before any is used; what an older card lacks is the saved value.
+    def _draft(value: dict[str, Any], saved: ManagementView) -> dict[str, Any]:
+        """The whole draft a click carries (memory, isolation, history days, waiting turns and
+        messages per minute), every value checked before any is used; what an older card
+        lacks is the saved value. Keyed as ``view`` takes drafts.
 
         Raises:
             InvalidArgument: a value the setting would refuse.
         """
-        return (
-            _bool(value.get("memory_enabled"), saved.memory.saved),
-            _bool(value.get("isolation"), saved.isolation.saved),
-            _days(value.get("history_days"), saved.history_days.saved),
-        )
+        return {
+            "draft_memory": _bool(value.get("memory_enabled"), saved.memory.saved),
+            "draft_isolation": _bool(value.get("isolation"), saved.isolation.saved),
+            "draft_history_days": _days(value.get("history_days"), saved.history_days.saved),
+            "draft_max_queued": _limit(
+                value.get("max_queued"),
+                saved.max_queued.saved,
+                "turns.max_queued_per_principal",
+            ),
+            "draft_messages_per_minute": _limit(
+                value.get("messages_per_minute"),
+                saved.messages_per_minute.saved,
+                "feishu.messages_per_minute",
+            ),
+        }
 
     async def act(
         self,
@@ -245,26 +279,32 @@ class Management:
                 return owner_only_card(self.lang)
             self.set_provider(chat_id, str(value.get("provider") or ""))
             return self.card(principal, chat_id=chat_id)
-        if action in (actions.MEMORY_TOGGLE, actions.ISOLATION_TOGGLE, actions.HISTORY_DAYS):
-            memory, isolation, days = self._draft(value, saved)
-            return self.card(
-                principal,
-                chat_id=chat_id,
-                draft_memory=memory,
-                draft_isolation=isolation,
-                draft_history_days=days,
-            )
+        if action in (
+            actions.MEMORY_TOGGLE,
+            actions.ISOLATION_TOGGLE,
+            actions.HISTORY_DAYS,
+            actions.QUEUED_MAX,
+            actions.MESSAGES_RATE,
+        ):
+            return self.card(principal, chat_id=chat_id, **self._draft(value, saved))
         if action == actions.SETTINGS_SAVE:
             # Validated as a whole first: a refused value saves nothing of the click.
-            memory, isolation, days = self._draft(value, saved)
-            hub.config.save("memory.enabled", memory)
-            hub.config.save("memory.isolation", "on" if isolation else "off")
-            hub.config.save("memory.history_days", days)
+            draft = self._draft(value, saved)
+            hub.config.save("memory.enabled", draft["draft_memory"])
+            hub.config.save("memory.isolation", "on" if draft["draft_isolation"] else "off")
+            hub.config.save("memory.history_days", draft["draft_history_days"])
+            hub.config.save("turns.max_queued_per_principal", draft["draft_max_queued"])
+            hub.config.save("feishu.messages_per_minute", draft["draft_messages_per_minute"])
             logger.info("settings saved from Feishu by %s", principal.name)
             after = self.view(principal)
-            return restart_notice_card(
-                RestartNotice(after.memory, after.isolation, after.history_days), self.lang
+            notice = RestartNotice(
+                after.memory,
+                after.isolation,
+                after.history_days,
+                after.max_queued,
+                after.messages_per_minute,
             )
+            return restart_notice_card(notice, self.lang)
         if action == actions.RESTART_NOW:
             # The new process updates this card once it runs (see ``after_restart``).
             hub.state.save_setting(

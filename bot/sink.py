@@ -9,6 +9,7 @@ from bot.feishu.client import FeishuClient
 from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
 from bot.identity import CLAIM_LOCK_SECONDS, CLAIM_SECONDS, ClaimRefused, FeishuIdentities
 from bot.management import Management
+from bot.quotas import SenderLimit
 from cards import actions
 from cards.catalogue import text
 from cards.models import Lang
@@ -67,12 +68,14 @@ class BotSink:
         management: Management,
         conversations: Conversations,
         lang: Lang,
+        limit: SenderLimit | None = None,
     ) -> None:
         self._client = client
         self._identities = identities
         self._management = management
         self._conversations = conversations
         self._lang = lang
+        self._limit = limit or SenderLimit(0)
 
     async def on_message(self, event: MessageEvent) -> None:
         if event.sender_type not in ("user", ""):
@@ -96,6 +99,14 @@ class BotSink:
             if not text and not event.attachments:
                 # A bare mention, or a kind of message with nothing to read: say so.
                 await self._client.reply(event.message_id, text=TEXT_ONLY[self._lang])
+                return
+            # Before any work for the message (files, topic context): over the limit, none.
+            refusal = self._limit.check(principal.id)
+            if refusal is not None:
+                logger.info("a message of %s is over the per-minute limit", principal.name)
+                if refusal.tell:
+                    card = self._limit.card(refusal, self._lang)
+                    await self._client.reply(event.message_id, card=card)
                 return
             await self._conversations.handle(event, principal)
         except AmuxError as error:

@@ -11,13 +11,12 @@ cards stay in chats for weeks), so add names rather than change them. Cards from
 action                     fields carried in the value
 =========================  ======================================================================
 ``manage.open``            (none) re-render the management card
-``memory.toggle``          ``memory_enabled``, ``isolation``, ``history_days``: the draft *after*
-                           this click
-``isolation.toggle``       ``memory_enabled``, ``isolation``, ``history_days``: the draft *after*
-                           this click
-``history.days``           ``memory_enabled``, ``isolation``, ``history_days``: the draft *after*
-                           this click (a choice of days history is kept)
-``settings.save``          ``memory_enabled``, ``isolation``, ``history_days``: the draft to save
+``memory.toggle``          the draft *after* this click (below)
+``isolation.toggle``       the draft *after* this click
+``history.days``           the draft *after* this click (a choice of days history is kept)
+``turns.queued``           the draft *after* this click (a choice of waiting turns per person)
+``feishu.rate``            the draft *after* this click (a choice of messages per minute)
+``settings.save``          the draft to save
 ``restart.now``            (none) restart the Hub now
 ``restart.later``          (none) keep the saved values pending until a later restart
 ``memory.list``            ``path_prefix`` (optional) list the caller's memory documents
@@ -37,6 +36,10 @@ action                     fields carried in the value
 ``provider.set``           ``provider``, ``chat_id``: the Agent new conversations in a chat run
 ``conversation.new``       ``origin``: the next message in this topic starts a new conversation
 =========================  ======================================================================
+
+The draft is ``memory_enabled``, ``isolation``, ``history_days``, ``max_queued`` and
+``messages_per_minute``. Cards from before ``max_queued`` and ``messages_per_minute`` existed
+carry neither: a draft without them keeps the saved values, as one without ``history_days`` does.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ MANAGE_OPEN: Final = "manage.open"
 MEMORY_TOGGLE: Final = "memory.toggle"
 ISOLATION_TOGGLE: Final = "isolation.toggle"
 HISTORY_DAYS: Final = "history.days"
+QUEUED_MAX: Final = "turns.queued"
+MESSAGES_RATE: Final = "feishu.rate"
 SETTINGS_SAVE: Final = "settings.save"
 RESTART_NOW: Final = "restart.now"
 RESTART_LATER: Final = "restart.later"
@@ -70,6 +75,8 @@ ALL: Final[frozenset[str]] = frozenset(
         MEMORY_TOGGLE,
         ISOLATION_TOGGLE,
         HISTORY_DAYS,
+        QUEUED_MAX,
+        MESSAGES_RATE,
         SETTINGS_SAVE,
         RESTART_NOW,
         RESTART_LATER,
@@ -91,7 +98,16 @@ ALL: Final[frozenset[str]] = frozenset(
 
 # Actions only the owner may trigger; handlers must check this, the card merely hides them.
 OWNER_ONLY: Final[frozenset[str]] = frozenset(
-    {MEMORY_TOGGLE, ISOLATION_TOGGLE, HISTORY_DAYS, SETTINGS_SAVE, RESTART_NOW, RESTART_LATER}
+    {
+        MEMORY_TOGGLE,
+        ISOLATION_TOGGLE,
+        HISTORY_DAYS,
+        QUEUED_MAX,
+        MESSAGES_RATE,
+        SETTINGS_SAVE,
+        RESTART_NOW,
+        RESTART_LATER,
+    }
 )
 
 

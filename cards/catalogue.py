@@ -37,9 +37,17 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "manage.my_memory": "My memory",
         "manage.provider": "**Agent in this chat** `{provider}` (new conversations)",
         "manage.restarted": "The Hub restarted; the running values below are now in effect.",
+        "manage.fair_share": "**Fair share**: no one person takes the Agents from everyone else",
+        "manage.max_queued": (
+            "**Waiting turns per person**: more are refused, with when to try again"
+        ),
+        "manage.messages_per_minute": (
+            "**Messages per minute per person**: more start nothing, with when to try again"
+        ),
         "value.on": "on",
         "value.off": "off",
         "value.days": "{days} days",
+        "value.no_limit": "no limit",
         "restart.title": "Saved: restart to apply",
         "restart.changes": (
             "**Saved** Agent memory: {memory}; user isolation: {isolation}; history kept: {history}"
@@ -58,7 +66,9 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "own.\n"
             "- History kept: the days an overwritten or forgotten document stays restorable. "
             "When the Hub starts, kept earlier versions older than that (all of them when off) "
-            "are removed."
+            "are removed.\n"
+            "- Fair share: a person's turns past the waiting limit, and messages past the "
+            "per-minute limit, are answered with when to try again instead of starting."
         ),
         "restart.when": (
             "Restart at a quiet moment: running Agent turns get up to 2 minutes to finish first."
@@ -178,6 +188,15 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "notice.owner_only.title": "Owner only",
         "notice.owner_only": "Only the owner of this Hub can change its settings.",
         "notice.stale_card": "This card is out of date. Open /amux again.",
+        "notice.try_later.title": "Try again later",
+        "notice.try_later.messages": (
+            "You sent more than {limit} messages in a minute, the most one person may. Try again "
+            "in {seconds} s; new messages until then are not answered."
+        ),
+        "notice.try_later.queued": (
+            "{limit} of your turns are already waiting for a free Agent slot, the most one "
+            "person may queue. Try again in about {seconds} s, once one of them has started."
+        ),
     },
     "zh_cn": {
         "manage.title": "amux 管理",
@@ -201,9 +220,13 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "manage.my_memory": "我的记忆",
         "manage.provider": "**本会话的 Agent** `{provider}`（用于新的对话）",
         "manage.restarted": "Hub 已重启，下方的运行值现已生效。",
+        "manage.fair_share": "**公平分配**：任何一个人都不能独占 Agent",
+        "manage.max_queued": "**每人排队轮次**：超出的会被拒绝，并告知何时再试",
+        "manage.messages_per_minute": "**每人每分钟消息数**：超出的不会开始，并告知何时再试",
         "value.on": "开",
         "value.off": "关",
         "value.days": "{days} 天",
+        "value.no_limit": "不限",
         "restart.title": "已保存：重启后生效",
         "restart.changes": (
             "**已保存** Agent 记忆：{memory}；用户隔离：{isolation}；历史保留：{history}"
@@ -218,7 +241,9 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "在重新开启前记忆调用会失败。\n"
             "- 用户隔离决定成员共享一份全局记忆，还是每人各自一份。\n"
             "- 历史保留：被覆盖或遗忘的文档可恢复的天数。Hub 启动时，早于该期限的旧版本"
-            "（关闭时为全部旧版本）会被删除。"
+            "（关闭时为全部旧版本）会被删除。\n"
+            "- 公平分配：某人超出排队上限的轮次、超出每分钟上限的消息，会收到何时再试的回复，"
+            "而不会开始运行。"
         ),
         "restart.when": "请在空闲时重启：进行中的 Agent 任务最多有 2 分钟完成。",
         "restart.now": "立即重启",
@@ -323,6 +348,15 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "notice.owner_only.title": "仅限所有者",
         "notice.owner_only": "只有本 Hub 的所有者可以修改设置。",
         "notice.stale_card": "此卡片已过期，请重新打开 /amux。",
+        "notice.try_later.title": "请稍后再试",
+        "notice.try_later.messages": (
+            "你一分钟内发送的消息超过了 {limit} 条，这是每人的上限。请在 {seconds} 秒后再试；"
+            "在此之前的新消息不会得到回复。"
+        ),
+        "notice.try_later.queued": (
+            "你已有 {limit} 个轮次在等待空闲的 Agent 位置，这是每人可排队的上限。"
+            "请在约 {seconds} 秒后再试，届时其中一个应已开始运行。"
+        ),
     },
 }
 

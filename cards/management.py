@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from cards import actions
 from cards.catalogue import text
 from cards.elements import (
@@ -21,6 +24,9 @@ from cards.models import Lang, ManagementView, RestartNotice, Setting
 
 # The history windows offered as buttons; any other saved number of days is shown as it is.
 HISTORY_CHOICES: tuple[int, ...] = (0, 7, 30, 90, 365)
+# Each person's share offered as buttons (0: no limit); other saved numbers are shown as they are.
+QUEUED_CHOICES: tuple[int, ...] = (1, 3, 5, 10, 20, 0)
+MESSAGES_CHOICES: tuple[int, ...] = (5, 10, 20, 60, 0)
 
 
 def _on_off(lang: Lang, value: bool) -> str:
@@ -29,6 +35,10 @@ def _on_off(lang: Lang, value: bool) -> str:
 
 def _days(lang: Lang, days: int) -> str:
     return text(lang, "value.off") if days == 0 else text(lang, "value.days", days=days)
+
+
+def _limit(lang: Lang, value: int) -> str:
+    return text(lang, "value.no_limit") if value == 0 else str(value)
 
 
 def _identity_section(view: ManagementView, lang: Lang) -> list[Element]:
@@ -90,6 +100,38 @@ def _history_line(lang: Lang, setting: Setting[int]) -> Element:
     return markdown(f"{text(lang, 'manage.history')}\n{values}")
 
 
+def _limit_line(lang: Lang, key: str, setting: Setting[int]) -> Element:
+    values = text(
+        lang,
+        "manage.values",
+        saved=_limit(lang, setting.saved),
+        running=_limit(lang, setting.running),
+    )
+    return markdown(f"{text(lang, key)}\n{values}")
+
+
+def _choices(
+    lang: Lang,
+    label: Callable[[Lang, int], str],
+    action: str,
+    field: str,
+    choices: tuple[int, ...],
+    draft: dict[str, Any],
+) -> Element:
+    """A row of buttons, one per value of ``field``, each carrying the whole draft after it."""
+    return row(
+        *(
+            button(
+                label(lang, choice),
+                action,
+                kind="primary" if choice == draft[field] else "default",
+                **{**draft, field: choice},
+            )
+            for choice in choices
+        )
+    )
+
+
 def management_card(view: ManagementView, lang: Lang) -> Card:
     """The management card; switches appear only when the viewer is the owner."""
     elements = _identity_section(view, lang) + _provider_section(view, lang)
@@ -103,19 +145,24 @@ def management_card(view: ManagementView, lang: Lang) -> Card:
         ]
         return card(text(lang, "manage.title"), "blue", elements)
 
-    memory, isolation, days = view.memory.shown, view.isolation.shown, view.history_days.shown
+    # Each click carries the whole draft after that click, so the card stays the only state.
+    draft: dict[str, Any] = {
+        "memory_enabled": view.memory.shown,
+        "isolation": view.isolation.shown,
+        "history_days": view.history_days.shown,
+        "max_queued": view.max_queued.shown,
+        "messages_per_minute": view.messages_per_minute.shown,
+    }
+    memory, isolation = view.memory.shown, view.isolation.shown
     elements += [
         hr(),
         markdown(text(lang, "manage.experiments")),
-        # Each click carries the whole draft after that click, so the card stays the only state.
         checker(
             "memory_enabled",
             text(lang, "manage.memory_switch"),
             memory,
             actions.MEMORY_TOGGLE,
-            memory_enabled=not memory,
-            isolation=isolation,
-            history_days=days,
+            **{**draft, "memory_enabled": not memory},
         ),
         _setting_line(lang, view.memory),
         checker(
@@ -123,24 +170,18 @@ def management_card(view: ManagementView, lang: Lang) -> Card:
             text(lang, "manage.isolation_switch"),
             isolation,
             actions.ISOLATION_TOGGLE,
-            memory_enabled=memory,
-            isolation=not isolation,
-            history_days=days,
+            **{**draft, "isolation": not isolation},
         ),
         _setting_line(lang, view.isolation),
         _history_line(lang, view.history_days),
-        row(
-            *(
-                button(
-                    _days(lang, choice),
-                    actions.HISTORY_DAYS,
-                    kind="primary" if choice == days else "default",
-                    memory_enabled=memory,
-                    isolation=isolation,
-                    history_days=choice,
-                )
-                for choice in HISTORY_CHOICES
-            )
+        _choices(lang, _days, actions.HISTORY_DAYS, "history_days", HISTORY_CHOICES, draft),
+        hr(),
+        markdown(text(lang, "manage.fair_share")),
+        _limit_line(lang, "manage.max_queued", view.max_queued),
+        _choices(lang, _limit, actions.QUEUED_MAX, "max_queued", QUEUED_CHOICES, draft),
+        _limit_line(lang, "manage.messages_per_minute", view.messages_per_minute),
+        _choices(
+            lang, _limit, actions.MESSAGES_RATE, "messages_per_minute", MESSAGES_CHOICES, draft
         ),
     ]
     if view.has_unsaved_draft:
@@ -149,14 +190,7 @@ def management_card(view: ManagementView, lang: Lang) -> Card:
         elements.append(markdown(f"**{text(lang, 'manage.restart_pending')}**"))
     elements.append(
         row(
-            button(
-                text(lang, "manage.save"),
-                actions.SETTINGS_SAVE,
-                kind="primary",
-                memory_enabled=memory,
-                isolation=isolation,
-                history_days=days,
-            ),
+            button(text(lang, "manage.save"), actions.SETTINGS_SAVE, kind="primary", **draft),
             button(text(lang, "manage.my_memory"), actions.MEMORY_LIST),
         )
     )
@@ -181,6 +215,8 @@ def restart_notice_card(notice: RestartNotice, lang: Lang) -> Card:
         _setting_line(lang, notice.memory),
         _setting_line(lang, notice.isolation),
         _history_line(lang, notice.history_days),
+        _limit_line(lang, "manage.max_queued", notice.max_queued),
+        _limit_line(lang, "manage.messages_per_minute", notice.messages_per_minute),
         hr(),
         markdown(text(lang, "restart.body")),
         markdown(f"*{text(lang, 'restart.when')}*"),

@@ -54,6 +54,9 @@ class ManagementView:
     chat_id: str = ""
     provider: str = ""
     providers: tuple[str, ...] = ()
+    # Each person's share: turns waiting for a slot, and messages a minute (0: no limit).
+    max_queued: Setting[int] = Setting(0, 0)
+    messages_per_minute: Setting[int] = Setting(0, 0)
 
     @property
     def restart_pending(self) -> bool:
@@ -61,13 +64,15 @@ class ManagementView:
             self.memory.restart_pending
             or self.isolation.restart_pending
             or self.history_days.restart_pending
+            or self.max_queued.restart_pending
+            or self.messages_per_minute.restart_pending
         )
 
     @property
     def has_unsaved_draft(self) -> bool:
-        return (
-            any(s.shown != s.saved for s in (self.memory, self.isolation))
-            or self.history_days.shown != self.history_days.saved
+        return any(s.shown != s.saved for s in (self.memory, self.isolation)) or any(
+            s.shown != s.saved
+            for s in (self.history_days, self.max_queued, self.messages_per_minute)
         )
 
 
@@ -78,6 +83,8 @@ class RestartNotice:
     memory: Setting[bool]
     isolation: Setting[bool]
     history_days: Setting[int]
+    max_queued: Setting[int] = Setting(0, 0)
+    messages_per_minute: Setting[int] = Setting(0, 0)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from cards import actions
 from cards.catalogue import text
 from cards.elements import Card, Element, button, card, code, escape, markdown, row
@@ -47,6 +49,18 @@ def enrollment_closed_card(lang: Lang) -> Card:
 def own_topic_card(lang: Lang) -> Card:
     """For a member who writes in another member's topic while memory is isolated."""
     return _notice("notice.own_topic", lang)
+
+
+TryLater = Literal["messages", "queued"]
+
+
+def try_later_card(why: TryLater, limit: int, seconds: int, code_: str, lang: Lang) -> Card:
+    """A refusal that waiting cures: which per-person limit was reached, and when to try again."""
+    elements: list[Element] = [
+        markdown(text(lang, f"notice.try_later.{why}", limit=limit, seconds=max(1, seconds))),
+        markdown(f"*{text(lang, 'error.code', code=code(code_))}*"),
+    ]
+    return card(text(lang, "notice.try_later.title"), "yellow", elements)
 
 
 def owner_only_card(lang: Lang) -> Card:

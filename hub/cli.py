@@ -284,8 +284,10 @@ def config_get(
 @config_app.command("set")
 def config_set(
     ctx: typer.Context,
-    key: str = typer.Argument(..., help="memory.enabled, memory.isolation or memory.history_days"),
-    value: str = typer.Argument(..., help="true|false, on|off, or a number of days"),
+    key: str = typer.Argument(
+        ..., help="A setting, e.g. memory.enabled; amux system config get lists them."
+    ),
+    value: str = typer.Argument(..., help="true|false, on|off, or a whole number"),
 ) -> None:
     """Save a setting (owner only); it takes effect when the Hub restarts."""
     env = env_of(ctx)

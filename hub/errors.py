@@ -12,7 +12,7 @@
     ├── Conflict                   conflict             409   observed_revision, path
     ├── PayloadTooLarge            payload_too_large    413
     ├── UnsupportedEncoding        unsupported_encoding 415
-    ├── QuotaExceeded              quota_exceeded       422   limit
+    ├── QuotaExceeded              quota_exceeded       422   limit, retry_after
     ├── Unavailable                unavailable          503
     │   └── StorageUnavailable     storage_unavailable  503   cause, disk
     │       └── StorageFull        storage_unavailable  507   cause, disk
@@ -158,8 +158,16 @@ class QuotaExceeded(AmuxError):
 
     @property
     def limit(self) -> str | None:
-        """Which limit was reached, e.g. ``scope_documents`` or ``scope_bytes``."""
+        """Which limit was reached, e.g. ``scope_documents``, ``scope_bytes``, ``queued_turns``."""
         return self._text_detail("limit")
+
+    @property
+    def retry_after(self) -> int | None:
+        """Seconds after which trying again may succeed, when waiting is what helps."""
+        value = self.details.get("retry_after")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return max(0, round(value))
 
 
 class Unavailable(AmuxError):

@@ -9,7 +9,8 @@ A free worker slot gets the oldest claimable turn of the Principal with the fewe
 turns, and among Principals alike in that, of the one served least recently: Principals with
 queued turns take turns, so one's backlog never holds up another's next turn for longer than a
 slot takes to free. A turn counts for whom it runs as: its Session's Principal, or in a shared
-conversation (a group topic) its sender.
+conversation (a group topic) its sender. Each Principal may have ``max_queued_per_principal``
+turns waiting; a submit beyond that is refused with ``quota_exceeded`` and a ``retry_after``.
 
 A graceful stop or restart first drains: no turn is claimed any more, running turns may finish
 (a restart waits up to AMUX_DRAIN_SECONDS, a stop not at all), and those still running then are
@@ -42,7 +43,7 @@ from hub.contract import (
     TurnResult,
     WatchResult,
 )
-from hub.errors import Conflict, Forbidden, InvalidArgument, NotFound
+from hub.errors import Conflict, Forbidden, InvalidArgument, NotFound, QuotaExceeded
 from hub.paths import binding_for
 from hub.requestid import REQUEST_ID
 from hub.state import State
@@ -53,6 +54,8 @@ MAX_PROMPT_BYTES = 256 * 1024
 MAX_EVENT_BYTES = 16 * 1024
 WORKER_FRESH_SECONDS = 60.0
 TOUCH_SECONDS = 5.0
+# How soon a Principal at the queued cap is told to try again: about when a slot usually frees.
+QUEUED_RETRY_SECONDS = 30
 NO_WORKER = "no Runtime worker is connected; this turn waits until one is"
 HANDED_BACK = (
     "the Hub restarted before this turn finished; it runs again from the start after the restart"
@@ -84,6 +87,7 @@ class Executions:
         clock: Callable[[], float] = time.time,
         queue_seconds: float = 900.0,
         providers: Iterable[str] = (),
+        max_queued_per_principal: int = 0,
     ) -> None:
         # The Agents turns may name (the composition root knows its workers' adapters); a turn
         # naming any other is refused, so no caller picks a program for a worker to run.
@@ -103,6 +107,8 @@ class Executions:
         self._watch_waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._closing = False
         self._claiming = True
+        # Turns one Principal may have waiting (0: no cap).
+        self.max_queued_per_principal = max_queued_per_principal
         # When each Principal was last given a slot, in claims counted by this process. Only an
         # order among them, so starting over from nothing after a restart is harmless.
         self._served: dict[str, int] = {}
@@ -340,6 +346,7 @@ class Executions:
                 session = self._create_session(principal_id, provider, cwd, origin, workspace)
             # Whose share the turn takes: whom it runs as.
             runs_as = session.principal_id if session.workspace is None else submitted_by
+            self._check_queued_cap(db, runs_as)
             now = self._clock()
             db.execute(
                 "INSERT INTO executions (id, session_id, prompt, state, submitted_by, runs_as, "
@@ -363,6 +370,24 @@ class Executions:
         session = await self._state.write(queue)
         await self._notify(execution_id)
         return self.describe(execution_id), session
+
+    def _check_queued_cap(self, db: sqlite3.Connection, principal_id: str) -> None:
+        """Raises: QuotaExceeded: ``principal_id`` has as many turns waiting as one may."""
+        cap = self.max_queued_per_principal
+        if not cap:
+            return
+        row = db.execute(
+            "SELECT COUNT(*) AS n FROM executions WHERE state = ? AND runs_as = ?",
+            (QUEUED, principal_id),
+        ).fetchone()
+        if int(row["n"]) >= cap:
+            raise QuotaExceeded(
+                f"{cap} of your turns are already waiting for a worker, the most one person may "
+                f"queue; try again in about {QUEUED_RETRY_SECONDS} s, once one of them has started",
+                limit="queued_turns",
+                queued=cap,
+                retry_after=QUEUED_RETRY_SECONDS,
+            )
 
     def describe(self, execution_id: str) -> Execution:
         """Raises: NotFound: no such execution."""

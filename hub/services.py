@@ -65,13 +65,14 @@ class Hub:
             state = State(settings.state_path)
             store = MemoryStore(settings.memory_root)
             store.open()
+            config = SystemConfig(state)
             executions = Executions(
                 state,
                 lease_seconds=settings.lease_seconds,
                 queue_seconds=settings.queue_seconds,
                 providers=providers,
+                max_queued_per_principal=config.max_queued_per_principal,
             )
-            config = SystemConfig(state)
             history = MemoryHistory(
                 state, store, settings.home / HISTORY_DIR, config.history_days, store.limits
             )

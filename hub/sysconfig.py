@@ -45,6 +45,18 @@ def _parse_days(raw: object) -> int:
     raise InvalidArgument(f"expected a whole number of days from 0 to {MAX_HISTORY_DAYS}")
 
 
+MAX_LIMIT = 10_000
+
+
+def _parse_limit(raw: object) -> int:
+    """A whole number from 0 (no limit) to MAX_LIMIT."""
+    if isinstance(raw, str) and raw.strip().isdigit():
+        raw = int(raw.strip())
+    if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= MAX_LIMIT:
+        return raw
+    raise InvalidArgument(f"expected a whole number from 0 (no limit) to {MAX_LIMIT}")
+
+
 @dataclass(frozen=True)
 class SettingSpec:
     key: str
@@ -68,6 +80,18 @@ SPECS: dict[str, SettingSpec] = {
             30,
             _parse_days,
             "days an overwritten or forgotten document stays restorable (0: keep no history)",
+        ),
+        SettingSpec(
+            "turns.max_queued_per_principal",
+            5,
+            _parse_limit,
+            "turns one Principal may have waiting for a worker; more are refused (0: no cap)",
+        ),
+        SettingSpec(
+            "feishu.messages_per_minute",
+            10,
+            _parse_limit,
+            "messages one Feishu sender may start turns with per minute (0: no limit)",
         ),
     )
 }
@@ -118,6 +142,14 @@ class SystemConfig:
     @property
     def history_days(self) -> int:
         return int(self.running["memory.history_days"])
+
+    @property
+    def max_queued_per_principal(self) -> int:
+        return int(self.running["turns.max_queued_per_principal"])
+
+    @property
+    def messages_per_minute(self) -> int:
+        return int(self.running["feishu.messages_per_minute"])
 
     @property
     def isolation(self) -> bool:

@@ -38,6 +38,19 @@ class SlidingWindow:
             self._forget_idle(now)
         return start
 
+    def admit(self, key: str, now: float) -> float:
+        """Book a call for ``key`` at ``now`` if the window has room and answer 0; otherwise
+        book nothing and answer the seconds until it will have room."""
+        calls = self._calls.setdefault(key, deque())
+        while calls and calls[0] <= now - self.period:
+            calls.popleft()
+        if len(calls) >= self.limit:
+            return calls[-self.limit] + self.period - now
+        calls.append(now)
+        if len(self._calls) > self._max_keys:
+            self._forget_idle(now)
+        return 0.0
+
     def _forget_idle(self, now: float) -> None:
         for key in [k for k, calls in self._calls.items() if calls[-1] <= now - self.period]:
             del self._calls[key]

@@ -23,7 +23,13 @@ from tests.bot.test_bot_flows import (
 
 pytestmark = pytest.mark.timeout(120)
 
-DEFAULTS = {"memory.enabled": False, "memory.isolation": "off", "memory.history_days": 30}
+DEFAULTS = {
+    "memory.enabled": False,
+    "memory.isolation": "off",
+    "memory.history_days": 30,
+    "turns.max_queued_per_principal": 5,
+    "feishu.messages_per_minute": 10,
+}
 
 
 def saved(bot: Bot) -> dict[str, Any]:

@@ -54,12 +54,16 @@ def test_toggle_callbacks_carry_the_draft_after_the_click() -> None:
         "memory_enabled": True,
         "isolation": True,
         "history_days": 30,
+        "max_queued": 0,
+        "messages_per_minute": 0,
     }
     assert isolation_box["behaviors"][0]["value"] == {
         "action": "isolation.toggle",
         "memory_enabled": False,
         "isolation": False,
         "history_days": 30,
+        "max_queued": 0,
+        "messages_per_minute": 0,
     }
 
 
@@ -155,6 +159,8 @@ def test_every_history_choice_carries_the_whole_draft() -> None:
         "memory_enabled": True,
         "isolation": True,
         "history_days": 7,
+        "max_queued": 0,
+        "messages_per_minute": 0,
     }
     assert all(v["memory_enabled"] is True and v["isolation"] is True for v in choices)
 

@@ -1,18 +1,23 @@
-"""Fair share of the workers: Principals with waiting turns take turns at free slots, so one's
-backlog never holds up another's next turn for longer than a slot takes to free."""
+"""Fair share of the workers: senders take turns at free slots, and one sender's waiting turns
+are capped, refused with quota_exceeded and when to try again (in the Hub, over RPC, in the CLI)."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bot.app import create_app
+from hub.config import OWNER_TOKEN_FILE, HubSettings
 from hub.contract import Outcome, TurnResult
-from hub.executions import Executions
+from hub.errors import QuotaExceeded
+from hub.executions import QUEUED_RETRY_SECONDS, Executions
 from hub.migrations import MIGRATIONS, run_script
 from hub.state import Principal, State
+from tests.conftest import running_hub, save_settings
 
 PROVIDERS = ("claude",)
 # The migration that records whom each turn runs as.
@@ -110,6 +115,91 @@ async def test_the_sender_with_fewer_running_turns_goes_first_whoever_waited_lon
     ]
 
 
+async def test_a_sender_at_the_queued_cap_is_refused_with_when_to_try_again(
+    state: State,
+) -> None:
+    executions = Executions(state, providers=PROVIDERS, max_queued_per_principal=3)
+    alice, bob = state.add_principal("alice"), state.add_principal("bob")
+    runtime = state.add_principal("runtime", "service")
+    worker = executions.register_worker("w", runtime.id)
+    for n in range(3):
+        await submit(executions, alice, f"alice-{n}")
+
+    with pytest.raises(QuotaExceeded) as refused:
+        await submit(executions, alice, "one too many")
+    assert refused.value.code == "quota_exceeded"
+    assert refused.value.limit == "queued_turns"
+    assert refused.value.retry_after == QUEUED_RETRY_SECONDS
+    assert f"try again in about {QUEUED_RETRY_SECONDS} s" in refused.value.message
+    count = executions.db.execute("SELECT COUNT(*) AS n FROM executions").fetchone()["n"]
+    assert count == 3, "a refused submit leaves nothing behind"
+    sessions = executions.db.execute("SELECT COUNT(*) AS n FROM sessions").fetchone()["n"]
+    assert sessions == 3
+
+    # Someone else is not held to Alice's count, and a running turn no longer counts as waiting.
+    await submit(executions, bob, "bob-0")
+    assert await claim(executions, worker, runtime) == "alice-0"
+    await submit(executions, alice, "alice-3")
+
+
+def owner_token(home: Path) -> str:
+    return (home / OWNER_TOKEN_FILE).read_text().strip()
+
+
+async def test_submit_over_the_cap_answers_quota_exceeded_with_retry_after_over_rpc(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    home = tmp_path / "amux-home"
+    save_settings(home, {"turns.max_queued_per_principal": 2})
+    client = await aiohttp_client(create_app(HubSettings(home=home)))
+    headers = {"Authorization": f"Bearer {owner_token(home)}"}
+
+    async def submit_rpc() -> tuple[int, dict[str, Any]]:
+        response = await client.post(
+            "/rpc/v1/executions.submit",
+            json={"provider": "claude", "prompt": "hello"},
+            headers=headers,
+        )
+        return response.status, await response.json()
+
+    assert [(await submit_rpc())[0] for _ in range(2)] == [200, 200]
+    status, body = await submit_rpc()
+    assert status == 422
+    error = body["error"]
+    assert error["code"] == "quota_exceeded"
+    assert error["limit"] == "queued_turns"
+    assert error["retry_after"] == QUEUED_RETRY_SECONDS
+
+
+@pytest.mark.e2e
+def test_the_cli_prints_the_refusal_in_one_line_and_the_cap_is_an_owner_setting(
+    tmp_path: Path,
+) -> None:
+    settings = {"turns.max_queued_per_principal": 1}
+    with running_hub(
+        tmp_path / "amux-home", settings, extra_env={"AMUX_RUNTIME_IN_PROCESS": "false"}
+    ) as hub:
+        status, _ = hub.rpc("executions.submit", provider="claude", prompt="first")
+        assert status == 200
+        refused = hub.cli("agent", "run", "--provider", "claude", "second")
+        assert refused.returncode == 1
+        assert refused.stderr.startswith("error: quota_exceeded: ")
+        assert f"try again in about {QUEUED_RETRY_SECONDS} s" in refused.stderr
+        assert refused.stderr.count("\n") == 1
+
+        changed = hub.cli("system", "config", "set", "turns.max_queued_per_principal", "8")
+        assert changed.returncode == 0, changed.stderr
+        assert changed.json()["turns.max_queued_per_principal"] == {
+            "saved": 8,
+            "running": 1,
+            "restart_pending": True,
+        }
+        wrong = hub.cli("system", "config", "set", "feishu.messages_per_minute", "lots")
+        assert wrong.returncode == 1
+        assert wrong.stderr.startswith("error: invalid_argument: feishu.messages_per_minute")
+        assert wrong.stderr.count("\n") == 1
+
+
 async def test_a_turn_behind_its_sessions_running_turn_lets_the_same_persons_next_one_go(
     state: State,
 ) -> None:
@@ -136,6 +226,32 @@ async def test_a_turn_behind_its_sessions_running_turn_lets_the_same_persons_nex
     assert await executions.claim(worker, runtime.id, 0) is None
     await finish(executions, worker, "a-1")
     assert await claim(executions, worker, runtime) == "a-2 (same conversation)"
+
+
+async def test_in_a_shared_conversation_each_turn_counts_for_its_sender(state: State) -> None:
+    executions = Executions(state, providers=PROVIDERS, max_queued_per_principal=2)
+    alice, bob = state.add_principal("alice"), state.add_principal("bob")
+    _, topic = await executions.submit(
+        principal_id=alice.id,
+        submitted_by=alice.id,
+        provider="claude",
+        prompt="alice starts the topic",
+        origin="feishu:oc_group:om_root",
+        workspace="topic-1",
+    )
+    await executions.submit(
+        principal_id=alice.id,
+        submitted_by=bob.id,
+        provider="claude",
+        prompt="bob in alice's topic",
+        session_id=topic.id,
+    )
+    # One each so far, though both wait in Alice's conversation.
+    await submit(executions, alice, "alice elsewhere")
+    await submit(executions, bob, "bob elsewhere")
+    for who in (alice, bob):
+        with pytest.raises(QuotaExceeded):
+            await submit(executions, who, "one too many")
 
 
 async def test_turns_waiting_in_a_database_from_before_the_upgrade_keep_their_place(
@@ -167,9 +283,10 @@ async def test_turns_waiting_in_a_database_from_before_the_upgrade_keep_their_pl
 
     state = State(path)
     try:
-        executions = Executions(state, providers=PROVIDERS)
+        executions = Executions(state, providers=PROVIDERS, max_queued_per_principal=1)
         alice = state.principal_by_name("alice")
-        await submit(executions, alice, "after")
+        with pytest.raises(QuotaExceeded):
+            await submit(executions, alice, "after")
         runtime = state.add_principal("runtime", "service")
         worker = executions.register_worker("w", runtime.id)
         assert await claim(executions, worker, runtime) == "from before"
