@@ -8,11 +8,22 @@ in-process worker. Its CPU time comes from /proc/<pid>/stat of the `amux serve` 
 Baseline, same run: the durable floor of one turn in SQLite (WAL, synchronous=FULL, as the Hub
 opens its state), i.e. three committed statements per turn (queue, claim, finish) in one loop.
 
+Fair share: SLOTS workers whose turns take TURN_SECONDS each; one user queues a BURST-turn burst
+at once, then a second user submits one turn. Reported: how long that turn waits from its submit
+to its claim (target: the next free slot, about TURN_SECONDS, not the end of the burst), beside
+two baselines of the same run: the same burst followed by one more turn of its own user (within a
+user the queue stays first come, first served, so that turn waits for the whole burst), and one
+turn on an empty queue. Median of REPEATS runs, with the fastest and slowest.
+
 Then, with no workers: memory.search with a scope of DOCS and 10 x DOCS documents, and
 executions.watch / executions.submit while WATCHES and 10 x WATCHES long polls are open.
 
+The Hub runs without the queued-turns cap (turns.max_queued_per_principal 0): every burst here is
+one user's.
+
 Run: .venv/bin/python tests/benchmarks/bench_queue.py
-Targets: 100 turns/s or more through the queue; claim p99 under 50 ms.
+Targets: 100 turns/s or more through the queue; claim p99 under 50 ms; a second user's turn
+behind a burst claimed at the next free slot, about TURN_SECONDS, not at the burst's end.
 """
 
 from __future__ import annotations
@@ -42,6 +53,10 @@ CLAIM_WAIT = 5.0
 DOCS = 200
 WATCHES = 20
 SAMPLES = 40
+SLOTS = 4
+TURN_SECONDS = 0.2
+BURST = 20
+REPEATS = 5
 
 
 def percentile(samples: list[float], fraction: float) -> float:
@@ -80,17 +95,31 @@ def durable_floor(path: Path, turns: int) -> float:
     return turns / elapsed
 
 
-def service_token(home: Path) -> str:
+def token_for(home: Path, name: str = "bench-runtime", kind: str = "service") -> str:
+    """A new Principal (the workers' service by default) and a token for it."""
     from hub.config import HubSettings
     from hub.state import State
 
     state = State(HubSettings(home=home).state_path)
     try:
-        principal = state.add_principal("bench-runtime", "service")
+        principal = state.add_principal(name, kind)
         token, _ = state.issue_credential(principal.id, "cli", label="bench")
     finally:
         state.close()
     return token
+
+
+def without_queued_cap(home: Path) -> None:
+    """Save the queued-turns cap off before the Hub starts: one user queues every burst here."""
+    from hub.config import HubSettings
+    from hub.state import State
+
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    state = State(HubSettings(home=home).state_path)
+    try:
+        state.save_setting("turns.max_queued_per_principal", 0)
+    finally:
+        state.close()
 
 
 async def run_workers(url: str, service: str) -> list[tuple[float, float, str]]:
@@ -191,6 +220,102 @@ def run_queue(url: str, owner: str, service: str, pid: int) -> dict[str, Any]:
     }
 
 
+class Slots:
+    """SLOTS workers whose every turn takes TURN_SECONDS; notes when each turn was claimed."""
+
+    def __init__(self, url: str, service: str) -> None:
+        self.url = url
+        self.service = service
+        self.claimed: dict[str, float] = {}
+        self.finished: set[str] = set()
+        self._changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> Slots:
+        self._tasks = [asyncio.create_task(self._slot(n)) for n in range(SLOTS)]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _slot(self, number: int) -> None:
+        from hub.client import HubClient
+
+        async with HubClient(self.url, self.service, timeout=60) as hub:
+            worker_id = (await hub.call("workers.register", name=f"slot-{number}"))["worker_id"]
+            while True:
+                claim = await hub.call(
+                    "executions.claim", worker_id=worker_id, wait_seconds=CLAIM_WAIT
+                )
+                if not claim:
+                    continue
+                execution_id = claim["execution"]["id"]
+                self.claimed[execution_id] = time.monotonic()
+                await asyncio.sleep(TURN_SECONDS)  # the Agent's work
+                await hub.call(
+                    "executions.complete",
+                    execution_id=execution_id,
+                    worker_id=worker_id,
+                    succeeded=True,
+                    result={"text": "done"},
+                )
+                self.finished.add(execution_id)
+                self._changed.set()
+
+    async def finish(self, ids: set[str]) -> None:
+        while not ids <= self.finished:
+            self._changed.clear()
+            await asyncio.wait_for(self._changed.wait(), 120)
+
+
+async def queue_one(hub: Any, prompt: str) -> tuple[str, float]:
+    """Submit a turn; its id and when the Hub acknowledged it."""
+    answer = await hub.call("executions.submit", provider="echo", prompt=prompt)
+    return answer["execution"]["id"], time.monotonic()
+
+
+async def behind_a_burst(
+    slots: Slots, first: Any, second: Any | None, prober: Any
+) -> tuple[float, float]:
+    """``first`` queues BURST turns at once (none when ``second`` is None), then ``prober`` one:
+    seconds from that turn's ack to its claim, and to the claim of the burst's last turn."""
+    burst: list[tuple[str, float]] = []
+    if second is not None:
+        burst = list(await asyncio.gather(*(queue_one(first, f"b{n}") for n in range(BURST))))
+    probe, acked = await queue_one(prober, "probe")
+    await slots.finish({probe, *(i for i, _ in burst)})
+    last = max((slots.claimed[i] for i, _ in burst), default=slots.claimed[probe])
+    return slots.claimed[probe] - acked, last - acked
+
+
+async def fair_share(url: str, service: str, alice: str, bob: str) -> dict[str, list[float]]:
+    from hub.client import HubClient
+
+    figures: dict[str, list[float]] = {"second": [], "own": [], "burst_end": [], "empty": []}
+    async with (
+        Slots(url, service) as slots,
+        HubClient(url, alice) as first,
+        HubClient(url, bob) as other,
+    ):
+        await behind_a_burst(slots, first, None, other)  # every slot is polling
+        for _ in range(REPEATS):
+            second, end = await behind_a_burst(slots, first, other, other)
+            figures["second"].append(second)
+            figures["burst_end"].append(end)
+            figures["own"].append((await behind_a_burst(slots, first, first, first))[0])
+            figures["empty"].append((await behind_a_burst(slots, first, None, other))[0])
+    return figures
+
+
+def spread(samples: list[float]) -> str:
+    return (
+        f"{statistics.median(samples) * 1000:7.1f} ms "
+        f"[{min(samples) * 1000:.1f}–{max(samples) * 1000:.1f}]"
+    )
+
+
 async def timed(work: Any, samples: int = SAMPLES) -> list[float]:
     out = []
     for _ in range(samples):
@@ -269,14 +394,17 @@ def main() -> None:
         from tests.benchmarks.harness import enable_memory_offline
 
         enable_memory_offline(home)
+        without_queued_cap(home)
         environ = {
             "AMUX_RUNTIME_IN_PROCESS": "false",
             "AMUX_RUNTIME_PROVIDERS": '{"echo": "/bin/true"}',
         }
         with hub_server(home, **environ) as server:
             # After the start: the Hub issues the owner's token only into an empty database.
-            service = service_token(home)
+            service = token_for(home)
             queue = run_queue(server.url, server.token, service, server.pid)
+            users = [token_for(home, name, "user") for name in ("bench-alice", "bench-bob")]
+            shares = asyncio.run(fair_share(server.url, service, *users))
             searches = asyncio.run(search_scaling(server.url, server.token, server.scope))
             watches = asyncio.run(watch_scaling(server.url, server.token))
     print(f"durable floor (3 commits/turn, one loop, no HTTP): {floor:7.0f} turns/s")
@@ -288,6 +416,14 @@ def main() -> None:
     print(f"claim (answered):   {ms(queue['claim'])}")
     print(f"submit ack → claimed: {ms(queue['wait'])}")
     print(f"Hub CPU per turn:   {queue['cpu'] * 1000:.2f} ms")
+    print(
+        f"fair share: {SLOTS} slots, {TURN_SECONDS * 1000:.0f} ms turns, a {BURST}-turn burst; "
+        f"submit ack → claimed, median [min–max] of {REPEATS} runs:"
+    )
+    print(f"  a second user's turn behind the burst:   {spread(shares['second'])}")
+    print(f"  baseline: the burst user's own next turn: {spread(shares['own'])}")
+    print(f"  baseline: the burst's last turn:          {spread(shares['burst_end'])}")
+    print(f"  baseline: a turn on an empty queue:       {spread(shares['empty'])}")
     for count, samples in searches.items():
         print(f"memory.search, {count:5d} docs: {ms(samples)}")
     for count, (watch, submit) in watches.items():
