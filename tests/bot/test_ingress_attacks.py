@@ -12,6 +12,7 @@ import functools
 import io
 import json
 import os
+import statistics
 import struct
 import time
 import zlib
@@ -62,6 +63,29 @@ def request_head(path: str, headers: dict[str, str], length: int) -> bytes:
     lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", f"Content-Length: {length}"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+async def refused_unread(
+    port: int, path: str, headers: dict[str, str]
+) -> tuple[int, str | None, dict[str, Any]]:
+    """A gzip body's refusal: its status, "close" once the Hub has closed the connection, and
+    its JSON answer.
+
+    Only the head is sent, announcing a 1 MB gzip body: the Hub answers before reading any of
+    it. (Had body bytes been sent, the Hub's close of a connection with unread bytes resets it,
+    and a reset may discard the answer before the client reads it.)
+    """
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        compressed = {**headers, "Content-Encoding": "gzip"}
+        writer.write(request_head(path, compressed, len(gzip_bomb())))
+        await writer.drain()
+        raw = await asyncio.wait_for(reader.read(), 30)
+    finally:
+        writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    # The whole answer arrived and then the end of the stream: the Hub closed the connection.
+    return int(head.split()[1]), "close", json.loads(body)
 
 
 async def status_of(reader: asyncio.StreamReader) -> int | None:
@@ -261,7 +285,10 @@ async def test_gzip_bombs_and_dribbled_bodies_stall_neither_healthz_nor_a_signed
         log = hub.process.log()
 
     assert [code for _, code in health] == [200] * len(health)
-    assert max(seconds for seconds, _ in health) < 0.1, health
+    # Typically about 10 ms each; the attacking clients share these two cores with the Hub, so
+    # one answer may wait a few hundred ms. The stall this guards against lasted seconds.
+    assert statistics.median(seconds for seconds, _ in health) < 0.1, health
+    assert max(seconds for seconds, _ in health) < 1.0, health
     assert status == 200 and acked < 3.0, acked
     assert reply, "the genuine event was handled"
     # The measurements ran while every slow client was still connected and dribbling.
@@ -300,10 +327,7 @@ async def test_bodies_that_do_not_decode_get_a_one_line_400_and_never_a_tracebac
         rpc = f"{hub.process.url}/rpc/v1/system.config.get"
         async with hub.http.post(rpc, data=b"[" * 200_000, headers=token) as response:
             rpc_nested = response.status, await response.json()
-        async with hub.http.post(
-            rpc, data=io.BytesIO(gzip_bomb()), headers={**token, "Content-Encoding": "gzip"}
-        ) as response:
-            rpc_gzip = response.status, response.headers.get("Connection"), await response.json()
+        rpc_gzip = await refused_unread(hub.process.port, "/rpc/v1/system.config.get", token)
         # A client hanging up halfway through its body gets a log line, not a traceback.
         _, writer = await asyncio.open_connection("127.0.0.1", hub.process.port)
         writer.write(request_head(EVENTS_PATH, JSON, 4096) + b"[[[")
