@@ -63,15 +63,6 @@ def default_amux_executable() -> str:
     return str(Path(sys.executable).parent / "amux")
 
 
-def run_as_ids(user: str) -> tuple[int, int]:
-    """(uid, gid) of a local user given by name or number.
-
-    Raises:
-        InvalidArgument: there is no such user, or it is root.
-    """
-    return configured_user(user)
-
-
 def memory_warning(reason: str) -> str:
     return f"amux memory is unavailable for this conversation ({reason}); it runs without memory"
 
