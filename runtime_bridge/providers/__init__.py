@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable
 from types import ModuleType
 
+from runtime_bridge.approvals import Approver, deny_all
 from runtime_bridge.providers import claude, codex, generic, pi
 from runtime_bridge.providers.errors import (
     AgentProtocolError,
@@ -34,6 +35,7 @@ from runtime_bridge.providers.plan import (
 
 ADAPTERS: dict[str, ModuleType] = {"claude": claude, "codex": codex, "pi": pi}
 MEMORY_PROVIDERS = frozenset(ADAPTERS)
+NOBODY_TO_ASK = "this launch has nobody to ask for permission"
 
 
 def _adapter(provider: str) -> ModuleType:
@@ -48,10 +50,11 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
     return dataclasses.replace(builder(request), roots=roots)
 
 
-def run(plan: LaunchPlan) -> AsyncIterator[Event]:
-    """Run a plan with its provider's runner."""
-    runner: Callable[[LaunchPlan], AsyncIterator[Event]] = _adapter(plan.provider).run
-    return runner(plan)
+def run(plan: LaunchPlan, approver: Approver | None = None) -> AsyncIterator[Event]:
+    """Run a plan with its provider's runner; ``approver`` answers its permission requests
+    (None: every request is denied, since nobody can be asked)."""
+    runner: Callable[[LaunchPlan, Approver], AsyncIterator[Event]] = _adapter(plan.provider).run
+    return runner(plan, approver or deny_all(NOBODY_TO_ASK))
 
 
 __all__ = [

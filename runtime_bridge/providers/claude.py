@@ -17,6 +17,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from runtime_bridge.approvals import Approver
 from runtime_bridge.launch_env import launch_env
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
 from runtime_bridge.providers.plan import (
@@ -135,6 +136,6 @@ class ClaudeStream(StreamParser):
         return []
 
 
-def run(plan: LaunchPlan) -> AsyncIterator[Event]:
+def run(plan: LaunchPlan, approver: Approver | None = None) -> AsyncIterator[Event]:
     """Run a Claude plan, yielding progress and then one ``Result`` or ``Failure``."""
-    return run_json_lines(plan, ClaudeStream)
+    return run_json_lines(plan, ClaudeStream, approver)

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from hub.errors import Unavailable
+from runtime_bridge.approvals import Approver
 from runtime_bridge.codex_rpc import CodexRpc, RpcError
 from runtime_bridge.launch_env import launch_env
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
@@ -238,7 +239,7 @@ class CodexTurn:
         return []
 
 
-async def run(plan: LaunchPlan) -> AsyncIterator[Event]:
+async def run(plan: LaunchPlan, approver: Approver | None = None) -> AsyncIterator[Event]:
     """Run a Codex plan, yielding progress and then one ``Result`` or ``Failure``.
 
     Raises:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from hub.errors import InvalidArgument
+from runtime_bridge.approvals import Approver
 from runtime_bridge.launch_env import launch_env
 from runtime_bridge.providers.plan import Event, Failure, LaunchPlan, LaunchRequest, Result
 from runtime_bridge.providers.process import (
@@ -44,7 +45,7 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
     )
 
 
-async def run(plan: LaunchPlan) -> AsyncIterator[Event]:
+async def run(plan: LaunchPlan, approver: Approver | None = None) -> AsyncIterator[Event]:
     """Run the command; its whole stdout is the result."""
     executable = resolve_executable(plan)
     materialize(plan)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from runtime_bridge.approvals import Approver
 from runtime_bridge.launch_env import launch_env
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
 from runtime_bridge.providers.plan import (
@@ -118,6 +119,6 @@ class PiStream(StreamParser):
         return []
 
 
-def run(plan: LaunchPlan) -> AsyncIterator[Event]:
+def run(plan: LaunchPlan, approver: Approver | None = None) -> AsyncIterator[Event]:
     """Run a Pi plan, yielding progress and then one ``Result`` or ``Failure``."""
-    return run_json_lines(plan, PiStream)
+    return run_json_lines(plan, PiStream, approver)

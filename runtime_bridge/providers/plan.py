@@ -103,6 +103,8 @@ class LaunchRequest:
     state_dir: Path | None = None
     # The operator's own MCP servers (name -> Claude's server config), beside amux memory.
     mcp_servers: Mapping[str, Any] = field(default_factory=dict)
+    # ``ask``, ``auto`` or ``read-only`` (see runtime_bridge.approvals).
+    permissions: str = "auto"
 
     @property
     def home_root(self) -> Path:
@@ -169,6 +171,10 @@ class LaunchPlan:
     sandbox: tuple[str, ...] = ()
     # The ``agent_exec … --`` prefix before it (cgroups, limits, keyring, seccomp filter).
     confine: tuple[str, ...] = ()
+    # The permission policy the launch runs under, and the socket in-sandbox helpers ask on
+    # (None: nothing in the sandbox asks).
+    permissions: str = "auto"
+    approval_socket: Path | None = None
 
     def mask(self, text: str) -> str:
         """``text`` with every secret of this plan (its credential, secret-named variables of its
@@ -206,6 +212,8 @@ class LaunchPlan:
             "warnings": list(self.warnings),
             "binding": self.binding,
             "resume_id": self.resume_id,
+            "permissions": self.permissions,
+            "approval_socket": str(self.approval_socket) if self.approval_socket else None,
         }
         if self.codex is not None:
             out["codex"] = {

@@ -11,6 +11,7 @@ import signal
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from runtime_bridge.approvals import ApprovalSocket, Approver, Describe, deny_all
 from runtime_bridge.providers.confined import (
     copy_into,
     open_dir,
@@ -203,15 +204,39 @@ class StreamParser:
 
 
 async def run_json_lines(
-    plan: LaunchPlan, parser_factory: Callable[[], StreamParser]
+    plan: LaunchPlan,
+    parser_factory: Callable[[], StreamParser],
+    approver: Approver | None = None,
+    describe: Describe | None = None,
 ) -> AsyncIterator[Event]:
     """Run a print-mode agent that reads the prompt on stdin and writes JSON lines.
+
+    With a plan's ``approval_socket`` (and ``describe`` to read its requests), the Agent's
+    permission requests are answered by ``approver`` while it runs.
 
     Raises:
         ExecutableMissing: before anything starts, when the executable is absent.
     """
     executable = resolve_executable(plan)
     materialize(plan)
+    async with contextlib.AsyncExitStack() as stack:
+        if plan.approval_socket is not None and describe is not None:
+            await stack.enter_async_context(
+                ApprovalSocket(
+                    plan.approval_socket,
+                    approver or deny_all("this launch has nobody to ask for permission"),
+                    describe,
+                    plan.mask,
+                    plan.run_as,
+                )
+            )
+        async for event in _run_json_lines(plan, executable, parser_factory):
+            yield event
+
+
+async def _run_json_lines(
+    plan: LaunchPlan, executable: str, parser_factory: Callable[[], StreamParser]
+) -> AsyncIterator[Event]:
     process = await start(plan, [executable, *plan.argv[1:]])
     stderr = StderrTail(process.stderr)
     parser = parser_factory()

@@ -1,0 +1,210 @@
+"""Permission requests of a running Agent, and the socket its in-sandbox helpers ask through.
+
+A launch runs under one of three policies (``agents.permissions``):
+
+- ``ask``: what the provider's own permission system would ask a person (file edits, changing
+  shell commands) is asked in the conversation; reads, searches and memory tools run freely;
+- ``auto``: everything inside the sandbox runs without asking;
+- ``read-only``: the workspace is mounted read-only, so every edit fails.
+
+Codex's requests arrive in the worker over its app-server connection. Claude's permission-prompt
+tool and Pi's extension run inside the sandbox, so they ask over a Unix socket in the launch's
+run directory, owned by the Agent's user and mode 0600: another user's Agent can neither see nor
+connect to it. The wire is one JSON line each way per connection::
+
+    → {"tool": "Write", "input": {...}}
+    ← {"allow": true, "message": "..."}
+
+Each provider turns its raw request into an ``ApprovalRequest`` a person can judge; an
+``Approver`` (the Hub, in a worker) answers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import stat
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+logger = logging.getLogger("amux.approvals")
+
+ASK = "ask"
+AUTO = "auto"
+READ_ONLY = "read-only"
+POLICIES = (ASK, AUTO, READ_ONLY)
+
+# What a request is about: a shell command, a change to files, or another tool.
+COMMAND = "command"
+EDIT = "edit"
+TOOL = "tool"
+
+SOCKET_NAME = "approvals.sock"
+SOCKET_ENV = "AMUX_APPROVAL_SOCKET"
+MAX_REQUEST_BYTES = 1 << 20
+# Bounds on what a request carries to a person: a command, a path list, a diff.
+SUBJECT_CHARS = 2000
+DETAIL_CHARS = 6000
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """One permission request, as a person sees it."""
+
+    # The provider's own name for the tool ("Write", "Bash", "commandExecution"…).
+    tool: str
+    action: str
+    # The exact command line, or the path(s) an edit changes.
+    subject: str
+    # A bounded diff of an edit, or the tool's input.
+    detail: str = ""
+
+    def bounded(self) -> ApprovalRequest:
+        return ApprovalRequest(
+            tool=self.tool[:128],
+            action=self.action,
+            subject=_cut(self.subject, SUBJECT_CHARS),
+            detail=_cut(self.detail, DETAIL_CHARS),
+        )
+
+
+@dataclass(frozen=True)
+class ApprovalAnswer:
+    """The decision, and what the Agent is told with it (the reason of a denial)."""
+
+    allowed: bool
+    message: str = ""
+
+
+class Approver(Protocol):
+    async def __call__(self, request: ApprovalRequest) -> ApprovalAnswer: ...
+
+
+Describe = Callable[[str, Mapping[str, Any]], ApprovalRequest]
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[: limit - 1] + "…"
+
+
+def deny_all(reason: str) -> Approver:
+    """An approver that refuses every request with ``reason`` (nobody can be asked)."""
+
+    async def deny(request: ApprovalRequest) -> ApprovalAnswer:
+        return ApprovalAnswer(False, reason)
+
+    return deny
+
+
+class ApprovalSocket:
+    """Serves one launch's permission requests on a Unix socket until closed."""
+
+    def __init__(
+        self,
+        path: Path,
+        approver: Approver,
+        describe: Describe,
+        mask: Callable[[str], str] = lambda text: text,
+        owner: tuple[int, int] | None = None,
+    ) -> None:
+        self.path = path
+        self._approver = approver
+        self._describe = describe
+        self._mask = mask
+        self._owner = owner
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> ApprovalSocket:
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(os.lstat(self.path).st_mode):
+                os.unlink(self.path)
+        # Created under a umask that leaves it owner-only from the first instant.
+        old = os.umask(0o177)
+        try:
+            self._server = await asyncio.start_unix_server(
+                self._serve, path=str(self.path), limit=MAX_REQUEST_BYTES
+            )
+        finally:
+            os.umask(old)
+        if self._owner is not None:
+            os.chown(self.path, *self._owner, follow_symlinks=False)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for task in list(self._handlers):
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            answer = await self._answer(reader)
+            writer.write(
+                (json.dumps({"allow": answer.allowed, "message": answer.message}) + "\n").encode()
+            )
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+        finally:
+            self._handlers.discard(task)
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def _answer(self, reader: asyncio.StreamReader) -> ApprovalAnswer:
+        try:
+            line = await reader.readline()
+            message = json.loads(line)
+        except (ValueError, asyncio.LimitOverrunError, ConnectionError):
+            return ApprovalAnswer(False, "amux could not read this permission request")
+        if not isinstance(message, dict) or not isinstance(message.get("tool"), str):
+            return ApprovalAnswer(False, "amux could not read this permission request")
+        raw_input = message.get("input")
+        tool_input: Mapping[str, Any] = raw_input if isinstance(raw_input, dict) else {}
+        request = self._describe(message["tool"], tool_input)
+        masked = ApprovalRequest(
+            request.tool, request.action, self._mask(request.subject), self._mask(request.detail)
+        ).bounded()
+        return await self._approver(masked)
+
+
+async def ask_over_socket(path: str, tool: str, tool_input: Mapping[str, Any]) -> ApprovalAnswer:
+    """The in-sandbox side: ask the worker through ``path`` and wait for the decision.
+
+    Anything short of a clear answer (no socket, a closed connection) is a denial.
+    """
+    try:
+        reader, writer = await asyncio.open_unix_connection(path, limit=MAX_REQUEST_BYTES)
+    except OSError as error:
+        return ApprovalAnswer(False, f"amux could not be asked for permission ({error.strerror})")
+    try:
+        writer.write((json.dumps({"tool": tool, "input": dict(tool_input)}) + "\n").encode())
+        await writer.drain()
+        line = await reader.readline()
+    except ConnectionError:
+        line = b""
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        return ApprovalAnswer(False, "amux gave no answer to this permission request")
+    return ApprovalAnswer(bool(answer.get("allow") is True), str(answer.get("message") or ""))
