@@ -15,8 +15,8 @@ connect to it. The wire is one JSON line each way per connection::
     → {"tool": "Write", "input": {...}}
     ← {"allow": true, "message": "..."}
 
-Each provider turns its raw request into an ``ApprovalRequest`` a person can judge; an
-``Approver`` (the Hub, in a worker) answers it.
+Each provider turns its raw request into an ``ApprovalRequest`` a person can judge (or finds it
+needs nobody); an ``Approver`` (the Hub, in a worker) answers it.
 """
 
 from __future__ import annotations
@@ -85,7 +85,9 @@ class Approver(Protocol):
     async def __call__(self, request: ApprovalRequest) -> ApprovalAnswer: ...
 
 
-Describe = Callable[[str, Mapping[str, Any]], ApprovalRequest]
+# A provider's reading of one raw request: what to ask a person, or None when the request needs
+# nobody (a read-only command, an amux memory call), so it runs at once.
+Describe = Callable[[str, Mapping[str, Any]], "ApprovalRequest | None"]
 
 
 def _cut(text: str, limit: int) -> str:
@@ -176,6 +178,8 @@ class ApprovalSocket:
         raw_input = message.get("input")
         tool_input: Mapping[str, Any] = raw_input if isinstance(raw_input, dict) else {}
         request = self._describe(message["tool"], tool_input)
+        if request is None:
+            return ApprovalAnswer(True)
         masked = ApprovalRequest(
             request.tool, request.action, self._mask(request.subject), self._mask(request.detail)
         ).bounded()
