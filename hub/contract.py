@@ -214,8 +214,9 @@ class MemoryUse:
 
 @dataclass(frozen=True)
 class ExecutionEvent:
-    """Something a turn reported while it ran: ``progress``, ``warning``, ``status`` or
-    ``memory`` (its text a ``MemoryUse`` as JSON; see ``memory_use``)."""
+    """Something a turn reported while it ran: ``progress``, ``warning``, ``status``,
+    ``memory`` (its text a ``MemoryUse`` as JSON; see ``memory_use``) or ``approval`` (a
+    permission request as JSON, pending or settled; see ``approval``)."""
 
     seq: int
     kind: str
@@ -230,6 +231,17 @@ class ExecutionEvent:
         try:
             wire = json.loads(self.text)
             return MemoryUse.from_wire(wire) if isinstance(wire, Mapping) else None
+        except (ValueError, InvalidArgument):
+            return None
+
+    def approval(self) -> Approval | None:
+        """The permission request an ``approval`` event records, as it stood then; None for
+        any other kind (or a malformed one)."""
+        if self.kind != APPROVAL:
+            return None
+        try:
+            wire = json.loads(self.text)
+            return Approval.from_wire(wire) if isinstance(wire, Mapping) else None
         except (ValueError, InvalidArgument):
             return None
 
@@ -281,6 +293,8 @@ class Claim:
     session: Session
     lease_seconds: float
     request_id: str | None = None
+    # The permission policy the turn runs under (``agents.permissions`` when it was claimed).
+    permissions: str = "ask"
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -292,6 +306,7 @@ class Claim:
             },
             "session": self.session.to_wire(),
             "lease_seconds": self.lease_seconds,
+            "permissions": self.permissions,
         }
 
     @classmethod
@@ -304,6 +319,7 @@ class Claim:
             session=Session.from_wire(_field(wire, "session", Mapping)),
             lease_seconds=float(_field(wire, "lease_seconds", (int, float))),
             request_id=_optional(execution, "request_id", str),
+            permissions=_optional(wire, "permissions", str) or "ask",
         )
 
 
@@ -315,3 +331,104 @@ class Outcome:
     result: TurnResult | None
     error: str | None = None
     native_id: str | None = None
+
+
+APPROVAL = "approval"
+ALLOW_ONCE, ALLOW_SESSION, DENY = "allow_once", "allow_session", "deny"
+DECISIONS = (ALLOW_ONCE, ALLOW_SESSION, DENY)
+ACTIONS = ("command", "edit", "tool")
+# How a request was settled: by a person, by a session rule, by the timeout, or lapsed with the
+# run that asked (a restart or a lost worker).
+BY_PERSON, BY_RULE, BY_TIMEOUT, LAPSED = "person", "rule", "timeout", "lapsed"
+
+
+@dataclass(frozen=True)
+class Approval:
+    """One permission request and, once settled, its decision."""
+
+    execution_id: str
+    request_id: str
+    runs_as: str
+    tool: str
+    action: str
+    subject: str
+    detail: str
+    asked_at: float
+    expires_at: float
+    decision: str | None = None
+    via: str | None = None
+    decided_by: str | None = None
+    decided_by_name: str | None = None
+    decided_at: float | None = None
+    reason: str | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.decision is None
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision in (ALLOW_ONCE, ALLOW_SESSION)
+
+    def message(self) -> str:
+        """What the Agent is told with the decision."""
+        if self.allowed:
+            if self.via == BY_RULE:
+                return "allowed by a rule of this conversation"
+            return f"allowed by {self.decided_by_name or 'its user'}"
+        if self.via == BY_TIMEOUT:
+            return self.reason or "nobody answered in time; denied"
+        if self.via == LAPSED:
+            return "the request lapsed when the turn was handed back; denied"
+        said = f"denied by {self.decided_by_name or 'its user'}"
+        return f"{said}: {self.reason}" if self.reason else said
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "execution_id": self.execution_id,
+            "request_id": self.request_id,
+            "runs_as": self.runs_as,
+            "tool": self.tool,
+            "action": self.action,
+            "subject": self.subject,
+            "detail": self.detail,
+            "asked_at": self.asked_at,
+            "expires_at": self.expires_at,
+            "decision": self.decision,
+            "via": self.via,
+            "decided_by": self.decided_by,
+            "decided_by_name": self.decided_by_name,
+            "decided_at": self.decided_at,
+            "reason": self.reason,
+            "message": self.message() if self.decision else None,
+        }
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> Approval:
+        def text(name: str) -> str:
+            value = wire.get(name)
+            if not isinstance(value, str):
+                raise InvalidArgument(f"malformed approval: {name} is missing")
+            return value
+
+        def optional(name: str, kind: type | tuple[type, ...] = str) -> Any:
+            value = wire.get(name)
+            return value if isinstance(value, kind) else None
+
+        return cls(
+            execution_id=text("execution_id"),
+            request_id=text("request_id"),
+            runs_as=text("runs_as"),
+            tool=text("tool"),
+            action=text("action"),
+            subject=text("subject"),
+            detail=text("detail"),
+            asked_at=float(optional("asked_at", (int, float)) or 0.0),
+            expires_at=float(optional("expires_at", (int, float)) or 0.0),
+            decision=optional("decision"),
+            via=optional("via"),
+            decided_by=optional("decided_by"),
+            decided_by_name=optional("decided_by_name"),
+            decided_at=optional("decided_at", (int, float)),
+            reason=optional("reason"),
+        )

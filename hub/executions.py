@@ -29,7 +29,9 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from hub.approvals import event_text, lapse_pending
 from hub.contract import (
+    APPROVAL,
     CANCELLED,
     FAILED,
     QUEUED,
@@ -153,6 +155,45 @@ class Executions:
     def closing(self) -> bool:
         return self._closing
 
+    # -- for services that keep per-turn state beside the queue (hub.approvals) -----------------
+
+    def now(self) -> float:
+        return self._clock()
+
+    def lease_row(self, execution_id: str, worker_id: str) -> Any:
+        """The turn's row while ``worker_id`` holds its lease.
+
+        Raises:
+            NotFound: no such execution. Conflict: the lease is another worker's, or gone.
+        """
+        return self._owned(execution_id, worker_id)
+
+    async def write(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``work`` in one write transaction of the state database."""
+        return await self._state.write(work)
+
+    def insert_event(self, db: sqlite3.Connection, execution_id: str, kind: str, text: str) -> int:
+        return self._insert_event(db, execution_id, kind, text[:MAX_EVENT_BYTES])
+
+    async def changed(self, execution_id: str) -> None:
+        """Wake whoever follows ``execution_id`` (no claim has anything new to look at)."""
+        await self._notify(execution_id, queue=False)
+
+    def watch_waiter(self, execution_id: str) -> asyncio.Future[None]:
+        return self._watch_waiter(execution_id)
+
+    def drop_watch_waiter(self, execution_id: str, waiter: asyncio.Future[None]) -> None:
+        self._drop_watch_waiter(execution_id, waiter)
+
+    async def wait_for(self, waiter: asyncio.Future[None], seconds: float) -> None:
+        await self._wait(waiter, seconds)
+
+    def _lapse_approvals(self, execution_id: str) -> None:
+        """A turn handed back loses its pending permission requests: the next run asks anew."""
+        with self._state.transaction() as db:
+            for approval in lapse_pending(db, execution_id, self._clock()):
+                self._insert_event(db, execution_id, APPROVAL, event_text(approval))
+
     async def close(self) -> None:
         """Release every long poll now, so a graceful shutdown does not wait them out."""
         self._closing = True
@@ -193,6 +234,7 @@ class Executions:
         now = self._clock()
         for row in rows:
             self._revoke_delegations(row["session_id"])
+            self._lapse_approvals(row["id"])
             self.db.execute(
                 "UPDATE executions SET state = ?, worker_id = NULL, lease_expires_at = NULL, "
                 "attempts = MAX(attempts - 1, 0), updated_at = ? WHERE id = ? AND state = ?",
@@ -670,6 +712,9 @@ class Executions:
 
         def finish(db: sqlite3.Connection) -> None:
             row = self._owned(execution_id, worker_id)
+            # A turn that ends while it waits for an answer (cancelled, failed) settles it.
+            for approval in lapse_pending(db, execution_id, self._clock()):
+                self._insert_event(db, execution_id, APPROVAL, event_text(approval))
             if outcome.native_id:
                 db.execute(
                     "UPDATE sessions SET native_id = ?, updated_at = ? WHERE id = ?",
@@ -724,6 +769,7 @@ class Executions:
             # A SIGKILLed worker could not revoke its Agent's credential, and the Agent may
             # outlive it; it must not keep writing memory beside the retry.
             self._revoke_delegations(row["session_id"])
+            self._lapse_approvals(row["id"])
             if row["attempts"] < MAX_ATTEMPTS:
                 self.db.execute(
                     "UPDATE executions SET state = ?, worker_id = NULL, lease_expires_at = NULL, "

@@ -173,6 +173,40 @@ UPDATE executions SET runs_as = (
 CREATE INDEX executions_by_runs_as ON executions(state, runs_as, created_at);
 """
 
+# Version 7: permission requests of running turns with their decisions, and the rules an
+# "allow for this conversation" leaves for a Session's later turns of the same Principal (see
+# hub.approvals).
+_V7_APPROVALS = """
+CREATE TABLE approvals (
+    execution_id TEXT NOT NULL REFERENCES executions(id) ON DELETE CASCADE,
+    request_id TEXT NOT NULL,
+    runs_as TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    action TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    asked_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    decision TEXT,
+    via TEXT,
+    decided_by TEXT,
+    decided_by_name TEXT,
+    decided_at REAL,
+    reason TEXT,
+    PRIMARY KEY (execution_id, request_id)
+);
+CREATE TABLE session_rules (
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    runs_as TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    action TEXT NOT NULL,
+    pattern TEXT NOT NULL,
+    granted_by TEXT NOT NULL,
+    granted_at REAL NOT NULL,
+    PRIMARY KEY (session_id, runs_as, tool, action, pattern)
+);
+"""
+
 MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (1, _V1_IDENTITY_AND_SETTINGS),
     (2, _queue_with_request_ids),
@@ -180,6 +214,7 @@ MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (4, _V4_SESSION_WORKSPACES),
     (5, _V5_FEISHU_ALIASES_WAIT_FOR_THE_TENANT),
     (6, _V6_EXECUTIONS_RUN_AS),
+    (7, _V7_APPROVALS),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from types import MappingProxyType
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
+from hub.approvals import MAX_DETAIL_CHARS, MAX_REASON_CHARS, MAX_SUBJECT_CHARS
 from hub.contract import BOT_ORIGIN_PREFIX, Outcome, Session, TurnResult, is_bot_origin
 from hub.errors import Forbidden, NotFound
 from hub.executions import delegation_label, no_such_execution, no_such_session
@@ -159,7 +161,10 @@ async def executions_claim(call: Call, params: ClaimParams) -> dict[str, Any]:
     claimed = await call.hub.executions.claim(
         params.worker_id, call.actor.principal.id, params.wait_seconds, call.connected
     )
-    return claimed.to_wire() if claimed is not None else {}
+    if claimed is None:
+        return {}
+    # Read as the turn starts: a change of the policy applies to turns started after it.
+    return dataclasses.replace(claimed, permissions=call.hub.config.permissions).to_wire()
 
 
 class LeaseParams(Params):
@@ -264,6 +269,108 @@ async def sessions_unbind(call: Call, params: SessionParams) -> dict[str, Any]:
     return call.hub.executions.session(params.session_id).to_wire()
 
 
+class AskParams(LeaseParams):
+    tool: str = text_field(128)
+    action: Literal["command", "edit", "tool"] = Field(description="command, edit or tool")
+    subject: str = text_field(MAX_SUBJECT_CHARS)
+    detail: str = text_field(MAX_DETAIL_CHARS, "")
+
+
+async def executions_ask(call: Call, params: AskParams) -> dict[str, Any]:
+    """A running turn's permission request; settled at once when a session rule allows it."""
+    require_service(call.actor)
+    p = params
+    approval = await call.hub.approvals.ask(
+        p.execution_id,
+        p.worker_id,
+        tool=p.tool,
+        action=p.action,
+        subject=p.subject,
+        detail=p.detail,
+    )
+    return approval.to_wire()
+
+
+class DecisionParams(LeaseParams):
+    request_id: str = text_field(ID_CHARS)
+    wait_seconds: WaitSeconds = wait_field()
+
+
+async def executions_decision(call: Call, params: DecisionParams) -> dict[str, Any]:
+    """The request once answered (or denied at its timeout); pending after ``wait_seconds``."""
+    require_service(call.actor)
+    p = params
+    approval = await call.hub.approvals.decision(
+        p.execution_id, p.worker_id, p.request_id, p.wait_seconds
+    )
+    return approval.to_wire()
+
+
+class ApproveParams(ExecutionParams):
+    request_id: str = text_field(ID_CHARS)
+    decision: Literal["allow_once", "allow_session", "deny"] = Field(
+        description="allow_once, allow_session or deny"
+    )
+    reason: str | None = text_field(MAX_REASON_CHARS, None)
+    principal_id: str | None = text_field(4096, None)
+
+
+async def executions_approve(call: Call, params: ApproveParams) -> dict[str, Any]:
+    """Answer a pending permission request: only the turn's Principal or the owner may."""
+    _may_follow_turns(call)
+    deciding = acting_for(call.actor, call.hub.state, params.principal_id)
+    if params.principal_id is None:
+        _visible_execution_or_turn(call, params.execution_id)
+    if deciding.kind == "service":
+        raise Forbidden("a permission request is answered by a person, not a service")
+    approval = await call.hub.approvals.decide(
+        params.execution_id, params.request_id, params.decision, deciding, params.reason
+    )
+    return approval.to_wire()
+
+
+async def sessions_rules(call: Call, params: SessionParams) -> dict[str, Any]:
+    """What "allow for this conversation" answers left in a Session: every rule for the
+    service and the owner, else the caller's own."""
+    _may_follow_turns(call)
+    approvals = call.hub.approvals
+    if _sees_every_session(call):
+        call.hub.executions.session(params.session_id)
+        rules = approvals.rules(params.session_id)
+    else:
+        _visible_session_or_turn(call, params.session_id)
+        rules = approvals.rules(params.session_id, call.actor.principal.id)
+    return {"rules": [rule.to_wire() for rule in rules]}
+
+
+def _visible_execution_or_turn(call: Call, execution_id: str) -> None:
+    """Like ``_visible_execution``, also letting a shared conversation's sender see the turn
+    they sent (it runs as them).
+
+    Raises: NotFound: no such execution, or neither theirs nor a turn that runs as them.
+    """
+    try:
+        _visible_execution(call, execution_id)
+    except NotFound:
+        row = call.hub.executions.db.execute(
+            "SELECT runs_as FROM executions WHERE id = ?", (execution_id,)
+        ).fetchone()
+        if row is None or row["runs_as"] != call.actor.principal.id:
+            raise
+
+
+def _visible_session_or_turn(call: Call, session_id: str) -> None:
+    try:
+        _visible_session(call, session_id)
+    except NotFound:
+        row = call.hub.executions.db.execute(
+            "SELECT 1 FROM executions WHERE session_id = ? AND runs_as = ? LIMIT 1",
+            (session_id, call.actor.principal.id),
+        ).fetchone()
+        if row is None:
+            raise
+
+
 EXECUTION_METHODS: Methods = MappingProxyType(
     {
         "executions.submit": Method(SubmitParams, executions_submit),
@@ -277,5 +384,9 @@ EXECUTION_METHODS: Methods = MappingProxyType(
         "executions.complete": Method(CompleteParams, executions_complete),
         "sessions.memory": Method(MemoryParams, sessions_memory),
         "sessions.unbind": Method(SessionParams, sessions_unbind),
+        "executions.ask": Method(AskParams, executions_ask),
+        "executions.decision": Method(DecisionParams, executions_decision),
+        "executions.approve": Method(ApproveParams, executions_approve),
+        "sessions.rules": Method(SessionParams, sessions_rules),
     }
 )

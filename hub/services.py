@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from hub.approvals import Approvals
 from hub.config import OWNER_TOKEN_FILE, HubSettings
 from hub.errors import Forbidden, InvalidArgument, MemoryDisabled
 from hub.executions import Executions
@@ -37,6 +38,7 @@ class Hub:
     executions: Executions
     authenticate: Authenticator
     history: MemoryHistory
+    approvals: Approvals
     restart_requested: asyncio.Event = field(default_factory=asyncio.Event)
     # Hooks other packages register to extend ``system.capabilities`` (e.g. connected workers).
     capability_hooks: list[Callable[[], dict[str, object]]] = field(default_factory=list)
@@ -86,6 +88,7 @@ class Hub:
                 executions,
                 Authenticator(state),
                 history,
+                Approvals(executions, lambda: config.approval_timeout),
             )
             hub._bootstrap_owner()
         except BaseException:

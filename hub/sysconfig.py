@@ -2,6 +2,8 @@
 
 A change takes effect only when the Hub restarts, so every running Runtime and conversation sees
 one consistent policy; cards and the CLI show both values and whether a restart is pending.
+The Agents' permission settings are the exception: they apply to every turn started after the
+change (a turn reads them when a worker takes it), so they never wait for a restart.
 """
 
 from __future__ import annotations
@@ -57,12 +59,45 @@ def _parse_limit(raw: object) -> int:
     raise InvalidArgument(f"expected a whole number from 0 (no limit) to {MAX_LIMIT}")
 
 
+PERMISSION_POLICIES = ("ask", "auto", "read-only")
+
+
+def _parse_permissions(raw: object) -> str:
+    if isinstance(raw, str) and raw.strip().lower() in PERMISSION_POLICIES:
+        return raw.strip().lower()
+    raise InvalidArgument(f"expected one of {', '.join(PERMISSION_POLICIES)}")
+
+
+MIN_APPROVAL_SECONDS = 1
+MAX_APPROVAL_SECONDS = 24 * 3600
+
+
+def _parse_approval_timeout(raw: object) -> int:
+    """Seconds, written as a whole number or with a unit: ``90``, ``90s``, ``10m``, ``1h``."""
+    problem = f"expected a duration from {MIN_APPROVAL_SECONDS} s to 24 h, such as 600, 10m or 1h"
+    seconds: int | None = None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        seconds = raw
+    elif isinstance(raw, str):
+        text = raw.strip().lower()
+        units = {"s": 1, "m": 60, "h": 3600}
+        unit = units.get(text[-1:], 0)
+        digits = text[:-1] if unit else text
+        if digits.isdigit():
+            seconds = int(digits) * (unit or 1)
+    if seconds is None or not MIN_APPROVAL_SECONDS <= seconds <= MAX_APPROVAL_SECONDS:
+        raise InvalidArgument(problem)
+    return seconds
+
+
 @dataclass(frozen=True)
 class SettingSpec:
     key: str
     default: Any
     parse: Callable[[object], Any]
     meaning: str
+    # Applies to what starts after the change, without a restart.
+    live: bool = False
 
 
 SPECS: dict[str, SettingSpec] = {
@@ -93,6 +128,23 @@ SPECS: dict[str, SettingSpec] = {
             _parse_limit,
             "messages one Feishu sender may start turns with per minute (0: no limit)",
         ),
+        SettingSpec(
+            "agents.permissions",
+            "ask",
+            _parse_permissions,
+            "ask: edits and changing commands wait for their user's approval; auto: everything "
+            "inside the sandbox runs; read-only: the workspace cannot be changed "
+            "(applies to turns started after the change)",
+            live=True,
+        ),
+        SettingSpec(
+            "agents.approval_timeout",
+            600,
+            _parse_approval_timeout,
+            "seconds a permission request waits for an answer before it is denied "
+            "(applies to requests made after the change)",
+            live=True,
+        ),
     )
 }
 
@@ -110,14 +162,29 @@ class SystemConfig:
 
     def describe(self) -> dict[str, dict[str, Any]]:
         saved = self.saved()
-        return {
-            key: {
+        described: dict[str, dict[str, Any]] = {}
+        for key, spec in SPECS.items():
+            entry = {
                 "saved": saved[key],
-                "running": self.running[key],
-                "restart_pending": saved[key] != self.running[key],
+                "running": saved[key] if spec.live else self.running[key],
+                "restart_pending": not spec.live and saved[key] != self.running[key],
             }
-            for key in SPECS
-        }
+            if spec.live:
+                entry["live"] = True
+            described[key] = entry
+        return described
+
+    def _live(self, key: str) -> Any:
+        # Read at each use: a live setting's saved value is its running value.
+        return self._state.saved_settings().get(key, SPECS[key].default)
+
+    @property
+    def permissions(self) -> str:
+        return str(self._live("agents.permissions"))
+
+    @property
+    def approval_timeout(self) -> int:
+        return int(self._live("agents.approval_timeout"))
 
     def save(self, key: object, value: object) -> dict[str, Any]:
         """Validate and save one setting; the running value is untouched until restart.

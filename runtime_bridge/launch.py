@@ -29,6 +29,7 @@ from hub.contract import Session
 from hub.errors import InvalidArgument
 from runtime_bridge import agent_exec
 from runtime_bridge.agent_users import AgentUsers, Identity, configured_user, worker_is_root
+from runtime_bridge.approvals import AUTO, READ_ONLY
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.providers import LaunchPlan, LaunchRequest, MemoryAttachment
 from runtime_bridge.providers.errors import ExecutableMissing
@@ -41,6 +42,10 @@ from runtime_bridge.sandbox import (
 )
 
 SESSION_HOME = "home"
+READ_ONLY_UNSANDBOXED = (
+    "the sandbox is off, so the read-only policy cannot mount the workspace read-only: only the "
+    "Agent's own edit tools are refused, and its commands can still change files"
+)
 SECCOMP_FILE = "seccomp.bpf"
 AGENT_EXEC = Path(agent_exec.__file__)
 
@@ -238,6 +243,7 @@ class LaunchSite:
         memory: MemoryAttachment | None,
         base_env: Mapping[str, str],
         own_home: bool,
+        permissions: str = AUTO,
     ) -> LaunchRequest:
         """The launch request of one turn of ``session``.
 
@@ -268,6 +274,7 @@ class LaunchSite:
             pass_env=tuple(settings.pass_env),
             provider_home_source=settings.home_source(provider),
             mcp_servers=settings.mcp_servers(provider),
+            permissions=permissions,
         )
 
     def check_workspace(self, cwd: Path) -> None:
@@ -295,7 +302,10 @@ class LaunchSite:
                 "a root worker never runs an Agent as root; the plan names no uid"
             )
         if not self.sandboxed:
-            return dataclasses.replace(plan, confine=self.confinement())
+            warnings = plan.warnings
+            if plan.permissions == READ_ONLY:
+                warnings += (READ_ONLY_UNSANDBOXED,)
+            return dataclasses.replace(plan, confine=self.confinement(), warnings=warnings)
         # The Agent's own executable first, for the same message an unsandboxed launch gives.
         executable = resolve_executable(plan)
         # By its directory's real path: the sandbox binds installations where they really are,
@@ -315,10 +325,14 @@ class LaunchSite:
             )
         self.check_workspace(plan.cwd)
         commands, files = operator_server_paths(request.mcp_servers)
+        # Under read-only the workspace is mounted so: no tool, command or program the Agent
+        # starts can change it, whatever its own permission system would have allowed.
+        read_only_workspace = plan.permissions == READ_ONLY
+        writable = (request.home_root,) if read_only_workspace else (plan.cwd, request.home_root)
         layout = sandbox_layout(
             cwd=plan.cwd,
-            writable=tuple(dict.fromkeys((plan.cwd, request.home_root))),
-            read_only=(request.run_dir, *files),
+            writable=tuple(dict.fromkeys(writable)),
+            read_only=(*((plan.cwd,) if read_only_workspace else ()), request.run_dir, *files),
             sockets=sockets,
             executables=(plan.argv[0], *extra_executables, *commands),
             env=plan.env,

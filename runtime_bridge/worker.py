@@ -29,6 +29,7 @@ from runtime_bridge.agent_users import configured_user
 from runtime_bridge.bounds import bounds_from_settings
 from runtime_bridge.cgroups import LaunchGroup, rlimits
 from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.hub_approver import HubApprover
 from runtime_bridge.launch import SESSION_HOME, LaunchSite, write_seccomp_file
 from runtime_bridge.materializer import materialize_memory_cli
 from runtime_bridge.mcp_launcher import WarmMcp, warm_socket
@@ -281,6 +282,7 @@ class Worker:
                 memory=memory,
                 base_env=self.base_env,
                 own_home=site.sandboxed or run_as is not None,
+                permissions=claimed.permissions,
             )
             plan = dataclasses.replace(build_plan(request), run_as=run_as)
             mcp_argv = memory.mcp_argv if memory is not None else ()
@@ -306,7 +308,9 @@ class Worker:
             )
             reached: tuple[str, ...] = ()
             try:
-                async for event in run(plan):
+                assert self.worker_id is not None
+                approver = HubApprover(self.hub, claimed.execution_id, self.worker_id)
+                async for event in run(plan, approver):
                     if isinstance(event, Progress):
                         await self._event(claimed, "progress", plan.mask(event.text))
                     elif isinstance(event, Result):

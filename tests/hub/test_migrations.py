@@ -110,6 +110,8 @@ ALL_TABLES = {
     "workers",
     "memory_log",
     "credential_launches",
+    "approvals",
+    "session_rules",
 }
 
 
