@@ -89,6 +89,14 @@ def mcp() -> None:
     mcp_main()
 
 
+@app.command("permission-prompt", hidden=True)
+def permission_prompt() -> None:
+    """Run the stdio MCP server Claude asks for permission under the ask policy."""
+    from runtime_bridge.permission_mcp import main as permission_main
+
+    permission_main()
+
+
 @app.command("doctor")
 def doctor(
     as_json: bool = typer.Option(False, "--json", help="Print the checks as JSON for scripts."),

@@ -7,19 +7,42 @@ prompt. Unbound launches keep Claude's ordinary native-memory policy.
 MCP servers: a launch gets exactly the operator's servers (``AMUX_RUNTIME_CLAUDE_MCP_CONFIG``) and,
 when bound, amux's ``memory`` server, in one ``--mcp-config`` with ``--strict-mcp-config``: a
 ``.mcp.json`` in the workspace adds nothing, and turning memory on removes nothing the operator
-configured. Their tools are allowed by name (``mcp__<server>__*``), since a print-mode launch
-cannot ask for permission.
+configured. Their tools are allowed by name (``mcp__<server>__*``): they never wait on a person.
+
+The launch's permission policy (``runtime_bridge.approvals``) becomes Claude's own flags, placed
+after the operator's arguments so that the policy is what holds:
+
+- ``auto``: ``--permission-mode bypassPermissions``, since amux's sandbox is the boundary. Claude
+  refuses that mode to uid 0 unless ``IS_SANDBOX=1``, which the launch sets: an Agent runs as root
+  only unsandboxed and unswitched, which a worker never does. ``acceptEdits`` is not enough: it
+  still asks before ``python3 -c …`` or a write outside the working directory;
+- ``ask``: ``--permission-prompt-tool mcp__amux__permission_prompt``, served by
+  ``amux permission-prompt`` (``runtime_bridge.permission_mcp``) added to the MCP config. Whatever
+  Claude's own rules would ask a person (a file edit, a changing shell command, a network tool)
+  goes through it to the worker's approval socket in the run directory; ``describe`` turns each
+  request into what a person judges. Reads and searches are allowed by name, so reading outside
+  the working directory (Claude would ask) does not wait on anyone. Without an amux command to
+  start the server, ``--permission-prompts none`` denies such requests at once, never hangs;
+- ``read-only``: the edit tools are removed (``--disallowedTools``), so the model is told plainly
+  they are not there, and ``--permission-prompts none`` refuses whatever else would have been
+  asked (a changing shell command), with a message that nobody can approve it. Shell commands
+  Claude finds read-only still run; the sandbox mounts the workspace read-only besides.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
-from runtime_bridge.approvals import Approver
-from runtime_bridge.launch_env import launch_env
+from runtime_bridge import approvals
+from runtime_bridge.approvals import ApprovalRequest, Approver
+from runtime_bridge.launch_env import NO_OWNER_TOKEN, launch_env
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
+from runtime_bridge.permission_mcp import PROMPT_TOOL
+from runtime_bridge.permission_mcp import SERVER_NAME as PERMISSION_SERVER
 from runtime_bridge.providers.plan import (
     MEMORY_CONFIG_DIR,
     MEMORY_SERVER,
@@ -34,6 +57,14 @@ from runtime_bridge.providers.plan import (
 from runtime_bridge.providers.process import StreamParser, run_json_lines
 
 MCP_CONFIG = MEMORY_CONFIG_DIR / "claude-mcp.json"
+PERMISSION_COMMAND = "permission-prompt"
+# Claude's tools that change files: removed under read-only, shown to a person as edits.
+EDIT_TOOLS = ("Write", "Edit", "MultiEdit", "NotebookEdit")
+# Tools that only read or search: never worth a person's time (the sandbox bounds what is seen).
+READ_TOOLS = ("Read", "Glob", "Grep", "LS", "NotebookRead")
+# A request is cut to its shown bounds plus this before it is masked: masking costs time that
+# grows with the square of the text, and a secret cut at this edge lies beyond what is shown.
+MASK_MARGIN = 1024
 
 
 def build_plan(request: LaunchRequest) -> LaunchPlan:
@@ -64,22 +95,36 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
             "args": list(memory.mcp_argv[1:]),
             "env": memory.connection_env(),
         }
+    allowed = [f"mcp__{name}__*" for name in servers]
+    policy: list[str] = []
+    socket: Path | None = None
+    if request.permissions == approvals.AUTO:
+        policy = ["--permission-mode", "bypassPermissions"]
+        overrides["IS_SANDBOX"] = "1"
+    elif request.permissions == approvals.READ_ONLY:
+        policy = ["--disallowedTools", ",".join(EDIT_TOOLS), "--permission-prompts", "none"]
+    else:
+        # Anything but the two known policies is asked about: a person still decides.
+        allowed += READ_TOOLS
+        if request.amux_argv:
+            socket = request.run_dir / approvals.SOCKET_NAME
+            servers[PERMISSION_SERVER] = permission_server(request.amux_argv, socket)
+            policy = ["--permission-prompt-tool", PROMPT_TOOL]
+        else:
+            policy = ["--permission-prompts", "none"]
     if servers:
-        # Exactly the operator's servers and amux memory: --strict-mcp-config keeps out any
-        # server a workspace's .mcp.json would add.
+        # Exactly the operator's servers, amux memory and amux's permission prompt:
+        # --strict-mcp-config keeps out any server a workspace's .mcp.json would add.
         config_path = request.run_dir / MCP_CONFIG
         config = {"mcpServers": servers}
         files.append(PlannedFile(config_path, json.dumps(config, indent=2) + "\n", 0o600))
-        argv += [
-            "--mcp-config",
-            str(config_path),
-            "--strict-mcp-config",
-            "--allowedTools",
-            ",".join(f"mcp__{name}__*" for name in servers),
-        ]
+        argv += ["--mcp-config", str(config_path), "--strict-mcp-config"]
+    if allowed:
+        argv += ["--allowedTools", ",".join(allowed)]
     if append and append.strip():
         argv += ["--append-system-prompt", append]
     argv += list(request.extra_args)
+    argv += policy
     env = launch_env(request.base_env, request.pass_env, overrides=overrides)
     return LaunchPlan(
         provider="claude",
@@ -93,7 +138,91 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
         binding=memory.binding if memory else None,
         resume_id=request.resume_id,
         secrets=(memory.credential,) if memory else (),
+        permissions=request.permissions,
+        approval_socket=socket,
     )
+
+
+def permission_server(amux_argv: tuple[str, ...], socket: Path) -> dict[str, Any]:
+    """The MCP config entry of ``amux permission-prompt``, asking on ``socket``.
+
+    It is given the socket and nothing of the Hub: it only relays requests to the worker.
+    """
+    return {
+        "type": "stdio",
+        "command": amux_argv[0],
+        "args": [*amux_argv[1:], PERMISSION_COMMAND],
+        "env": {approvals.SOCKET_ENV: str(socket), **NO_OWNER_TOKEN},
+    }
+
+
+def describe(tool_name: str, tool_input: Mapping[str, Any]) -> ApprovalRequest | None:
+    """What a person is asked about one of Claude's permission requests (None: nobody)."""
+    if tool_name in READ_TOOLS or tool_name.startswith(f"mcp__{MEMORY_SERVER}__"):
+        return None
+    if tool_name == "Bash":
+        # The exact command is what is judged; the model's own description of it is not shown,
+        # since it is the model's claim about the command rather than the command.
+        action, subject, detail = approvals.COMMAND, str(tool_input.get("command", "")), ""
+    elif tool_name in EDIT_TOOLS:
+        action = approvals.EDIT
+        subject = str(tool_input.get("file_path") or tool_input.get("notebook_path") or "")
+        detail = _edit_detail(tool_name, tool_input)
+    else:
+        action, subject = approvals.TOOL, _subject(tool_input)
+        detail = json.dumps(dict(tool_input), ensure_ascii=False, indent=2, default=str)
+    return ApprovalRequest(
+        tool_name,
+        action,
+        subject[: approvals.SUBJECT_CHARS + MASK_MARGIN],
+        detail[: approvals.DETAIL_CHARS + MASK_MARGIN],
+    )
+
+
+def _edit_detail(tool_name: str, tool_input: Mapping[str, Any]) -> str:
+    """A diff of the edit from its own input; the file itself is never read by the worker,
+    which could otherwise show a person what the sandbox hides from the Agent."""
+    path = str(tool_input.get("file_path") or tool_input.get("notebook_path") or "")
+    if tool_name == "Write":
+        return str(tool_input.get("content", ""))
+    if tool_name == "Edit":
+        edits: list[Any] = [tool_input]
+    elif tool_name == "MultiEdit":
+        raw = tool_input.get("edits")
+        edits = raw if isinstance(raw, list) else []
+    else:
+        # NotebookEdit: the cell's new source, with where it goes.
+        head = " ".join(
+            f"{key}={tool_input[key]}"
+            for key in ("cell_id", "cell_type", "edit_mode")
+            if tool_input.get(key)
+        )
+        return (head + "\n" if head else "") + str(tool_input.get("new_source", ""))
+    # Only what can be shown is compared: a diff of huge strings costs far more than it shows.
+    limit = approvals.DETAIL_CHARS + MASK_MARGIN
+    parts: list[str] = []
+    shown = 0
+    for edit in edits:
+        if shown >= limit:
+            break
+        if not isinstance(edit, dict):
+            continue
+        old = str(edit.get("old_string", ""))[:limit].splitlines(keepends=True)
+        new = str(edit.get("new_string", ""))[:limit].splitlines(keepends=True)
+        diff = difflib.unified_diff(old, new, fromfile=path, tofile=path, lineterm="\n")
+        part = "".join(line if line.endswith("\n") else line + "\n" for line in diff)
+        parts.append(part)
+        shown += len(part)
+    return "".join(parts)
+
+
+def _subject(tool_input: Mapping[str, Any]) -> str:
+    """What another tool acts on, when its input names it (a URL, a path, a query)."""
+    for key in ("url", "file_path", "path", "query", "command"):
+        value = tool_input.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
 
 
 def _text_blocks(content: Any) -> list[str]:
@@ -138,4 +267,4 @@ class ClaudeStream(StreamParser):
 
 def run(plan: LaunchPlan, approver: Approver | None = None) -> AsyncIterator[Event]:
     """Run a Claude plan, yielding progress and then one ``Result`` or ``Failure``."""
-    return run_json_lines(plan, ClaudeStream, approver)
+    return run_json_lines(plan, ClaudeStream, approver, describe)

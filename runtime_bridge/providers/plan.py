@@ -105,6 +105,9 @@ class LaunchRequest:
     mcp_servers: Mapping[str, Any] = field(default_factory=dict)
     # ``ask``, ``auto`` or ``read-only`` (see runtime_bridge.approvals).
     permissions: str = "auto"
+    # The command that runs amux's own CLI (``amux``), for in-sandbox helpers such as Claude's
+    # permission prompt; empty: no helper can be started, so nothing can be asked.
+    amux_argv: tuple[str, ...] = ()
 
     @property
     def home_root(self) -> Path:
