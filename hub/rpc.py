@@ -529,6 +529,11 @@ async def system_capabilities(call: Call, params: NoParams) -> dict[str, Any]:
         },
     }
     result["runtime"] = {"workers": hub.executions.connected_workers()}
+    # What the next turn runs under, so a plan or a client can say so before it starts.
+    result["agents"] = {
+        "permissions": hub.config.permissions,
+        "approval_timeout": hub.config.approval_timeout,
+    }
     for hook in hub.capability_hooks:
         result.update(hook())
     return result

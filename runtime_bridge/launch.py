@@ -244,6 +244,7 @@ class LaunchSite:
         base_env: Mapping[str, str],
         own_home: bool,
         permissions: str = AUTO,
+        amux_argv: tuple[str, ...] = (),
     ) -> LaunchRequest:
         """The launch request of one turn of ``session``.
 
@@ -275,6 +276,7 @@ class LaunchSite:
             provider_home_source=settings.home_source(provider),
             mcp_servers=settings.mcp_servers(provider),
             permissions=permissions,
+            amux_argv=amux_argv,
         )
 
     def check_workspace(self, cwd: Path) -> None:

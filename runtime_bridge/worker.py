@@ -283,10 +283,14 @@ class Worker:
                 base_env=self.base_env,
                 own_home=site.sandboxed or run_as is not None,
                 permissions=claimed.permissions,
+                # The permission prompt a Claude launch asks through is a command of amux's own.
+                amux_argv=(self.amux,),
             )
             plan = dataclasses.replace(build_plan(request), run_as=run_as)
             mcp_argv = memory.mcp_argv if memory is not None else ()
-            plan = site.sandbox(plan, request, warm_socket(mcp_argv), mcp_argv[:1])
+            plan = site.sandbox(
+                plan, request, warm_socket(mcp_argv), (*mcp_argv[:1], *request.amux_argv)
+            )
             for warning in plan.warnings:
                 if warning not in warnings:
                     warnings.append(warning)

@@ -28,7 +28,11 @@ MASK = "********"
 # Names of variables whose values are secrets: API keys, tokens, passwords, credentials.
 _SECRET_NAME = re.compile(r"(_KEY$|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
 # ``scheme://user:password@host``: the password part.
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)[^\s@/]+(?=@)")
+# Anchored where a scheme can begin, so a long run of letters is not retried from every one of
+# them (quadratic on a large text).
+_URL_PASSWORD = re.compile(
+    r"(?<![A-Za-z0-9+.-])(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)[^\s@/]+(?=@)"
+)
 # Shorter values ("1", "true") are settings, not secrets, and masking them would garble text.
 _MIN_SECRET_CHARS = 6
 

@@ -78,6 +78,9 @@ def test_bound_claude_plan_is_exact() -> None:
         "mcp__memory__*",
         "--append-system-prompt",
         merge_instructions("Be brief.", protocol_text("mcp")),
+        # The request's policy (auto): amux's sandbox is the boundary.
+        "--permission-mode",
+        "bypassPermissions",
     )
     assert plan.stdin == "hello"
     assert plan.env == {
@@ -86,6 +89,7 @@ def test_bound_claude_plan_is_exact() -> None:
         "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1",
         "ENABLE_TOOL_SEARCH": "false",
         "HOME": "/home/svc",
+        "IS_SANDBOX": "1",
         "LC_ALL": "C.UTF-8",
         "OPENAI_API_KEY": "sk-oai",
         "PATH": "/usr/local/bin:/usr/bin",
@@ -121,6 +125,8 @@ def test_unbound_claude_plan_has_only_the_configured_append_text() -> None:
         "--verbose",
         "--append-system-prompt",
         "Be brief.",
+        "--permission-mode",
+        "bypassPermissions",
     )
     assert "CLAUDE_CODE_DISABLE_AUTO_MEMORY" not in plan.env
     assert plan.files == () and plan.binding is None
