@@ -20,15 +20,20 @@ from bot import logs
 from hub.cli import emit, env_of, fail, run
 from hub.client import HubClient
 from hub.contract import (
+    ALLOW_ONCE,
+    ALLOW_SESSION,
+    APPROVAL,
+    DENY,
     MEMORY,
     SUCCEEDED,
+    Approval,
     Execution,
     MemoryUse,
     Session,
     TurnResult,
     WatchResult,
 )
-from hub.errors import AmuxError, InvalidArgument
+from hub.errors import AmuxError, Conflict, InvalidArgument
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.launch import LaunchSite
 from runtime_bridge.materializer import memory_cli_dir
@@ -50,35 +55,252 @@ def memory_line(use: MemoryUse) -> str:
     return f"memory: {use.op} {use.path}" + (f" ({revision[:12]})" if revision else "")
 
 
+APPROVE_CHOICES = {"once": ALLOW_ONCE, "session": ALLOW_SESSION, "deny": DENY}
+NO_TERMINAL = "no terminal to ask; rerun with --approve once|session|deny"
+# What the terminal prompt shows of a request's detail (a diff, a tool's input): enough to judge
+# an edit by, never a screenful of one file.
+DETAIL_LINES = 20
+DETAIL_CHARS = 2000
+_VERBS = {"command": "run", "edit": "edit", "tool": "use"}
+
+
+def asked_line(approval: Approval) -> str:
+    """What a permission request asks, on one line."""
+    subject = " ".join(approval.subject.split())
+    if len(subject) > 200:
+        subject = subject[:199] + "…"
+    verb = _VERBS.get(approval.action, approval.action)
+    return f"{approval.tool} wants to {verb} {subject}".rstrip()
+
+
+def settled_line(approval: Approval, how: str = "") -> str:
+    """A settled request as one progress line: what was asked, what was answered, by whom."""
+    said = f"permission: {asked_line(approval)}: {approval.message()}"
+    return f"{said} ({how})" if how else said
+
+
+def prompt_text(approval: Approval) -> str:
+    """The terminal prompt for one request: the tool, the exact command or path, a bounded
+    detail, and the three answers."""
+    lines = [f"permission request: {approval.tool} wants to {_VERBS.get(approval.action, 'use')}:"]
+    lines += [f"  {line}" for line in approval.subject.splitlines() or [""]]
+    detail = approval.detail.strip("\n")
+    if detail:
+        shown = detail[:DETAIL_CHARS].splitlines()[:DETAIL_LINES]
+        lines += [f"  | {line}" for line in shown]
+        rest = len(detail.splitlines()) - len(shown)
+        if rest > 0 or len(detail) > DETAIL_CHARS:
+            lines.append(f"  | … ({max(rest, 1)} more line(s) not shown)")
+    lines.append("allow? [o]nce, [s]ession (this conversation), [d]eny: ")
+    return "\n".join(lines)
+
+
+def parse_answer(text: str) -> str | None:
+    """A typed answer as a decision; None for anything else (the prompt asks again)."""
+    word = text.strip().lower()
+    for decision, answers in (
+        (ALLOW_ONCE, ("o", "once")),
+        (ALLOW_SESSION, ("s", "session")),
+        (DENY, ("d", "deny")),
+    ):
+        if word in answers:
+            return decision
+    return None
+
+
+class Terminal:
+    """Reads one answer at a time from a terminal on stdin, without blocking the event loop:
+    the turn is watched (and the Hub sees the caller) while the person thinks."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    async def ask(self, text: str) -> str:
+        """Show ``text`` and return the decision typed; end of input or Ctrl-C deny."""
+        typer.echo(text, err=True, nl=False)
+        while True:
+            line = await self._read_line()
+            if line is None:
+                typer.echo("", err=True)
+                return DENY
+            decision = parse_answer(line)
+            if decision is not None:
+                return decision
+            typer.echo("answer o (once), s (session) or d (deny): ", err=True, nl=False)
+
+    async def _read_line(self) -> str | None:
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future[str | None] = loop.create_future()
+
+        def settle(line: str | None) -> None:
+            if not answered.done():
+                answered.set_result(line)
+
+        def readable() -> None:
+            try:
+                data = os.read(self._fd, 4096)
+            except OSError:
+                data = b""
+            settle(data.decode(errors="replace") if data else None)
+
+        def interrupted(signum: int, frame: object) -> None:
+            # Ctrl-C at the prompt denies this request; the turn goes on and hears why.
+            loop.call_soon_threadsafe(settle, None)
+
+        previous = signal.getsignal(signal.SIGINT)
+        loop.add_reader(self._fd, readable)
+        signal.signal(signal.SIGINT, interrupted)
+        try:
+            return await answered
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            loop.remove_reader(self._fd)
+
+
+class ApprovalDesk:
+    """Answers a turn's permission requests as the caller chose: by ``--approve``, on the
+    terminal, or (with neither) by denying them; keeps each request's latest state."""
+
+    def __init__(
+        self,
+        hub: HubClient,
+        approve: str | None,
+        terminal: Terminal | None,
+        quiet: bool,
+    ) -> None:
+        self._hub = hub
+        self._approve = approve
+        self._terminal = terminal
+        self._quiet = quiet
+        self.requests: dict[str, Approval] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        # Requests whose answer from here is on its way or given: their settled events are told
+        # by the answer's own line, which says how it was given.
+        self._answering: set[str] = set()
+        # Prompts on the terminal, so a request settled elsewhere stops being asked.
+        self._asking: dict[str, asyncio.Task[str]] = {}
+        self._prompting = asyncio.Lock()
+
+    def seen(self, approval: Approval) -> None:
+        known = self.requests.get(approval.request_id)
+        if known is not None and not known.pending:
+            return
+        self.requests[approval.request_id] = approval
+        if approval.pending:
+            if known is None:
+                self._tasks.append(asyncio.create_task(self._answer(approval)))
+            return
+        asking = self._asking.pop(approval.request_id, None)
+        if asking is not None:
+            # Settled elsewhere (its timeout, the owner) while asked here: stop asking.
+            asking.cancel()
+            typer.echo("", err=True)
+        if approval.request_id not in self._answering and not self._quiet:
+            typer.echo(settled_line(approval), err=True)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _answer(self, approval: Approval) -> None:
+        request_id = approval.request_id
+        reason: str | None = None
+        if self._approve is not None:
+            decision, how = APPROVE_CHOICES[self._approve], f"--approve {self._approve}"
+        elif self._terminal is not None:
+            async with self._prompting:
+                if not self.requests[request_id].pending:
+                    return
+                asking = asyncio.create_task(self._terminal.ask(prompt_text(approval)))
+                self._asking[request_id] = asking
+                try:
+                    decision = await asking
+                except asyncio.CancelledError:
+                    if asking.cancelled() and not self.requests[request_id].pending:
+                        return
+                    raise
+                finally:
+                    self._asking.pop(request_id, None)
+            how = "answered here"
+        else:
+            # The denial's reason says it all: no "how" after it.
+            decision, how, reason = DENY, "", NO_TERMINAL
+        self._answering.add(request_id)
+        try:
+            answered = Approval.from_wire(
+                await self._hub.call(
+                    "executions.approve",
+                    execution_id=approval.execution_id,
+                    request_id=request_id,
+                    decision=decision,
+                    reason=reason,
+                )
+            )
+        except AmuxError as error:
+            self._answering.discard(request_id)
+            settled = self.requests[request_id]
+            if isinstance(error, Conflict):
+                # Answered meanwhile by someone else or its timeout: told as its event is.
+                if not settled.pending and not self._quiet:
+                    typer.echo(settled_line(settled), err=True)
+                return
+            typer.echo(
+                f"warning: cannot answer the request of {approval.tool}: "
+                f"{error.code}: {error.message}",
+                err=True,
+            )
+            return
+        self.requests[request_id] = answered
+        # A denial for want of a terminal is told even with --quiet or --json: it says how to
+        # let the Agent do what it asked.
+        if not self._quiet or reason == NO_TERMINAL:
+            typer.echo(settled_line(answered, how), err=True)
+
+
 async def follow(
-    hub: HubClient, execution_id: str, quiet: bool, memory: list[MemoryUse] | None = None
+    hub: HubClient,
+    execution_id: str,
+    quiet: bool,
+    memory: list[MemoryUse] | None = None,
+    desk: ApprovalDesk | None = None,
 ) -> WatchResult:
     """Print progress to stderr until the turn finishes; return its final state. The turn's
-    memory calls are appended to ``memory`` when given."""
+    memory calls are appended to ``memory`` when given; its permission requests go to
+    ``desk``, which answers them."""
     after = 0
-    while True:
-        answer = WatchResult.from_wire(
-            await hub.call(
-                "executions.watch",
-                execution_id=execution_id,
-                after=after,
-                wait_seconds=WATCH_SECONDS,
+    try:
+        while True:
+            answer = WatchResult.from_wire(
+                await hub.call(
+                    "executions.watch",
+                    execution_id=execution_id,
+                    after=after,
+                    wait_seconds=WATCH_SECONDS,
+                )
             )
-        )
-        after = max(after, answer.last_seq)
-        for event in answer.events:
-            use = event.memory_use()
-            if use is not None and memory is not None:
-                memory.append(use)
-            if quiet or (event.kind == MEMORY and use is None):
-                continue
-            if use is not None:
-                typer.echo(memory_line(use), err=True)
-                continue
-            prefix = {"warning": "warning: ", "status": "status: "}.get(event.kind, "")
-            typer.echo(f"{prefix}{event.text}", err=True)
-        if answer.execution.finished:
-            return answer
+            after = max(after, answer.last_seq)
+            for event in answer.events:
+                if event.kind == APPROVAL:
+                    approval = event.approval()
+                    if approval is not None and desk is not None:
+                        desk.seen(approval)
+                    continue
+                use = event.memory_use()
+                if use is not None and memory is not None:
+                    memory.append(use)
+                if quiet or (event.kind == MEMORY and use is None):
+                    continue
+                if use is not None:
+                    typer.echo(memory_line(use), err=True)
+                    continue
+                prefix = {"warning": "warning: ", "status": "status: "}.get(event.kind, "")
+                typer.echo(f"{prefix}{event.text}", err=True)
+            if answer.execution.finished:
+                return answer
+    finally:
+        if desk is not None:
+            await desk.close()
 
 
 @agent_app.command("run")
@@ -90,13 +312,26 @@ def agent_run(
     cwd: Path | None = typer.Option(None, "--cwd", help="Where the Agent works."),
     as_json: bool = typer.Option(False, "--json", help="Print the structured result."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress on stderr."),
+    approve: str | None = typer.Option(
+        None,
+        "--approve",
+        help="Answer every permission request of the turn so: once, session or deny "
+        "(default: ask on the terminal; without one, deny).",
+    ),
 ) -> None:
-    """Run one Agent turn; progress on stderr, the answer on stdout."""
+    """Run one Agent turn; progress on stderr, the answer on stdout. When the Agent asks
+    permission (under agents.permissions ask), --approve answers; else a terminal on stdin is
+    asked (o once, s session, d deny; end of input or Ctrl-C denies); else the request is
+    denied, saying so on stderr. --json lists each request's final state under approvals."""
     env = env_of(ctx)
+    if approve is not None and approve not in APPROVE_CHOICES:
+        fail(InvalidArgument(f"--approve must be one of {', '.join(APPROVE_CHOICES)}"))
     # From the caller's directory: the Hub and the worker run elsewhere. Links are kept, so the
     # Agent works in the directory as the caller named it.
     workdir = os.path.abspath(cwd) if cwd else None
     memory: list[MemoryUse] = []
+    terminal = Terminal(sys.stdin.fileno()) if approve is None and _stdin_is_terminal() else None
+    requests: dict[str, Approval] = {}
 
     async def work() -> tuple[Execution, str]:
         async with env.client() as hub:
@@ -108,12 +343,15 @@ def agent_run(
                 cwd=workdir,
             )
             execution_id = Execution.from_wire(submitted["execution"]).id
+            desk = ApprovalDesk(hub, approve, terminal, quiet or as_json)
             try:
-                final = await follow(hub, execution_id, quiet or as_json, memory)
+                final = await follow(hub, execution_id, quiet or as_json, memory, desk)
             except (KeyboardInterrupt, asyncio.CancelledError):
                 with contextlib.suppress(AmuxError):
                     await hub.call("executions.cancel", execution_id=execution_id)
                 raise
+            finally:
+                requests.update(desk.requests)
             return final.execution, Session.from_wire(submitted["session"]).id
 
     final, session_id = run(work())
@@ -131,6 +369,7 @@ def agent_run(
                 "usage": dict(result.usage),
                 "error": final.error,
                 "memory": [use.to_wire() for use in memory],
+                "approvals": [approval.to_wire() for approval in requests.values()],
             }
         )
     elif succeeded:
@@ -141,6 +380,13 @@ def agent_run(
         raise typer.Exit(1)
     if not as_json:
         typer.echo(f"session: {session_id}", err=True)
+
+
+def _stdin_is_terminal() -> bool:
+    try:
+        return sys.stdin is not None and os.isatty(sys.stdin.fileno())
+    except (OSError, ValueError):
+        return False
 
 
 @runtime_app.command("plan")

@@ -281,20 +281,35 @@ def config_get(
     emit(described)
 
 
+# What a change of a live setting reaches, as `config set` tells it.
+LIVE_SCOPE = {
+    "agents.permissions": "turns started from now on",
+    "agents.approval_timeout": "permission requests made from now on",
+}
+
+
 @config_app.command("set")
 def config_set(
     ctx: typer.Context,
     key: str = typer.Argument(
         ..., help="A setting, e.g. memory.enabled; amux system config get lists them."
     ),
-    value: str = typer.Argument(..., help="true|false, on|off, or a whole number"),
+    value: str = typer.Argument(
+        ..., help="true|false, on|off, a whole number, ask|auto|read-only, or a duration (10m)"
+    ),
 ) -> None:
-    """Save a setting (owner only); it takes effect when the Hub restarts."""
+    """Save a setting (owner only); it takes effect when the Hub restarts, except
+    agents.permissions (ask|auto|read-only) and agents.approval_timeout (90, 90s, 10m, 1h),
+    which apply to turns and requests started after the change."""
     env = env_of(ctx)
     result = run(with_client(env, lambda hub: hub.call("system.config.set", key=key, value=value)))
     emit(result)
     if any(entry.get("restart_pending") for entry in result.values()):
         typer.echo("saved; restart the Hub to apply it: amux system restart", err=True)
+    elif any(entry.get("live") for entry in result.values()):
+        # A live setting: no restart pending, so say what it applies to instead.
+        what = LIVE_SCOPE.get(key, "what starts from now on")
+        typer.echo(f"saved; applies to {what}, no restart needed", err=True)
 
 
 @system_app.command("restart")
