@@ -1,21 +1,27 @@
 """`amux agent run` answering its turn's permission requests: by --approve, on a terminal, or
 by denying them when there is neither.
 
-The Hub is a real `amux serve` without a worker of its own; the CLI is a real process. The worker
-side is the test itself over the Hub's RPC, as a Runtime worker is: it claims the turn, asks
-``executions.ask`` as a provider's permission prompt would, long-polls ``executions.decision``
-and completes the turn with what the Agent would have done.
+The Hub is a real `amux serve` and the CLI a real process. Most tests play the worker side
+themselves over the Hub's RPC, as a Runtime worker does: claim the turn, ask ``executions.ask`` as
+a provider's permission prompt would, long-poll ``executions.decision`` and complete the turn with
+what the Agent would have done; so every answer, prompt and race is exact. The last tests run the
+whole way instead: the Hub's own worker launches the real ``claude`` CLI in its sandbox against
+a scripted fake model, and Claude's Write asks through amux's permission prompt.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import select
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +30,9 @@ import pytest
 
 from bot.runtime_cli import prompt_text
 from hub.contract import Approval
-from tests.conftest import AMUX, HubProcess, running_hub
+from tests.conftest import AMUX, HubProcess, free_port, running_hub
+from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
+from tests.runtime_bridge.conftest import find_agent_cli
 
 e2e = pytest.mark.e2e
 
@@ -345,3 +353,118 @@ def test_the_prompt_shows_a_long_detail_bounded() -> None:
     assert "  | +line 19" in shown and "  | +line 20" not in shown
     assert "  | … (480 more line(s) not shown)" in shown
     assert shown[-1].startswith("allow? [o]nce, [s]ession")
+
+
+# -- the real Claude CLI asking through amux's permission prompt ----------------------------------
+
+
+@dataclass
+class ClaudeSite:
+    hub: HubProcess
+    model: FakeModelServer
+    owner_id: str
+
+
+@asynccontextmanager
+async def claude_site(tmp_path: Path, script: list[Step]) -> AsyncIterator[ClaudeSite]:
+    """`amux serve` with its in-process worker launching the pinned claude CLI in its sandbox;
+    the model is a scripted fake on loopback; agents.permissions is the default, ask."""
+    claude = Path(find_agent_cli("claude"))
+    agent_home = tmp_path / "agent-home"
+    agent_home.mkdir()
+    # A short work directory: a launch's approval socket lives in its run directory below it,
+    # and a Unix socket's path must stay within 107 bytes.
+    work_dir = Path(tempfile.mkdtemp(prefix="amux-", dir="/tmp"))
+    async with FakeModelServer(script) as model:
+        hub = HubProcess(
+            tmp_path / "amux-home",
+            free_port(),
+            extra_env={
+                "PATH": f"{claude.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                "HOME": str(agent_home),
+                "ANTHROPIC_BASE_URL": model.base_url,
+                "ANTHROPIC_API_KEY": "sk-ant-test",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                "AMUX_RUNTIME_WORK_DIR": str(work_dir),
+            },
+        )
+        await asyncio.to_thread(hub.start)
+        try:
+            who = await asyncio.to_thread(hub.cli, "system", "whoami")
+            yield ClaudeSite(hub, model, who.json()["principal"]["id"])
+        finally:
+            await asyncio.to_thread(hub.stop)
+            shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def write_script(target: Path) -> list[Step]:
+    return [
+        CallTool("Write", {"file_path": str(target), "content": "hello\n"}),
+        Answer("Done."),
+    ]
+
+
+needs_sandbox = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bwrap (bubblewrap) is not installed"
+)
+
+
+@e2e
+@needs_sandbox
+@pytest.mark.timeout(240)
+async def test_claude_asks_to_write_and_approve_once_lets_the_file_land(
+    tmp_path: Path, shared_dir: Path
+) -> None:
+    target = shared_dir / "notes.md"
+    async with claude_site(tmp_path, write_script(target)) as site:
+        ran = await asyncio.to_thread(
+            site.hub.cli,
+            "agent",
+            "run",
+            "write the notes",
+            "--cwd",
+            str(shared_dir),
+            "--approve",
+            "once",
+            "--json",
+            timeout=150,
+        )
+        assert ran.returncode == 0, f"{ran.stderr}\n{site.hub.log()}"
+        output = ran.json()
+        assert output["text"] == "Done."
+        (approval,) = output["approvals"]
+        assert (approval["tool"], approval["action"], approval["subject"]) == (
+            "Write",
+            "edit",
+            str(target),
+        )
+        assert approval["decision"] == "allow_once" and approval["decided_by"] == site.owner_id
+        assert target.read_text() == "hello\n"
+
+
+@e2e
+@needs_sandbox
+@pytest.mark.timeout(240)
+async def test_claude_without_a_terminal_is_denied_and_the_model_hears_the_flag(
+    tmp_path: Path, shared_dir: Path
+) -> None:
+    target = shared_dir / "notes.md"
+    async with claude_site(tmp_path, write_script(target)) as site:
+        ran = await asyncio.to_thread(
+            site.hub.cli,
+            "agent",
+            "run",
+            "write the notes",
+            "--cwd",
+            str(shared_dir),
+            timeout=150,
+        )
+        assert ran.returncode == 0, f"{ran.stderr}\n{site.hub.log()}"
+        assert ran.stdout == "Done.\n"
+        assert (
+            f"permission: Write wants to edit {target}: denied by owner: no terminal to ask; "
+            "rerun with --approve once|session|deny\n"
+        ) in ran.stderr
+        assert not target.exists()
+        # The model read the denial and its reason as the Write tool's result.
+        assert any("--approve" in text for _, text in site.model.tool_results)
