@@ -4,14 +4,30 @@ Pi has no MCP, so a bound launch reaches memory through the ``amux`` CLI run by 
 the launch puts the attachment's CLI directory first on PATH, passes the Hub connection variables,
 and appends the CLI variant of the protocol to the system prompt. Pi keeps its sessions under its
 agent directory, which each launch sets to its own home.
+
+Pi has no permission system; the launch's policy becomes flags and an extension:
+
+- ``auto``: Pi as it is, every tool running at once;
+- ``read-only``: only the ``read`` and ``bash`` tools are offered, so the model is not handed edit
+  tools that would fail on the read-only workspace (its shell commands still meet that mount);
+- ``ask``: the extension ``pi_permissions.js``, written into the run directory and loaded with
+  ``--extension``, sees each tool call before it runs (Pi's ``tool_call`` event) and asks the
+  worker over the approval socket; ``describe`` decides which calls need a person. Discovered
+  extensions (the agent directory's, the workspace's ``.pi/extensions``) are not loaded: one could
+  rewrite a call's arguments after it was approved, or run code at start-up nobody approved.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import json
+import re
+import shlex
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
-from runtime_bridge.approvals import Approver
+from runtime_bridge import approvals
+from runtime_bridge.approvals import ApprovalRequest, Approver
 from runtime_bridge.launch_env import launch_env
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
 from runtime_bridge.providers.plan import (
@@ -20,12 +36,20 @@ from runtime_bridge.providers.plan import (
     LaunchPlan,
     LaunchRequest,
     PlannedCopy,
+    PlannedFile,
     Progress,
     Result,
 )
 from runtime_bridge.providers.process import StreamParser, run_json_lines
 
 AGENT_DIR = "pi-agent"
+# Where the permission extension is written, below the run directory (read-only in the sandbox).
+EXTENSION_FILE = Path("agent-config") / "pi" / "amux-permissions.js"
+# Read once: a plan carries the extension's text, so building one touches no disk.
+EXTENSION_TEXT = (Path(__file__).parent / "pi_permissions.js").read_text(encoding="utf-8")
+# What a read-only launch offers: Pi's default tools without ``edit`` and ``write``. Pi's
+# ``grep``/``find`` tools are left out because they fetch ripgrep/fd when those are missing.
+READ_ONLY_TOOLS = "read,bash"
 
 
 def build_plan(request: LaunchRequest) -> LaunchPlan:
@@ -46,6 +70,17 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
     if append and append.strip():
         argv += ["--append-system-prompt", append]
     argv += list(request.extra_args)
+    files: tuple[PlannedFile, ...] = ()
+    socket: Path | None = None
+    # After the operator's arguments, so that the policy is what holds.
+    if request.permissions == approvals.READ_ONLY:
+        argv += ["--tools", READ_ONLY_TOOLS]
+    elif request.permissions == approvals.ASK:
+        extension = request.run_dir / EXTENSION_FILE
+        socket = request.run_dir / approvals.SOCKET_NAME
+        files = (PlannedFile(extension, EXTENSION_TEXT),)
+        argv += ["--no-extensions", "--extension", str(extension)]
+        overrides[approvals.SOCKET_ENV] = str(socket)
     copies: tuple[PlannedCopy, ...] = ()
     if request.provider_home_source is not None:
         # Another installation's sessions are its conversation history, not configuration.
@@ -66,12 +101,203 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
         # Pi reads the prompt from stdin when none is given in argv; it has no ``--`` to keep a
         # prompt starting with "-" from being taken as a flag.
         stdin=request.prompt,
+        files=files,
         copies=copies,
         directories=(agent_dir,),
         binding=memory.binding if memory else None,
         resume_id=request.resume_id,
         secrets=(memory.credential,) if memory else (),
+        permissions=request.permissions,
+        approval_socket=socket,
     )
+
+
+# Pi's tools that only read; ``write`` and ``edit`` change files; ``bash`` is judged per command.
+READ_TOOLS = frozenset({"read", "grep", "find", "ls"})
+EDIT_TOOLS = frozenset({"write", "edit"})
+# Programs that, without redirection, only read and print (the exceptions are checked below).
+READ_PROGRAMS = frozenset(
+    {"ls", "cat", "head", "tail", "wc", "grep", "rg", "find", "pwd", "echo", "printf", "stat"}
+    | {"file"}
+)
+GIT_READS = frozenset({"status", "log", "diff", "show"})
+# find's actions that run a program or write a file.
+FIND_ACTIONS = frozenset(
+    {"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"}
+)
+# Redirections that write no file: duplicating a descriptor, discarding output.
+_HARMLESS_REDIRECT = re.compile(r"\d?>&\d|\d?>>?\s*/dev/null(?=[\s;&|]|$)")
+# A command whose last part is a here-document with a quoted delimiter (no expansion inside),
+# as in ``amux memory upsert x.md --expected-revision absent <<'EOF'``.
+_HEREDOC = re.compile(
+    r"(?P<head>[^\n]*?)<<(?P<strip>-?)\s*(?P<quote>['\"])(?P<tag>\w+)(?P=quote)(?P<rest>[^\n]*)\n"
+    r"(?P<body>.*?)\n?(?P=tag)\n?",
+    re.DOTALL,
+)
+
+
+def _without_heredoc(command: str) -> str:
+    """``command`` with its body of a quoted here-document dropped: that text is data the
+    shell never runs. Anything else after the delimiter line stays, and is judged."""
+    match = _HEREDOC.fullmatch(command.strip())
+    if match is None:
+        return command
+    body = match["body"]
+    tag = match["tag"]
+    # The first line equal to the delimiter ends the document: text after it would run.
+    for line in body.split("\n"):
+        if (line.lstrip("\t") if match["strip"] else line) == tag:
+            return command
+    return f"{match['head']} {match['rest']}"
+
+
+def _expands(segment: str) -> bool:
+    """Whether the shell would expand something in ``segment`` (a glob, braces, a variable, a
+    home directory) into words nobody wrote, such as a file named ``-delete``."""
+    quote = ""
+    escaped = False
+    previous = " "
+    for char in segment:
+        before, previous = previous, char
+        if escaped:
+            escaped = False
+        elif quote == "'":
+            quote = "" if char == "'" else quote
+        elif char == "\\":
+            escaped = True
+        elif quote == '"':
+            if char == '"':
+                quote = ""
+            elif char in "$`":
+                return True
+        elif char in "'\"":
+            quote = char
+        elif char in "*?[{$":
+            return True
+        elif char == "~" and (before.isspace() or before in "=:"):
+            # Only a word's leading ``~`` (or one after ``=``/``:``) names a home directory.
+            return True
+    return False
+
+
+def _writes_output(word: str) -> bool:
+    # git takes any unambiguous abbreviation of a long option: ``--out`` is ``--output``.
+    name = word.split("=", 1)[0]
+    return name.startswith("--output") or (len(name) > 3 and "--output".startswith(name))
+
+
+def _segment_reads_only(segment: str) -> bool:
+    try:
+        # The words as the program receives them, quotes removed: ``'-delete'`` is ``-delete``.
+        words = shlex.split(segment)
+    except ValueError:
+        return False
+    if not words:
+        return not segment.strip()
+    program = words[0]
+    if program == "amux":
+        # Memory goes through the amux CLI; its other commands are not memory.
+        return len(words) >= 2 and words[1] == "memory"
+    if program in ("find", "rg", "file", "git") and _expands(segment):
+        # These take options that run programs or write files; an expansion could supply one.
+        return False
+    if program == "git":
+        # Only ``git <read>``: options before the subcommand (``-c``) can set what git runs.
+        return len(words) >= 2 and words[1] in GIT_READS and not any(map(_writes_output, words))
+    if program == "find":
+        return not any(w in FIND_ACTIONS for w in words)
+    if program == "rg":
+        # ``--pre`` runs a program on every file searched.
+        return not any(w == "--pre" or w.startswith("--pre=") for w in words)
+    if program == "file":
+        # ``-C`` (also within ``-bC``) compiles a magic file, writing it.
+        return not any(
+            w == "--compile" or (w.startswith("-") and not w.startswith("--") and "C" in w)
+            for w in words
+        )
+    return program in READ_PROGRAMS
+
+
+def _segments(command: str) -> list[str] | None:
+    """The simple commands of ``command`` (split at unquoted ``;``, ``&``, ``|`` and line
+    breaks), or None when it runs a substitution or redirects into a file."""
+    segments: list[str] = []
+    current: list[str] = []
+    quote = ""
+    escaped = False
+    for index, char in enumerate(command):
+        following = command[index + 1 : index + 2]
+        if escaped:
+            escaped = False
+            # A backslash before a line break continues the line.
+            current.append(" " if char == "\n" else char)
+            continue
+        if quote == "'":
+            quote = "" if char == "'" else quote
+        elif char == "\\":
+            escaped = True
+        elif quote == '"':
+            if char == '"':
+                quote = ""
+            elif char == "`" or (char == "$" and following == "("):
+                return None
+        elif char in "'\"":
+            quote = char
+        elif char == "`" or (char == "$" and following in "('"):
+            # ``$'…'`` quotes by other rules (``\'`` inside it is no end).
+            return None
+        elif char == ">" or (char == "<" and following == "("):
+            return None
+        elif char in ";&|\n\r":
+            segments.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    if quote or escaped:
+        return None
+    segments.append("".join(current))
+    return segments
+
+
+def command_reads_only(command: str) -> bool:
+    """Whether a shell command only reads: a conservative reading, so a command it cannot vouch
+    for (any substitution, a redirection into a file, a program it does not know) counts as
+    changing."""
+    segments = _segments(_HARMLESS_REDIRECT.sub(" ", _without_heredoc(command)))
+    return segments is not None and all(map(_segment_reads_only, segments))
+
+
+def _edit_detail(tool_input: Mapping[str, Any]) -> str:
+    """The change an edit makes, as removed and added lines per replacement."""
+    lines: list[str] = []
+    edits = tool_input.get("edits")
+    for edit in edits if isinstance(edits, list) else []:
+        if not isinstance(edit, dict):
+            continue
+        lines += [f"- {line}" for line in str(edit.get("oldText", "")).splitlines()]
+        lines += [f"+ {line}" for line in str(edit.get("newText", "")).splitlines()]
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")
+
+
+def describe(tool: str, tool_input: Mapping[str, Any]) -> ApprovalRequest | None:
+    """What a person is asked about one of Pi's tool calls, or None when it only reads."""
+    if tool in READ_TOOLS:
+        return None
+    if tool == "bash":
+        command = tool_input.get("command")
+        if isinstance(command, str) and command_reads_only(command):
+            return None
+        return ApprovalRequest("bash", approvals.COMMAND, str(command or ""))
+    if tool in EDIT_TOOLS:
+        path = str(tool_input.get("path") or "")
+        if tool == "write":
+            detail = str(tool_input.get("content") or "")
+        else:
+            detail = _edit_detail(tool_input)
+        return ApprovalRequest(tool, approvals.EDIT, path, detail).bounded()
+    # A tool of an extension the operator named: amux cannot tell what it does.
+    return ApprovalRequest(tool, approvals.TOOL, tool, json.dumps(dict(tool_input))).bounded()
 
 
 def _text(message: dict[str, Any]) -> str:
@@ -121,4 +347,4 @@ class PiStream(StreamParser):
 
 def run(plan: LaunchPlan, approver: Approver | None = None) -> AsyncIterator[Event]:
     """Run a Pi plan, yielding progress and then one ``Result`` or ``Failure``."""
-    return run_json_lines(plan, PiStream, approver)
+    return run_json_lines(plan, PiStream, approver, describe)

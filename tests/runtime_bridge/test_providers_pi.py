@@ -1,22 +1,28 @@
-"""The real ``pi`` CLI, launched through the adapter against the fake chat completions API."""
+"""The real ``pi`` CLI, launched through the adapter against the fake chat completions API, and
+the flags, files and permission reading each policy gives a Pi launch."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from runtime_bridge import approvals
+from runtime_bridge.approvals import ApprovalRequest
 from runtime_bridge.launch_env import NO_OWNER_TOKEN
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
 from runtime_bridge.providers import (
     LaunchRequest,
     MemoryAttachment,
+    PlannedFile,
     Result,
     build_plan,
     run,
 )
+from runtime_bridge.providers.pi import EXTENSION_FILE, describe
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
 from tests.runtime_bridge.conftest import (
     BINDING,
@@ -27,7 +33,7 @@ from tests.runtime_bridge.conftest import (
     offline_request,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.timeout(90)]
 
 PI_ARGS = ("--provider", "fake", "--model", "fake-model")
 
@@ -66,6 +72,7 @@ def request_for(
     memory: MemoryAttachment | None,
     resume_id: str | None = None,
     prompt: str = "-Which language do I prefer?",
+    **options: Any,
 ) -> LaunchRequest:
     return offline_request(
         tmp_path,
@@ -79,9 +86,11 @@ def request_for(
         append_instructions="Answer briefly.",
         extra_args=PI_ARGS,
         provider_home_source=pi_agent_source(tmp_path, model),
+        **options,
     )
 
 
+@pytest.mark.e2e
 async def test_bound_pi_uses_the_amux_cli_and_gets_the_cli_protocol(
     tmp_path: Path,
     pi_bin: str,
@@ -136,6 +145,7 @@ async def test_bound_pi_uses_the_amux_cli_and_gets_the_cli_protocol(
     assert not (agent_dir / "sessions" / "private.jsonl").exists()
 
 
+@pytest.mark.e2e
 async def test_resumed_pi_continues_the_native_session(
     tmp_path: Path,
     pi_bin: str,
@@ -172,6 +182,7 @@ async def test_resumed_pi_continues_the_native_session(
     assert protocol_text("cli").strip() in last.system_text
 
 
+@pytest.mark.e2e
 async def test_unbound_pi_has_no_protocol_and_no_memory_connection(
     tmp_path: Path, pi_bin: str
 ) -> None:
@@ -184,3 +195,171 @@ async def test_unbound_pi_has_no_protocol_and_no_memory_connection(
     assert "Answer briefly." in system
     assert "amux memory" not in system
     assert {key for key in plan.env if key.startswith("AMUX_")} == set(NO_OWNER_TOKEN)
+
+
+def planned(tmp_path: Path, permissions: str) -> LaunchRequest:
+    """A Pi launch request under ``permissions``, for its plan alone (nothing runs)."""
+    return offline_request(
+        tmp_path,
+        "http://127.0.0.1:9",
+        "pi",
+        "pi",
+        None,
+        prompt="Fix the build",
+        extra_args=PI_ARGS,
+        permissions=permissions,
+    )
+
+
+def test_auto_plans_pi_as_it_is_with_no_extension_and_no_socket(tmp_path: Path) -> None:
+    plan = build_plan(planned(tmp_path, approvals.AUTO))
+    assert plan.argv == ("pi", "-p", "--mode", "json", *PI_ARGS)
+    assert plan.files == ()
+    assert plan.approval_socket is None
+    assert approvals.SOCKET_ENV not in plan.env
+    assert plan.permissions == approvals.AUTO
+    assert plan.warnings == ()
+
+
+def test_read_only_offers_pi_no_edit_tools(tmp_path: Path) -> None:
+    plan = build_plan(planned(tmp_path, approvals.READ_ONLY))
+    # After the operator's arguments, so they cannot give the edit tools back.
+    assert plan.argv == ("pi", "-p", "--mode", "json", *PI_ARGS, "--tools", "read,bash")
+    assert plan.files == ()
+    assert plan.approval_socket is None
+    assert approvals.SOCKET_ENV not in plan.env
+    assert plan.permissions == approvals.READ_ONLY
+
+
+def test_ask_loads_only_the_permission_extension_and_names_the_socket(tmp_path: Path) -> None:
+    request = planned(tmp_path, approvals.ASK)
+    plan = build_plan(request)
+    extension = request.run_dir / EXTENSION_FILE
+    assert plan.argv == (
+        "pi",
+        "-p",
+        "--mode",
+        "json",
+        *PI_ARGS,
+        "--no-extensions",
+        "--extension",
+        str(extension),
+    )
+    shipped = Path(__file__).parents[2] / "runtime_bridge" / "providers" / "pi_permissions.js"
+    assert plan.files == (PlannedFile(extension, shipped.read_text()),)
+    socket = request.run_dir / approvals.SOCKET_NAME
+    assert plan.approval_socket == socket
+    assert plan.env[approvals.SOCKET_ENV] == str(socket)
+    assert plan.permissions == approvals.ASK
+    assert plan.warnings == ()
+    shown = plan.to_json()
+    assert shown["approval_socket"] == str(socket)
+    assert shown["permissions"] == approvals.ASK
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ls",
+        "ls -la src && cat README.md | wc -l",
+        "grep -rn TODO . | head -20",
+        "rg --files 2>/dev/null | tail -5",
+        "find . -name '*.py'",
+        "cat *.md",
+        "ls;",
+        "pwd; echo hello",
+        "stat a.txt && file a.txt",
+        "git status",
+        "git log --oneline -5",
+        "git diff HEAD~1",
+        "git show HEAD",
+        "amux memory search x",
+        "amux memory show MEMORY.md",
+        "cat notes.md | amux memory upsert topics/notes.md --expected-revision absent",
+        "printf '%s' '# Build' | amux memory upsert topics/build.md --expected-revision absent",
+        "amux memory upsert topics/a.md --expected-revision absent <<'EOF'\n# A; rm -rf x > y\nEOF",
+        # Separators and redirections inside quotes are text.
+        "printf '%s' '# Build\nrun make; rm > x' | amux memory upsert t.md",
+        "echo 'a; rm -rf x' \"b > c\"",
+        "grep -c x a.txt 2>&1 | tail -1",
+    ],
+)
+def test_commands_that_only_read_and_memory_calls_need_nobody(command: str) -> None:
+    assert describe("bash", {"command": command}) is None
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo x > f",
+        "echo x >> f",
+        "ls; rm -rf x",
+        "ls && rm -rf x",
+        "ls || rm -rf x",
+        "ls | xargs rm",
+        "ls & rm x",
+        "ls\nrm x",
+        "find . -delete",
+        "find . -name x -exec rm {} ;",
+        "find . -fprint out.txt",
+        "rg --pre ./run.sh x",
+        "echo $(rm -rf x)",
+        "echo `rm -rf x`",
+        "cat <(rm -rf x)",
+        "git -c core.pager=./p log",
+        "git diff --output=patch.txt",
+        "git commit -m x",
+        "git checkout .",
+        "amux agent run hello",
+        "amuxx memory search x",
+        "rm -rf x",
+        "python3 -c 'print(1)'",
+        "FOO=1 ls",
+        "cat <<'EOF'\nx\nEOF\nrm -rf x\nEOF",
+        # Quotes the shell removes, and expansions that could name an option, hide nothing.
+        "find . '-delete'",
+        "find . -del''ete",
+        "find . -name x *",
+        "find . -{delete,}",
+        "rg foo *",
+        "git diff --out=patch.txt",
+        "file -bC -m magic",
+        'echo "unclosed',
+        'echo "$(rm -rf x)"',
+        "echo $'\\'; rm -rf x; echo \\''",
+        "echo 'a' > f",
+    ],
+)
+def test_every_other_command_is_asked_exactly_as_it_would_run(command: str) -> None:
+    assert describe("bash", {"command": command}) == ApprovalRequest(
+        "bash", approvals.COMMAND, command
+    )
+
+
+def test_pis_read_tools_need_nobody() -> None:
+    for tool in ("read", "grep", "find", "ls"):
+        assert describe(tool, {"path": "."}) is None
+
+
+def test_a_write_is_asked_with_its_path_and_content() -> None:
+    assert describe("write", {"path": "src/a.py", "content": "print(1)\n"}) == ApprovalRequest(
+        "write", approvals.EDIT, "src/a.py", "print(1)\n"
+    )
+    big = describe("write", {"path": "big.txt", "content": "x" * (approvals.DETAIL_CHARS * 2)})
+    assert big is not None and len(big.detail) == approvals.DETAIL_CHARS
+
+
+def test_an_edit_is_asked_with_its_path_and_each_replacement() -> None:
+    edits = [
+        {"oldText": "a = 1\nb = 2", "newText": "a = 3"},
+        {"oldText": "c", "newText": "d"},
+    ]
+    assert describe("edit", {"path": "m.py", "edits": edits}) == ApprovalRequest(
+        "edit", approvals.EDIT, "m.py", "- a = 1\n- b = 2\n+ a = 3\n\n- c\n+ d"
+    )
+
+
+def test_a_tool_amux_does_not_know_is_asked_with_its_input() -> None:
+    assert describe("deploy", {"target": "prod"}) == ApprovalRequest(
+        "deploy", approvals.TOOL, "deploy", '{"target": "prod"}'
+    )
