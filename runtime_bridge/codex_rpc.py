@@ -1,9 +1,12 @@
 """A small typed JSON-RPC client for ``codex app-server`` over a subprocess's stdio.
 
 The app-server speaks newline-delimited JSON-RPC 2.0 without the ``"jsonrpc"`` member. Messages
-carrying ``id`` and ``method`` are requests from the server (approvals, elicitations); this
-client declines them, since a managed launch has nobody to ask. Responses resolve the pending
-call with the same id; everything else is a notification, queued for ``notifications()``.
+carrying ``id`` and ``method`` are requests from the server (approvals, elicitations): each goes
+to the installed request handler in a task of its own, so that reading goes on while a person
+takes minutes to answer; a request the handler does not take (or any, without a handler) is
+declined with "method not found". Responses resolve the pending call with the same id;
+everything else is a notification, shown to the observer as it is read and queued for
+``notifications()``.
 """
 
 from __future__ import annotations
@@ -12,14 +15,18 @@ import asyncio
 import contextlib
 import itertools
 import json
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from hub.errors import Unavailable
 
+logger = logging.getLogger("amux.codex")
+
 METHOD_NOT_FOUND = -32601
 INVALID_REQUEST = -32600
+INTERNAL_ERROR = -32603
 
 
 class RpcError(Exception):
@@ -38,6 +45,16 @@ class Notification:
     params: dict[str, Any]
 
 
+class Unhandled(Exception):
+    """Raised by a request handler for a request it does not answer: it is declined."""
+
+
+# Answers one server request (method, params) with its result; raises ``Unhandled`` to decline.
+RequestHandler = Callable[[str, dict[str, Any]], Awaitable[Any]]
+# Sees each notification as it is read, before any request that follows it is handled.
+Observer = Callable[[Notification], None]
+
+
 class CodexRpc:
     """JSON-RPC over the stdio pipes of one running ``codex app-server``."""
 
@@ -47,6 +64,8 @@ class CodexRpc:
         writer: asyncio.StreamWriter,
         *,
         call_timeout: float = 60.0,
+        on_request: RequestHandler | None = None,
+        observe: Observer | None = None,
     ) -> None:
         self._reader = reader
         self._writer = writer
@@ -55,6 +74,9 @@ class CodexRpc:
         self._pending: dict[int, tuple[str, asyncio.Future[Any]]] = {}
         self._queue: asyncio.Queue[Notification | None] = asyncio.Queue()
         self._closed: Exception | None = None
+        self._on_request = on_request
+        self._observe = observe
+        self._handlers: set[asyncio.Task[None]] = set()
         self._task = asyncio.create_task(self._read())
 
     async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
@@ -92,10 +114,13 @@ class CodexRpc:
         self._queue.put_nowait(None)
 
     async def close(self) -> None:
-        """Stop reading; pending calls fail."""
+        """Stop reading and answering; pending calls fail."""
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+        for task in list(self._handlers):
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
 
     async def _send(self, message: dict[str, Any]) -> None:
         try:
@@ -127,7 +152,12 @@ class CodexRpc:
     async def _dispatch(self, message: dict[str, Any]) -> None:
         method = message.get("method")
         if "id" in message and method is not None:
-            await self._decline(message["id"], str(method))
+            params = message.get("params")
+            task = asyncio.create_task(
+                self._answer(message["id"], str(method), params if isinstance(params, dict) else {})
+            )
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
         elif "id" in message:
             pending = self._pending.get(message["id"])
             if pending is None or pending[1].done():
@@ -146,18 +176,43 @@ class CodexRpc:
                 future.set_result(message.get("result"))
         elif method is not None:
             params = message.get("params")
-            self._queue.put_nowait(
-                Notification(str(method), params if isinstance(params, dict) else {})
-            )
+            note = Notification(str(method), params if isinstance(params, dict) else {})
+            if self._observe is not None:
+                self._observe(note)
+            self._queue.put_nowait(note)
 
-    async def _decline(self, request_id: Any, method: str) -> None:
-        with contextlib.suppress(Unavailable):
-            await self._send(
+    async def _answer(self, request_id: Any, method: str, params: dict[str, Any]) -> None:
+        if self._on_request is None:
+            await self._decline(request_id, method)
+            return
+        try:
+            result = await self._on_request(method, params)
+        except Unhandled:
+            await self._decline(request_id, method)
+            return
+        except Exception:
+            # Never left hanging: the app-server would wait on this request for ever.
+            logger.exception("answering codex's %s failed", method)
+            await self._reply(
                 {
                     "id": request_id,
-                    "error": {
-                        "code": METHOD_NOT_FOUND,
-                        "message": f"amux does not answer {method} in a managed launch",
-                    },
+                    "error": {"code": INTERNAL_ERROR, "message": f"amux failed to answer {method}"},
                 }
             )
+            return
+        await self._reply({"id": request_id, "result": result})
+
+    async def _reply(self, message: dict[str, Any]) -> None:
+        with contextlib.suppress(Unavailable):
+            await self._send(message)
+
+    async def _decline(self, request_id: Any, method: str) -> None:
+        await self._reply(
+            {
+                "id": request_id,
+                "error": {
+                    "code": METHOD_NOT_FOUND,
+                    "message": f"amux does not answer {method} in a managed launch",
+                },
+            }
+        )

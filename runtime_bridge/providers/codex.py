@@ -8,7 +8,23 @@ and sets the thread's memory mode to disabled. Any of those calls failing fails 
 
 The memory MCP server is configured with ``-c mcp_servers.memory.*``; the Hub connection values
 reach it through ``env_vars`` (forwarded from Codex's own environment), so the credential never
-appears in argv.
+appears in argv. Its tools are approved in advance (``default_tools_approval_mode``): memory calls
+never wait on a person.
+
+Codex's own sandbox is off for every launch (``-c sandbox_mode="danger-full-access"`` and the
+thread's ``sandbox``): its bubblewrap cannot start inside amux's, so with it on no command runs at
+all, and amux's sandbox is the boundary. The launch's permission policy
+(``runtime_bridge.approvals``) becomes the thread's ``approvalPolicy``, also set launch-locally
+with ``-c approval_policy`` (the thread's value is the one that holds):
+
+- ``auto``: ``never``: Codex runs every command and edit without asking;
+- ``ask``: ``untrusted`` on the thread, under which Codex asks before every command and every file
+  change (its config refuses that value, so ``-c`` carries ``on-request``, the nearest it takes).
+  Its requests (``item/commandExecution/requestApproval``, ``item/fileChange/requestApproval``)
+  go to the launch's approver, except commands amux reads as plainly read-only (``ls``,
+  ``cat``, ``rg`` without the flags that run other programs…), which run at once. A declined
+  request reaches the model as Codex's own "rejected by user" tool result;
+- ``read-only``: ``never``; the worker mounts the workspace read-only, so edits fail there.
 """
 
 from __future__ import annotations
@@ -16,12 +32,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import shlex
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from hub.errors import Unavailable
-from runtime_bridge.approvals import Approver
-from runtime_bridge.codex_rpc import CodexRpc, RpcError
+from runtime_bridge import approvals
+from runtime_bridge.approvals import ApprovalAnswer, ApprovalRequest, Approver
+from runtime_bridge.codex_rpc import CodexRpc, Notification, RpcError, Unhandled
 from runtime_bridge.launch_env import launch_env
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
 from runtime_bridge.providers.errors import AgentProtocolError, NativeMemoryUnconfirmed
@@ -46,6 +65,7 @@ from runtime_bridge.providers.process import (
 )
 
 CODEX_HOME = "codex-home"
+NOBODY_TO_ASK = "this launch has nobody to ask for permission"
 EFFECTIVE_CONFIG_SOURCE = "developer_instructions of Codex's effective config (config/read)"
 CLIENT_INFO = {"name": "amux", "title": "amux", "version": "0.1.0"}
 
@@ -55,6 +75,23 @@ MEMORY_SETTINGS: tuple[tuple[str, str], ...] = (
     ("memories", "use_memories"),
     ("memories", "generate_memories"),
 )
+
+
+# Codex's own sandbox cannot start inside amux's: amux's sandbox is the boundary.
+SANDBOX_MODE = "danger-full-access"
+# The thread's approval policy per launch policy; anything else is asked about.
+THREAD_APPROVAL = {approvals.AUTO: "never", approvals.READ_ONLY: "never"}
+ASK_APPROVAL = "untrusted"
+# Codex's config refuses ``untrusted``; under ``ask`` it carries the nearest asking value.
+CONFIG_APPROVAL = {ASK_APPROVAL: "on-request"}
+
+COMMAND_APPROVAL = "item/commandExecution/requestApproval"
+FILE_CHANGE_APPROVAL = "item/fileChange/requestApproval"
+# The v1 forms, which a v2 thread is not sent; answered alike should a build send them.
+LEGACY_COMMAND_APPROVAL = "execCommandApproval"
+LEGACY_PATCH_APPROVAL = "applyPatchApproval"
+# Room for masking to work on whole secrets before a request is cut to its bounds.
+MASK_MARGIN = 1024
 
 
 def _toml(value: Any) -> str:
@@ -89,7 +126,12 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
         ):
             argv += ["-c", f"{server}.{key}={_toml(value)}"]
         overrides.update(memory.connection_env())
-    argv += [*request.extra_args, "app-server"]
+    approval = THREAD_APPROVAL.get(request.permissions, ASK_APPROVAL)
+    # After the operator's arguments: a later -c wins, so the policy is what holds.
+    argv += [*request.extra_args]
+    argv += ["-c", f"sandbox_mode={_toml(SANDBOX_MODE)}"]
+    argv += ["-c", f"approval_policy={_toml(CONFIG_APPROVAL.get(approval, approval))}"]
+    argv += ["app-server"]
     copies: tuple[PlannedCopy, ...] = ()
     if request.provider_home_source is not None:
         copies = (PlannedCopy(request.provider_home_source, home / "config.toml"),)
@@ -112,9 +154,11 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
         codex=CodexThread(
             developer_instructions=developer,
             memory_disabled=memory is not None,
+            approval_policy=approval,
             instruction_sources=tuple(sources) if developer else (),
         ),
         secrets=(memory.credential,) if memory else (),
+        permissions=request.permissions,
     )
 
 
@@ -169,7 +213,11 @@ async def _open_thread(rpc: CodexRpc, plan: LaunchPlan, thread: CodexThread) -> 
     elif thread.developer_instructions:
         config = await _read_config(rpc, plan, "merge its developer instructions")
     method = "thread/resume" if plan.resume_id else "thread/start"
-    params: dict[str, Any] = {"cwd": str(plan.cwd), "approvalPolicy": thread.approval_policy}
+    params: dict[str, Any] = {
+        "cwd": str(plan.cwd),
+        "approvalPolicy": thread.approval_policy,
+        "sandbox": SANDBOX_MODE,
+    }
     if plan.resume_id:
         params["threadId"] = plan.resume_id
     if thread.developer_instructions:
@@ -195,6 +243,196 @@ async def _open_thread(rpc: CodexRpc, plan: LaunchPlan, thread: CodexThread) -> 
     return thread_id
 
 
+# Programs that only read or print, whatever their arguments (no redirection is let through).
+READ_PROGRAMS = frozenset(
+    {
+        "basename", "cat", "cd", "cmp", "cut", "df", "diff", "dirname", "du", "echo", "egrep",
+        "false", "fgrep", "grep", "head", "id", "ls", "nl", "printf", "pwd", "readlink",
+        "realpath", "stat", "tail", "tr", "true", "uname", "wc", "which", "whoami",
+    }
+)  # fmt: skip
+# find's actions that delete, write a file or start another program.
+FIND_UNSAFE = frozenset(
+    {"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fls", "-fprint", "-fprint0", "-fprintf"}
+)
+SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
+# The only shell operators a read-only command line may use to join its commands.
+JOINERS = frozenset({"&&", "||", ";", "|"})
+
+
+def _read_only_words(words: list[str]) -> bool:
+    program, args = words[0], words[1:]
+    if program in READ_PROGRAMS:
+        return True
+    if program == "find":
+        return not FIND_UNSAFE.intersection(args)
+    if program == "rg":
+        # --pre runs a program per file; -z/--search-zip runs decompressors.
+        return not any(
+            a.startswith("--pre")
+            or a == "--search-zip"
+            or (a.startswith("-") and not a.startswith("--") and "z" in a)
+            for a in args
+        )
+    if program == "sed":
+        # Only printing lines: ``sed -n 10p`` or ``sed -n 1,20p``, then file names.
+        return (
+            len(args) >= 2
+            and args[0] == "-n"
+            and args[1].removesuffix("p").replace(",", "").isdigit()
+            and args[1].endswith("p")
+            and not any(a.startswith("-") for a in args[2:])
+        )
+    return False
+
+
+def read_only_command(command: str) -> bool:
+    """Whether ``command`` (as Codex reports it, usually ``/bin/bash -lc '<script>'``) plainly
+    only reads: simple commands of ``READ_PROGRAMS`` and the like joined by ``&&``, ``||``,
+    ``;`` or ``|``, with no redirection, substitution, variable or second line.
+
+    Codex's own ``commandActions`` are a reading for display (``find -delete`` is a "search"),
+    so they decide nothing here. Anything this does not recognise is asked about.
+    """
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    script = command
+    if len(words) == 3 and os.path.basename(words[0]) in SHELLS and words[1] in ("-c", "-lc"):
+        script = words[2]
+    if not script.strip() or any(c in script for c in "$`\n\r\\"):
+        return False
+    lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError:
+        return False
+    current: list[str] = []
+    for token in [*tokens, ";"]:
+        if token and all(c in lexer.punctuation_chars for c in token):
+            if token not in JOINERS or not current or not _read_only_words(current):
+                return False
+            current = []
+        else:
+            current.append(token)
+    return True
+
+
+def _lines(*pairs: tuple[str, Any]) -> str:
+    return "\n".join(f"{name}: {value}" for name, value in pairs if value)
+
+
+def describe_command(params: Mapping[str, Any]) -> ApprovalRequest | None:
+    """What a person is asked about a command Codex wants to run (None: nobody)."""
+    command = str(params.get("command") or "")
+    extra = params.get("additionalPermissions") or params.get("networkApprovalContext")
+    if params.get("kind", "command") == "command" and not extra and read_only_command(command):
+        return None
+    if params.get("kind") == "writeStdin":
+        command = f"(input to a running command) {command}"
+    network = params.get("networkApprovalContext")
+    detail = _lines(
+        ("cwd", params.get("cwd")),
+        ("reason", params.get("reason")),
+        ("network", json.dumps(network) if network else None),
+        ("permissions", json.dumps(params.get("additionalPermissions") or None) if extra else None),
+    )
+    return ApprovalRequest("commandExecution", approvals.COMMAND, command, detail)
+
+
+def describe_file_change(
+    params: Mapping[str, Any], changes: list[Mapping[str, Any]]
+) -> ApprovalRequest:
+    """What a person is asked about a file change, from its item's ``changes``."""
+    paths = [str(change.get("path", "")) for change in changes]
+    parts: list[str] = []
+    for change, path in zip(changes, paths, strict=True):
+        kind = change.get("kind")
+        kind_name = kind.get("type") if isinstance(kind, Mapping) else kind
+        moved = kind.get("move_path") if isinstance(kind, Mapping) else None
+        head = f"{kind_name or 'change'} {path}" + (f" -> {moved}" if moved else "")
+        parts.append(head + "\n" + str(change.get("diff") or ""))
+    extra = _lines(("reason", params.get("reason")), ("writes under", params.get("grantRoot")))
+    subject = "\n".join(paths) or str(params.get("grantRoot") or "(files Codex did not name)")
+    detail = "\n".join(p.rstrip("\n") for p in [extra, *parts] if p)
+    return ApprovalRequest("fileChange", approvals.EDIT, subject, detail)
+
+
+def _legacy_changes(file_changes: Any) -> list[Mapping[str, Any]]:
+    """``applyPatchApproval``'s ``fileChanges`` map in the shape of a v2 item's ``changes``."""
+    if not isinstance(file_changes, Mapping):
+        return []
+    changes: list[Mapping[str, Any]] = []
+    for path, change in file_changes.items():
+        change = change if isinstance(change, Mapping) else {}
+        diff = change.get("unified_diff") or change.get("content") or ""
+        kind = {"type": change.get("type"), "move_path": change.get("move_path")}
+        changes.append({"path": path, "kind": kind, "diff": diff})
+    return changes
+
+
+class CodexApprovals:
+    """Answers the app-server's approval requests of one launch through its approver.
+
+    A file change's request names only its item: the changes come in that item's
+    ``item/started``, which ``observe`` sees (as the connection reads it) before the request.
+    Every decision is for that one request: Codex's "accept for session" is never given, since
+    amux keeps its own session rules.
+    """
+
+    def __init__(self, plan: LaunchPlan, approver: Approver) -> None:
+        self._plan = plan
+        self._approver = approver
+        self._changes: dict[str, list[Mapping[str, Any]]] = {}
+
+    def observe(self, note: Notification) -> None:
+        item = note.params.get("item")
+        if not isinstance(item, Mapping) or item.get("type") != "fileChange":
+            return
+        item_id = str(item.get("id"))
+        if note.method == "item/started":
+            changes = item.get("changes")
+            self._changes[item_id] = [c for c in changes or [] if isinstance(c, Mapping)]
+        elif note.method == "item/completed":
+            self._changes.pop(item_id, None)
+
+    async def __call__(self, method: str, params: dict[str, Any]) -> Any:
+        if method == COMMAND_APPROVAL:
+            allowed = await self._ask(describe_command(params))
+            return {"decision": "accept" if allowed.allowed else "decline"}
+        if method == FILE_CHANGE_APPROVAL:
+            changes = self._changes.get(str(params.get("itemId")), [])
+            allowed = await self._ask(describe_file_change(params, changes))
+            return {"decision": "accept" if allowed.allowed else "decline"}
+        if method in (LEGACY_COMMAND_APPROVAL, LEGACY_PATCH_APPROVAL):
+            if method == LEGACY_COMMAND_APPROVAL:
+                raw = params.get("command")
+                command = shlex.join(map(str, raw)) if isinstance(raw, list) else str(raw or "")
+                request = describe_command({**params, "command": command})
+            else:
+                changes = _legacy_changes(params.get("fileChanges"))
+                request = describe_file_change(params, changes)
+            answer = await self._ask(request)
+            if answer.allowed:
+                return {"decision": "approved"}
+            return {"decision": {"denied": {"rejection": answer.message or "denied"}}}
+        raise Unhandled(method)
+
+    async def _ask(self, request: ApprovalRequest | None) -> ApprovalAnswer:
+        if request is None:
+            return ApprovalAnswer(True)
+        mask = self._plan.mask
+        masked = ApprovalRequest(
+            request.tool,
+            request.action,
+            mask(request.subject[: approvals.SUBJECT_CHARS + MASK_MARGIN]),
+            mask(request.detail[: approvals.DETAIL_CHARS + MASK_MARGIN]),
+        ).bounded()
+        return await self._approver(masked)
+
+
 class CodexTurn:
     """Folds app-server notifications of one turn into events. Pure."""
 
@@ -214,6 +452,11 @@ class CodexTurn:
             return [Progress(f"tool: {item.get('server')}.{item.get('tool')}")]
         if method == "item/started" and item.get("type") == "commandExecution":
             return [Progress(f"command: {item.get('command')}")]
+        if method == "item/started" and item.get("type") == "fileChange":
+            changes = item.get("changes") if isinstance(item.get("changes"), list) else []
+            assert isinstance(changes, list)
+            paths = [str(c.get("path")) for c in changes if isinstance(c, Mapping)]
+            return [Progress(f"edit: {', '.join(paths)}")]
         if method == "item/completed" and item.get("type") == "agentMessage":
             self.last_text = str(item.get("text") or "")
             return [Progress(self.last_text)] if self.last_text else []
@@ -253,7 +496,8 @@ async def run(plan: LaunchPlan, approver: Approver | None = None) -> AsyncIterat
     process = await start(plan, [executable, *plan.argv[1:]])
     stderr = StderrTail(process.stderr)
     assert process.stdout is not None and process.stdin is not None
-    rpc = CodexRpc(process.stdout, process.stdin)
+    answers = CodexApprovals(plan, approver or approvals.deny_all(NOBODY_TO_ASK))
+    rpc = CodexRpc(process.stdout, process.stdin, on_request=answers, observe=answers.observe)
     try:
         try:
             thread_id = await _open_thread(rpc, plan, thread)

@@ -6,7 +6,9 @@ One aiohttp server speaks the three wire formats the CLIs use, all streamed as S
     POST /v1/responses         OpenAI Responses        (codex)
     POST /v1/chat/completions  OpenAI chat completions (pi)
 
-A script is a list of steps, each ``CallTool(name, arguments)`` or ``Answer(text)``. Every *main
+A script is a list of steps, each ``CallTool(name, arguments)`` or ``Answer(text)``; a
+``CallTool(name, {}, freeform=text)`` calls a freeform tool (Codex's ``apply_patch``) with that
+input text. Every *main
 conversation* request (one that offers the model tools) gets the next step; a repeat of a request
 just answered (a client retry) gets the same step again. Side requests (titles, summaries,
 probes: no tools offered) get a short plain answer and consume nothing. Once the script runs out,
@@ -46,6 +48,9 @@ class CallTool:
     name: str
     arguments: dict[str, Any]
     hold: asyncio.Event | None = field(default=None, compare=False)
+    # A freeform ("custom") tool's input text, such as Codex's ``apply_patch`` patch: the
+    # Responses API then sends a ``custom_tool_call`` carrying it instead of JSON arguments.
+    freeform: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,7 +132,10 @@ class RecordedRequest:
                         )
         elif self.api == "responses":
             for item in self.body.get("input") or []:
-                if isinstance(item, dict) and item.get("type") == "function_call_output":
+                if isinstance(item, dict) and item.get("type") in (
+                    "function_call_output",
+                    "custom_tool_call_output",
+                ):
                     results.append((str(item.get("call_id")), _text_of(item.get("output"))))
         else:
             for message in self.body.get("messages") or []:
@@ -349,9 +357,17 @@ class FakeModelServer:
         _, step = await self._take("responses", request)
         step = step or Answer(SIDE_ANSWER)
         n = next(self._ids)
-        if isinstance(step, CallTool):
-            namespace, _, name = step.name.rpartition("__")
+        if isinstance(step, CallTool) and step.freeform is not None:
             item: dict[str, Any] = {
+                "type": "custom_tool_call",
+                "id": f"ctc_{n:04d}",
+                "name": step.name,
+                "input": step.freeform,
+                "call_id": f"call_{n:04d}",
+            }
+        elif isinstance(step, CallTool):
+            namespace, _, name = step.name.rpartition("__")
+            item = {
                 "type": "function_call",
                 "id": f"fc_{n:04d}",
                 "name": name,

@@ -20,7 +20,11 @@ from runtime_bridge.providers import (
     build_plan,
     run,
 )
-from runtime_bridge.providers.codex import CLIENT_INFO, unconfirmed_memory_settings
+from runtime_bridge.providers.codex import (
+    CLIENT_INFO,
+    read_only_command,
+    unconfirmed_memory_settings,
+)
 from runtime_bridge.providers.process import materialize, start, stop
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
 from tests.runtime_bridge.conftest import (
@@ -32,6 +36,70 @@ from tests.runtime_bridge.conftest import (
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+
+# The launch-local overrides each permission policy adds last, before ``app-server``.
+POLICY_ARGS = {
+    policy: ("-c", 'sandbox_mode="danger-full-access"', "-c", f'approval_policy="{config}"')
+    for policy, config in (("auto", "never"), ("read-only", "never"), ("ask", "on-request"))
+}
+
+
+@pytest.mark.parametrize(
+    ("permissions", "thread_policy"),
+    [("auto", "never"), ("read-only", "never"), ("ask", "untrusted"), ("unknown", "untrusted")],
+)
+def test_each_policy_turns_off_codexs_sandbox_and_sets_its_approval_policy_after_the_operators(
+    tmp_path: Path, permissions: str, thread_policy: str
+) -> None:
+    request = LaunchRequest(
+        provider="codex",
+        prompt="hi",
+        cwd=tmp_path,
+        run_dir=tmp_path / "run",
+        extra_args=("-c", 'approval_policy="on-failure"', "-c", 'sandbox_mode="read-only"'),
+        permissions=permissions,
+    )
+    plan = build_plan(request)
+    config_policy = POLICY_ARGS.get(permissions, POLICY_ARGS["ask"])
+    assert plan.argv == ("codex", *request.extra_args, *config_policy, "app-server")
+    assert plan.codex is not None and plan.codex.approval_policy == thread_policy
+    assert plan.permissions == permissions
+    shown = plan.to_json()
+    assert shown["codex"]["approval_policy"] == thread_policy
+    assert 'sandbox_mode="danger-full-access"' in shown["argv"]
+
+
+def test_read_only_commands_are_told_from_those_that_change_or_run_more() -> None:
+    quiet = [
+        "/bin/bash -lc ls",
+        "/bin/bash -lc 'cat notes.txt'",
+        "/bin/bash -c 'cd src && ls -la | grep py'",
+        "/bin/bash -lc 'sed -n 1,20p a.py'",
+        "/bin/bash -lc 'rg -n TODO src'",
+        "/bin/bash -lc 'find . -name \"*.py\"'",
+    ]
+    asked = [
+        "/bin/bash -lc 'echo hi > b.txt && cat b.txt'",
+        "/bin/bash -lc 'cat a | tee b'",
+        "/bin/bash -lc 'find . -name x -delete'",
+        "/bin/bash -lc 'rg --pre ./run x'",
+        "/bin/bash -lc 'rg -iz x'",
+        "/bin/bash -lc 'ls; rm -rf build'",
+        "/bin/bash -lc 'cat $(touch y)'",
+        "/bin/bash -lc 'cat `touch y`'",
+        "/bin/bash -lc 'ls &'",
+        "/bin/bash -lc 'ls\nrm x'",
+        "/bin/bash -lc 'X=1 ls'",
+        "/bin/bash -lc 'sed -i s/a/b/ f'",
+        "/bin/bash -lc 'cat <(rm x)'",
+        "/bin/bash -lc 'git status'",
+        "/bin/bash -lc 'ls &&'",
+        "/bin/bash -lc ''",
+        "touch x",
+    ]
+    assert [c for c in quiet if not read_only_command(c)] == []
+    assert [c for c in asked if read_only_command(c)] == []
 
 
 def codex_config(tmp_path: Path, model: FakeModelServer) -> Path:
@@ -168,7 +236,7 @@ async def test_unbound_codex_keeps_native_memory_policy_and_no_protocol(
     result = events[-1]
     assert isinstance(result, Result), events
     assert result.native_session_id
-    assert plan.argv == (codex_bin, "app-server")
+    assert plan.argv == (codex_bin, *POLICY_ARGS["auto"], "app-server")
     developer = developer_text(model)
     assert "Answer briefly." in developer
     assert "amux.memory_search" not in developer
