@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -105,6 +105,23 @@ def deny_all(reason: str) -> Approver:
     return deny
 
 
+# A socket's address holds at most 108 bytes; a deep run directory is reached through a
+# descriptor of its own instead (/proc/self/fd/N/name is short whatever the directory's path).
+MAX_ADDRESS_BYTES = 100
+
+
+@contextlib.contextmanager
+def _short_path(path: Path) -> Iterator[str]:
+    if len(os.fsencode(path)) <= MAX_ADDRESS_BYTES:
+        yield str(path)
+        return
+    directory = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{directory}/{path.name}"
+    finally:
+        os.close(directory)
+
+
 class ApprovalSocket:
     """Serves one launch's permission requests on a Unix socket until closed."""
 
@@ -131,9 +148,10 @@ class ApprovalSocket:
         # Created under a umask that leaves it owner-only from the first instant.
         old = os.umask(0o177)
         try:
-            self._server = await asyncio.start_unix_server(
-                self._serve, path=str(self.path), limit=MAX_REQUEST_BYTES
-            )
+            with _short_path(self.path) as address:
+                self._server = await asyncio.start_unix_server(
+                    self._serve, path=address, limit=MAX_REQUEST_BYTES
+                )
         finally:
             os.umask(old)
         if self._owner is not None:
@@ -192,7 +210,8 @@ async def ask_over_socket(path: str, tool: str, tool_input: Mapping[str, Any]) -
     Anything short of a clear answer (no socket, a closed connection) is a denial.
     """
     try:
-        reader, writer = await asyncio.open_unix_connection(path, limit=MAX_REQUEST_BYTES)
+        with _short_path(Path(path)) as address:
+            reader, writer = await asyncio.open_unix_connection(address, limit=MAX_REQUEST_BYTES)
     except OSError as error:
         return ApprovalAnswer(False, f"amux could not be asked for permission ({error.strerror})")
     try:

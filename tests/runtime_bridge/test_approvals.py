@@ -1,0 +1,78 @@
+"""The socket an Agent's in-sandbox helpers ask for permission on."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from runtime_bridge.approvals import (
+    EDIT,
+    ApprovalAnswer,
+    ApprovalRequest,
+    ApprovalSocket,
+    ask_over_socket,
+)
+
+
+def describe(tool: str, tool_input: Mapping[str, Any]) -> ApprovalRequest | None:
+    if tool == "Read":
+        return None
+    return ApprovalRequest(tool, EDIT, str(tool_input.get("path")), str(tool_input.get("body")))
+
+
+async def test_a_request_is_answered_by_the_approver_masked_and_bounded(tmp_path: Path) -> None:
+    asked: list[ApprovalRequest] = []
+
+    async def approver(request: ApprovalRequest) -> ApprovalAnswer:
+        asked.append(request)
+        return ApprovalAnswer(request.subject.endswith("ok.txt"), "because")
+
+    path = tmp_path / "approvals.sock"
+    mask = lambda text: text.replace("sk-secret-1", "********")  # noqa: E731
+    async with ApprovalSocket(path, approver, describe, mask):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        allowed = await ask_over_socket(str(path), "Write", {"path": "/w/ok.txt", "body": "x"})
+        denied = await ask_over_socket(
+            str(path), "Write", {"path": "/w/no.txt", "body": "sk-secret-1 " + "y" * 20_000}
+        )
+        free = await ask_over_socket(str(path), "Read", {"path": "/etc/hosts"})
+    assert allowed == ApprovalAnswer(True, "because")
+    assert denied == ApprovalAnswer(False, "because")
+    assert free.allowed and len(asked) == 2
+    assert asked[1].detail.startswith("******** y") and len(asked[1].detail) <= 6000
+    assert not path.exists()
+
+
+async def test_a_run_directory_deeper_than_a_socket_address_still_serves(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    path = deep / "approvals.sock"
+    assert len(os.fsencode(path)) > 108
+
+    async def approver(request: ApprovalRequest) -> ApprovalAnswer:
+        return ApprovalAnswer(True, "fine")
+
+    async with ApprovalSocket(path, approver, describe):
+        answer = await ask_over_socket(str(path), "Write", {"path": "/w/a"})
+    assert answer == ApprovalAnswer(True, "fine")
+
+
+async def test_no_socket_or_a_garbled_answer_is_a_denial(tmp_path: Path) -> None:
+    missing = await ask_over_socket(str(tmp_path / "none.sock"), "Write", {})
+    assert not missing.allowed and "could not be asked" in missing.message
+
+    async def garble(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        writer.write(b"not json\n")
+        await writer.drain()
+        writer.close()
+
+    path = tmp_path / "garble.sock"
+    server = await asyncio.start_unix_server(garble, path=str(path))
+    async with server:
+        garbled = await ask_over_socket(str(path), "Write", {})
+    assert not garbled.allowed and "no answer" in garbled.message
