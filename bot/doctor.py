@@ -541,6 +541,74 @@ async def check_workers(client: HubClient) -> Check:
     return Check("workers", "ok", f"{workers} connected")
 
 
+PERMISSION_MEANINGS = {
+    "ask": (
+        "edits and changing commands wait for the turn's person (reads never ask); "
+        "Claude asks through amux's permission prompt; Codex: amux answers its app-server "
+        "approvals, its own sandbox off inside amux's; Pi: amux's extension asks before its "
+        "edits and changing commands"
+    ),
+    "auto": (
+        "every Agent action runs without asking, inside amux's sandbox (the workspace, the "
+        "session home and /tmp are the only writable places); Codex's own sandbox is off "
+        "inside amux's"
+    ),
+    "read-only": (
+        "the workspace is mounted read-only; Claude and Pi are offered no edit tools, Codex's "
+        "edits fail on the mount"
+    ),
+}
+
+
+def permissions_check(agents: dict[str, Any], runtime: RuntimeSettings) -> Check:
+    """The permission policy the Hub gives the next turn, and what it means per provider."""
+    name = "permissions"
+    policy = str(agents.get("permissions", "?"))
+    meaning = PERMISSION_MEANINGS.get(policy)
+    if meaning is None:
+        return Check(name, "warn", f"the Hub names an unknown policy {policy!r}")
+    detail = f"{policy}: {meaning}"
+    if policy == "ask":
+        detail += f"; unanswered requests are denied after {_span(agents.get('approval_timeout'))}"
+    if policy != "read-only" and runtime.in_process and runtime.sandbox == "off":
+        # Without the sandbox, "inside the sandbox" is this service's whole file access.
+        return Check(
+            name,
+            "warn",
+            detail + "; but AMUX_RUNTIME_SANDBOX=off: what is allowed runs with this service's "
+            "own file access",
+            "set AMUX_RUNTIME_SANDBOX=bwrap, or `amux system config set agents.permissions "
+            "read-only`",
+        )
+    return Check(name, "ok", detail)
+
+
+def _span(seconds: object) -> str:
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return "the approval timeout"
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds // 3600:g} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds // 60:g} min"
+    return f"{seconds:g} s"
+
+
+async def check_permissions(client: HubClient, runtime: RuntimeSettings) -> Check:
+    try:
+        capabilities = await client.call("system.capabilities")
+    except AmuxError as error:
+        return Check("permissions", "fail", f"{error.code}: {error.message}", "see the Hub's log")
+    agents = capabilities.get("agents")
+    if not isinstance(agents, dict):
+        return Check(
+            "permissions",
+            "warn",
+            "this Hub names no permission policy: it predates agents.permissions",
+            "upgrade the Hub",
+        )
+    return permissions_check(agents, runtime)
+
+
 async def check_feishu_credentials(feishu: FeishuSettings) -> Check:
     if not feishu.enabled:
         return Check(
@@ -766,8 +834,10 @@ async def diagnose(
         checks.append(reached)
         if hub_ok:
             checks.append(await check_memory(hub))
+            checks.append(await check_permissions(hub, settings.runtime))
         else:
             checks.append(Check("memory", "skip", "needs the Hub"))
+            checks.append(Check("permissions", "skip", "needs the Hub"))
         checks.append(await check_feishu_credentials(settings.feishu))
         checks.append(await check_feishu_topic_scope(settings.feishu))
         checks.append(await check_feishu_ingress(settings.feishu, client.hub_url))

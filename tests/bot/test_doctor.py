@@ -124,6 +124,23 @@ def test_a_saved_but_not_running_memory_setting_is_a_warning_with_the_restart_fi
     assert "amux system restart" in checks["memory"]["fix"]
 
 
+def test_the_permission_policy_the_hub_runs_is_named_and_a_change_shows_without_a_restart(
+    hub_process: HubProcess, stub_agents: dict[str, str]
+) -> None:
+    wait_for_worker(hub_process)
+    _, _, checks = doctor(hub_process, stub_agents)
+    permissions = checks["permissions"]
+    assert permissions["status"] == "ok"
+    assert permissions["detail"].startswith("ask: edits and changing commands wait")
+    assert "Claude asks through amux's permission prompt" in permissions["detail"]
+    assert "denied after 10 min" in permissions["detail"]
+    changed = hub_process.cli("system", "config", "set", "agents.permissions", "read-only")
+    assert changed.returncode == 0, changed.stderr
+    assert "no restart needed" in changed.stderr
+    _, _, checks = doctor(hub_process, stub_agents)
+    assert checks["permissions"]["detail"].startswith("read-only: the workspace is mounted")
+
+
 def test_a_missing_default_agent_fails_and_names_its_setting(
     hub_process: HubProcess, stub_agents: dict[str, str]
 ) -> None:

@@ -20,6 +20,7 @@ from bot.doctor import (
     check_memory_disk,
     check_sandbox,
     passed,
+    permissions_check,
     render,
 )
 from runtime_bridge.config import RuntimeSettings
@@ -236,3 +237,32 @@ def test_the_bounds_and_the_mechanism_that_applies_them_are_reported(tmp_path: P
     assert bare.status == "warn"
     assert bare.detail.startswith("rlimits") and "memory and CPU are not bounded" in bare.detail
     assert "Delegate=yes" in bare.fix
+
+
+# -- the permission policy ------------------------------------------------------------------------
+
+
+def test_each_policy_says_what_it_means_for_each_provider() -> None:
+    runtime = RuntimeSettings(sandbox="bwrap")
+    ask = permissions_check({"permissions": "ask", "approval_timeout": 90}, runtime)
+    assert ask.status == "ok"
+    for said in (
+        "Claude asks through amux's permission prompt",
+        "Codex: amux answers its app-server approvals, its own sandbox off inside amux's",
+        "Pi: amux's extension asks",
+        "denied after 90 s",
+    ):
+        assert said in ask.detail
+    auto = permissions_check({"permissions": "auto", "approval_timeout": 600}, runtime)
+    assert auto.status == "ok" and "inside amux's sandbox" in auto.detail
+    assert "the workspace, the session home and /tmp are the only writable places" in auto.detail
+    read_only = permissions_check({"permissions": "read-only"}, runtime)
+    assert read_only.detail.startswith("read-only: the workspace is mounted read-only")
+
+
+def test_a_policy_that_lets_agents_change_files_without_the_sandbox_is_a_warning() -> None:
+    off = RuntimeSettings(sandbox="off")
+    auto = permissions_check({"permissions": "auto", "approval_timeout": 3600}, off)
+    assert auto.status == "warn" and "AMUX_RUNTIME_SANDBOX=off" in auto.detail
+    assert "AMUX_RUNTIME_SANDBOX=bwrap" in auto.fix
+    assert permissions_check({"permissions": "read-only"}, off).status == "ok"
