@@ -18,6 +18,15 @@ A turn started by a group message inside a topic carries the topic's messages th
 seen, ahead of the request, as marked context (``bot.topic_context``); when the topic cannot be
 read the turn runs anyway and its card says so.
 
+Under the ``ask`` permission policy an Agent's risky action waits for its person's answer
+(``hub.approvals``). A pending request is shown with Allow once / Allow for this conversation /
+Deny: on the progress card itself when it is an ordinary card, or, when the progress streams
+into a CardKit card, on a card of its own posted in the topic (keyed by the request, so a
+re-attached bot finds it again) and updated in place once it is settled. Feishu applies no card
+a click answers with while a card streams, and an ordinary card's update is immediate, so the
+streaming card never carries the buttons. The first result card lists what was allowed and
+denied, and the rules the conversation keeps for the turn's person.
+
 A finished turn's card shows the Provider's token totals and the elapsed time in its title, and a
 "New conversation" button: the topic's next message then starts a new Session (the old one stays
 as it was). The progress card's Stop cancels the running turn; the Session stays resumable.
@@ -35,6 +44,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import MessageEvent
@@ -43,29 +53,34 @@ from bot.outbox import Followed, Outbox, Owed
 from bot.quotas import refusal_card
 from bot.streaming import StreamingCard, open_streaming
 from bot.topic_context import SeenTopics, TopicContext, TopicReader, with_context
+from cards.approvals import approval_card, outcome, request_line
 from cards.catalogue import text as catalogue_text
 from cards.controls import finished_card
-from cards.models import Lang, MemoryNote, Progress, TurnMemory
+from cards.models import ApprovalView, Lang, MemoryNote, Progress, TurnApprovals, TurnMemory
 from cards.notices import error_card, own_topic_card, warning_card
 from cards.progress import progress_card, result_cards
 from cards.streaming import stream_text
 from hub.contract import (
+    APPROVAL,
+    BY_RULE,
     CANCELLED,
     MEMORY,
     RUNNING,
     SUCCEEDED,
+    Approval,
     Execution,
     MemoryUse,
     Session,
     WatchResult,
 )
-from hub.errors import AmuxError
+from hub.errors import AmuxError, Conflict, Forbidden, NotFound
 from hub.services import Hub
 from hub.state import Principal
 
 logger = logging.getLogger("amux.bot")
 
 WATCH_SECONDS = 20.0
+Toast = Literal["success", "warning", "error"]
 TITLE_CHARS = 60
 
 
@@ -85,6 +100,13 @@ def topic_workspace(topic: str) -> str:
     """A group topic's own workspace key: the same across its New conversations, so its files
     stay with the topic; nobody's personal workspace."""
     return "topic-" + hashlib.sha256(topic.encode("utf-8")).hexdigest()[:32]
+
+
+def request_card_key(execution_id: str, request_id: str) -> str:
+    """The idempotency key of a permission request's own card: Feishu takes at most 50
+    characters, more than the two ids together."""
+    digest = hashlib.sha256(f"{execution_id}:{request_id}".encode()).hexdigest()
+    return "approval-" + digest[:32]
 
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\[\]()]")
@@ -283,6 +305,10 @@ class Conversations:
         if followed.note:
             warnings.append(followed.note)
             lines.append("⚠ " + followed.note)
+        # The turn's permission requests by id, folded from their events (each carries the whole
+        # request as it stands), and the cards that show them beside a streaming card.
+        requests: dict[str, Approval] = {}
+        request_cards: dict[str, str] = {}
         after = 0
         while True:
             try:
@@ -293,18 +319,26 @@ class Conversations:
                 self._outbox.owe(followed, [])
                 return
             after = max(after, answer.last_seq)
+            changed: dict[str, Approval] = {}
             for event in answer.events:
                 use = event.memory_use()
+                approval = event.approval()
                 if use is not None:
                     memory.append(use)
                     lines.append(f"memory: {use.op} {use.path}".rstrip())
-                elif event.kind == MEMORY:
+                elif approval is not None:
+                    requests[approval.request_id] = changed[approval.request_id] = approval
+                elif event.kind in (MEMORY, APPROVAL):
                     continue
                 elif event.kind == "warning":
                     warnings.append(event.text)
                     lines.append("⚠ " + event.text)
                 else:
                     lines.append(event.text)
+            if streaming is not None:
+                # Before the end is reported: a request settled as the turn ended shows so.
+                for approval in changed.values():
+                    await self._show_request(followed, approval, request_cards, lines)
             state = answer.execution.state
             elapsed = max(0.0, time.time() - followed.started_at)
             finished = answer.execution.finished
@@ -325,6 +359,7 @@ class Conversations:
                 tuple(lines),
                 elapsed,
                 followed.execution_id,
+                tuple(self._approval_view(a) for a in requests.values()),
             )
             if streaming is not None:
                 streaming.push(stream_text(lines))
@@ -334,6 +369,85 @@ class Conversations:
                 self._update(followed.progress_message_id, progress_card(view, self._lang))
             if restarting:
                 return
+
+    def _approval_view(self, approval: Approval) -> ApprovalView:
+        asked_of = self._hub.state.principal(approval.runs_as)
+        return ApprovalView(
+            run_id=approval.execution_id,
+            request_id=approval.request_id,
+            tool=approval.tool,
+            action=approval.action,
+            subject=approval.subject,
+            detail=approval.detail,
+            expires_at=approval.expires_at,
+            decision=approval.decision,
+            via=approval.via,
+            decided_by=approval.decided_by_name,
+            decided_at=approval.decided_at,
+            reason=approval.reason,
+            asked_of=asked_of.name if asked_of is not None else "",
+        )
+
+    async def _show_request(
+        self,
+        followed: Followed,
+        approval: Approval,
+        request_cards: dict[str, str],
+        lines: list[str],
+    ) -> None:
+        """Beside a streaming card: a request's own card in the topic, posted while it waits and
+        updated once settled, and a line in the streamed progress."""
+        view = self._approval_view(approval)
+        request = request_line(view)
+        if approval.pending:
+            lines.append(catalogue_text(self._lang, "progress.approval.asked", request=request))
+        else:
+            said = outcome(view, self._lang)
+            lines.append(
+                catalogue_text(
+                    self._lang, "progress.approval.settled", request=request, outcome=said
+                )
+            )
+            if approval.via == BY_RULE:
+                return  # Nobody was asked: no card to show it on.
+        card = approval_card(view, self._lang, followed.title)
+        message_id = request_cards.get(approval.request_id)
+        if message_id is not None:
+            self._update(message_id, card)
+            return
+        # Keyed by the request: a re-attached bot gets the card it posted before (Feishu keeps
+        # the key an hour), and a request settled meanwhile is shown settled on it.
+        key = request_card_key(approval.execution_id, approval.request_id)
+        try:
+            sent = await self._client.reply(followed.reply_to, card=card, idempotency_key=key)
+        except AmuxError as error:
+            # The request stays answerable from `amux agent run`, and its turn's end says how
+            # it was settled.
+            logger.warning(
+                "no card for a permission request of %s: %s", approval.execution_id, error.message
+            )
+            return
+        request_cards[approval.request_id] = sent.message_id
+        if not approval.pending:
+            self._update(sent.message_id, card)
+
+    def _turn_approvals(self, execution: Execution) -> TurnApprovals:
+        """The turn's requests as its end lists them, and the rules the conversation keeps for
+        whom it ran as (the Hub's record, so a request before a restart counts too)."""
+        approvals = self._hub.approvals
+        requests = approvals.of_execution(execution.id)
+        session = self._hub.executions.session(execution.session_id)
+        # Whom the turn ran as: a group topic's sender, a personal conversation's Principal.
+        runs_as = (
+            requests[0].runs_as
+            if requests
+            else (session.principal_id if session.workspace is None else execution.submitted_by)
+        )
+        rules = approvals.rules(session.id, runs_as) if runs_as else []
+        return TurnApprovals(
+            tuple(self._approval_view(a) for a in requests),
+            tuple(rule.describe() for rule in rules),
+        )
 
     async def _report(
         self,
@@ -349,9 +463,14 @@ class Conversations:
         title = followed.title
         text = execution.result.text if execution.result is not None else None
         owed: list[Owed] = []
+        approvals = self._turn_approvals(execution)
         if state == SUCCEEDED and text is not None:
             parts = result_cards(
-                text, self._lang, title=title, memory=self._turn_memory(execution, memory or [])
+                text,
+                self._lang,
+                title=title,
+                memory=self._turn_memory(execution, memory or []),
+                approvals=approvals,
             )
             usage = execution.result.usage if execution.result is not None else {}
             first = finished_card(
@@ -364,7 +483,13 @@ class Conversations:
             owed.append(Owed("card", first if followed.topic else parts[0], sequence))
             owed.extend(Owed("reply", extra) for extra in parts[1:])
         else:
-            view = Progress(title, "cancelled" if state == CANCELLED else "failed", (), elapsed)
+            view = Progress(
+                title,
+                "cancelled" if state == CANCELLED else "failed",
+                (),
+                elapsed,
+                approvals=approvals.requests,
+            )
             owed.append(Owed("card", progress_card(view, self._lang), sequence))
             reason = execution.error or "the Agent ended without an answer"
             owed.append(Owed("reply", error_card(state, reason, self._lang)))
@@ -388,6 +513,32 @@ class Conversations:
             MemoryNote(use.op, use.path, use.revision, use.previous_revision) for use in uses
         )
         return TurnMemory(session.principal_id, notes)
+
+    async def approve(
+        self, execution_id: str, request_id: str, decision: str, by: Principal
+    ) -> tuple[str, Toast]:
+        """Answer a permission request as ``by``; returns the toast to show and its kind
+        (success: the answer was taken). Nothing changes unless ``by`` is the turn's person or
+        the owner and the request is still pending.
+
+        Raises:
+            InvalidArgument: an unknown decision.
+        """
+        approvals = self._hub.approvals
+        lang = self._lang
+        try:
+            await approvals.decide(execution_id, request_id, decision, by)
+        except Forbidden:
+            logger.warning("refused an answer to a permission request from %s", by.name)
+            return catalogue_text(lang, "approval.toast.not_yours"), "error"
+        except NotFound:
+            return catalogue_text(lang, "approval.toast.gone"), "error"
+        except Conflict:
+            settled = self._approval_view(approvals.get(execution_id, request_id))
+            said = outcome(settled, lang, markup=False)
+            return catalogue_text(lang, "approval.toast.answered", outcome=said), "warning"
+        logger.info("a permission request of %s answered %s by %s", execution_id, decision, by.name)
+        return catalogue_text(lang, f"approval.toast.{decision}"), "success"
 
     async def cancel(self, execution_id: str, by: Principal) -> bool:
         """Cancel a turn for its topic's owner (or the Hub owner); False when not theirs."""

@@ -186,6 +186,8 @@ class Management:
         queued = described["turns.max_queued_per_principal"]
         messages = described["feishu.messages_per_minute"]
         return ManagementView(
+            permissions=str(described["agents.permissions"]["saved"]),
+            approval_timeout=int(described["agents.approval_timeout"]["saved"]),
             identity=Identity(principal.name, principal.id, "user", principal.is_owner),
             memory_scope=self.scope_of(principal),
             memory=Setting(bool(memory["saved"]), bool(memory["running"]), draft_memory),
@@ -287,6 +289,16 @@ class Management:
             actions.MESSAGES_RATE,
         ):
             return self.card(principal, chat_id=chat_id, **self._draft(value, saved))
+        if action in (actions.PERMISSIONS_SET, actions.APPROVAL_TIMEOUT_SET):
+            # Live settings: saved at once, for turns (and requests) started after this; the
+            # draft the click carries is checked first and stays a draft.
+            draft = self._draft(value, saved)
+            if action == actions.PERMISSIONS_SET:
+                hub.config.save("agents.permissions", value.get("permissions"))
+            else:
+                hub.config.save("agents.approval_timeout", value.get("approval_timeout"))
+            logger.info("%s changed from Feishu by %s", action, principal.name)
+            return self.card(principal, chat_id=chat_id, **draft)
         if action == actions.SETTINGS_SAVE:
             # Validated as a whole first: a refused value saves nothing of the click.
             draft = self._draft(value, saved)

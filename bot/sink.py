@@ -189,6 +189,19 @@ class BotSink:
             if not cancelled:
                 return CardResponse(toast="not yours to cancel", toast_type="error")
             return CardResponse(toast="cancelling", toast_type="info")
+        if value.get("action") == actions.RUN_APPROVE:
+            # The Hub decides who may answer (the turn's person or the owner), whatever the
+            # (forgeable) value says; the card shows the answer when the turn's follower sees it.
+            try:
+                message, kind = await self._conversations.approve(
+                    str(value.get("run_id") or ""),
+                    str(value.get("request_id") or ""),
+                    str(value.get("decision") or ""),
+                    principal,
+                )
+            except AmuxError as error:
+                return CardResponse(toast=error.message, toast_type="error")
+            return CardResponse(toast=message, toast_type=kind)
         if value.get("action") == actions.MEMORY_UNDO:
             try:
                 message, undone = await self._management.undo(principal, value)

@@ -33,8 +33,15 @@ action                     fields carried in the value
                            ``previous_revision`` (absent when the turn created it),
                            ``principal_id`` (whose memory): undo one change of a turn
 ``run.cancel``             ``run_id``: stop a running Agent execution
+``run.approve``            ``run_id``, ``request_id``, ``decision`` (``allow_once``,
+                           ``allow_session`` or ``deny``): answer a permission request of a
+                           running turn (its person or the owner; the handler checks)
 ``provider.set``           ``provider``, ``chat_id``: the Agent new conversations in a chat run
 ``conversation.new``       ``origin``: the next message in this topic starts a new conversation
+``agents.permissions``     ``permissions`` (``ask``, ``auto`` or ``read-only``) and the draft:
+                           saved at once, for turns started after it (owner only)
+``agents.timeout``         ``approval_timeout`` (seconds) and the draft: saved at once, for
+                           permission requests made after it (owner only)
 =========================  ======================================================================
 
 The draft is ``memory_enabled``, ``isolation``, ``history_days``, ``max_queued`` and
@@ -68,6 +75,9 @@ MEMORY_ERASE_CONFIRM: Final = "memory.erase.confirm"
 RUN_CANCEL: Final = "run.cancel"
 PROVIDER_SET: Final = "provider.set"
 CONVERSATION_NEW: Final = "conversation.new"
+RUN_APPROVE: Final = "run.approve"
+PERMISSIONS_SET: Final = "agents.permissions"
+APPROVAL_TIMEOUT_SET: Final = "agents.timeout"
 
 ALL: Final[frozenset[str]] = frozenset(
     {
@@ -93,6 +103,9 @@ ALL: Final[frozenset[str]] = frozenset(
         RUN_CANCEL,
         PROVIDER_SET,
         CONVERSATION_NEW,
+        RUN_APPROVE,
+        PERMISSIONS_SET,
+        APPROVAL_TIMEOUT_SET,
     }
 )
 
@@ -107,6 +120,8 @@ OWNER_ONLY: Final[frozenset[str]] = frozenset(
         SETTINGS_SAVE,
         RESTART_NOW,
         RESTART_LATER,
+        PERMISSIONS_SET,
+        APPROVAL_TIMEOUT_SET,
     }
 )
 

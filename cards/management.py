@@ -27,6 +27,9 @@ HISTORY_CHOICES: tuple[int, ...] = (0, 7, 30, 90, 365)
 # Each person's share offered as buttons (0: no limit); other saved numbers are shown as they are.
 QUEUED_CHOICES: tuple[int, ...] = (1, 3, 5, 10, 20, 0)
 MESSAGES_CHOICES: tuple[int, ...] = (5, 10, 20, 60, 0)
+# The Agents' permission policies, and the approval timeouts offered (seconds).
+PERMISSION_CHOICES: tuple[str, ...] = ("ask", "auto", "read-only")
+TIMEOUT_CHOICES: tuple[int, ...] = (60, 300, 600, 1800, 3600)
 
 
 def _on_off(lang: Lang, value: bool) -> str:
@@ -39,6 +42,61 @@ def _days(lang: Lang, days: int) -> str:
 
 def _limit(lang: Lang, value: int) -> str:
     return text(lang, "value.no_limit") if value == 0 else str(value)
+
+
+def duration(lang: Lang, seconds: int) -> str:
+    """``90 s``, ``10 min``, ``1 h``: the largest unit that divides ``seconds``."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return text(lang, "value.hours", hours=seconds // 3600)
+    if seconds >= 60 and seconds % 60 == 0:
+        return text(lang, "value.minutes", minutes=seconds // 60)
+    return text(lang, "value.seconds", seconds=seconds)
+
+
+def _policy(lang: Lang, policy: str) -> str:
+    known = policy if policy in PERMISSION_CHOICES else "ask"
+    return text(lang, f"manage.permissions.{known}")
+
+
+def _agents_section(view: ManagementView, lang: Lang, draft: dict[str, Any]) -> list[Element]:
+    """The live permission settings: each button saves its value at once (carrying the draft of
+    the restart-pending settings, so an unsaved draft stays on the card)."""
+    policies = row(
+        *(
+            button(
+                _policy(lang, policy),
+                actions.PERMISSIONS_SET,
+                kind="primary" if policy == view.permissions else "default",
+                **{**draft, "permissions": policy},
+            )
+            for policy in PERMISSION_CHOICES
+        )
+    )
+    timeouts = row(
+        *(
+            button(
+                duration(lang, seconds),
+                actions.APPROVAL_TIMEOUT_SET,
+                kind="primary" if seconds == view.approval_timeout else "default",
+                **{**draft, "approval_timeout": seconds},
+            )
+            for seconds in TIMEOUT_CHOICES
+        )
+    )
+    policy = _policy(lang, view.permissions)
+    timeout = duration(lang, view.approval_timeout)
+    return [
+        hr(),
+        markdown(text(lang, "manage.agents")),
+        markdown(
+            text(lang, "manage.permissions", policy=policy)
+            + f"\n{text(lang, 'manage.permissions.explain')}"
+        ),
+        policies,
+        markdown(text(lang, "manage.approval_timeout", timeout=timeout)),
+        timeouts,
+        markdown(f"*{text(lang, 'manage.live')}*"),
+    ]
 
 
 def _identity_section(view: ManagementView, lang: Lang) -> list[Element]:
@@ -196,6 +254,8 @@ def management_card(view: ManagementView, lang: Lang) -> Card:
     )
     if view.restart_pending:
         elements.append(row(button(text(lang, "restart.now"), actions.RESTART_NOW, kind="danger")))
+    # After Save: these are not part of what Save (and a restart) applies.
+    elements += _agents_section(view, lang, draft)
     template: Template = "orange" if view.restart_pending else "blue"
     return card(text(lang, "manage.title"), template, elements)
 

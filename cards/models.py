@@ -57,6 +57,10 @@ class ManagementView:
     # Each person's share: turns waiting for a slot, and messages a minute (0: no limit).
     max_queued: Setting[int] = Setting(0, 0)
     messages_per_minute: Setting[int] = Setting(0, 0)
+    # Live settings (saved at once, for what starts after the change): the Agents' permission
+    # policy (ask, auto, read-only) and how long a permission request waits, in seconds.
+    permissions: str = "ask"
+    approval_timeout: int = 600
 
     @property
     def restart_pending(self) -> bool:
@@ -167,6 +171,48 @@ class Progress:
     lines: tuple[str, ...] = ()
     elapsed_seconds: float | None = None
     run_id: str | None = None
+    # The turn's permission requests so far, oldest first: pending ones with their buttons.
+    approvals: tuple[ApprovalView, ...] = ()
+
+
+@dataclass(frozen=True)
+class ApprovalView:
+    """One permission request of a running turn, as its cards show it.
+
+    ``action`` is command, edit or tool; ``subject`` the exact command or path; ``detail`` a
+    bounded diff or input. Once settled, ``decision`` is allow_once, allow_session or deny, and
+    ``via`` says how: person, rule (a rule of the conversation), timeout or lapsed (the turn was
+    handed back and asks again); ``decided_by`` is a person's display name.
+    """
+
+    run_id: str
+    request_id: str
+    tool: str
+    action: str
+    subject: str
+    detail: str = ""
+    expires_at: float = 0.0
+    decision: str | None = None
+    via: str | None = None
+    decided_by: str | None = None
+    decided_at: float | None = None
+    reason: str | None = None
+    # The display name of whose turn it is (who may answer, besides the owner).
+    asked_of: str = ""
+
+    @property
+    def pending(self) -> bool:
+        return self.decision is None
+
+
+@dataclass(frozen=True)
+class TurnApprovals:
+    """What a finished turn's card lists: its requests and how each was settled, and the rules
+    this conversation keeps for the turn's person (each already described, e.g. ``Bash: npm
+    test …``)."""
+
+    requests: tuple[ApprovalView, ...] = ()
+    rules: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

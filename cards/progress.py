@@ -6,6 +6,7 @@ import json
 from functools import lru_cache
 
 from cards import actions
+from cards.approvals import approvals_section, progress_elements
 from cards.catalogue import text
 from cards.elements import (
     CARD_MAX_BYTES,
@@ -19,7 +20,7 @@ from cards.elements import (
     plain,
     row,
 )
-from cards.models import Lang, MemoryNote, Progress, TurnMemory
+from cards.models import Lang, MemoryNote, Progress, TurnApprovals, TurnMemory
 
 # One result card holds one markdown element of at most this many JSON-encoded bytes, leaving
 # room under CARD_MAX_BYTES for the header and code-fence repairs.
@@ -37,11 +38,16 @@ _STATUS_TEMPLATE: dict[str, Template] = {
 
 
 def progress_card(view: Progress, lang: Lang) -> Card:
-    """The card updated in place while an Agent works (the caller throttles updates)."""
+    """The card updated in place while an Agent works (the caller throttles updates), with the
+    turn's permission requests: pending ones with their buttons while it runs."""
     elements: list[Element] = []
     lines = [line[:PROGRESS_LINE_CHARS] for line in view.lines[-PROGRESS_LINES:]]
     if lines:
         elements.append(plain("\n".join(lines)))
+    if view.status in ("queued", "running"):
+        elements += progress_elements(view.approvals, lang)
+    else:
+        elements += approvals_section(TurnApprovals(view.approvals), lang)
     if view.elapsed_seconds is not None:
         seconds = f"{view.elapsed_seconds:.0f}"
         elements.append(markdown(f"*{text(lang, 'progress.elapsed', seconds=seconds)}*"))
@@ -171,10 +177,15 @@ def _change_row(note: MemoryNote, principal_id: str, lang: Lang) -> Element:
 
 
 def result_cards(
-    value: str, lang: Lang, title: str = "", memory: TurnMemory | None = None
+    value: str,
+    lang: Lang,
+    title: str = "",
+    memory: TurnMemory | None = None,
+    approvals: TurnApprovals | None = None,
 ) -> list[Card]:
     """The Agent's result as one or more cards, split cleanly under Feishu's size limit. A turn
-    bound to memory shows what it did with it on the first card."""
+    bound to memory shows what it did with it on the first card, and a turn that asked for
+    permissions (or whose conversation keeps rules) what was allowed and denied."""
     pieces = _repair_fences(split_text(defuse_mentions(value)) or [""])
     total = len(pieces)
     cards: list[Card] = []
@@ -187,6 +198,8 @@ def result_cards(
         elements = [markdown(piece)]
         if memory is not None and index == 1:
             elements += memory_section(memory, lang)
+        if approvals is not None and index == 1:
+            elements += approvals_section(approvals, lang)
         cards.append(card(heading, "green", elements, subtitle=title[:120]))
     return cards
 

@@ -29,6 +29,8 @@ DEFAULTS = {
     "memory.history_days": 30,
     "turns.max_queued_per_principal": 5,
     "feishu.messages_per_minute": 10,
+    "agents.permissions": "ask",
+    "agents.approval_timeout": 600,
 }
 
 
@@ -212,3 +214,77 @@ async def test_with_memory_off_a_member_can_still_erase_their_memory_and_nothing
             still_off = await bot.card_after(value, who=ALICE)
             assert "Memory unavailable" in card_text(still_off), value
         assert (await bot.hub.store.get(principal_scope(alice), "hers.md"))["exists"]
+
+
+# -- the Agents' permission settings: live, saved at once, owner only ----------------------------
+
+
+def live_choices(card: dict[str, Any], action: str, field: str) -> dict[Any, dict[str, Any]]:
+    return {b[field]: b for b in buttons(card) if b["action"] == action}
+
+
+async def test_the_owner_changes_the_permission_policy_and_timeout_at_once_without_a_restart(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        message_id, card = await open_management(bot)
+        assert "Policy: **Ask**" in card_text(card)
+        assert "denied after **10 min**" in card_text(card)
+        assert "apply to turns started after the change" in card_text(card)
+        # With a draft of the restart-pending settings on the card, that stays a draft.
+        drafted = await bot.card_after(history_choices(card)[7], message_id=message_id)
+        policies = live_choices(drafted, "agents.permissions", "permissions")
+        assert sorted(policies) == ["ask", "auto", "read-only"]
+
+        changed = await bot.card_after(policies["read-only"], message_id=message_id)
+        assert bot.hub.config.permissions == "read-only", "saved at once"
+        assert bot.hub.config.describe()["agents.permissions"]["restart_pending"] is False
+        assert "Policy: **Read-only**" in card_text(changed)
+        assert "Restart pending" not in card_text(changed)
+        assert primary_history_labels(changed) == ["7 days"]
+        assert "You have unsaved changes." in card_text(changed)
+        assert saved(bot)["memory.history_days"] == 30
+
+        timeouts = live_choices(changed, "agents.timeout", "approval_timeout")
+        shorter = await bot.card_after(timeouts[60], message_id=message_id)
+        assert bot.hub.config.approval_timeout == 60
+        assert "denied after **1 min**" in card_text(shorter)
+        assert "Policy: **Read-only**" in card_text(shorter)
+
+        _, reopened = await open_management(bot)
+        assert "Policy: **Read-only**" in card_text(reopened)
+        assert "denied after **1 min**" in card_text(reopened)
+
+
+async def test_a_member_cannot_see_or_change_the_permission_settings(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        opened = await bot.say("/amux", BOB)
+        card = (await bot.reply_to(opened)).card
+        assert "Agents' permissions" not in card_text(card)
+        assert not live_choices(card, "agents.permissions", "permissions")
+
+        for forged in (
+            {"action": "agents.permissions", "permissions": "auto"},
+            {"action": "agents.timeout", "approval_timeout": 3600},
+        ):
+            refused = await bot.card_after(forged, who=BOB)
+            assert "Owner only" in card_text(refused)
+        assert saved(bot) == DEFAULTS
+
+
+async def test_a_forged_permission_value_is_refused_readably_and_saves_nothing(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        for value in (
+            {"action": "agents.permissions", "permissions": "everything"},
+            {"action": "agents.permissions"},
+            {"action": "agents.timeout", "approval_timeout": 0},
+            {"action": "agents.timeout", "approval_timeout": True},
+            {"action": "agents.timeout", "approval_timeout": [60]},
+            {"action": "agents.permissions", "permissions": "auto", "history_days": -1},
+        ):
+            shown = card_text(await bot.card_after(value))
+            assert "Something went wrong" in shown, value
+            assert "Traceback" not in shown
+            assert saved(bot) == DEFAULTS, value

@@ -1,0 +1,284 @@
+"""Permission requests answered in the chat, as Feishu users meet them.
+
+The real bot behind the fake Feishu server (driven by lark-oapi) and the Hub in-process. The
+Runtime side of each turn is a stand-in speaking the Hub's worker RPC over HTTP, as a worker's
+approver does: it claims the turn, asks (``executions.ask``), long-polls for the answer
+(``executions.decision``) and completes the turn once answered, so each test decides exactly
+what the Agent asks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hub.client import HubClient
+from hub.contract import Approval
+from tests.bot.test_bot_flows import (
+    ALICE,
+    BOB,
+    CAROL,
+    GROUP,
+    Bot,
+    buttons,
+    card_text,
+    private_chat,
+    running_bot,
+)
+from tests.conftest import until
+from tests.fakes.feishu import StoredMessage
+
+pytestmark = pytest.mark.timeout(120)
+
+NOTES = "/work/topic/notes.md"
+DIFF = "--- notes.md\n+++ notes.md\n@@ -0,0 +1 @@\n+hello <at id=all></at> ```"
+
+
+@dataclass
+class StandIn:
+    """The worker side of a turn, over the Hub's RPC."""
+
+    hub: HubClient
+    worker_id: str
+
+    async def claim(self) -> str:
+        claimed = await self.hub.call("executions.claim", worker_id=self.worker_id, wait_seconds=20)
+        execution_id: str = claimed["execution"]["id"]
+        return execution_id
+
+    async def ask(self, execution_id: str, **request: str) -> Approval:
+        fields = {"tool": "Write", "action": "edit", "subject": NOTES, "detail": DIFF}
+        fields.update(request)
+        asked = await self.hub.call(
+            "executions.ask", execution_id=execution_id, worker_id=self.worker_id, **fields
+        )
+        return Approval.from_wire(asked)
+
+    async def decision(self, approval: Approval) -> Approval:
+        """The answer, once there is one (the worker's long poll)."""
+        while approval.pending:
+            answer = await self.hub.call(
+                "executions.decision",
+                execution_id=approval.execution_id,
+                worker_id=self.worker_id,
+                request_id=approval.request_id,
+                wait_seconds=20,
+            )
+            approval = Approval.from_wire(answer)
+        return approval
+
+    async def complete(self, execution_id: str, text: str) -> None:
+        await self.hub.call(
+            "executions.complete",
+            execution_id=execution_id,
+            worker_id=self.worker_id,
+            succeeded=True,
+            result={"text": text},
+        )
+
+
+@asynccontextmanager
+async def stand_in(bot: Bot) -> AsyncIterator[StandIn]:
+    state = bot.hub.state
+    service = state.add_principal("stand-in-runtime", "service")
+    token, _ = state.issue_credential(service.id, "cli", label="stand-in worker")
+    hub = HubClient(bot.url, token, timeout=60)
+    try:
+        registered = await hub.call("workers.register", name="stand-in")
+        yield StandIn(hub, str(registered["worker_id"]))
+    finally:
+        await hub.close()
+
+
+def approve_buttons(card: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The card's answer buttons by decision."""
+    return {b["decision"]: b for b in buttons(card) if b["action"] == "run.approve"}
+
+
+def request_card(bot: Bot, asked: str) -> StoredMessage | None:
+    """The bot's card in the topic that asked for a permission (as first posted)."""
+    for message in bot.replies_to(asked):
+        if message.entity is None and "Permission needed" in message.content:
+            return message
+    return None
+
+
+def markdown_blocks(card: dict[str, Any]) -> list[str]:
+    """Every markdown content of the card, however nested."""
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("tag") == "markdown":
+                found.append(str(node["content"]))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(card)
+    return found
+
+
+async def agent_asks(
+    bot: Bot, worker: StandIn, who: dict[str, Any], text: str, **request: str
+) -> tuple[str, StoredMessage, Approval]:
+    """``who`` starts a turn in the group; its Agent asks. Returns the message, the turn's
+    (streaming) progress card, and the pending request."""
+    asked = await bot.say(text, who, group=True, mention=True)
+    progress = await bot.reply_to(asked)
+    execution_id = await worker.claim()
+    approval = await worker.ask(execution_id, **request)
+    assert approval.pending
+    return asked, progress, approval
+
+
+async def test_a_group_members_request_is_answered_by_them_and_not_by_another_member(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot, stand_in(bot) as worker:
+        asked, progress, approval = await agent_asks(bot, worker, BOB, "write the notes")
+        # The progress streams into a CardKit card; the request has a card of its own.
+        assert progress.entity is not None
+        shown = await until(lambda: request_card(bot, asked))
+        card = shown.card
+        text = card_text(card)
+        assert NOTES in text and "+++ notes.md" in text and "Write" in text
+        assert "For bob to answer, or the Hub owner." in text
+        assert "<at" not in text, "the diff cannot mention anyone"
+        (diff,) = [block for block in markdown_blocks(card) if "+++ notes.md" in block]
+        assert diff.startswith("```\n") and diff.endswith("\n```")
+        assert diff.count("```") == 2, "nor close its code block"
+        answers = approve_buttons(card)
+        assert set(answers) == {"allow_once", "allow_session", "deny"}
+        assert {b["request_id"] for b in answers.values()} == {approval.request_id}
+        assert {b["run_id"] for b in answers.values()} == {approval.execution_id}
+        # The streamed progress says what the turn waits for.
+        await until(lambda: "Waiting for permission" in card_text(progress.card))
+
+        refused = await bot.click(answers["allow_once"], who=CAROL, chat_id=GROUP)
+        assert refused["toast"]["type"] == "error"
+        assert "whose turn this is" in refused["toast"]["content"]
+        assert "card" not in refused
+        still = bot.hub.approvals.get(approval.execution_id, approval.request_id)
+        assert still.pending
+
+        waiting = asyncio.create_task(worker.decision(approval))
+        accepted = await bot.click(answers["allow_once"], who=BOB, chat_id=GROUP)
+        assert accepted["toast"] == {"type": "success", "content": "Allowed once"}
+        decided = await asyncio.wait_for(waiting, 10)
+        assert decided.allowed and decided.decided_by_name == "bob"
+        # The request's card shows who decided, and when; its buttons are gone.
+        await until(lambda: "Allowed once by bob" in card_text(shown.card))
+        assert approve_buttons(shown.card) == {}
+        assert shown.card["header"]["title"]["content"] == "Allowed"
+
+        again = await bot.click(answers["deny"], who=BOB, chat_id=GROUP)
+        assert again["toast"]["type"] == "warning"
+        assert "Already answered: Allowed once by bob" in again["toast"]["content"]
+        assert bot.hub.approvals.get(approval.execution_id, approval.request_id).allowed
+
+        # The Agent carries on, and the answer replaces the progress card.
+        await worker.complete(approval.execution_id, "Wrote the notes.")
+        await until(lambda: "Wrote the notes." in card_text(progress.card))
+        final = card_text(progress.card)
+        assert "Permissions" in final
+        assert f"Write `{NOTES}`: Allowed once by bob" in final
+        assert "Allowed for this conversation:" not in final
+
+
+async def test_a_denial_is_listed_on_the_answer(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot, stand_in(bot) as worker:
+        asked, progress, approval = await agent_asks(
+            bot,
+            worker,
+            BOB,
+            "clean up",
+            tool="Bash",
+            action="command",
+            subject="rm -rf build",
+            detail="",
+        )
+        shown = await until(lambda: request_card(bot, asked))
+        assert "wants to run a command" in card_text(shown.card)
+        waiting = asyncio.create_task(worker.decision(approval))
+        # The owner may answer anyone's request.
+        denied = await bot.click(approve_buttons(shown.card)["deny"], who=ALICE, chat_id=GROUP)
+        assert denied["toast"] == {"type": "success", "content": "Denied"}
+        decided = await asyncio.wait_for(waiting, 10)
+        assert not decided.allowed and decided.decided_by_name == "alice"
+        await until(lambda: "Denied by alice" in card_text(shown.card))
+
+        await worker.complete(approval.execution_id, "I left the build directory alone.")
+        await until(lambda: "left the build directory" in card_text(progress.card))
+        assert "⛔ Bash `rm -rf build`: Denied by alice" in card_text(progress.card)
+
+
+async def test_allowed_for_the_conversation_is_a_rule_its_next_turn_uses(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot, stand_in(bot) as worker:
+        asked, progress, approval = await agent_asks(
+            bot, worker, BOB, "run the tests", tool="Bash", action="command", subject="npm test"
+        )
+        shown = await until(lambda: request_card(bot, asked))
+        waiting = asyncio.create_task(worker.decision(approval))
+        answer = approve_buttons(shown.card)["allow_session"]
+        clicked = await bot.click(answer, who=BOB, chat_id=GROUP)
+        assert clicked["toast"]["content"] == "Allowed for this conversation"
+        await asyncio.wait_for(waiting, 10)
+        await until(lambda: "Allowed for this conversation by bob" in card_text(shown.card))
+        await worker.complete(approval.execution_id, "Tests pass.")
+        await until(lambda: "Tests pass." in card_text(progress.card))
+        final = card_text(progress.card)
+        assert "Allowed for this conversation: `Bash: npm test …`" in final
+
+        # Bob's next turn in the topic runs the same program without asking anyone.
+        follow_up = await bot.say("run them again", BOB, group=True, mention=True, root_id=asked)
+        second = await until(
+            lambda: [m for m in bot.replies_to(follow_up) if m.entity is not None][:1]
+        )
+        execution_id = await worker.claim()
+        ruled = await worker.ask(
+            execution_id, tool="Bash", action="command", subject="npm test -- --watch=false"
+        )
+        assert ruled.allowed and ruled.via == "rule"
+        await worker.complete(execution_id, "Still green.")
+        await until(lambda: "Still green." in card_text(second[0].card))
+        assert "Allowed by a rule of this conversation" in card_text(second[0].card)
+        cards = [m for m in bot.replies_to(asked) if "run.approve" in card_text(m.card)]
+        assert cards == [], "a request a rule settled posts no card"
+
+
+async def test_in_a_private_chat_the_progress_card_carries_the_buttons(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot, stand_in(bot) as worker:
+        # Without CardKit the progress is an ordinary card updated in place: it shows the request.
+        bot.feishu.cardkit_refused = True
+        asked = await bot.say("write the notes", BOB)
+        progress = await bot.reply_to(asked)
+        assert progress.entity is None
+        execution_id = await worker.claim()
+        approval = await worker.ask(execution_id)
+        await until(lambda: approve_buttons(progress.card))
+        card = progress.card
+        assert NOTES in card_text(card) and "Permission needed" in card_text(card)
+        assert {b["action"] for b in buttons(card)} == {"run.approve", "run.cancel"}
+
+        waiting = asyncio.create_task(worker.decision(approval))
+        answer = approve_buttons(card)["allow_once"]
+        clicked = await bot.click(answer, who=BOB, chat_id=private_chat(BOB))
+        assert clicked["toast"]["type"] == "success"
+        await asyncio.wait_for(waiting, 10)
+        await until(lambda: "Allowed once by bob" in card_text(progress.card))
+        assert approve_buttons(progress.card) == {}
+        # No card of its own: the progress card was enough.
+        assert [m.message_id for m in bot.replies_to(asked)] == [progress.message_id]
+
+        await worker.complete(execution_id, "Done writing.")
+        await until(lambda: "Done writing." in card_text(progress.card))
+        assert f"Write `{NOTES}`: Allowed once by bob" in card_text(progress.card)
