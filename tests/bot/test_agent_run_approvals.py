@@ -17,7 +17,6 @@ import os
 import select
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -372,9 +371,6 @@ async def claude_site(tmp_path: Path, script: list[Step]) -> AsyncIterator[Claud
     claude = Path(find_agent_cli("claude"))
     agent_home = tmp_path / "agent-home"
     agent_home.mkdir()
-    # A short work directory: a launch's approval socket lives in its run directory below it,
-    # and a Unix socket's path must stay within 107 bytes.
-    work_dir = Path(tempfile.mkdtemp(prefix="amux-", dir="/tmp"))
     async with FakeModelServer(script) as model:
         hub = HubProcess(
             tmp_path / "amux-home",
@@ -385,7 +381,6 @@ async def claude_site(tmp_path: Path, script: list[Step]) -> AsyncIterator[Claud
                 "ANTHROPIC_BASE_URL": model.base_url,
                 "ANTHROPIC_API_KEY": "sk-ant-test",
                 "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                "AMUX_RUNTIME_WORK_DIR": str(work_dir),
             },
         )
         await asyncio.to_thread(hub.start)
@@ -394,7 +389,6 @@ async def claude_site(tmp_path: Path, script: list[Step]) -> AsyncIterator[Claud
             yield ClaudeSite(hub, model, who.json()["principal"]["id"])
         finally:
             await asyncio.to_thread(hub.stop)
-            shutil.rmtree(work_dir, ignore_errors=True)
 
 
 def write_script(target: Path) -> list[Step]:
