@@ -7,7 +7,7 @@
 // `{"allow": <bool>, "message": <text>}`. The worker decides which calls need a person; anything
 // short of a clear "allow" (no socket, a closed connection, an unreadable answer) blocks the call.
 
-import { closeSync, openSync } from "node:fs";
+import { closeSync, constants, openSync } from "node:fs";
 import { createConnection } from "node:net";
 import { basename, dirname } from "node:path";
 
@@ -38,6 +38,8 @@ function parseAnswer(line) {
 // through a descriptor of its directory instead.
 const MAX_SOCKET_ADDRESS = 100;
 
+const O_PATH = 0o10000000;
+
 function ask(path, tool, input) {
   return new Promise((resolve) => {
     let settled = false;
@@ -45,7 +47,9 @@ function ask(path, tool, input) {
     let directory = null;
     let address = path;
     if (Buffer.byteLength(path) > MAX_SOCKET_ADDRESS) {
-      directory = openSync(dirname(path), "r");
+      // O_PATH: the run directory is the worker's (mode 0711), which the Agent may pass
+      // through but not open for reading. Node does not name the flag; Linux's value is fixed.
+      directory = openSync(dirname(path), O_PATH | constants.O_DIRECTORY);
       address = `/proc/self/fd/${directory}/${basename(path)}`;
     }
     const socket = createConnection(address);
