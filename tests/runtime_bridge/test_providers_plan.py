@@ -157,6 +157,11 @@ def test_bound_codex_plan_sets_memory_off_launch_locally_and_keeps_the_token_out
         "mcp_servers.memory.required=true",
         "-c",
         "mcp_servers.memory.startup_timeout_sec=30",
+        # The request's policy (auto): Codex's own sandbox is off inside amux's.
+        "-c",
+        'sandbox_mode="danger-full-access"',
+        "-c",
+        'approval_policy="never"',
         "app-server",
     )
     assert SECRET not in " ".join(plan.argv)
@@ -171,7 +176,14 @@ def test_bound_codex_plan_sets_memory_off_launch_locally_and_keeps_the_token_out
 
 def test_unbound_codex_plan_makes_no_memory_changes() -> None:
     plan = build_plan(request("codex", memory=None, developer_instructions="Use tabs."))
-    assert plan.argv == ("codex", "app-server")
+    assert plan.argv == (
+        "codex",
+        "-c",
+        'sandbox_mode="danger-full-access"',
+        "-c",
+        'approval_policy="never"',
+        "app-server",
+    )
     assert plan.codex is not None
     assert plan.codex.developer_instructions == "Use tabs."
     assert not plan.codex.memory_disabled
