@@ -75,9 +75,13 @@ def _block(value: str, limit: int, lang: Lang) -> str:
 
 
 def request_line(view: ApprovalView) -> str:
-    """``Write `notes.md``` in one line, for lists and progress lines."""
-    subject = view.subject.splitlines()[0] if view.subject else ""
-    if len(subject) > LINE_SUBJECT_CHARS or len(view.subject.splitlines()) > 1:
+    """``Write `notes.md``` in one line, for lists and progress lines: a long path keeps its
+    end (the file), a long command its start (the program)."""
+    lines = view.subject.splitlines() or [""]
+    subject = lines[0]
+    if view.action == "edit" and len(subject) > LINE_SUBJECT_CHARS:
+        subject = "…" + subject[-LINE_SUBJECT_CHARS:]
+    elif len(subject) > LINE_SUBJECT_CHARS or len(lines) > 1:
         subject = subject[:LINE_SUBJECT_CHARS] + " …"
     shown = f" `{defuse_mentions(code(subject))}`" if subject else ""
     return f"{_name(view.tool)}{shown}"

@@ -1,10 +1,12 @@
 """Permission requests answered in the chat, as Feishu users meet them.
 
-The real bot behind the fake Feishu server (driven by lark-oapi) and the Hub in-process. The
-Runtime side of each turn is a stand-in speaking the Hub's worker RPC over HTTP, as a worker's
-approver does: it claims the turn, asks (``executions.ask``), long-polls for the answer
-(``executions.decision``) and completes the turn once answered, so each test decides exactly
-what the Agent asks.
+The real bot behind the fake Feishu server (driven by lark-oapi) and the Hub in-process. The first
+test runs the real ``claude`` CLI in a Runtime worker beside the Hub, the scripted model calling
+``Write``: Claude's permission prompt goes through amux to the card. In the others the Runtime
+side of a turn is a stand-in speaking the Hub's worker RPC over HTTP, as a worker's approver does:
+it claims the turn, asks (``executions.ask``), long-polls for the answer
+(``executions.decision``) and completes the turn once answered, so each test decides exactly what
+the Agent asks.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from bot.conversations import topic_workspace
 from hub.client import HubClient
 from hub.contract import Approval
 from tests.bot.test_bot_flows import (
@@ -31,8 +34,10 @@ from tests.bot.test_bot_flows import (
     private_chat,
     running_bot,
 )
+from tests.bot.test_bot_turns import claude_worker
 from tests.conftest import until
 from tests.fakes.feishu import StoredMessage
+from tests.fakes.model_server import Answer, CallTool, FakeModelServer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -109,6 +114,11 @@ def request_card(bot: Bot, asked: str) -> StoredMessage | None:
     return None
 
 
+def answered(progress: StoredMessage) -> bool:
+    """Whether the turn's card is its answer now (the first result card)."""
+    return str(progress.card["header"]["title"]["content"]).startswith("Result")
+
+
 def markdown_blocks(card: dict[str, Any]) -> list[str]:
     """Every markdown content of the card, however nested."""
     found: list[str] = []
@@ -138,6 +148,45 @@ async def agent_asks(
     approval = await worker.ask(execution_id, **request)
     assert approval.pending
     return asked, progress, approval
+
+
+@pytest.mark.e2e
+async def test_claude_asks_to_write_in_a_group_topic_and_its_sender_allows_it_on_the_card(
+    tmp_path: Path,
+) -> None:
+    async with FakeModelServer() as model, running_bot(tmp_path) as bot:
+        asked = await bot.say("write the notes", BOB, group=True, mention=True)
+        progress = await bot.reply_to(asked)
+        # The topic's own workspace, where the Agent works (its cwd, inside the sandbox too).
+        workspace = tmp_path / "runtime" / "workspaces" / topic_workspace(f"feishu:{GROUP}:{asked}")
+        target = workspace / "notes.md"
+        model.add_steps(
+            [
+                CallTool("Write", {"file_path": str(target), "content": "hello from claude\n"}),
+                Answer("Wrote notes.md."),
+            ]
+        )
+        async with claude_worker(bot, tmp_path, model):
+            shown = await until(lambda: request_card(bot, asked), seconds=60)
+            card = shown.card
+            assert str(target) in card_text(card) and "hello from claude" in card_text(card)
+            assert "**Write** wants to change a file" in card_text(card)
+            answers = approve_buttons(card)
+            assert set(answers) == {"allow_once", "allow_session", "deny"}
+
+            refused = await bot.click(answers["allow_once"], who=CAROL, chat_id=GROUP)
+            assert refused["toast"]["type"] == "error"
+            (request,) = bot.hub.approvals.of_execution(answers["allow_once"]["run_id"])
+            assert request.pending and not target.exists()
+
+            accepted = await bot.click(answers["allow_once"], who=BOB, chat_id=GROUP)
+            assert accepted["toast"]["type"] == "success"
+            await until(lambda: answered(progress), seconds=60)
+        assert "Wrote notes.md." in card_text(progress.card)
+        assert target.read_text() == "hello from claude\n"
+        assert "Allowed once by bob" in card_text(shown.card)
+        # A long path keeps its end on the list.
+        assert "/notes.md`: Allowed once by bob" in card_text(progress.card)
 
 
 async def test_a_group_members_request_is_answered_by_them_and_not_by_another_member(
@@ -187,7 +236,8 @@ async def test_a_group_members_request_is_answered_by_them_and_not_by_another_me
 
         # The Agent carries on, and the answer replaces the progress card.
         await worker.complete(approval.execution_id, "Wrote the notes.")
-        await until(lambda: "Wrote the notes." in card_text(progress.card))
+        await until(lambda: answered(progress))
+        assert "Wrote the notes." in card_text(progress.card)
         final = card_text(progress.card)
         assert "Permissions" in final
         assert f"Write `{NOTES}`: Allowed once by bob" in final
@@ -217,7 +267,8 @@ async def test_a_denial_is_listed_on_the_answer(tmp_path: Path) -> None:
         await until(lambda: "Denied by alice" in card_text(shown.card))
 
         await worker.complete(approval.execution_id, "I left the build directory alone.")
-        await until(lambda: "left the build directory" in card_text(progress.card))
+        await until(lambda: answered(progress))
+        assert "left the build directory" in card_text(progress.card)
         assert "⛔ Bash `rm -rf build`: Denied by alice" in card_text(progress.card)
 
 
@@ -234,7 +285,8 @@ async def test_allowed_for_the_conversation_is_a_rule_its_next_turn_uses(tmp_pat
         await asyncio.wait_for(waiting, 10)
         await until(lambda: "Allowed for this conversation by bob" in card_text(shown.card))
         await worker.complete(approval.execution_id, "Tests pass.")
-        await until(lambda: "Tests pass." in card_text(progress.card))
+        await until(lambda: answered(progress))
+        assert "Tests pass." in card_text(progress.card)
         final = card_text(progress.card)
         assert "Allowed for this conversation: `Bash: npm test …`" in final
 
@@ -249,7 +301,8 @@ async def test_allowed_for_the_conversation_is_a_rule_its_next_turn_uses(tmp_pat
         )
         assert ruled.allowed and ruled.via == "rule"
         await worker.complete(execution_id, "Still green.")
-        await until(lambda: "Still green." in card_text(second[0].card))
+        await until(lambda: answered(second[0]))
+        assert "Still green." in card_text(second[0].card)
         assert "Allowed by a rule of this conversation" in card_text(second[0].card)
         cards = [m for m in bot.replies_to(asked) if "run.approve" in card_text(m.card)]
         assert cards == [], "a request a rule settled posts no card"
@@ -280,5 +333,6 @@ async def test_in_a_private_chat_the_progress_card_carries_the_buttons(tmp_path:
         assert [m.message_id for m in bot.replies_to(asked)] == [progress.message_id]
 
         await worker.complete(execution_id, "Done writing.")
-        await until(lambda: "Done writing." in card_text(progress.card))
+        await until(lambda: answered(progress))
+        assert "Done writing." in card_text(progress.card)
         assert f"Write `{NOTES}`: Allowed once by bob" in card_text(progress.card)

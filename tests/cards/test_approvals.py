@@ -9,6 +9,7 @@ from cards.approvals import (
     approvals_section,
     outcome,
     progress_elements,
+    request_line,
 )
 from cards.catalogue import text
 from cards.elements import CARD_MAX_BYTES, card, encoded_size
@@ -81,6 +82,17 @@ def test_a_settled_request_says_who_decided_and_when_without_buttons(
     assert callbacks(shown) == []
     assert shown["header"]["title"]["content"] == text(lang, title)
     assert text(lang, key, name="Bob", when="22:13 UTC") in all_text(shown)
+
+
+def test_a_long_path_keeps_its_file_and_a_long_command_its_program() -> None:
+    path = settled("allow_once", "person", subject="/deep" * 50 + "/notes.md")
+    assert request_line(path).endswith("/deep/notes.md`")
+    assert request_line(path).startswith("Write `…")
+    command = settled("allow_once", "person", action="command", subject="npm " + "x" * 300)
+    assert request_line(command).startswith("Write `npm xxx")
+    assert request_line(command).endswith(" …`")
+    several = settled("allow_once", "person", action="command", subject="ls\nrm -rf /")
+    assert request_line(several) == "Write `ls …`"
 
 
 def test_a_denial_gives_its_reason() -> None:
