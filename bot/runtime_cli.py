@@ -422,6 +422,10 @@ def runtime_plan(
                 except AmuxError as error:
                     if error.code != "memory_disabled":
                         warnings.append(f"memory unavailable: {error.message}")
+            # The policy the next turn would run under, and so the flags it becomes.
+            capabilities = await hub.call("system.capabilities")
+            agents = capabilities.get("agents") if isinstance(capabilities, dict) else None
+            permissions = str((agents or {}).get("permissions") or "ask")
             if described is None:
                 who = await hub.call("system.whoami")
                 planned = Session(
@@ -462,11 +466,13 @@ def runtime_plan(
             memory=memory,
             base_env=dict(os.environ),
             own_home=site.sandboxed or identity is not None,
+            permissions=permissions,
+            amux_argv=(amux,),
         )
         launch = dataclasses.replace(build_plan(request), run_as=identity)
         # The sandbox is shown as a worker would build it; what it binds is found on this host.
         try:
-            launch = site.sandbox(launch, request, (), (amux,) if memory else ())
+            launch = site.sandbox(launch, request, (), (amux,))
         except ExecutableMissing as error:
             warnings.append(f"sandbox not shown: {error.message}")
         plan = launch.to_json(mask_secrets=True)
