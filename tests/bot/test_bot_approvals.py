@@ -114,6 +114,10 @@ def request_card(bot: Bot, asked: str) -> StoredMessage | None:
     return None
 
 
+def approval_session(bot: Bot, approval: Approval) -> str:
+    return bot.hub.executions.describe(approval.execution_id).session_id
+
+
 def answered(progress: StoredMessage) -> bool:
     """Whether the turn's card is its answer now (the first result card)."""
     return str(progress.card["header"]["title"]["content"]).startswith("Result")
@@ -304,8 +308,24 @@ async def test_allowed_for_the_conversation_is_a_rule_its_next_turn_uses(tmp_pat
         await until(lambda: answered(second[0]))
         assert "Still green." in card_text(second[0].card)
         assert "Allowed by a rule of this conversation" in card_text(second[0].card)
-        cards = [m for m in bot.replies_to(asked) if "run.approve" in card_text(m.card)]
-        assert cards == [], "a request a rule settled posts no card"
+        asking = [m for m in bot.replies_to(asked) if "Permission needed" in m.content]
+        assert len(asking) == 1, "a request a rule settled posts no card"
+
+        # New conversation starts a new Session, which keeps no rule: the program asks again.
+        (renew,) = [b for b in buttons(second[0].card) if b["action"] == "conversation.new"]
+        renewed = await bot.click(renew, who=BOB, chat_id=GROUP)
+        assert renewed["toast"]["type"] == "info"
+        fresh = await bot.say("and once more", BOB, group=True, mention=True, root_id=asked)
+        await until(lambda: [m for m in bot.replies_to(fresh) if m.entity is not None])
+        execution_id = await worker.claim()
+        third = bot.hub.executions.describe(execution_id)
+        assert third.session_id != approval_session(bot, approval)
+        assert bot.hub.approvals.rules(third.session_id) == []
+        asked_again = await worker.ask(
+            execution_id, tool="Bash", action="command", subject="npm test"
+        )
+        assert asked_again.pending
+        await until(lambda: [m for m in bot.replies_to(fresh) if "Permission needed" in m.content])
 
 
 async def test_in_a_private_chat_the_progress_card_carries_the_buttons(tmp_path: Path) -> None:
