@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -14,8 +15,12 @@ from typing import Any
 
 import pytest
 
+from hub.contract import Session
+from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.launch import LaunchSite, write_seccomp_file
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
-from runtime_bridge.providers import Event, LaunchRequest, MemoryAttachment
+from runtime_bridge.providers import Event, LaunchPlan, LaunchRequest, MemoryAttachment, build_plan
+from runtime_bridge.providers.confined import open_dir, open_root
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT_BIN = REPO / "tools" / "agent-clis" / "node_modules" / ".bin"
@@ -188,3 +193,46 @@ def stub_search_call(query: str) -> dict[str, Any]:
 
 async def collect(events: AsyncIterator[Event]) -> list[Event]:
     return [event async for event in events]
+
+
+def sandboxed_launch(
+    settings: RuntimeSettings,
+    provider: str,
+    base_env: dict[str, str],
+    permissions: str,
+    amux_argv: tuple[str, ...] = (),
+) -> tuple[LaunchPlan, LaunchRequest]:
+    """One launch as a worker builds it, inside the bwrap sandbox: the worker's directories
+    passable but not readable, the Agent's workspace and home its own (a uid of its own on a
+    root host), made through directory descriptors as the worker makes them."""
+    assert settings.work_dir is not None
+    work_dir = settings.work_dir
+    site = LaunchSite(settings, work_dir, amux_home=work_dir.parent / "amux-home")
+    session = Session("s1", "p1", provider, None, None, None, "unbound", None)
+    owner = site.identity_of(session)
+    for parent in (work_dir / "runs", work_dir / "sessions", site.workspaces):
+        parent.mkdir(parents=True, exist_ok=True, mode=0o711)
+        parent.chmod(0o711)
+    work_dir.chmod(0o711)
+    site.run_dir("e1").mkdir(mode=0o711)
+    with open_root(work_dir / "sessions") as sessions, open_dir(sessions, Path("s1/home"), owner):
+        pass
+    cwd = site.workspace(session)
+    with open_root(site.workspaces) as workspaces, open_dir(workspaces, Path(cwd.name), owner):
+        pass
+    write_seccomp_file(work_dir)
+    request = site.request(
+        provider=provider,
+        prompt="Do the work.",
+        session=session,
+        execution_id="e1",
+        memory=None,
+        base_env=base_env,
+        own_home=True,
+        permissions=permissions,
+        amux_argv=amux_argv,
+    )
+    plan = build_plan(request)
+    plan = site.sandbox(dataclasses.replace(plan, run_as=owner), request, (), amux_argv[:1])
+    assert plan.sandbox
+    return plan, request

@@ -8,7 +8,6 @@ socket is reached from inside bwrap through the read-only run directory.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -16,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from hub.contract import Session
 from runtime_bridge.approvals import (
     ASK,
     AUTO,
@@ -27,11 +25,10 @@ from runtime_bridge.approvals import (
     ApprovalRequest,
 )
 from runtime_bridge.config import RuntimeSettings
-from runtime_bridge.launch import LaunchSite, write_seccomp_file
 from runtime_bridge.providers import LaunchPlan, LaunchRequest, Result, build_plan, run
 from runtime_bridge.worker import default_amux_executable
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
-from tests.runtime_bridge.conftest import collect, offline_env, offline_request
+from tests.runtime_bridge.conftest import collect, offline_env, offline_request, sandboxed_launch
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -197,28 +194,7 @@ async def test_read_only_refuses_edits_and_changing_commands_without_asking(
 async def test_a_sandboxed_agent_of_another_uid_asks_through_the_socket_in_its_run_dir(
     tmp_path: Path, claude_bin: str
 ) -> None:
-    work_dir = tmp_path / "runtime"
-    site = LaunchSite(
-        RuntimeSettings(name="perm", claude=claude_bin, work_dir=work_dir),
-        work_dir,
-        amux_home=tmp_path / "amux-home",
-    )
-    assert site.sandboxed
-    session = Session("s1", "p1", "claude", None, None, None, "unbound", None)
-    for directory in (site.workspace(session), site.session_home("s1"), site.run_dir("e1")):
-        directory.mkdir(parents=True)
-    write_seccomp_file(work_dir)
-    run_as = site.agent_identity("p1")
-    assert run_as is not None
-    for directory in (site.workspace(session), site.session_home("s1")):
-        os.chown(directory, *run_as)
-    allowed = site.workspace(session) / "allowed.txt"
-    refused = site.workspace(session) / "refused.txt"
-    script: list[Step] = [
-        CallTool("Write", {"file_path": str(allowed), "content": "yes\n"}),
-        CallTool("Write", {"file_path": str(refused), "content": "no\n"}),
-        Answer("One of two."),
-    ]
+    settings = RuntimeSettings(name="perm", claude=claude_bin, work_dir=tmp_path / "runtime")
     answers = iter([ApprovalAnswer(True), ApprovalAnswer(False, REFUSAL)])
     asked: list[ApprovalRequest] = []
 
@@ -226,24 +202,22 @@ async def test_a_sandboxed_agent_of_another_uid_asks_through_the_socket_in_its_r
         asked.append(request)
         return next(answers)
 
-    async with FakeModelServer(script) as model:
-        env = offline_env(site.session_home("s1"), model.base_url)
-        request = dataclasses.replace(
-            site.request(
-                provider="claude",
-                prompt="Do the work.",
-                session=session,
-                execution_id="e1",
-                memory=None,
-                base_env=env,
-                own_home=True,
-            ),
-            permissions=ASK,
-            amux_argv=(default_amux_executable(),),
+    async with FakeModelServer() as model:
+        env = offline_env(tmp_path / "home", model.base_url)
+        amux = (default_amux_executable(),)
+        plan, request = sandboxed_launch(settings, "claude", env, ASK, amux)
+        assert plan.approval_socket == request.run_dir / "approvals.sock"
+        run_as = plan.run_as
+        assert run_as is not None
+        allowed = request.cwd / "allowed.txt"
+        refused = request.cwd / "refused.txt"
+        model.add_steps(
+            [
+                CallTool("Write", {"file_path": str(allowed), "content": "yes\n"}),
+                CallTool("Write", {"file_path": str(refused), "content": "no\n"}),
+                Answer("One of two."),
+            ]
         )
-        plan = dataclasses.replace(build_plan(request), run_as=run_as)
-        plan = site.sandbox(plan, request, extra_executables=request.amux_argv[:1])
-        assert plan.sandbox and plan.approval_socket == site.run_dir("e1") / "approvals.sock"
         events = await collect(run(plan, person))
 
     assert isinstance(events[-1], Result), events

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from hub.contract import Session
 from runtime_bridge.approvals import (
     ASK,
     AUTO,
@@ -27,7 +26,6 @@ from runtime_bridge.approvals import (
     ApprovalRequest,
 )
 from runtime_bridge.config import RuntimeSettings
-from runtime_bridge.launch import LaunchSite, write_seccomp_file
 from runtime_bridge.providers import (
     LaunchPlan,
     LaunchRequest,
@@ -36,7 +34,6 @@ from runtime_bridge.providers import (
     build_plan,
     run,
 )
-from runtime_bridge.providers.confined import open_dir, open_root
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
 from tests.runtime_bridge.conftest import (
     TEST_PASS_ENV,
@@ -44,6 +41,7 @@ from tests.runtime_bridge.conftest import (
     collect,
     offline_env,
     offline_request,
+    sandboxed_launch,
     stub_search_call,
 )
 from tests.runtime_bridge.test_providers_codex import codex_config
@@ -98,46 +96,17 @@ def sandboxed_plan(
     tmp_path: Path, model: FakeModelServer, codex_bin: str, permissions: str
 ) -> tuple[LaunchPlan, Path]:
     """A launch as a root worker builds it: the Principal's own uid, inside bwrap."""
-    work_dir = tmp_path / "runtime"
     settings = RuntimeSettings(
         name="test",
         codex=codex_bin,
         codex_config=config_for(tmp_path, model),
         pass_env=list(TEST_PASS_ENV),
-        work_dir=work_dir,
+        work_dir=tmp_path / "runtime",
         sandbox="bwrap",
     )
-    site = LaunchSite(settings, work_dir, amux_home=tmp_path / "amux-home")
-    session = Session("s1", "p1", "codex", None, None, None, "unbound", None)
-    owner = site.identity_of(session)
-    for parent in (site.work_dir / "runs", site.work_dir / "sessions", site.workspaces):
-        parent.mkdir(parents=True, exist_ok=True, mode=0o711)
-        parent.chmod(0o711)
-    work_dir.chmod(0o711)
-    site.run_dir("e1").mkdir(mode=0o711)
-    with (
-        open_root(site.work_dir / "sessions") as sessions,
-        open_dir(sessions, Path("s1/home"), owner),
-    ):
-        pass
-    cwd = site.workspace(session)
-    with open_root(site.workspaces) as workspaces, open_dir(workspaces, Path(cwd.name), owner):
-        pass
-    write_seccomp_file(work_dir)
-    request = site.request(
-        provider="codex",
-        prompt="Do the work.",
-        session=session,
-        execution_id="e1",
-        memory=None,
-        base_env=offline_env(tmp_path / "home", model.base_url),
-        own_home=True,
-        permissions=permissions,
-    )
-    plan = dataclasses.replace(build_plan(request), run_as=owner)
-    plan = site.sandbox(plan, request)
-    assert plan.sandbox
-    return plan, cwd
+    env = offline_env(tmp_path / "home", model.base_url)
+    plan, request = sandboxed_launch(settings, "codex", env, permissions)
+    return plan, request.cwd
 
 
 def plain_request(

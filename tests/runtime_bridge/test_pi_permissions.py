@@ -18,11 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from hub.contract import Session
 from runtime_bridge import approvals
 from runtime_bridge.approvals import ApprovalAnswer, ApprovalRequest
 from runtime_bridge.config import RuntimeSettings
-from runtime_bridge.launch import LaunchSite, write_seccomp_file
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
 from runtime_bridge.providers import (
     Event,
@@ -33,9 +31,8 @@ from runtime_bridge.providers import (
     build_plan,
     run,
 )
-from runtime_bridge.providers.confined import open_dir, open_root
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
-from tests.runtime_bridge.conftest import StubCli, collect, offline_env
+from tests.runtime_bridge.conftest import StubCli, collect, offline_env, sandboxed_launch
 from tests.runtime_bridge.test_providers_pi import PI_ARGS, pi_agent_source, request_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -252,48 +249,18 @@ async def test_read_only_offers_no_edit_tool_and_its_commands_meet_a_read_only_w
 def sandboxed_plan(
     tmp_path: Path, model: FakeModelServer, pi_bin: str, permissions: str = approvals.ASK
 ) -> tuple[LaunchPlan, LaunchRequest]:
-    """A launch as a worker builds it: its own workspace and home, the Agent's own uid on a
-    root host, inside the bwrap sandbox."""
-    work_dir = tmp_path / "runtime"
+    """A launch as a worker builds it: the Agent's own uid on a root host, inside bwrap."""
     settings = RuntimeSettings(
         name="test",
         pi=pi_bin,
         pi_args=list(PI_ARGS),
         pi_agent_dir=pi_agent_source(tmp_path, model),
         pass_env=[*DEFAULT_PASS_ENV, "PI_OFFLINE"],
-        work_dir=work_dir,
+        work_dir=tmp_path / "runtime",
         sandbox="bwrap",
     )
-    site = LaunchSite(settings, work_dir, amux_home=tmp_path / "amux-home")
-    session = Session("s1", "p1", "pi", None, None, None, "unbound", None)
-    owner = site.identity_of(session)
-    # As the worker prepares a launch: its directories the worker's, the Agent's its own.
-    for parent in (site.work_dir / "runs", site.work_dir / "sessions", site.workspaces):
-        parent.mkdir(parents=True, exist_ok=True, mode=0o711)
-        parent.chmod(0o711)
-    work_dir.chmod(0o711)
-    site.run_dir("e1").mkdir(mode=0o711)
-    with (
-        open_root(site.work_dir / "sessions") as sessions,
-        open_dir(sessions, Path("s1/home"), owner),
-    ):
-        pass
-    cwd = site.workspace(session)
-    with open_root(site.workspaces) as workspaces, open_dir(workspaces, Path(cwd.name), owner):
-        pass
-    write_seccomp_file(work_dir)
-    request = site.request(
-        provider="pi",
-        prompt="Do the work",
-        session=session,
-        execution_id="e1",
-        memory=None,
-        base_env=offline_env(tmp_path / "home", model.base_url),
-        own_home=True,
-    )
-    request = dataclasses.replace(request, permissions=permissions)
-    plan = dataclasses.replace(build_plan(request), run_as=owner)
-    return site.sandbox(plan, request), request
+    env = offline_env(tmp_path / "home", model.base_url)
+    return sandboxed_launch(settings, "pi", env, permissions)
 
 
 def test_the_shipped_extension_is_javascript_node_parses_and_reads_the_socket_variable(
