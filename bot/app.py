@@ -15,6 +15,7 @@ from hub.bodies import SERVER_ARGS
 from hub.client import HubClient
 from hub.config import HubSettings
 from hub.errors import InvalidArgument, NotFound
+from hub.local_transport import LocalTransport
 from hub.rpc import HUB
 from hub.server import add_hub
 from runtime_bridge.config import RuntimeSettings
@@ -41,17 +42,22 @@ def create_app(
     """Build the service; nothing starts until the application's startup runs.
 
     With ``worker_url`` (the Hub's own address) an in-process Runtime worker runs beside the
-    Hub, reaching it over HTTP like any remote worker, so one machine works out of the box.
+    Hub, so one machine works out of the box. Its own calls take the in-process transport
+    (authenticated like any remote worker's); its Agents reach the Hub at ``worker_url``.
     The application starts before its socket listens, so the worker's first call waits for
     ``hub_listening`` when given (set once the site has started) rather than failing and retrying.
+    Settings not given are their defaults (the bot off), never read from the environment: only
+    the process's own entry point (``amux serve``) reads that.
     """
-    feishu = feishu_settings or FeishuSettings()
+    feishu = feishu_settings if feishu_settings is not None else FeishuSettings.model_construct()
     problem = feishu.startup_problem()
     if problem is not None:
         # Before the Hub takes its lock and opens its state: nothing starts half-configured.
         raise InvalidArgument(problem)
     app = web.Application(client_max_size=hub_settings.max_request_bytes, handler_args=SERVER_ARGS)
-    settings = runtime_settings or RuntimeSettings()
+    settings = (
+        runtime_settings if runtime_settings is not None else RuntimeSettings.model_construct()
+    )
     add_hub(app, hub_settings, settings.accepted_providers())
     if worker_url is not None:
         app.cleanup_ctx.append(
@@ -88,7 +94,8 @@ def _in_process_worker(
         token, _ = state.issue_credential(principal.id, "cli", label=IN_PROCESS_WORKER)
         work_dir = settings.work_dir or (hub_settings.home / "runtime")
         stop = asyncio.Event()
-        client = HubClient(url, token, timeout=60)
+        # The same dispatch, credential checks and drain as over HTTP, without the loopback.
+        client = HubClient(url, token, timeout=60, transport=LocalTransport(app))
         worker = Worker(client, url, settings, work_dir, amux_home=hub_settings.home)
 
         async def run() -> None:

@@ -19,6 +19,7 @@ from enum import Enum
 from aiohttp import web
 
 from bot.app import create_app
+from bot.config import FeishuSettings
 from bot.heap import freeze_startup_heap
 from bot.logs import AccessLogger
 from hub.config import HubSettings
@@ -53,12 +54,15 @@ class Outcome(Enum):
 async def serve(settings: HubSettings) -> Outcome:
     """Serve until SIGTERM/SIGINT or an owner's restart request, then drain in-flight work."""
     runtime = RuntimeSettings()
+    feishu = FeishuSettings()
     warning = runtime.unsandboxed_warning() if runtime.in_process else None
     if warning is not None:
         logger.warning(warning)
     worker_url = local_url(settings.host, settings.port) if runtime.in_process else None
     listening = asyncio.Event()
-    app = create_app(settings, runtime, worker_url=worker_url, hub_listening=listening)
+    app = create_app(
+        settings, runtime, worker_url=worker_url, feishu_settings=feishu, hub_listening=listening
+    )
     runner = web.AppRunner(
         app, handle_signals=False, shutdown_timeout=1.0, access_log_class=AccessLogger
     )

@@ -294,6 +294,13 @@ def running_hub(
         hub.stop()
 
 
+@pytest.fixture(autouse=True)
+def no_amux_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts without the developer's AMUX_* variables; a test sets its own after."""
+    for name in [name for name in os.environ if name.startswith("AMUX_")]:
+        monkeypatch.delenv(name)
+
+
 @pytest.fixture
 def hub_process(tmp_path: Path) -> Iterator[HubProcess]:
     """A fresh Hub process with default settings (memory disabled)."""

@@ -1,4 +1,3 @@
-
 import pytest
 from pydantic import SecretStr
 
@@ -46,7 +45,8 @@ def test_a_webhook_without_an_encrypt_key_is_a_startup_problem_naming_both_varia
 @pytest.mark.parametrize(
     "settings",
     [
-        FeishuSettings(),
+        # Built at collection, before any fixture clears the environment: defaults, read from none.
+        FeishuSettings.model_construct(),
         webhook_settings(encrypt_key=SecretStr("ek")),
         webhook_settings(verification_token=SecretStr("vt"), allow_unencrypted=True),
         webhook_settings(mode="long_connection"),
