@@ -92,7 +92,7 @@ def _in_process_worker(
             if credential.label == IN_PROCESS_WORKER and credential.revoked_at is None:
                 state.revoke_credential(credential.id)
         token, _ = state.issue_credential(principal.id, "cli", label=IN_PROCESS_WORKER)
-        work_dir = settings.work_dir or (hub_settings.home / "runtime")
+        work_dir = settings.work_dir_beside(hub_settings.home)
         stop = asyncio.Event()
         # The same dispatch, credential checks and drain as over HTTP, without the loopback.
         client = HubClient(url, token, timeout=60, transport=LocalTransport(app))

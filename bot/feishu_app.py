@@ -101,7 +101,7 @@ def add_feishu(
         seen = SeenTopics(hub_settings.home / TOPICS_FILE)
         files = None
         if runtime is not None:
-            work_dir = runtime.work_dir or (hub_settings.home / "runtime")
+            work_dir = runtime.work_dir_beside(hub_settings.home)
             files = TurnFiles(client, LaunchSite(runtime, work_dir, hub_settings.home))
         outbox = Outbox(
             hub_settings.home / OUTBOX_FILE,

@@ -10,7 +10,6 @@ import logging
 import os
 import signal
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -442,7 +441,7 @@ def runtime_plan(
                 planned = Session.from_wire(described)
         site = LaunchSite(
             settings,
-            settings.work_dir or (client_settings.home / "runtime"),
+            settings.work_dir_beside(client_settings.home),
             amux_home=client_settings.home,
         )
         run_dir = site.run_dir("<execution>")
@@ -495,7 +494,7 @@ def runtime_worker(
     if not token:
         fail(InvalidArgument("a worker needs a service token in AMUX_TOKEN"))
     settings = RuntimeSettings()
-    work_dir = settings.work_dir or Path(tempfile.gettempdir()) / f"amux-runtime-{os.getuid()}"
+    work_dir = settings.standalone_work_dir()
     logs.configure(logs.LogSettings(), secrets=[token])
     warning = settings.unsandboxed_warning()
     if warning is not None:

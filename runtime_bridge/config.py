@@ -6,6 +6,7 @@ import json
 import os
 import re
 import socket
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -146,6 +147,18 @@ class RuntimeSettings(BaseSettings):
             f"AMUX_RUNTIME_SANDBOX=off: Agents run with {who} file access and see its processes; "
             "set AMUX_RUNTIME_SANDBOX=bwrap to confine each one to its own workspace"
         )
+
+    def work_dir_beside(self, home: Path) -> Path:
+        """Where a worker sharing the Hub's AMUX_HOME keeps runs, sessions and workspaces."""
+        return self.work_dir or home / "runtime"
+
+    def standalone_work_dir(self) -> Path:
+        """Where ``amux runtime worker`` keeps them by default: a per-user temporary directory.
+
+        A standalone worker usually runs on a host of its own, where AMUX_HOME (if set at all)
+        only tells the CLI where to find a token: no Hub home there to keep Agents' files under.
+        """
+        return self.work_dir or Path(tempfile.gettempdir()) / f"amux-runtime-{os.getuid()}"
 
     def slot_count(self) -> int:
         return self.slots if self.slots is not None else default_slots(host_cpus())
