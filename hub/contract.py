@@ -16,6 +16,7 @@ field instead of letting a ``KeyError`` surface far from the call.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,20 @@ FINISHED = frozenset({SUCCEEDED, FAILED, CANCELLED})
 # whichever Session holds that origin. The bot queues its turns in the Hub's own process, so
 # no RPC caller has a reason to name one; one that did would own the topic's next conversation.
 BOT_ORIGIN_PREFIX = "feishu:"
+
+# What may name an Agent provider: a worker's declared providers and every submitted turn's.
+# It becomes part of an environment variable's name (AMUX_RUNTIME_<NAME>) and of paths.
+PROVIDER_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")
+
+
+def provider_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a provider, in one line; None when it can."""
+    if PROVIDER_NAME.fullmatch(name):
+        return None
+    return (
+        f"{name!r} is not a provider name: up to 32 of a-z, 0-9 and -, starting with a letter, "
+        "such as claude, codex or pi"
+    )
 
 
 def is_bot_origin(origin: str) -> bool:

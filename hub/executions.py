@@ -44,6 +44,7 @@ from hub.contract import (
     Session,
     TurnResult,
     WatchResult,
+    provider_name_problem,
 )
 from hub.errors import Conflict, Forbidden, InvalidArgument, NotFound, QuotaExceeded
 from hub.paths import binding_for
@@ -360,8 +361,9 @@ class Executions:
             raise InvalidArgument("the prompt is empty")
         if len(prompt.encode("utf-8")) > MAX_PROMPT_BYTES:
             raise InvalidArgument(f"the prompt is longer than {MAX_PROMPT_BYTES} bytes")
-        if not provider or len(provider) > 64 or not provider.replace("-", "").isalnum():
-            raise InvalidArgument("provider must be a short name such as claude, codex or pi")
+        problem = provider_name_problem(provider)
+        if problem is not None:
+            raise InvalidArgument(problem)
         if provider not in self.providers:
             raise InvalidArgument(
                 f"unknown provider {provider!r}; accepted: {', '.join(self.providers)}"

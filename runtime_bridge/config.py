@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import tempfile
 from pathlib import Path
@@ -14,13 +13,13 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hub.config import AbsolutePath
+from hub.contract import provider_name_problem
 from hub.errors import InvalidArgument
 from runtime_bridge.bounds import MIN_CPU, MemorySetting, WorkspaceSetting, host_cpus
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
 from runtime_bridge.providers import ADAPTERS
 from runtime_bridge.providers.plan import MEMORY_SERVER
 
-PROVIDER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 MAX_SLOTS = 64
 
 
@@ -130,8 +129,9 @@ class RuntimeSettings(BaseSettings):
     @classmethod
     def _declared_providers(cls, value: dict[str, str]) -> dict[str, str]:
         for name, executable in value.items():
-            if not PROVIDER_NAME.match(name):
-                raise ValueError(f"{name!r} is not a provider name (a-z, 0-9, -)")
+            problem = provider_name_problem(name)
+            if problem is not None:
+                raise ValueError(problem)
             if name in ADAPTERS:
                 raise ValueError(f"{name} is built in; set AMUX_RUNTIME_{name.upper()} instead")
             if not executable.strip():
