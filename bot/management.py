@@ -46,12 +46,22 @@ from cards.models import (
     Setting,
 )
 from cards.notices import error_card, memory_disabled_card, owner_only_card
-from hub.errors import AmuxError, InvalidArgument
-from hub.history import Author, Receipt
+from hub.errors import AmuxError, InvalidArgument, MemoryDisabled
+from hub.identity import Actor, in_person
+from hub.memory import (
+    ABSENT,
+    ForgetRequest,
+    GetRequest,
+    HistoryRequest,
+    LogEntry,
+    Receipt,
+    RestoreRequest,
+    SearchRequest,
+    UndoRequest,
+)
 from hub.paths import binding_for
 from hub.services import Hub
 from hub.state import Principal
-from hub.store import ABSENT
 from hub.sysconfig import SPECS
 
 logger = logging.getLogger("amux.bot")
@@ -346,101 +356,92 @@ class Management:
         ):
             return None
         path = value.get("path")
-        author = Author(principal.id, "card")
-        scope = self.scope_of(principal)
+        memory = hub.memory
+        # The person who clicked, held to the rules the Hub applies to their own CLI calls.
+        actor = in_person(principal, "card")
         if action in (actions.MEMORY_ERASE_ASK, actions.MEMORY_ERASE_CONFIRM):
-            # Erasing works while memory is off too: "forget me" never waits for the owner.
             # No path is the whole scope; a path that is not one is refused, never "everything".
             target = None if path is None or path == "" else path
             if action == actions.MEMORY_ERASE_ASK:
-                preview = await hub.history.preview_erase(scope, target, principal.id)
+                preview = await memory.preview_erase(actor, None, target)
                 return erase_confirm_card(_erase_view(target, preview), self.lang)
-            receipt = await hub.history.erase(scope, target, author)
+            receipt = await memory.erase(actor, None, target, "card")
             logger.info("memory erased from Feishu by %s", principal.name)
             return erased_card(_erase_view(target, receipt), self.lang)
-        if not hub.config.memory_enabled:
+        try:
+            scope = memory.scope(actor)
+        except MemoryDisabled:
             return memory_disabled_card(self.lang)
-        store = hub.store
         if action == actions.MEMORY_LIST:
-            listed = await store.list_documents(scope, value.get("path_prefix"), LIST_LIMIT)
-            items = tuple(
-                MemoryItem(d["path"], d["revision"], d["size_bytes"]) for d in listed["documents"]
-            )
-            view = MemoryList(
-                scope, items, str(value.get("path_prefix") or ""), listed["truncated"]
-            )
+            prefix = value.get("path_prefix")
+            listed = await memory.list_documents(actor, None, prefix, LIST_LIMIT)
+            items = tuple(MemoryItem(d.path, d.revision, d.size_bytes) for d in listed.documents)
+            view = MemoryList(scope, items, str(prefix or ""), listed.truncated)
             return memory_list_card(view, self.lang)
         if action == actions.MEMORY_SEARCH:
             query = str(form.get("query") or "").strip()
             if not query:
                 raise InvalidArgument("type some keywords to search for")
-            found = await store.search(scope, query, limit=10)
-            hits = tuple(SearchHit(m["path"], m["snippet"], m["line"]) for m in found["matches"])
-            return memory_search_card(
-                MemorySearch(scope, query, hits, found["incomplete"]), self.lang
-            )
+            found = await memory.search(actor, None, SearchRequest(query, limit=10))
+            hits = tuple(SearchHit(m.path, m.snippet, m.line) for m in found.matches)
+            return memory_search_card(MemorySearch(scope, query, hits, found.incomplete), self.lang)
         if action == actions.MEMORY_OPEN:
-            got = await store.get(scope, path, offset=value.get("offset"))
-            if not got["exists"]:
+            got = await memory.get(actor, None, GetRequest(path, offset=value.get("offset")))
+            if not got.exists:
                 raise InvalidArgument(f"{path} no longer exists")
             content, next_offset = _card_page(
-                got["content"], got["next_offset"], int(value.get("offset") or 0)
+                got.content, got.next_offset, int(value.get("offset") or 0)
             )
-            changes = await self._changes(principal, scope, got["path"], DOCUMENT_CHANGES)
-            document = MemoryDocument(got["path"], got["revision"], content, next_offset, changes)
+            changes = await self._changes(actor, got.path, DOCUMENT_CHANGES)
+            document = MemoryDocument(got.path, got.revision, content, next_offset, changes)
             return memory_document_card(document, self.lang)
         if action == actions.MEMORY_HISTORY:
-            changes = await self._changes(principal, scope, value.get("path"), HISTORY_CHANGES)
+            changes = await self._changes(actor, value.get("path"), HISTORY_CHANGES)
             return memory_history_card(changes, self.lang)
         if action == actions.MEMORY_RESTORE:
             kept = str(value.get("revision") or "")
-            restored = await hub.history.restore(
-                scope, path, kept, str(value.get("expected_revision") or ABSENT), author
-            )
+            expected = str(value.get("expected_revision") or ABSENT)
+            request = RestoreRequest(path, kept, expected)
+            restored = await memory.restore(actor, None, request, "card")
             logger.info("a memory document restored from Feishu by %s", principal.name)
-            return restored_card(restored["path"], restored["revision"], self.lang)
+            return restored_card(restored.path, restored.revision, self.lang)
         revision = str(value.get("revision") or "")
         if action == actions.MEMORY_FORGET_ASK:
             return forget_confirm_card(str(path), revision, self.lang)
-        forgotten = await hub.history.forget(scope, path, revision, author)
+        forgotten = await memory.forget(actor, None, ForgetRequest(path, revision), "card")
         logger.info("memory document forgotten from Feishu by %s", principal.name)
-        return forget_done_card(
-            ForgetOutcome(forgotten["path"], forgotten["already_absent"]), self.lang
-        )
+        return forget_done_card(ForgetOutcome(forgotten.path, forgotten.already_absent), self.lang)
 
-    async def _changes(
-        self, principal: Principal, scope: str, path: object, limit: int
-    ) -> tuple[MemoryChange, ...]:
+    async def _changes(self, actor: Actor, path: object, limit: int) -> tuple[MemoryChange, ...]:
         """Recent change-log entries as My memory shows them: by which conversation or person,
         and the earlier version to restore while it is kept."""
-        hub = self._hub
-        entries = hub.history.entries(scope, principal.id, path or None, limit)["entries"]
+        memory = self._hub.memory
+        page = memory.history(actor, None, HistoryRequest(path or None, limit))
         current: dict[str, str] = {}
         changes: list[MemoryChange] = []
-        for entry in entries:
-            entry_path = entry["path"]
-            if entry["restorable"] and entry_path not in current:
-                got = await hub.store.get(scope, entry_path, end_line=1)
-                current[entry_path] = got["revision"]
+        for entry in page.entries:
+            if entry.restorable and entry.path not in current:
+                got = await memory.get(actor, None, GetRequest(entry.path, end_line=1))
+                current[entry.path] = got.revision
             changes.append(
                 MemoryChange(
-                    at=entry["at"],
-                    action=entry["action"],
-                    path=entry_path,
+                    at=entry.at,
+                    action=entry.action,
+                    path=entry.path,
                     by=self._author_label(entry),
-                    restore_revision=entry["previous_revision"] if entry["restorable"] else None,
-                    restorable_until=entry["restorable_until"],
-                    current_revision=current.get(entry_path, ABSENT),
+                    restore_revision=entry.previous_revision if entry.restorable else None,
+                    restorable_until=entry.restorable_until,
+                    current_revision=current.get(entry.path, ABSENT),
                 )
             )
         return tuple(changes)
 
-    def _author_label(self, entry: dict[str, Any]) -> str:
-        if entry.get("session_id"):
-            session = str(entry["session_id"])[:8]
+    def _author_label(self, entry: LogEntry) -> str:
+        if entry.session_id:
+            session = entry.session_id[:8]
             return text(self.lang, "memory.change.by_conversation", session=session)
-        name = escape(str(entry.get("principal") or "?"))
-        return text(self.lang, "memory.change.by_person", name=name, via=entry["via"])
+        name = escape(entry.principal or "?")
+        return text(self.lang, "memory.change.by_person", name=name, via=entry.via)
 
     async def undo(self, principal: Principal, value: dict[str, Any]) -> tuple[str, bool]:
         """Undo one change a turn made, for the Principal whose memory it is: back to the
@@ -451,21 +452,18 @@ class Management:
         if str(value.get("principal_id") or "") != principal.id:
             logger.warning("refused an Undo of another member's memory from %s", principal.name)
             return text(lang, "memory.undo.not_yours"), False
-        hub = self._hub
-        if not hub.config.memory_enabled:
-            return text(lang, "notice.memory_disabled"), False
-        scope = self.scope_of(principal)
         left = str(value.get("revision") or ABSENT)
         previous = value.get("previous_revision")
-        current = await hub.store.get(scope, path, end_line=1)
-        if current["revision"] != left:
+        request = UndoRequest(path, left, previous if isinstance(previous, str) else None)
+        try:
+            undone = await self._hub.memory.undo(in_person(principal, "card"), request, "card")
+        except MemoryDisabled:
+            return text(lang, "notice.memory_disabled"), False
+        if undone.outcome == "changed":
             return text(lang, "memory.undo.changed", path=path), False
-        author = Author(principal.id, "card")
-        if isinstance(previous, str) and previous:
-            await hub.history.restore(scope, path, previous, left, author)
+        if undone.outcome == "restored" and undone.revision is not None:
             logger.info("a turn's memory change undone from Feishu by %s", principal.name)
-            return text(lang, "memory.undo.done", path=path, revision=previous[:8]), True
-        await hub.history.forget(scope, path, left, author)
+            return text(lang, "memory.undo.done", path=path, revision=undone.revision[:8]), True
         logger.info("a turn's new memory document removed from Feishu by %s", principal.name)
         return text(lang, "memory.undo.removed", path=path), True
 

@@ -34,7 +34,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from hub.errors import NotFound
 from hub.files import MemoryFiles
@@ -46,7 +46,10 @@ from hub.store import ABSENT, MemoryStore, revision_of
 
 logger = logging.getLogger("amux.hub.history")
 
-VIAS = ("cli", "mcp", "card", "rpc")
+# How a change came: the amux CLI, ``amux mcp``, a Feishu card, or any other RPC caller.
+Via = Literal["cli", "mcp", "card", "rpc"]
+VIAS: tuple[Via, ...] = ("cli", "mcp", "card", "rpc")
+Action = Literal["upsert", "forget", "restore", "erase"]
 ERASED = "[erased]"
 DAY = 86400.0
 MAX_HISTORY_LIMIT = 200
@@ -56,14 +59,105 @@ NOT_ERASED = (
 )
 
 
+def via_of(text: str) -> Via:
+    """The route a caller named, or ``rpc`` for anything that is not one of ours."""
+    for via in VIAS:
+        if via == text:
+            return via
+    return "rpc"
+
+
 @dataclass(frozen=True)
 class Author:
     """Who makes a change and how it came: the Principal, the route, and the launch if any."""
 
     principal_id: str
-    via: str = "rpc"
+    via: Via = "rpc"
     session_id: str | None = None
     execution_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Written:
+    """What an upsert or restore left: the document's path and revision, and whether the write
+    changed it (an equal body changes nothing, and is neither logged nor kept)."""
+
+    path: str
+    revision: str
+    changed: bool
+
+    def to_wire(self) -> dict[str, object]:
+        return {"path": self.path, "revision": self.revision}
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """What a forget left: the path, and whether there was nothing to forget."""
+
+    path: str
+    already_absent: bool
+
+    def to_wire(self) -> dict[str, object]:
+        return {"path": self.path, "already_absent": self.already_absent}
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One change of the log as callers see it."""
+
+    id: int
+    path: str
+    action: Action
+    previous_revision: str | None
+    new_revision: str | None
+    size_bytes: int
+    at: float
+    principal_id: str
+    # The Principal's name, None once it is gone.
+    principal: str | None
+    via: Via
+    session_id: str | None
+    execution_id: str | None
+    # Until when the body before this change is kept to restore; None when it is not.
+    restorable_until: float | None
+
+    @property
+    def restorable(self) -> bool:
+        return self.restorable_until is not None
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "path": self.path,
+            "action": self.action,
+            "previous_revision": self.previous_revision,
+            "new_revision": self.new_revision,
+            "size_bytes": self.size_bytes,
+            "at": self.at,
+            "principal_id": self.principal_id,
+            "principal": self.principal,
+            "via": self.via,
+            "session_id": self.session_id,
+            "execution_id": self.execution_id,
+            "restorable": self.restorable,
+            "restorable_until": self.restorable_until,
+        }
+
+
+@dataclass(frozen=True)
+class LogPage:
+    """A page of the log, newest first; ``next_before`` continues it."""
+
+    entries: tuple[LogEntry, ...]
+    next_before: int | None
+    history_days: float
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "entries": [entry.to_wire() for entry in self.entries],
+            "next_before": self.next_before,
+            "history_days": self.history_days,
+        }
 
 
 @dataclass(frozen=True)
@@ -74,7 +168,7 @@ class Receipt:
     history_copies_removed: int
     log_entries_redacted: int
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {
             "documents_removed": self.documents_removed,
             "history_copies_removed": self.history_copies_removed,
@@ -127,7 +221,7 @@ class MemoryHistory:
         self,
         scope: str,
         path: str,
-        action: str,
+        action: Action,
         author: Author,
         previous: str | None,
         new: str | None,
@@ -164,30 +258,31 @@ class MemoryHistory:
         content: object,
         expected_revision: object,
         author: Author,
-        action: str = "upsert",
-    ) -> dict[str, Any]:
-        """``MemoryStore.upsert``, logged. Raises what it raises."""
+        action: Action = "upsert",
+    ) -> Written:
+        """``MemoryStore.upsert``, logged when it changed the document. Raises what it raises."""
         result = await self._store.upsert(scope, path, content, expected_revision)
         previous = str(expected_revision)
-        if result["revision"] != previous:
+        written = Written(result["path"], result["revision"], result["revision"] != previous)
+        if written.changed:
             size = len(str(content).encode("utf-8"))
-            kept = None if previous == ABSENT else self._kept_size(scope, result["path"], previous)
+            kept = None if previous == ABSENT else self._kept_size(scope, written.path, previous)
             # Through the shared commit: writers on other scopes then share its sync.
             await self._state.write(
                 lambda _db: self.record(
                     scope,
-                    result["path"],
+                    written.path,
                     action,
                     author,
                     None if previous == ABSENT else previous,
-                    result["revision"],
+                    written.revision,
                     size,
                     kept,
                 )
             )
             if kept is not None:
                 await self._bound(scope, kept)
-        return result
+        return written
 
     def _kept_size(self, scope: str, path: str, revision: str) -> int | None:
         """The size of the copy the store kept of ``revision``; None when history is off."""
@@ -200,19 +295,20 @@ class MemoryHistory:
 
     async def forget(
         self, scope: str, path: object, expected_revision: object, author: Author
-    ) -> dict[str, Any]:
+    ) -> Forgotten:
         """``MemoryStore.forget``, logged. Raises what it raises."""
         result = await self._store.forget(scope, path, expected_revision)
-        if not result["already_absent"]:
-            size = self._kept_size(scope, result["path"], str(expected_revision))
+        forgotten = Forgotten(result["path"], result["already_absent"])
+        if not forgotten.already_absent:
+            size = self._kept_size(scope, forgotten.path, str(expected_revision))
             await self._state.write(
                 lambda _db: self.record(
-                    scope, result["path"], "forget", author, str(expected_revision), None, 0, size
+                    scope, forgotten.path, "forget", author, str(expected_revision), None, 0, size
                 )
             )
             if size is not None:
                 await self._bound(scope, size)
-        return result
+        return forgotten
 
     async def restore(
         self,
@@ -221,7 +317,7 @@ class MemoryHistory:
         revision: str,
         expected_revision: object,
         author: Author,
-    ) -> dict[str, Any]:
+    ) -> Written:
         """Write a kept body back as an ordinary conditional upsert.
 
         Raises:
@@ -270,7 +366,7 @@ class MemoryHistory:
         path: object = None,
         limit: int = 50,
         before: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> LogPage:
         """The scope's log, newest first (in the global scope only the caller's own entries)."""
         sql = "SELECT * FROM memory_log WHERE scope = ?"
         args: list[Any] = [scope]
@@ -288,34 +384,33 @@ class MemoryHistory:
         rows = self._state.db.execute(sql, args).fetchall()
         more = len(rows) > limit
         rows = rows[:limit]
-        return {
-            "entries": [self._entry(row) for row in rows],
-            "next_before": rows[-1]["id"] if more and rows else None,
-            "history_days": self.days,
-        }
+        return LogPage(
+            tuple(self._entry(row) for row in rows),
+            rows[-1]["id"] if more and rows else None,
+            self.days,
+        )
 
-    def _entry(self, row: sqlite3.Row) -> dict[str, Any]:
+    def _entry(self, row: sqlite3.Row) -> LogEntry:
         restorable_until = (
             row["at"] + self.days * DAY
             if row["history_bytes"] is not None and row["previous_revision"]
             else None
         )
-        return {
-            "id": row["id"],
-            "path": row["path"],
-            "action": row["action"],
-            "previous_revision": row["previous_revision"],
-            "new_revision": row["new_revision"],
-            "size_bytes": row["size_bytes"],
-            "at": row["at"],
-            "principal_id": row["principal_id"],
-            "principal": self._name_of(row["principal_id"]),
-            "via": row["via"],
-            "session_id": row["session_id"],
-            "execution_id": row["execution_id"],
-            "restorable": restorable_until is not None,
-            "restorable_until": restorable_until,
-        }
+        return LogEntry(
+            id=row["id"],
+            path=row["path"],
+            action=row["action"],
+            previous_revision=row["previous_revision"],
+            new_revision=row["new_revision"],
+            size_bytes=row["size_bytes"],
+            at=row["at"],
+            principal_id=row["principal_id"],
+            principal=self._name_of(row["principal_id"]),
+            via=row["via"],
+            session_id=row["session_id"],
+            execution_id=row["execution_id"],
+            restorable_until=restorable_until,
+        )
 
     def _name_of(self, principal_id: str) -> str | None:
         principal = self._state.principal(principal_id)

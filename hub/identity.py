@@ -30,6 +30,35 @@ class Actor:
     def delegated(self) -> bool:
         return self.credential.kind == "delegated"
 
+    @property
+    def owner_in_person(self) -> bool:
+        """The owner with a credential of their own: owner administration never trusts the
+        owner's Agent acting through a delegated credential."""
+        return self.principal.is_owner and not self.delegated
+
+
+def in_person(principal: Principal, channel: str) -> Actor:
+    """A person acting in person through a channel that proved who they are without a Hub
+    credential of theirs (a signed Feishu card click, ``channel`` ``card``): never delegated, so
+    it is held to the rules of a person with their own CLI credential."""
+    credential = Credential(
+        id="",
+        principal_id=principal.id,
+        kind=channel,
+        binding=None,
+        label=channel,
+        expires_at=None,
+        revoked_at=None,
+        created_at=0.0,
+    )
+    return Actor(principal, credential)
+
+
+def require_owner(actor: Actor, message: str) -> None:
+    """Raises: Forbidden (with ``message``): the caller is not the owner in person."""
+    if not actor.owner_in_person:
+        raise Forbidden(message)
+
 
 def bearer_token(header: str | None) -> str:
     """Raises: Unauthenticated: no ``Authorization: Bearer <token>`` header."""

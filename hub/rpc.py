@@ -25,11 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from hub import __version__
 from hub.bodies import read_body
-from hub.contract import MEMORY, MemoryUse
 from hub.errors import (
     AmuxError,
     BindingMismatch,
-    Forbidden,
     InternalError,
     InvalidArgument,
     MemoryDisabled,
@@ -37,22 +35,28 @@ from hub.errors import (
     PayloadTooLarge,
     StorageUnavailable,
 )
-from hub.history import Author
+from hub.history import via_of
 from hub.identity import (
     Actor,
     acting_for,
     bearer_token,
-    check_binding,
     memory_scope,
     require_service,
 )
 from hub.limits import DEFAULT_LIMITS
+from hub.memory import (
+    ForgetRequest,
+    GetRequest,
+    HistoryRequest,
+    RestoreRequest,
+    SearchRequest,
+    UpsertRequest,
+)
 from hub.metrics import METRICS, UNKNOWN_METHOD
 from hub.paths import binding_for
 from hub.services import Hub
 from hub.state import no_such_credential
 from hub.storage import from_sqlite_error, refused
-from hub.store import ABSENT
 
 logger = logging.getLogger("amux.hub.rpc")
 
@@ -136,35 +140,6 @@ class Call:
     via: str = "rpc"
     # Whether the caller still waits for the answer: a long poll outlives a caller that died.
     connected: Callable[[], bool] = lambda: True
-
-    async def note_memory(
-        self, op: str, path: str, revision: str | None = None, previous: str | None = None
-    ) -> None:
-        """Record a memory call made with a turn's delegated credential as an event of that
-        turn, so watchers and the result card show what the Agent read and saved."""
-        if not self.actor.delegated:
-            return
-        launch = self.hub.state.credential_launch(self.actor.credential.id)
-        if launch is None or launch[1] is None:
-            return
-        use = MemoryUse(op, path, revision, previous)
-        text = json.dumps(use.to_wire(), ensure_ascii=False)
-        await self.hub.executions.add_hub_event(launch[1], MEMORY, text)
-
-    def author(self) -> Author:
-        """The change log's author of a change made by this call (see ``hub.history``)."""
-        # Only delegated (Agent) credentials are issued for a launch: others skip the lookup.
-        launch = (
-            self.hub.state.credential_launch(self.actor.credential.id)
-            if self.actor.delegated
-            else None
-        )
-        return Author(
-            self.actor.principal.id,
-            self.via,
-            launch[0] if launch else None,
-            launch[1] if launch else None,
-        )
 
 
 @dataclass(frozen=True)
@@ -349,6 +324,7 @@ def rpc_handler(methods: Methods) -> Callable[[web.Request], Awaitable[web.Strea
 
 
 # -- memory ---------------------------------------------------------------------------------------
+# Each handler hands the typed parameters to the memory service, which owns every rule.
 
 
 class SearchParams(Params):
@@ -358,11 +334,9 @@ class SearchParams(Params):
 
 
 async def memory_search(call: Call, params: SearchParams) -> dict[str, Any]:
-    scope = call.hub.memory_scope_for(call.actor, call.binding)
-    found = await call.hub.store.search(scope, params.query, params.path_prefix, params.limit)
-    prefix = params.path_prefix if isinstance(params.path_prefix, str) else ""
-    await call.note_memory("searched", prefix)
-    return found
+    p = params
+    request = SearchRequest(p.query, p.path_prefix, p.limit)
+    return (await call.hub.memory.search(call.actor, call.binding, request)).to_wire()
 
 
 class GetParams(Params):
@@ -373,13 +347,9 @@ class GetParams(Params):
 
 
 async def memory_get(call: Call, params: GetParams) -> dict[str, Any]:
-    scope = call.hub.memory_scope_for(call.actor, call.binding)
     p = params
-    got = await call.hub.store.get(scope, p.path, p.start_line, p.end_line, p.offset)
-    if got["exists"] and not p.offset:
-        # Continuation pages of the same read are not another read.
-        await call.note_memory("read", got["path"], got["revision"])
-    return got
+    request = GetRequest(p.path, p.start_line, p.end_line, p.offset)
+    return (await call.hub.memory.get(call.actor, call.binding, request)).to_wire()
 
 
 class UpsertParams(Params):
@@ -389,17 +359,10 @@ class UpsertParams(Params):
 
 
 async def memory_upsert(call: Call, params: UpsertParams) -> dict[str, Any]:
-    scope = call.hub.memory_scope_for(call.actor, call.binding)
     p = params
-    saved = await call.hub.history.upsert(
-        scope, p.path, p.content, p.expected_revision, call.author()
-    )
-    previous = str(p.expected_revision)
-    if saved["revision"] != previous:
-        await call.note_memory(
-            "saved", saved["path"], saved["revision"], None if previous == ABSENT else previous
-        )
-    return saved
+    request = UpsertRequest(p.path, p.content, p.expected_revision)
+    saved = await call.hub.memory.upsert(call.actor, call.binding, request, via_of(call.via))
+    return saved.to_wire()
 
 
 class ForgetParams(Params):
@@ -408,13 +371,9 @@ class ForgetParams(Params):
 
 
 async def memory_forget(call: Call, params: ForgetParams) -> dict[str, Any]:
-    scope = call.hub.memory_scope_for(call.actor, call.binding)
-    forgotten = await call.hub.history.forget(
-        scope, params.path, params.expected_revision, call.author()
-    )
-    if not forgotten["already_absent"]:
-        await call.note_memory("forgot", forgotten["path"], None, str(params.expected_revision))
-    return forgotten
+    request = ForgetRequest(params.path, params.expected_revision)
+    forgotten = await call.hub.memory.forget(call.actor, call.binding, request, via_of(call.via))
+    return forgotten.to_wire()
 
 
 class HistoryParams(Params):
@@ -424,9 +383,8 @@ class HistoryParams(Params):
 
 
 async def memory_history(call: Call, params: HistoryParams) -> dict[str, Any]:
-    scope = call.hub.memory_scope_for(call.actor, call.binding)
-    p = params
-    return call.hub.history.entries(scope, call.actor.principal.id, p.path, p.limit, p.before)
+    request = HistoryRequest(params.path, params.limit, params.before)
+    return call.hub.memory.history(call.actor, call.binding, request).to_wire()
 
 
 class RestoreParams(Params):
@@ -436,16 +394,10 @@ class RestoreParams(Params):
 
 
 async def memory_restore(call: Call, params: RestoreParams) -> dict[str, Any]:
-    scope = call.hub.memory_scope_for(call.actor, call.binding)
     p = params
-    restored = await call.hub.history.restore(
-        scope, p.path, p.revision, p.expected_revision, call.author()
-    )
-    if restored["revision"] != p.expected_revision:
-        await call.note_memory(
-            "saved", restored["path"], restored["revision"], str(p.expected_revision)
-        )
-    return restored
+    request = RestoreRequest(p.path, p.revision, p.expected_revision)
+    restored = await call.hub.memory.restore(call.actor, call.binding, request, via_of(call.via))
+    return restored.to_wire()
 
 
 class EraseParams(Params):
@@ -454,14 +406,7 @@ class EraseParams(Params):
 
 
 async def memory_erase(call: Call, params: EraseParams) -> dict[str, Any]:
-    # Unlike the other memory calls, erasing works while memory is off: "forget me" must not
-    # wait for the owner to turn memory back on. The scope and binding rules are the same.
-    scope = memory_scope(call.actor, call.hub.config.isolation)
-    check_binding(call.actor, call.binding, scope)
-    if call.actor.delegated:
-        # Nothing undoes an erase: a person decides it, never an Agent acting on a prompt.
-        raise Forbidden("an Agent credential cannot erase memory; erase is for its owner")
-    receipt = await call.hub.history.erase(scope, params.path, call.author())
+    receipt = await call.hub.memory.erase(call.actor, call.binding, params.path, via_of(call.via))
     logger.info("memory erased by %s", call.actor.principal.name)
     return receipt.to_wire()
 
@@ -472,13 +417,9 @@ class ErasePrincipalParams(Params):
 
 async def memory_erase_principal(call: Call, params: ErasePrincipalParams) -> dict[str, Any]:
     """The owner erases everything one Principal wrote to memory, whatever the running policy."""
-    actor = call.actor
-    if not actor.principal.is_owner or actor.delegated:
-        raise Forbidden("only the owner can erase another Principal's memory")
-    if call.hub.state.principal(params.principal_id) is None:
-        raise NotFound("no such principal", principal_id=params.principal_id)
-    receipt = await call.hub.history.erase_principal(params.principal_id, call.author())
-    logger.info("memory of a principal erased by %s", actor.principal.name)
+    memory = call.hub.memory
+    receipt = await memory.erase_principal(call.actor, params.principal_id, via_of(call.via))
+    logger.info("memory of a principal erased by %s", call.actor.principal.name)
     return receipt.to_wire()
 
 
@@ -653,7 +594,7 @@ async def credentials_revoke(call: Call, params: RevokeParams) -> dict[str, Any]
     """
     hub = call.hub
     actor = call.actor
-    if not (actor.principal.is_owner and not actor.delegated):
+    if not actor.owner_in_person:
         require_service(actor)
         try:
             issuer = hub.state.credential_issuer(params.id)

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 
 from hub.approvals import Approvals
 from hub.config import OWNER_TOKEN_FILE, HubSettings
-from hub.errors import Forbidden, InvalidArgument, MemoryDisabled
+from hub.errors import InvalidArgument
 from hub.executions import Executions
 from hub.history import MemoryHistory
-from hub.identity import Actor, Authenticator, check_binding, memory_scope
+from hub.identity import Actor, Authenticator, require_owner
+from hub.memory import Memory
 from hub.rootlock import RootLock
 from hub.state import State
 from hub.store import MemoryStore
@@ -39,6 +40,8 @@ class Hub:
     authenticate: Authenticator
     history: MemoryHistory
     approvals: Approvals
+    # The one door to memory for the RPC methods and the cards alike.
+    memory: Memory
     restart_requested: asyncio.Event = field(default_factory=asyncio.Event)
     # Hooks other packages register to extend ``system.capabilities`` (e.g. connected workers).
     capability_hooks: list[Callable[[], dict[str, object]]] = field(default_factory=list)
@@ -89,6 +92,7 @@ class Hub:
                 Authenticator(state),
                 history,
                 Approvals(executions, lambda: config.approval_timeout),
+                Memory(state, config, store, history, executions),
             )
             hub._bootstrap_owner()
         except BaseException:
@@ -111,22 +115,6 @@ class Hub:
             handle.write(token + "\n")
         logger.info("created the local owner principal; its CLI token is in %s", path)
 
-    def memory_scope_for(self, actor: Actor, binding: str | None) -> str:
-        """The scope a data call runs in, after the enabled and binding checks.
-
-        Raises:
-            MemoryDisabled: the running policy has memory off.
-            BindingMismatch: the binding does not equal the derived scope.
-        """
-        if not self.config.memory_enabled:
-            raise MemoryDisabled(
-                "Agent memory is disabled on this Hub; the owner can enable it and restart"
-            )
-        scope = memory_scope(actor, self.config.isolation)
-        check_binding(actor, binding, scope)
-        return scope
-
     def require_owner(self, actor: Actor) -> None:
         """Raises: Forbidden: the caller is not the owner (or acts through an Agent credential)."""
-        if not actor.principal.is_owner or actor.delegated:
-            raise Forbidden("only the owner can change Hub settings or restart the Hub")
+        require_owner(actor, "only the owner can change Hub settings or restart the Hub")

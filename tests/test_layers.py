@@ -79,3 +79,52 @@ def test_relative_imports_count_as_the_modules_they_name() -> None:
     modules = [module for _, module in imported_modules(sample, source)]
     assert modules == ["bot", "bot", "hub.rpc", "hub.rpc"]
     assert [m for m in modules if not allowed("hub", m)] == ["bot", "bot"]
+
+
+# The Hub's storage is its own: memory goes through the memory service (``hub.memory``) and the
+# rest through ``hub.services.Hub``, so no rule is written a second time outside hub/.
+HUB_INTERNALS = ("hub.store", "hub.history")
+# Of the state module, outside hub/ only its value types; bot/identity.py resolves Feishu senders
+# to Principals against the state database itself, the one place that still opens it.
+STATE_NAMES_OUTSIDE = {"Principal"}
+STATE_NAMES_BY_FILE = {"bot/identity.py": {"Principal", "State"}}
+
+
+def state_names(path: Path) -> list[tuple[int, str]]:
+    """The names ``path`` imports from ``hub.state`` (``*`` for the module itself)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "hub.state" and not node.level:
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module == "hub" and not node.level:
+            found += [(node.lineno, "*") for alias in node.names if alias.name == "state"]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, "*") for alias in node.names if alias.name == "hub.state"]
+    return found
+
+
+@pytest.mark.parametrize("package", [p for p in OURS if p != "hub"])
+def test_nothing_outside_the_hub_reaches_its_storage(package: str) -> None:
+    wrong = []
+    for path in sorted((REPO / package).rglob("*.py")):
+        name = str(path.relative_to(REPO))
+        for line, module in imported_modules(path):
+            if any(module == m or module.startswith(m + ".") for m in HUB_INTERNALS):
+                wrong.append(f"{name}:{line} imports {module}")
+        permitted = STATE_NAMES_BY_FILE.get(name, STATE_NAMES_OUTSIDE)
+        for line, imported in state_names(path):
+            if imported not in permitted:
+                wrong.append(f"{name}:{line} imports {imported} from hub.state")
+    assert wrong == []
+
+
+def test_the_storage_rule_catches_a_store_import(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from hub.store import ABSENT\nfrom hub.state import State, Principal\nimport hub.state\n"
+    )
+    modules = [module for _, module in imported_modules(sample)]
+    assert [m for m in modules if m in HUB_INTERNALS] == ["hub.store"]
+    names = [name for _, name in state_names(sample)]
+    assert [n for n in names if n not in STATE_NAMES_OUTSIDE] == ["State", "*"]

@@ -170,7 +170,7 @@ async def test_with_memory_off_a_member_can_still_erase_their_memory_and_nothing
             mine, "notes/mine.md", "bob's note\n", "absent", author
         )
         await bot.hub.history.upsert(
-            mine, "notes/mine.md", "bob's second note\n", first["revision"], author
+            mine, "notes/mine.md", "bob's second note\n", first.revision, author
         )
         await bot.hub.store.upsert(principal_scope(alice), "hers.md", "alice's\n", "absent")
         memory_root = bot.hub.settings.memory_root
@@ -207,7 +207,7 @@ async def test_with_memory_off_a_member_can_still_erase_their_memory_and_nothing
             {"action": "memory.search"},
             {"action": "memory.open", "path": "hers.md"},
             {"action": "memory.history"},
-            {"action": "memory.restore", "path": "notes/mine.md", "revision": first["revision"]},
+            {"action": "memory.restore", "path": "notes/mine.md", "revision": first.revision},
             {"action": "memory.forget.ask", "path": "hers.md", "revision": "absent"},
             {"action": "memory.forget.confirm", "path": "hers.md", "revision": "absent"},
         ):

@@ -62,8 +62,8 @@ async def test_a_turn_that_saves_shows_the_path_and_only_its_owner_can_undo_it(
         undone = await bot.click(undo)
         assert undone["toast"]["type"] == "success", undone
         assert (await bot.hub.store.get(scope, PATH))["content"] == BEFORE
-        latest = bot.hub.history.entries(scope, alice, PATH)["entries"][0]
-        assert (latest["action"], latest["via"]) == ("restore", "card")
+        latest = bot.hub.history.entries(scope, alice, PATH).entries[0]
+        assert (latest.action, latest.via) == ("restore", "card")
 
         # Pressed again, the document is no longer as the turn left it.
         again = await bot.click(undo)

@@ -172,8 +172,8 @@ async def test_copies_past_the_window_or_beyond_four_times_the_quota_are_pruned_
     state.db.execute("UPDATE memory_log SET at = ?", (time.time() - 31 * DAY,))
     await history.prune()
     assert not kept_dir.exists() or list(kept_dir.iterdir()) == []
-    entries = history.entries("global", "p1")["entries"]
-    assert not any(e["restorable"] for e in entries)
+    entries = history.entries("global", "p1").entries
+    assert not any(e.restorable for e in entries)
     state.close()
 
 
