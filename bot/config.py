@@ -9,6 +9,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 FEISHU_DOMAIN = "https://open.feishu.cn"
 LARK_DOMAIN = "https://open.larksuite.com"
+ENCRYPT_KEY_VARIABLE = "AMUX_FEISHU_ENCRYPT_KEY"
+VERIFICATION_TOKEN_VARIABLE = "AMUX_FEISHU_VERIFICATION_TOKEN"
 
 
 class FeishuSettings(BaseSettings):
@@ -51,18 +53,37 @@ class FeishuSettings(BaseSettings):
     def enabled(self) -> bool:
         return bool(self.app_id.strip())
 
+    def webhook_secrets_missing(self) -> tuple[str, ...]:
+        """The variables a webhook set-up lacks to verify its events; empty when it has them.
+
+        The one rule `amux serve` starts by and `amux doctor` checks. An encrypt key is enough
+        alone: Feishu signs and encrypts every event with it. Without one (only by the explicit
+        AMUX_FEISHU_ALLOW_UNENCRYPTED) the verification token in each event's body is all that
+        vouches for it, so it is then needed.
+        """
+        if self.encrypt_key.get_secret_value():
+            return ()
+        missing = [] if self.allow_unencrypted else [ENCRYPT_KEY_VARIABLE]
+        if not self.verification_token.get_secret_value():
+            missing.append(VERIFICATION_TOKEN_VARIABLE)
+        return tuple(missing)
+
     def startup_problem(self) -> str | None:
         """Why the bot must not start with these settings, in one line; None when it may."""
-        if (
-            self.enabled
-            and self.mode == "webhook"
-            and not self.encrypt_key.get_secret_value()
-            and not self.allow_unencrypted
-        ):
+        if not self.enabled or self.mode != "webhook":
+            return None
+        missing = self.webhook_secrets_missing()
+        if ENCRYPT_KEY_VARIABLE in missing:
             return (
                 "the Feishu webhook has no AMUX_FEISHU_ENCRYPT_KEY, so its events would arrive "
                 "unsigned and in clear text: set AMUX_FEISHU_ENCRYPT_KEY to the app's Encrypt "
                 "Key, or set AMUX_FEISHU_ALLOW_UNENCRYPTED=true to accept that"
+            )
+        if missing:
+            return (
+                "the Feishu webhook has neither AMUX_FEISHU_ENCRYPT_KEY nor "
+                "AMUX_FEISHU_VERIFICATION_TOKEN, so nothing would vouch for its events: set "
+                "AMUX_FEISHU_VERIFICATION_TOKEN to the app's Verification Token"
             )
         return None
 

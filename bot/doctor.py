@@ -680,10 +680,7 @@ async def check_feishu_ingress(feishu: FeishuSettings, hub_url: str) -> Check:
         return Check("feishu_ingress", "skip", "Feishu bot not configured")
     if feishu.mode == "webhook":
         unencrypted = not feishu.encrypt_key.get_secret_value()
-        required = [("AMUX_FEISHU_VERIFICATION_TOKEN", feishu.verification_token)]
-        if not feishu.allow_unencrypted:
-            required.insert(0, ("AMUX_FEISHU_ENCRYPT_KEY", feishu.encrypt_key))
-        missing = [name for name, value in required if not value.get_secret_value()]
+        missing = feishu.webhook_secrets_missing()
         if missing:
             return Check(
                 "feishu_ingress",

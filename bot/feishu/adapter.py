@@ -56,7 +56,7 @@ class FeishuAdapter:
 
         Raises:
             InvalidArgument: the bot is not configured, or webhook mode lacks its secrets
-                (an encrypt key, unless ``allow_unencrypted``).
+                (``FeishuSettings.webhook_secrets_missing``).
         """
         if not settings.enabled:
             raise InvalidArgument("Feishu is not configured (AMUX_FEISHU_APP_ID is empty)")

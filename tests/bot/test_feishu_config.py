@@ -2,6 +2,7 @@ import pytest
 from pydantic import SecretStr
 
 from bot.config import FEISHU_DOMAIN, FeishuSettings
+from bot.doctor import check_feishu_ingress
 
 
 def test_no_app_id_means_the_bot_is_off_with_a_hint() -> None:
@@ -63,3 +64,29 @@ def test_allowing_unencrypted_webhooks_comes_from_the_environment(
     assert FeishuSettings().allow_unencrypted is False
     monkeypatch.setenv("AMUX_FEISHU_ALLOW_UNENCRYPTED", "true")
     assert FeishuSettings().allow_unencrypted is True
+
+
+@pytest.mark.parametrize(
+    ("secrets", "missing"),
+    [
+        ({"encrypt_key": "ek"}, ()),
+        ({"encrypt_key": "ek", "verification_token": "vt"}, ()),
+        ({"verification_token": "vt", "allow_unencrypted": True}, ()),
+        ({"verification_token": "vt"}, ("AMUX_FEISHU_ENCRYPT_KEY",)),
+        ({"allow_unencrypted": True}, ("AMUX_FEISHU_VERIFICATION_TOKEN",)),
+        ({}, ("AMUX_FEISHU_ENCRYPT_KEY", "AMUX_FEISHU_VERIFICATION_TOKEN")),
+    ],
+    ids=["key", "key-and-token", "token-allowed", "token-only", "allowed-only", "none"],
+)
+async def test_serve_and_doctor_need_the_same_webhook_secrets(
+    secrets: dict[str, object], missing: tuple[str, ...]
+) -> None:
+    settings = FeishuSettings(app_id="cli_x", app_secret=SecretStr("s"), **secrets)  # type: ignore[arg-type]
+    assert settings.webhook_secrets_missing() == missing
+    assert (settings.startup_problem() is None) == (not missing)
+    # Nothing listens on port 1: a set-up with its secrets gets as far as probing the Hub.
+    checked = await check_feishu_ingress(settings, "http://127.0.0.1:1")
+    verified = "events cannot be verified" not in checked.detail
+    assert verified == (not missing), checked
+    if missing:
+        assert " and ".join(missing) in checked.detail
