@@ -223,6 +223,11 @@ class HubProcess:
             done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode()
         )
 
+    def set_permissions(self, policy: str) -> None:
+        """Save ``agents.permissions``: it applies to the next turn, without a restart."""
+        done = self.cli("system", "config", "set", "agents.permissions", policy)
+        assert done.returncode == 0, done.stderr
+
     def enable_memory(self, isolation: bool = False) -> None:
         """Save memory.enabled (and isolation), restart the Hub in place, wait for it."""
         assert self.cli("system", "config", "set", "memory.enabled", "true").returncode == 0

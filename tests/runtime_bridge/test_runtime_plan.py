@@ -129,8 +129,10 @@ def test_with_memory_disabled_the_plan_has_no_binding_no_protocol_and_no_warning
     shown, _ = plan(hub, "--provider", "claude")
     assert shown["binding"] is None
     assert shown["warnings"] == []
-    assert shown["files"] == []
-    assert "--mcp-config" not in shown["argv"]
+    # Under the default policy (ask) the only MCP server is amux's permission prompt.
+    (config,) = shown["files"]
+    assert list(json.loads(config["content"])["mcpServers"]) == ["amux"]
+    assert shown["permissions"] == "ask"
     assert "CLAUDE_CODE_DISABLE_AUTO_MEMORY" not in shown["env"]
     assert protocol_text("mcp").strip() not in json.dumps(shown)
 

@@ -82,6 +82,8 @@ async def test_an_agent_runs_as_the_configured_user_in_directories_it_owns(
             AMUX_RUNTIME_WORK_DIR=str(shared_work_dir),
         )
         try:
+            # What is tested is whom the Agent runs as, not who approves its commands.
+            await asyncio.to_thread(hub.set_permissions, "auto")
             done = await agent_run(hub, "--provider", "pi", "Who are you?")
             assert done["state"] == "succeeded", (done.get("error"), done.get("warnings"))
             assert tool_outputs(model).split()[:2] == [str(other_user), str(other_user)]
@@ -119,6 +121,7 @@ async def test_an_agent_running_as_another_user_still_reaches_memory(
         )
         try:
             await asyncio.to_thread(hub.enable_memory)
+            await asyncio.to_thread(hub.set_permissions, "auto")
             done = await agent_run(hub, "--provider", "pi", "Save who you are")
             assert done["state"] == "succeeded", done
             output = tool_outputs(model)

@@ -335,6 +335,8 @@ async def test_cancelling_a_running_turn_stops_the_agents_process_group(
     script: list[Step] = [CallTool("bash", {"command": command}), Answer("unreachable")]
     async with FakeModelServer(script) as model:
         cluster = cluster_for(model)
+        # A command that changes nothing the policy knows of: run it without asking anyone.
+        await asyncio.to_thread(cluster.hub.set_permissions, "auto")
         worker = await asyncio.to_thread(cluster.start_worker, "solo")
         execution_id = await submit(cluster.hub, "Run something long")
         started = await until(lambda: len(processes_tagged(tag)) >= 2 and processes_tagged(tag))
