@@ -1,7 +1,8 @@
 """The private `/amux` card: identity and scope for everyone, Experiments for the owner only.
 
-Card clicks arrive as callbacks anyone could forge or replay from an old card, so every owner-only
-action is checked against the operator's Principal here, not inferred from what the card showed.
+Card clicks arrive as callbacks anyone could forge or replay from an old card: the action table
+(``bot.actions``) refuses owner-only actions from anyone else before a handler here runs, and the
+handlers check the rest against the operator's Principal, not what the card showed.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from bot.actions import Click, Draft, LiveChange, ProviderChoice
 from cards import actions
 from cards.catalogue import text
 from cards.elements import escape
@@ -45,8 +47,8 @@ from cards.models import (
     SearchHit,
     Setting,
 )
-from cards.notices import error_card, memory_disabled_card, owner_only_card
-from hub.errors import AmuxError, InvalidArgument, MemoryDisabled
+from cards.notices import memory_disabled_card, owner_only_card
+from hub.errors import InvalidArgument, MemoryDisabled
 from hub.identity import Actor, in_person
 from hub.memory import (
     ABSENT,
@@ -62,7 +64,6 @@ from hub.memory import (
 from hub.paths import binding_for
 from hub.services import Hub
 from hub.state import Principal
-from hub.sysconfig import SPECS
 
 logger = logging.getLogger("amux.bot")
 
@@ -85,41 +86,6 @@ def _erase_view(path: str | None, receipt: Receipt) -> EraseView:
         receipt.history_copies_removed,
         receipt.log_entries_redacted,
     )
-
-
-def _bool(value: Any, default: bool) -> bool:
-    return value if isinstance(value, bool) else default
-
-
-def _days(value: Any, default: int) -> int:
-    """The history window a card carries: cards older than the setting carry none, which keeps
-    ``default`` (the saved value); anything else must parse as the setting itself does.
-
-    Raises:
-        InvalidArgument: not a whole number of days the setting accepts.
-    """
-    if value is None:
-        return default
-    spec = SPECS["memory.history_days"]
-    try:
-        return int(spec.parse(value))
-    except InvalidArgument as err:
-        raise InvalidArgument(f"{spec.key}: {err.message}") from None
-
-
-def _limit(value: Any, default: int, key: str) -> int:
-    """A per-person limit a card carries; absent (an older card) keeps ``default``.
-
-    Raises:
-        InvalidArgument: not a number the setting accepts.
-    """
-    if value is None:
-        return default
-    spec = SPECS[key]
-    try:
-        return int(spec.parse(value))
-    except InvalidArgument as err:
-        raise InvalidArgument(f"{spec.key}: {err.message}") from None
 
 
 def _card_page(content: str, next_offset: int | None, offset: int) -> tuple[str, int | None]:
@@ -154,9 +120,10 @@ class Management:
         """Raises: InvalidArgument: not an Agent amux can launch."""
         providers = self._hub.executions.providers
         if provider not in providers:
-            raise InvalidArgument(f"choose one of {', '.join(providers)}")
+            choices = ", ".join(providers)
+            raise InvalidArgument(text(self.lang, "provider.choose", providers=choices))
         if not chat_id:
-            raise InvalidArgument("this card does not name a chat")
+            raise InvalidArgument(text(self.lang, "provider.no_chat"))
         self._hub.state.save_setting(CHAT_PROVIDER_KEY + chat_id, provider)
 
     def note_private_chat(self, chat_id: str, principal: Principal) -> None:
@@ -221,123 +188,90 @@ class Management:
         return management_card(self.view(principal, **draft), self.lang)
 
     @staticmethod
-    def _draft(value: dict[str, Any], saved: ManagementView) -> dict[str, Any]:
-        """The whole draft a click carries (memory, isolation, history days, waiting turns and
-        messages per minute), every value checked before any is used; what an older card
-        lacks is the saved value. Keyed as ``view`` takes drafts.
+    def _draft(draft: Draft, saved: ManagementView) -> dict[str, Any]:
+        """The whole draft a click carries, keyed as ``view`` takes drafts; what an older card
+        lacks is the saved value."""
 
-        Raises:
-            InvalidArgument: a value the setting would refuse.
-        """
+        def kept(value: Any, default: Any) -> Any:
+            return default if value is None else value
+
         return {
-            "draft_memory": _bool(value.get("memory_enabled"), saved.memory.saved),
-            "draft_isolation": _bool(value.get("isolation"), saved.isolation.saved),
-            "draft_history_days": _days(value.get("history_days"), saved.history_days.saved),
-            "draft_max_queued": _limit(
-                value.get("max_queued"),
-                saved.max_queued.saved,
-                "turns.max_queued_per_principal",
-            ),
-            "draft_messages_per_minute": _limit(
-                value.get("messages_per_minute"),
-                saved.messages_per_minute.saved,
-                "feishu.messages_per_minute",
+            "draft_memory": kept(draft.memory_enabled, saved.memory.saved),
+            "draft_isolation": kept(draft.isolation, saved.isolation.saved),
+            "draft_history_days": kept(draft.history_days, saved.history_days.saved),
+            "draft_max_queued": kept(draft.max_queued, saved.max_queued.saved),
+            "draft_messages_per_minute": kept(
+                draft.messages_per_minute, saved.messages_per_minute.saved
             ),
         }
 
-    async def act(
-        self,
-        principal: Principal,
-        value: dict[str, Any],
-        form: dict[str, Any] | None,
-        message_id: str,
-        chat_id: str = "",
-    ) -> Card | None:
-        """Apply one card action for ``principal`` and return the card to show in its place."""
-        action = value.get("action")
-        if not isinstance(action, str):
-            # The value comes back from the client as it likes; a list or dict here is no action
-            # of ours, so it is unknown like any other (and unhashable for the set lookup below).
-            return None
-        if action in actions.OWNER_ONLY and not principal.is_owner:
-            logger.warning("refused owner-only card action %s from %s", action, principal.name)
-            return owner_only_card(self.lang)
-        try:
-            return await self._act(principal, action, value, form or {}, message_id, chat_id)
-        except AmuxError as error:
-            return error_card(error.code, error.message, self.lang)
+    async def open(self, click: Click, _: None) -> Card:
+        """``manage.open``: the management card again."""
+        return self.card(click.principal, chat_id=click.chat_id)
 
-    async def _act(
-        self,
-        principal: Principal,
-        action: str,
-        value: dict[str, Any],
-        form: dict[str, Any],
-        message_id: str,
-        chat_id: str,
-    ) -> Card | None:
+    async def choose_provider(self, click: Click, choice: ProviderChoice) -> Card:
+        """``provider.set``: the Agent of the chat the card is in."""
+        principal, chat_id = click.principal, click.chat_id
+        # The card's own chat, not one named in the (forgeable) value: people choose the
+        # Agent of the chat they are in. A click carries no chat type, and a group's Agent
+        # affects everyone in it, so only a chat known to be the clicker's own is theirs.
+        if not self.may_choose_provider(principal, chat_id):
+            logger.warning(
+                "refused a provider choice from %s for a chat not theirs", principal.name
+            )
+            return owner_only_card(self.lang)
+        self.set_provider(chat_id, choice.provider)
+        return self.card(principal, chat_id=chat_id)
+
+    async def redraw(self, click: Click, draft: Draft) -> Card:
+        """A switch or choice of the draft: the card with the draft, nothing saved."""
+        saved = self.view(click.principal)
+        return self.card(click.principal, chat_id=click.chat_id, **self._draft(draft, saved))
+
+    async def save_live(self, click: Click, change: LiveChange) -> Card:
+        """Live settings: saved at once, for turns (and requests) started after this; the draft
+        the click carries stays a draft."""
+        draft = self._draft(change.draft, self.view(click.principal))
+        self._hub.config.save(change.key, change.value)
+        logger.info("%s changed from Feishu by %s", click.action, click.principal.name)
+        return self.card(click.principal, chat_id=click.chat_id, **draft)
+
+    async def save_settings(self, click: Click, value: Draft) -> Card:
+        """``settings.save``: the draft saved, for the next restart."""
+        hub, principal = self._hub, click.principal
+        draft = self._draft(value, self.view(principal))
+        hub.config.save("memory.enabled", draft["draft_memory"])
+        hub.config.save("memory.isolation", "on" if draft["draft_isolation"] else "off")
+        hub.config.save("memory.history_days", draft["draft_history_days"])
+        hub.config.save("turns.max_queued_per_principal", draft["draft_max_queued"])
+        hub.config.save("feishu.messages_per_minute", draft["draft_messages_per_minute"])
+        logger.info("settings saved from Feishu by %s", principal.name)
+        after = self.view(principal)
+        notice = RestartNotice(
+            after.memory,
+            after.isolation,
+            after.history_days,
+            after.max_queued,
+            after.messages_per_minute,
+        )
+        return restart_notice_card(notice, self.lang)
+
+    async def restart_now(self, click: Click, _: None) -> Card:
+        """``restart.now``: the new process updates this card (``pending_restart_card``)."""
         hub = self._hub
-        saved = self.view(principal)
-        if action == actions.MANAGE_OPEN:
-            return self.card(principal, chat_id=chat_id)
-        if action == actions.PROVIDER_SET:
-            # The card's own chat, not one named in the (forgeable) value: people choose the
-            # Agent of the chat they are in. A click carries no chat type, and a group's Agent
-            # affects everyone in it, so only a chat known to be the clicker's own is theirs.
-            if not self.may_choose_provider(principal, chat_id):
-                logger.warning(
-                    "refused a provider choice from %s for a chat not theirs", principal.name
-                )
-                return owner_only_card(self.lang)
-            self.set_provider(chat_id, str(value.get("provider") or ""))
-            return self.card(principal, chat_id=chat_id)
-        if action in (
-            actions.MEMORY_TOGGLE,
-            actions.ISOLATION_TOGGLE,
-            actions.HISTORY_DAYS,
-            actions.QUEUED_MAX,
-            actions.MESSAGES_RATE,
-        ):
-            return self.card(principal, chat_id=chat_id, **self._draft(value, saved))
-        if action in (actions.PERMISSIONS_SET, actions.APPROVAL_TIMEOUT_SET):
-            # Live settings: saved at once, for turns (and requests) started after this; the
-            # draft the click carries is checked first and stays a draft.
-            draft = self._draft(value, saved)
-            if action == actions.PERMISSIONS_SET:
-                hub.config.save("agents.permissions", value.get("permissions"))
-            else:
-                hub.config.save("agents.approval_timeout", value.get("approval_timeout"))
-            logger.info("%s changed from Feishu by %s", action, principal.name)
-            return self.card(principal, chat_id=chat_id, **draft)
-        if action == actions.SETTINGS_SAVE:
-            # Validated as a whole first: a refused value saves nothing of the click.
-            draft = self._draft(value, saved)
-            hub.config.save("memory.enabled", draft["draft_memory"])
-            hub.config.save("memory.isolation", "on" if draft["draft_isolation"] else "off")
-            hub.config.save("memory.history_days", draft["draft_history_days"])
-            hub.config.save("turns.max_queued_per_principal", draft["draft_max_queued"])
-            hub.config.save("feishu.messages_per_minute", draft["draft_messages_per_minute"])
-            logger.info("settings saved from Feishu by %s", principal.name)
-            after = self.view(principal)
-            notice = RestartNotice(
-                after.memory,
-                after.isolation,
-                after.history_days,
-                after.max_queued,
-                after.messages_per_minute,
-            )
-            return restart_notice_card(notice, self.lang)
-        if action == actions.RESTART_NOW:
-            # The new process updates this card once it runs (see ``after_restart``).
-            hub.state.save_setting(
-                RESTART_CARD_KEY, {"message_id": message_id, "principal_id": principal.id}
-            )
-            logger.info("restart requested from Feishu by %s", principal.name)
-            hub.restart_requested.set()
-            return restart_scheduled_card(self.lang)
-        if action == actions.RESTART_LATER:
-            return restart_deferred_card(self.lang)
-        return await self._memory_action(principal, action, value, form)
+        hub.state.save_setting(
+            RESTART_CARD_KEY, {"message_id": click.message_id, "principal_id": click.principal.id}
+        )
+        logger.info("restart requested from Feishu by %s", click.principal.name)
+        hub.restart_requested.set()
+        return restart_scheduled_card(self.lang)
+
+    async def restart_later(self, click: Click, _: None) -> Card:
+        return restart_deferred_card(self.lang)
+
+    async def memory(self, click: Click, value: dict[str, Any]) -> Card | None:
+        """The memory actions of My memory (the value's fields are theirs to read)."""
+        return await self._memory_action(click.principal, click.action, value, click.form)
 
     async def _memory_action(
         self, principal: Principal, action: str, value: dict[str, Any], form: dict[str, Any]

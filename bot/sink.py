@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 
+from bot.actions import action_table
 from bot.conversations import Conversations
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
 from bot.identity import CLAIM_LOCK_SECONDS, CLAIM_SECONDS, ClaimRefused, FeishuIdentities
 from bot.management import Management
 from bot.quotas import SenderLimit
-from cards import actions
-from cards.catalogue import text
+from cards.catalogue import text as catalogue_text
 from cards.models import Lang
 from cards.notices import enrollment_closed_card, error_card, owner_only_card
 from hub.errors import AmuxError
@@ -19,43 +19,6 @@ from hub.errors import AmuxError
 logger = logging.getLogger("amux.bot")
 
 COMMAND = "/amux"
-PRIVATE_ONLY = {
-    "zh_cn": "请在与机器人的私聊中发送 /amux。",
-    "en_us": "Send /amux to the bot in a private chat.",
-}
-PROVIDER_SET = {
-    "zh_cn": "本会话的新对话将使用 {provider}。",
-    "en_us": "New conversations in this chat now run {provider}.",
-}
-TEXT_ONLY = {
-    "zh_cn": "请用文字描述你的请求（读取文字、富文本、图片和文件消息）。",
-    "en_us": "Please write your request as text (text, rich text, images and files are read).",
-}
-CLAIM_REFUSED = {
-    ClaimRefused.WRONG: {
-        "zh_cn": "认领码无效。",
-        "en_us": "That claim code is not valid.",
-    },
-    ClaimRefused.EXPIRED: {
-        "zh_cn": "认领码已过期（有效期 {minutes} 分钟）。重启 amux serve，使用其日志中的新认领码。",
-        "en_us": "That claim code has expired (codes last {minutes} minutes). Restart amux serve "
-        "and send the new code from its log.",
-    },
-    ClaimRefused.USED: {
-        "zh_cn": "该认领码已被使用过，不能再次使用。",
-        "en_us": "That claim code was already used; a code works only once.",
-    },
-    ClaimRefused.LOCKED: {
-        "zh_cn": "错误的认领码太多：{lock_minutes} 分钟内不再接受你的认领，正确的认领码也不例外。",
-        "en_us": "Too many wrong claim codes: claims from you are refused for {lock_minutes} "
-        "minutes, even with the right code.",
-    },
-    ClaimRefused.LOCKED_FOR_ALL: {
-        "zh_cn": "错误的认领码太多：认领已锁定。重启 amux serve，使用其日志中的新认领码。",
-        "en_us": "Too many wrong claim codes: claiming is locked. Restart amux serve and send the "
-        "new code from its log.",
-    },
-}
 
 
 class BotSink:
@@ -76,6 +39,7 @@ class BotSink:
         self._conversations = conversations
         self._lang = lang
         self._limit = limit or SenderLimit(0)
+        self._actions = action_table(management, conversations, lang)
 
     async def on_message(self, event: MessageEvent) -> None:
         if event.sender_type not in ("user", ""):
@@ -98,7 +62,9 @@ class BotSink:
                 return
             if not text and not event.attachments:
                 # A bare mention, or a kind of message with nothing to read: say so.
-                await self._client.reply(event.message_id, text=TEXT_ONLY[self._lang])
+                await self._client.reply(
+                    event.message_id, text=catalogue_text(self._lang, "command.text_only")
+                )
                 return
             # Before any work for the message (files, topic context): over the limit, none.
             refusal = self._limit.check(principal.id)
@@ -121,15 +87,20 @@ class BotSink:
             return
         if not event.is_private:
             await self._client.reply(
-                event.message_id, text=PRIVATE_ONLY[self._lang], in_thread=False
+                event.message_id,
+                text=catalogue_text(self._lang, "command.private_only"),
+                in_thread=False,
             )
             return
         if rest.startswith("claim"):
             owner = self._identities.claim(rest[len("claim") :].strip(), event.sender)
             if isinstance(owner, ClaimRefused):
                 logger.warning("an owner claim from Feishu was refused (%s)", owner.value)
-                refusal = CLAIM_REFUSED[owner][self._lang].format(
-                    minutes=CLAIM_SECONDS // 60, lock_minutes=CLAIM_LOCK_SECONDS // 60
+                refusal = catalogue_text(
+                    self._lang,
+                    f"claim.refused.{owner.value}",
+                    minutes=CLAIM_SECONDS // 60,
+                    lock_minutes=CLAIM_LOCK_SECONDS // 60,
                 )
                 await self._client.reply(event.message_id, text=refusal, in_thread=False)
                 return
@@ -167,7 +138,7 @@ class BotSink:
         if event.is_private:
             self._management.note_private_chat(event.chat_id, principal)
         self._management.set_provider(event.chat_id, provider)
-        message = PROVIDER_SET[self._lang].format(provider=provider)
+        message = catalogue_text(self._lang, "provider.set", provider=provider)
         await self._client.reply(event.message_id, text=message, in_thread=False)
 
     async def on_card_action(self, action: CardAction) -> CardResponse | None:
@@ -179,49 +150,7 @@ class BotSink:
             return CardResponse(toast=error.message, toast_type="error")
         if principal is None:
             return CardResponse(card=enrollment_closed_card(self._lang))
-        value = action.value
-        if value.get("action") == actions.RUN_CANCEL:
-            run_id = str(value.get("run_id") or "")
-            try:
-                cancelled = await self._conversations.cancel(run_id, principal)
-            except AmuxError as error:
-                return CardResponse(toast=error.message, toast_type="error")
-            if not cancelled:
-                return CardResponse(toast="not yours to cancel", toast_type="error")
-            return CardResponse(toast="cancelling", toast_type="info")
-        if value.get("action") == actions.RUN_APPROVE:
-            # The Hub decides who may answer (the turn's person or the owner), whatever the
-            # (forgeable) value says; the card shows the answer when the turn's follower sees it.
-            try:
-                message, kind = await self._conversations.approve(
-                    str(value.get("run_id") or ""),
-                    str(value.get("request_id") or ""),
-                    str(value.get("decision") or ""),
-                    principal,
-                )
-            except AmuxError as error:
-                return CardResponse(toast=error.message, toast_type="error")
-            return CardResponse(toast=message, toast_type=kind)
-        if value.get("action") == actions.MEMORY_UNDO:
-            try:
-                message, undone = await self._management.undo(principal, value)
-            except AmuxError as error:
-                return CardResponse(toast=error.message, toast_type="error")
-            return CardResponse(toast=message, toast_type="success" if undone else "error")
-        if value.get("action") == actions.CONVERSATION_NEW:
-            renewed = await self._conversations.renew(str(value.get("origin") or ""), principal)
-            if not renewed:
-                return CardResponse(
-                    toast=text(self._lang, "conversation.not_yours"), toast_type="error"
-                )
-            return CardResponse(toast=text(self._lang, "conversation.renewed"), toast_type="info")
-        card = await self._management.act(
-            principal, value, action.form_value, action.open_message_id, action.chat_id
-        )
-        if card is None:
-            logger.warning("unknown card action %r", value.get("action"))
-            return None
-        return CardResponse(card=card)
+        return await self._actions.dispatch(action, principal)
 
     async def on_event(self, event: OtherEvent) -> None:
         logger.debug("Feishu event %s needs no action", event.event_type)

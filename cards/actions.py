@@ -109,7 +109,8 @@ ALL: Final[frozenset[str]] = frozenset(
     }
 )
 
-# Actions only the owner may trigger; handlers must check this, the card merely hides them.
+# Actions only the owner may trigger: the bot's action table refuses them from anyone else
+# before any handler runs; the card merely hides them.
 OWNER_ONLY: Final[frozenset[str]] = frozenset(
     {
         MEMORY_TOGGLE,

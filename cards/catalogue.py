@@ -151,6 +151,29 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "files.refused": "Not read: {items}",
         "conversation.renewed": "The next message in this topic starts a new conversation.",
         "conversation.not_yours": "Only whoever started this conversation can renew it.",
+        "run.toast.not_yours": "not yours to cancel",
+        "run.toast.cancelling": "cancelling",
+        "command.private_only": "Send /amux to the bot in a private chat.",
+        "command.text_only": (
+            "Please write your request as text (text, rich text, images and files are read)."
+        ),
+        "provider.set": "New conversations in this chat now run {provider}.",
+        "provider.choose": "choose one of {providers}",
+        "provider.no_chat": "this card does not name a chat",
+        "claim.refused.wrong": "That claim code is not valid.",
+        "claim.refused.expired": (
+            "That claim code has expired (codes last {minutes} minutes). Restart amux serve "
+            "and send the new code from its log."
+        ),
+        "claim.refused.used": "That claim code was already used; a code works only once.",
+        "claim.refused.locked": (
+            "Too many wrong claim codes: claims from you are refused for {lock_minutes} "
+            "minutes, even with the right code."
+        ),
+        "claim.refused.locked_for_all": (
+            "Too many wrong claim codes: claiming is locked. Restart amux serve and send the "
+            "new code from its log."
+        ),
         "usage.tokens": "{input} in / {output} out",
         "usage.elapsed": "{seconds} s",
         "result.title": "Result",
@@ -371,6 +394,24 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "files.refused": "未读取：{items}",
         "conversation.renewed": "此话题中的下一条消息将开始新的对话。",
         "conversation.not_yours": "只有发起此对话的人可以开始新对话。",
+        "run.toast.not_yours": "只有发起此轮次的人或 Hub 所有者可以停止它",
+        "run.toast.cancelling": "正在停止",
+        "command.private_only": "请在与机器人的私聊中发送 /amux。",
+        "command.text_only": "请用文字描述你的请求（读取文字、富文本、图片和文件消息）。",
+        "provider.set": "本会话的新对话将使用 {provider}。",
+        "provider.choose": "请选择其中之一：{providers}",
+        "provider.no_chat": "此卡片没有指明会话",
+        "claim.refused.wrong": "认领码无效。",
+        "claim.refused.expired": (
+            "认领码已过期（有效期 {minutes} 分钟）。重启 amux serve，使用其日志中的新认领码。"
+        ),
+        "claim.refused.used": "该认领码已被使用过，不能再次使用。",
+        "claim.refused.locked": (
+            "错误的认领码太多：{lock_minutes} 分钟内不再接受你的认领，正确的认领码也不例外。"
+        ),
+        "claim.refused.locked_for_all": (
+            "错误的认领码太多：认领已锁定。重启 amux serve，使用其日志中的新认领码。"
+        ),
         "usage.tokens": "输入 {input} / 输出 {output}",
         "usage.elapsed": "{seconds} 秒",
         "result.title": "结果",

@@ -1,4 +1,6 @@
+import ast
 import string
+from pathlib import Path
 
 import pytest
 
@@ -28,3 +30,19 @@ def test_chinese_catalogue_is_actually_chinese_for_sentences() -> None:
 
 def test_text_fills_placeholders() -> None:
     assert text("en_us", "result.part", index=2, total=3) == "Result (2/3)"
+
+
+def test_no_strings_in_both_languages_live_outside_the_catalogue() -> None:
+    """A dict keyed by language elsewhere is a message the catalogue's checks never see."""
+    repo = Path(__file__).resolve().parents[2]
+    catalogue = repo / "cards" / "catalogue.py"
+    found = []
+    for path in sorted([*(repo / "bot").rglob("*.py"), *(repo / "cards").glob("*.py")]):
+        if path == catalogue:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Dict) and any(
+                isinstance(key, ast.Constant) and key.value in LANGS for key in node.keys
+            ):
+                found.append(f"{path.relative_to(repo)}:{node.lineno}")
+    assert found == []
