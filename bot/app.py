@@ -15,7 +15,6 @@ from hub.bodies import SERVER_ARGS
 from hub.client import HubClient
 from hub.config import HubSettings
 from hub.errors import InvalidArgument, NotFound
-from hub.local_transport import LocalTransport
 from hub.rpc import HUB
 from hub.server import add_hub
 from runtime_bridge.config import RuntimeSettings
@@ -42,8 +41,7 @@ def create_app(
     """Build the service; nothing starts until the application's startup runs.
 
     With ``worker_url`` (the Hub's own address) an in-process Runtime worker runs beside the
-    Hub, so one machine works out of the box. Its own calls take the in-process transport
-    (authenticated like any remote worker's); its Agents reach the Hub at ``worker_url``.
+    Hub, reaching it over HTTP like any remote worker, so one machine works out of the box.
     The application starts before its socket listens, so the worker's first call waits for
     ``hub_listening`` when given (set once the site has started) rather than failing and retrying.
     Settings not given are their defaults (the bot off), never read from the environment: only
@@ -94,8 +92,7 @@ def _in_process_worker(
         token, _ = state.issue_credential(principal.id, "cli", label=IN_PROCESS_WORKER)
         work_dir = settings.work_dir_beside(hub_settings.home)
         stop = asyncio.Event()
-        # The same dispatch, credential checks and drain as over HTTP, without the loopback.
-        client = HubClient(url, token, timeout=60, transport=LocalTransport(app))
+        client = HubClient(url, token, timeout=60)
         worker = Worker(client, url, settings, work_dir, amux_home=hub_settings.home)
 
         async def run() -> None:

@@ -482,7 +482,7 @@ async def check_hub(client: HubClient, has_token: bool) -> tuple[Check, bool]:
             token_fix + ", or run on the Hub host with its AMUX_HOME",
         ), False
     try:
-        whoami = await client.call("system.whoami")
+        whoami = await client.whoami()
     except Unauthenticated as error:
         return Check(
             "hub", "fail", f"up, but the credential is refused: {error.message}", token_fix
@@ -501,7 +501,7 @@ async def check_hub(client: HubClient, has_token: bool) -> tuple[Check, bool]:
 
 async def check_memory(client: HubClient) -> Check:
     try:
-        config = await client.call("system.config.get")
+        config = await client.config_get()
     except AmuxError as error:
         return Check("memory", "fail", f"{error.code}: {error.message}", "see the Hub's log")
     enabled = config.get("memory.enabled", {})
@@ -526,7 +526,7 @@ def _word(value: object) -> str:
 
 async def check_workers(client: HubClient) -> Check:
     try:
-        capabilities = await client.call("system.capabilities")
+        capabilities = await client.capabilities()
     except AmuxError as error:
         return Check("workers", "fail", f"{error.code}: {error.message}", "see the Hub's log")
     workers = int(capabilities.get("runtime", {}).get("workers", 0))
@@ -595,7 +595,7 @@ def _span(seconds: object) -> str:
 
 async def check_permissions(client: HubClient, runtime: RuntimeSettings) -> Check:
     try:
-        capabilities = await client.call("system.capabilities")
+        capabilities = await client.capabilities()
     except AmuxError as error:
         return Check("permissions", "fail", f"{error.code}: {error.message}", "see the Hub's log")
     agents = capabilities.get("agents")

@@ -227,14 +227,8 @@ class ApprovalDesk:
             decision, how, reason = DENY, "", NO_TERMINAL
         self._answering.add(request_id)
         try:
-            answered = Approval.from_wire(
-                await self._hub.call(
-                    "executions.approve",
-                    execution_id=approval.execution_id,
-                    request_id=request_id,
-                    decision=decision,
-                    reason=reason,
-                )
+            answered = await self._hub.approve(
+                approval.execution_id, request_id, decision, reason=reason
             )
         except AmuxError as error:
             self._answering.discard(request_id)
@@ -270,14 +264,7 @@ async def follow(
     after = 0
     try:
         while True:
-            answer = WatchResult.from_wire(
-                await hub.call(
-                    "executions.watch",
-                    execution_id=execution_id,
-                    after=after,
-                    wait_seconds=WATCH_SECONDS,
-                )
-            )
+            answer = await hub.watch(execution_id, after, WATCH_SECONDS)
             after = max(after, answer.last_seq)
             for event in answer.events:
                 if event.kind == APPROVAL:
@@ -334,24 +321,18 @@ def agent_run(
 
     async def work() -> tuple[Execution, str]:
         async with env.client() as hub:
-            submitted = await hub.call(
-                "executions.submit",
-                provider=provider,
-                prompt=prompt,
-                session_id=session,
-                cwd=workdir,
-            )
-            execution_id = Execution.from_wire(submitted["execution"]).id
+            submitted = await hub.submit(provider, prompt, session_id=session, cwd=workdir)
+            execution_id = submitted.execution.id
             desk = ApprovalDesk(hub, approve, terminal, quiet or as_json)
             try:
                 final = await follow(hub, execution_id, quiet or as_json, memory, desk)
             except (KeyboardInterrupt, asyncio.CancelledError):
                 with contextlib.suppress(AmuxError):
-                    await hub.call("executions.cancel", execution_id=execution_id)
+                    await hub.cancel(execution_id)
                 raise
             finally:
                 requests.update(desk.requests)
-            return final.execution, Session.from_wire(submitted["session"]).id
+            return final.execution, submitted.session.id
 
     final, session_id = run(work())
     result = final.result or TurnResult()
@@ -403,30 +384,29 @@ def runtime_plan(
     async def work() -> dict[str, Any]:
         warnings: list[str] = []
         async with env.client() as hub:
-            described: dict[str, Any] | None = None
+            described: Session | None = None
             if session is not None:
-                described = await hub.call("sessions.get", session_id=session)
-                if described["provider"] != provider:
-                    raise InvalidArgument(f"session {session} runs {described['provider']}")
+                described = await hub.session(session)
+                if described.provider != provider:
+                    raise InvalidArgument(f"session {session} runs {described.provider}")
             binding: str | None = None
-            if described is not None and described["memory"] != "pending":
-                binding = described["binding"] if described["memory"] == "bound" else None
+            if described is not None and described.memory != "pending":
+                binding = described.binding if described.memory == "bound" else None
             else:
                 # A fresh session, or one whose first turn has not started yet: its binding is
                 # frozen at launch, so show what the Hub's current policy would freeze.
-                owner = described["principal_id"] if described is not None else None
+                owner = described.principal_id if described is not None else None
                 try:
-                    resolved = await hub.call("memory.binding.resolve", principal_id=owner)
-                    binding = resolved["binding"]
+                    binding = (await hub.resolve_binding(owner)).binding
                 except AmuxError as error:
                     if error.code != "memory_disabled":
                         warnings.append(f"memory unavailable: {error.message}")
             # The policy the next turn would run under, and so the flags it becomes.
-            capabilities = await hub.call("system.capabilities")
+            capabilities = await hub.capabilities()
             agents = capabilities.get("agents") if isinstance(capabilities, dict) else None
             permissions = str((agents or {}).get("permissions") or "ask")
             if described is None:
-                who = await hub.call("system.whoami")
+                who = await hub.whoami()
                 planned = Session(
                     id="<session>",
                     principal_id=str(who["principal"]["id"]),
@@ -438,7 +418,7 @@ def runtime_plan(
                     binding=None,
                 )
             else:
-                planned = Session.from_wire(described)
+                planned = described
         site = LaunchSite(
             settings,
             settings.work_dir_beside(client_settings.home),

@@ -273,7 +273,7 @@ def config_get(
 ) -> None:
     """Show each setting's saved and running value and whether a restart is pending."""
     env = env_of(ctx)
-    described = run(with_client(env, lambda hub: hub.call("system.config.get")))
+    described = run(with_client(env, lambda hub: hub.config_get()))
     if key is not None:
         if key not in described:
             fail(InvalidArgument(f"unknown setting; known settings: {', '.join(described)}"))
@@ -302,7 +302,7 @@ def config_set(
     agents.permissions (ask|auto|read-only) and agents.approval_timeout (90, 90s, 10m, 1h),
     which apply to turns and requests started after the change."""
     env = env_of(ctx)
-    result = run(with_client(env, lambda hub: hub.call("system.config.set", key=key, value=value)))
+    result = run(with_client(env, lambda hub: hub.config_set(key, value)))
     emit(result)
     if any(entry.get("restart_pending") for entry in result.values()):
         typer.echo("saved; restart the Hub to apply it: amux system restart", err=True)
@@ -317,7 +317,7 @@ def system_restart(ctx: typer.Context) -> None:
     """Restart the Hub (owner only): no new Agent turns start, running ones get AMUX_DRAIN_SECONDS
     to finish and are then handed back to run again after the restart, in-flight requests drain."""
     env = env_of(ctx)
-    emit(run(with_client(env, lambda hub: hub.call("system.restart"))))
+    emit(run(with_client(env, lambda hub: hub.restart())))
 
 
 @system_app.command("capabilities")
@@ -331,7 +331,7 @@ def system_capabilities(ctx: typer.Context) -> None:
 def system_whoami(ctx: typer.Context) -> None:
     """The Principal your credential acts as and its memory scope."""
     env = env_of(ctx)
-    emit(run(with_client(env, lambda hub: hub.call("system.whoami"))))
+    emit(run(with_client(env, lambda hub: hub.whoami())))
 
 
 # -- amux principal / amux token (local administration) -------------------------------------------
@@ -443,9 +443,7 @@ def principal_erase(
     """Erase everything a Principal wrote to memory, with its history (owner, on the Hub host)."""
     principal = local(ctx, lambda state: state.principal_by_name(name))
     env = env_of(ctx)
-    receipt = run(
-        with_client(env, lambda hub: hub.call("memory.erase_principal", principal_id=principal.id))
-    )
+    receipt = run(with_client(env, lambda hub: hub.memory_erase_principal(principal.id)))
     print_receipt(receipt)
 
 

@@ -15,9 +15,10 @@ of waiting for a client that may be dribbling bytes on purpose.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 from aiohttp import web
 
@@ -64,6 +65,9 @@ async def _echo_request_id(request: web.Request, response: web.StreamResponse) -
         response.headers[REQUEST_ID_HEADER] = request_id
 
 
+RESTARTING = "the Hub is restarting; retry in a moment"
+
+
 class Drain:
     def __init__(self) -> None:
         self.draining = False
@@ -75,13 +79,26 @@ class Drain:
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if self.draining:
-            response = error_response(Unavailable("the Hub is restarting; retry in a moment"))
+            response = error_response(Unavailable(RESTARTING))
             response.force_close()
             return response
+        with self.admitted():
+            return await handler(request)
+
+    @contextlib.contextmanager
+    def admitted(self) -> Iterator[None]:
+        """One request in flight, which the drain waits for; a client in the Hub's own process
+        passes here as an HTTP request does.
+
+        Raises:
+            Unavailable: the drain has begun.
+        """
+        if self.draining:
+            raise Unavailable(RESTARTING)
         self._in_flight += 1
         self._idle.clear()
         try:
-            return await handler(request)
+            yield
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:

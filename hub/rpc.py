@@ -1,15 +1,15 @@
 """Hub RPC over HTTP: ``POST /rpc/v1/<method>`` with a JSON object in and out.
 
-Middleware authenticates every call and turns every failure into the one error shape. The methods
-are declared in tables (name → parameter model and handler) that the app factory passes to
-``rpc_handler``; nothing registers itself by being imported. Each method's parameters are one
+``serve_rpc`` authenticates every call and turns every failure into the one error shape, for the
+HTTP route and for a client in the Hub's own process alike. The methods are declared in tables
+(name → parameter model and handler) that the app factory passes to ``rpc_handler``; nothing
+registers itself by being imported. Each method's parameters are one
 pydantic model, checked before its handler runs, so handlers are thin: they get the typed
 parameters, call a service and return its result.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import math
@@ -61,8 +61,6 @@ from hub.storage import from_sqlite_error, refused
 logger = logging.getLogger("amux.hub.rpc")
 
 HUB = web.AppKey("hub", Hub)
-ACTOR_KEY = web.RequestKey("actor", Actor)
-ERROR_CODE_KEY = web.RequestKey("error_code", str)
 BINDING_HEADER = "X-Amux-Memory-Binding"
 # How a call came, as the amux CLI and ``amux mcp`` say; anything else is logged as ``rpc``.
 VIA_HEADER = "X-Amux-Via"
@@ -151,8 +149,6 @@ class Method(Generic[P]):
 
 
 Methods = Mapping[str, Method[Any]]
-# The table a request is served from, so the metrics can label a call the auth refused.
-METHODS_KEY = web.RequestKey("methods", Mapping[str, Method[Any]])
 
 
 def combine(*tables: Methods) -> Methods:
@@ -179,74 +175,84 @@ def dumps(value: object) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-@web.middleware
-async def errors_middleware(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
+@dataclass(frozen=True)
+class RpcRequest:
+    """One call as a transport delivers it: the HTTP route (``rpc_handler``) or a client in the
+    Hub's own process (``hub.local_transport``). Both are served by ``serve_rpc``, so neither
+    skips a step the other takes: authentication above all."""
+
+    name: str
+    # The ``Authorization`` header as sent: checked here, whoever carried it.
+    authorization: str | None
+    # Read only once the caller is authenticated and the method known.
+    read_body: Callable[[], Awaitable[bytes]]
+    binding: str | None = None
+    via: str = ""
+    verb: str = "POST"
+    path: str = ""
+    # Whether the caller still waits for the answer: a long poll outlives a caller that died.
+    connected: Callable[[], bool] = lambda: True
+
+
+@dataclass(frozen=True)
+class RpcAnswer:
+    """The JSON answer of one call, with its HTTP status and, for a failure, its error code."""
+
+    status: int
+    body: bytes
+    error_code: str | None = None
+
+
+async def serve_rpc(app: web.Application, methods: Methods, request: RpcRequest) -> RpcAnswer:
+    """Serve one call from ``methods``: the metrics around the error mapping around
+    authentication and dispatch."""
+    metrics = app.get(METRICS)
+    started = time.perf_counter()
+    answer = await _answer(app, methods, request)
+    if metrics is not None:
+        # Unknown names are the caller's to choose; one label keeps the series count bounded.
+        label = request.name if request.name in methods else UNKNOWN_METHOD
+        metrics.observe_rpc(
+            label,
+            answer.status,
+            time.perf_counter() - started,
+            answer.error_code,
+            answer.body,
+        )
+    return answer
+
+
+async def _answer(app: web.Application, methods: Methods, request: RpcRequest) -> RpcAnswer:
+    """Every failure as the one error shape."""
     try:
-        return await handler(request)
+        return RpcAnswer(200, dumps(await _dispatch(app, methods, request)))
     except AmuxError as error:
-        return _failed(request, error)
+        return _failed(app, error)
     except web.HTTPRequestEntityTooLarge:
-        return _failed(request, PayloadTooLarge("request body is too large"))
+        return _failed(app, PayloadTooLarge("request body is too large"))
     except web.HTTPException as http:
         if http.status == 404:
-            return _failed(request, NotFound(f"no such RPC route: {request.path}"))
+            return _failed(app, NotFound(f"no such RPC route: {request.path}"))
         if http.status == 405:
-            return _failed(request, InvalidArgument("Hub RPC calls use POST"))
+            return _failed(app, InvalidArgument("Hub RPC calls use POST"))
         raise
     except sqlite3.Error as error:
         # A statement outside State.transaction meets the state database's disk failing too.
         failure = from_sqlite_error(error)
         if failure is None:
             logger.exception("RPC %s failed", request.path)
-            return _failed(request, InternalError("internal error; see the Hub log"))
-        return _failed(request, refused(failure, request.app[HUB].state.path))
+            return _failed(app, InternalError("internal error; see the Hub log"))
+        return _failed(app, refused(failure, app[HUB].state.path))
     except Exception:
         logger.exception("RPC %s failed", request.path)
-        return _failed(request, InternalError("internal error; see the Hub log"))
+        return _failed(app, InternalError("internal error; see the Hub log"))
 
 
-def _failed(request: web.Request, error: AmuxError) -> web.Response:
-    # The metrics middleware outside this one counts outcomes by code.
-    request[ERROR_CODE_KEY] = error.code
-    metrics = request.app.get(METRICS)
+def _failed(app: web.Application, error: AmuxError) -> RpcAnswer:
+    metrics = app.get(METRICS)
     if metrics is not None and isinstance(error, StorageUnavailable):
         metrics.storage_refused(error.disk, error.cause)
-    return error_response(error)
-
-
-@web.middleware
-async def metrics_middleware(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    metrics = request.app.get(METRICS)
-    if metrics is None:
-        return await handler(request)
-    started = time.perf_counter()
-    response = await handler(request)
-    name = request.match_info.get("method", "")
-    # Unknown names are the caller's to choose; one label keeps the series count bounded.
-    label = name if name in request[METHODS_KEY] else UNKNOWN_METHOD
-    body = response.body if isinstance(response, web.Response) else b""
-    metrics.observe_rpc(
-        label,
-        response.status,
-        time.perf_counter() - started,
-        request.get(ERROR_CODE_KEY),
-        body if isinstance(body, bytes) else b"",
-    )
-    return response
-
-
-@web.middleware
-async def auth_middleware(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    hub = request.app[HUB]
-    token = bearer_token(request.headers.get("Authorization"))
-    request[ACTOR_KEY] = hub.authenticate(token)
-    return await handler(request)
+    return RpcAnswer(error.status, dumps(error.to_wire()), error.code)
 
 
 def _refuse_constant(name: str) -> Any:
@@ -280,45 +286,60 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-async def dispatch(request: web.Request) -> web.Response:
-    if request.method != "POST":
+async def _dispatch(app: web.Application, methods: Methods, request: RpcRequest) -> Any:
+    # Authenticated first: an unknown method or a malformed body tells a stranger nothing.
+    hub = app[HUB]
+    actor = hub.authenticate(bearer_token(request.authorization))
+    if request.verb != "POST":
         raise InvalidArgument("Hub RPC calls use POST")
-    name = request.match_info["method"]
-    spec = request[METHODS_KEY].get(name)
+    spec = methods.get(request.name)
     if spec is None:
-        raise NotFound(f"unknown RPC method '{name}'")
-    settings = request.app[HUB].settings
-    raw = await read_body(request, settings.max_request_bytes, settings.request_body_seconds)
-    params = parse_params(spec.params, parse_body(raw))
-    binding = request.headers.get(BINDING_HEADER) or None
-    via = request.headers.get(VIA_HEADER, "")
-    call = Call(
-        request.app[HUB],
-        request[ACTOR_KEY],
-        binding,
-        via if via in CLIENT_VIAS else "rpc",
-        connected=lambda: request.transport is not None and not request.transport.is_closing(),
-    )
-    result = await spec.handler(call, params)
-    return web.Response(body=dumps(result), content_type="application/json", charset="utf-8")
+        raise NotFound(f"unknown RPC method '{request.name}'")
+    params = parse_params(spec.params, parse_body(await request.read_body()))
+    via = request.via if request.via in CLIENT_VIAS else "rpc"
+    call = Call(hub, actor, request.binding, via, connected=request.connected)
+    return await spec.handler(call, params)
 
 
 RPC_PATH = "/rpc/v1/{method}"
-# Outermost first. Applied to the one RPC route only, not through a sub-application: routing a
-# request through a second router is a measurable share of a small read.
-RPC_MIDDLEWARES = (metrics_middleware, errors_middleware, auth_middleware)
+# The table ``add_hub`` serves, for a transport in the Hub's own process to serve from too.
+RPC_METHODS = web.AppKey("rpc_methods", Mapping[str, Method[Any]])
 
 
 def rpc_handler(methods: Methods) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """The RPC endpoint serving ``methods``, with its middleware chain (metrics → errors → auth →
-    dispatch)."""
-    chain: Callable[[web.Request], Awaitable[web.StreamResponse]] = dispatch
-    for middleware in reversed(RPC_MIDDLEWARES):
-        chain = functools.partial(middleware, handler=chain)
+    """The HTTP endpoint serving ``methods`` through ``serve_rpc``. Applied to the one RPC route
+    only, not through a sub-application: routing a request through a second router is a
+    measurable share of a small read."""
 
     async def endpoint(request: web.Request) -> web.StreamResponse:
-        request[METHODS_KEY] = methods
-        return await chain(request)
+        async def body() -> bytes:
+            settings = request.app[HUB].settings
+            return await read_body(
+                request, settings.max_request_bytes, settings.request_body_seconds
+            )
+
+        answer = await serve_rpc(
+            request.app,
+            methods,
+            RpcRequest(
+                name=request.match_info.get("method", ""),
+                authorization=request.headers.get("Authorization"),
+                read_body=body,
+                binding=request.headers.get(BINDING_HEADER) or None,
+                via=request.headers.get(VIA_HEADER, ""),
+                verb=request.method,
+                path=request.path,
+                connected=lambda: (
+                    request.transport is not None and not request.transport.is_closing()
+                ),
+            ),
+        )
+        return web.Response(
+            status=answer.status,
+            body=answer.body,
+            content_type="application/json",
+            charset="utf-8",
+        )
 
     return endpoint
 

@@ -25,6 +25,7 @@ from hub.rpc import (
     IDENTITY_METHODS,
     MEMORY_ADMIN_METHODS,
     MEMORY_METHODS,
+    RPC_METHODS,
     RPC_PATH,
     SYSTEM_METHODS,
     Methods,
@@ -119,6 +120,7 @@ def add_hub(
     app.cleanup_ctx.append(hub_lifetime)
     app.cleanup_ctx.append(lease_sweeper)
     app.on_shutdown.append(release_long_polls)
+    app[RPC_METHODS] = methods
     app.router.add_route("*", RPC_PATH, rpc_handler(methods))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

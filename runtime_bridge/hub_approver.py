@@ -12,7 +12,6 @@ import asyncio
 import logging
 
 from hub.client import HubClient
-from hub.contract import Approval
 from hub.errors import AmuxError, Unavailable
 from runtime_bridge.approvals import ApprovalAnswer, ApprovalRequest
 
@@ -33,16 +32,14 @@ class HubApprover:
 
     async def __call__(self, request: ApprovalRequest) -> ApprovalAnswer:
         try:
-            asked = await self._hub.call(
-                "executions.ask",
-                execution_id=self._execution_id,
-                worker_id=self._worker_id,
+            approval = await self._hub.ask(
+                self._execution_id,
+                self._worker_id,
                 tool=request.tool,
                 action=request.action,
                 subject=request.subject,
                 detail=request.detail,
             )
-            approval = Approval.from_wire(asked)
         except AmuxError as error:
             return ApprovalAnswer(False, f"amux could not ask for permission: {error.message}")
         loop = asyncio.get_running_loop()
@@ -53,14 +50,12 @@ class HubApprover:
             if loop.time() > give_up:
                 return ApprovalAnswer(False, "no answer reached amux in time; denied")
             try:
-                answer = await self._hub.call(
-                    "executions.decision",
-                    execution_id=self._execution_id,
-                    worker_id=self._worker_id,
-                    request_id=approval.request_id,
+                approval = await self._hub.decision(
+                    self._execution_id,
+                    self._worker_id,
+                    approval.request_id,
                     wait_seconds=POLL_SECONDS,
                 )
-                approval = Approval.from_wire(answer)
             except Unavailable as error:
                 # A short Hub outage: the lease covers it, and so does the request's timeout.
                 logger.info("waiting for a permission answer: %s", error.message)

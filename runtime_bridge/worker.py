@@ -107,8 +107,7 @@ class Worker:
         self._failures = 0
 
     async def register(self) -> str:
-        answer = await self.hub.call("workers.register", name=self.settings.name)
-        self.worker_id = str(answer["worker_id"])
+        self.worker_id = (await self.hub.register_worker(self.settings.name)).worker_id
         logger.info("worker %s registered as %s", self.settings.name, self.worker_id)
         return self.worker_id
 
@@ -185,19 +184,10 @@ class Worker:
         return None if claiming.cancelled() else claiming.result()
 
     async def claim(self) -> Claim | None:
-        answer = await self.hub.call(
-            "executions.claim", worker_id=self.worker_id, wait_seconds=CLAIM_WAIT_SECONDS
-        )
-        return Claim.from_wire(answer) if answer else None
+        return await self.hub.claim(self.worker_id, CLAIM_WAIT_SECONDS)
 
     async def _event(self, claimed: Claim, kind: str, text: str) -> None:
-        await self.hub.call(
-            "executions.event",
-            execution_id=claimed.execution_id,
-            worker_id=self.worker_id,
-            kind=kind,
-            text=text,
-        )
+        await self.hub.add_event(claimed.execution_id, self.worker_id, kind, text)
 
     async def execute(self, claimed: Claim) -> None:
         """Run one claimed turn to a posted result, whatever happens to the Agent."""
@@ -228,15 +218,7 @@ class Worker:
         if outcome is None:
             return  # The lease was lost: the Hub already gave the turn to someone else.
         try:
-            await self.hub.call(
-                "executions.complete",
-                execution_id=claimed.execution_id,
-                worker_id=self.worker_id,
-                succeeded=outcome.succeeded,
-                result=outcome.result.to_wire() if outcome.result is not None else None,
-                error=outcome.error,
-                native_id=outcome.native_id,
-            )
+            await self.hub.complete(claimed.execution_id, self.worker_id, outcome)
         except Conflict:
             logger.warning("execution %s finished after its lease was lost", claimed.execution_id)
 
@@ -245,11 +227,7 @@ class Worker:
         while True:
             await asyncio.sleep(interval)
             try:
-                beat = await self.hub.call(
-                    "executions.heartbeat",
-                    execution_id=claimed.execution_id,
-                    worker_id=self.worker_id,
-                )
+                beat = await self.hub.heartbeat(claimed.execution_id, self.worker_id)
             except (Conflict, NotFound):
                 # Gone elsewhere, or gone with a state the Hub no longer has: stop the Agent
                 # either way rather than leave it running beside this slot's next turn.
@@ -257,7 +235,7 @@ class Worker:
                 return None
             except Unavailable:
                 continue  # Keep working; the lease covers short Hub outages.
-            if beat.get("cancel_requested"):
+            if beat.cancel_requested:
                 runner.cancel()
                 return Outcome(succeeded=False, result=None, error="cancelled")
 
@@ -351,7 +329,7 @@ class Worker:
             shutil.rmtree(run_dir, ignore_errors=True)
             if credential_id is not None:
                 with contextlib.suppress(AmuxError):
-                    await self.hub.call("credentials.revoke", id=credential_id)
+                    await self.hub.revoke_credential(credential_id)
 
     async def _bounds_reached(
         self, claimed: Claim, reached: tuple[str, ...], failure: str | None, warnings: list[str]
@@ -457,9 +435,8 @@ class Worker:
         """
         session = claimed.session
         try:
-            answer = await self.hub.call(
-                "sessions.memory",
-                session_id=session.id,
+            answer = await self.hub.session_memory(
+                session.id,
                 capable=provider in MEMORY_PROVIDERS,
                 execution_id=claimed.execution_id,
             )
@@ -474,15 +451,15 @@ class Worker:
             warnings.append(warning)
             await self._event(claimed, "warning", warning)
             with contextlib.suppress(AmuxError):
-                await self.hub.call("sessions.unbind", session_id=session.id)
+                await self.hub.unbind_session(session.id)
             return None, None
-        if answer.get("warning"):
-            warnings.append(str(answer["warning"]))
-            await self._event(claimed, "warning", str(answer["warning"]))
-        if answer.get("memory") != "bound" or not answer.get("token"):
+        if answer.warning:
+            warnings.append(answer.warning)
+            await self._event(claimed, "warning", answer.warning)
+        if not answer.bound or answer.token is None:
             return None, None
-        attachment = self._attach(run_dir, str(answer["binding"]), str(answer["token"]), run_as)
-        return attachment, answer.get("credential_id")
+        attachment = self._attach(run_dir, str(answer.binding), answer.token, run_as)
+        return attachment, answer.credential_id
 
     def _attach(
         self,
