@@ -67,6 +67,7 @@ from hub.contract import (
     MEMORY,
     RUNNING,
     SUCCEEDED,
+    WARNING,
     Approval,
     Execution,
     MemoryUse,
@@ -330,7 +331,7 @@ class Conversations:
                     requests[approval.request_id] = changed[approval.request_id] = approval
                 elif event.kind in (MEMORY, APPROVAL):
                     continue
-                elif event.kind == "warning":
+                elif event.kind == WARNING:
                     warnings.append(event.text)
                     lines.append("⚠ " + event.text)
                 else:

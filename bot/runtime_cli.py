@@ -24,7 +24,9 @@ from hub.contract import (
     APPROVAL,
     DENY,
     MEMORY,
+    STATUS,
     SUCCEEDED,
+    WARNING,
     Approval,
     Execution,
     MemoryUse,
@@ -280,7 +282,7 @@ async def follow(
                 if use is not None:
                     typer.echo(memory_line(use), err=True)
                     continue
-                prefix = {"warning": "warning: ", "status": "status: "}.get(event.kind, "")
+                prefix = {WARNING: "warning: ", STATUS: "status: "}.get(event.kind, "")
                 typer.echo(f"{prefix}{event.text}", err=True)
             if answer.execution.finished:
                 return answer

@@ -189,6 +189,7 @@ class Execution:
 # The kinds of ExecutionEvent: a worker reports the first three; the Hub adds ``memory`` when the
 # turn's delegated credential reads or changes memory.
 PROGRESS, WARNING, STATUS, MEMORY = "progress", "warning", "status", "memory"
+WORKER_EVENT_KINDS = frozenset({PROGRESS, WARNING, STATUS})
 MEMORY_OPS = ("read", "searched", "saved", "forgot")
 
 

@@ -36,7 +36,9 @@ from hub.contract import (
     FAILED,
     QUEUED,
     RUNNING,
+    STATUS,
     SUCCEEDED,
+    WORKER_EVENT_KINDS,
     Claim,
     Execution,
     ExecutionEvent,
@@ -51,7 +53,6 @@ from hub.paths import binding_for
 from hub.requestid import REQUEST_ID
 from hub.state import State
 
-EVENT_KINDS = frozenset({"progress", "warning", "status"})
 MAX_ATTEMPTS = 2
 MAX_PROMPT_BYTES = 256 * 1024
 MAX_EVENT_BYTES = 16 * 1024
@@ -241,7 +242,7 @@ class Executions:
                 "attempts = MAX(attempts - 1, 0), updated_at = ? WHERE id = ? AND state = ?",
                 (QUEUED, now, row["id"], RUNNING),
             )
-            self._append_event(row["id"], "status", HANDED_BACK)
+            self._append_event(row["id"], STATUS, HANDED_BACK)
         if rows:
             await self._notify()
         return [str(row["id"]) for row in rows]
@@ -408,7 +409,7 @@ class Executions:
                 ),
             )
             if self.connected_workers() == 0:
-                self._insert_event(db, execution_id, "status", NO_WORKER)
+                self._insert_event(db, execution_id, STATUS, NO_WORKER)
             return session
 
         session = await self._state.write(queue)
@@ -672,8 +673,9 @@ class Executions:
         return {"cancel_requested": bool(row["cancel_requested"])}
 
     async def add_event(self, execution_id: str, worker_id: str, kind: str, text: str) -> int:
-        if kind not in EVENT_KINDS:
-            raise InvalidArgument(f"event kind must be one of {', '.join(sorted(EVENT_KINDS))}")
+        if kind not in WORKER_EVENT_KINDS:
+            kinds = ", ".join(sorted(WORKER_EVENT_KINDS))
+            raise InvalidArgument(f"event kind must be one of {kinds}")
 
         def append(db: sqlite3.Connection) -> int:
             self._owned(execution_id, worker_id)
@@ -779,10 +781,10 @@ class Executions:
                     (QUEUED, now, row["id"]),
                 )
                 self._append_event(
-                    row["id"], "status", "the worker running this turn was lost; retrying"
+                    row["id"], STATUS, "the worker running this turn was lost; retrying"
                 )
                 if self.connected_workers(besides=row["worker_id"]) == 0:
-                    self._append_event(row["id"], "status", NO_WORKER)
+                    self._append_event(row["id"], STATUS, NO_WORKER)
             else:
                 self._finish(
                     row["id"],
@@ -790,7 +792,7 @@ class Executions:
                     None,
                     "the worker running this turn stopped responding, and so did the retry",
                 )
-                self._append_event(row["id"], "status", "failed: the worker was lost")
+                self._append_event(row["id"], STATUS, "failed: the worker was lost")
         stale = self._fail_unclaimed(now)
         if rows or stale:
             await self._notify()
@@ -810,7 +812,7 @@ class Executions:
                 None,
                 f"no Runtime worker took this turn within {minutes} min; start a worker and retry",
             )
-            self._append_event(row["id"], "status", "failed: no Runtime worker took this turn")
+            self._append_event(row["id"], STATUS, "failed: no Runtime worker took this turn")
         return len(rows)
 
 

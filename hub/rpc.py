@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from hub import __version__
 from hub.bodies import read_body
+from hub.client import BINDING_HEADER, VIA_HEADER
 from hub.errors import (
     AmuxError,
     BindingMismatch,
@@ -61,9 +62,8 @@ from hub.storage import from_sqlite_error, refused
 logger = logging.getLogger("amux.hub.rpc")
 
 HUB = web.AppKey("hub", Hub)
-BINDING_HEADER = "X-Amux-Memory-Binding"
-# How a call came, as the amux CLI and ``amux mcp`` say; anything else is logged as ``rpc``.
-VIA_HEADER = "X-Amux-Via"
+# How a call came (the client's VIA_HEADER), as the amux CLI and ``amux mcp`` say; anything
+# else is logged as ``rpc``.
 CLIENT_VIAS = frozenset({"cli", "mcp"})
 PROTOCOL_VERSION = 1
 

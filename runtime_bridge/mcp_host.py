@@ -25,7 +25,6 @@ import signal
 import socket
 import struct
 import sys
-from pathlib import Path
 
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
@@ -36,7 +35,6 @@ from runtime_bridge.launch_env import NO_OWNER_TOKEN
 from runtime_bridge.mcp_paging import CONTINUE_TOOL
 from runtime_bridge.mcp_shim import FORWARDED
 
-SHIM = Path(__file__).with_name("mcp_shim.py")
 HEADER_LIMIT = 64 * 1024
 READY = "ready"
 

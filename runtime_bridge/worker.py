@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hub.client import HubClient
-from hub.contract import Claim, Outcome, Session, TurnResult
+from hub.contract import PROGRESS, WARNING, Claim, Outcome, Session, TurnResult
 from hub.errors import AmuxError, Conflict, NotFound, Unavailable
 from hub.requestid import REQUEST_ID
 from runtime_bridge.agent_users import configured_user
@@ -272,7 +272,7 @@ class Worker:
             for warning in plan.warnings:
                 if warning not in warnings:
                     warnings.append(warning)
-                    await self._event(claimed, "warning", warning)
+                    await self._event(claimed, WARNING, warning)
             text: str | None = None
             native_id: str | None = None
             usage: dict[str, Any] = {}
@@ -294,7 +294,7 @@ class Worker:
                 approver = HubApprover(self.hub, claimed.execution_id, self.worker_id)
                 async for event in run(plan, approver):
                     if isinstance(event, Progress):
-                        await self._event(claimed, "progress", plan.mask(event.text))
+                        await self._event(claimed, PROGRESS, plan.mask(event.text))
                     elif isinstance(event, Result):
                         text = plan.mask(event.text)
                         native_id = event.native_session_id
@@ -347,7 +347,7 @@ class Worker:
             if failure is not None:
                 return f"{said} ({failure})"
             warnings.append(said)
-            await self._event(claimed, "warning", said)
+            await self._event(claimed, WARNING, said)
         return failure
 
     async def _check_workspace(self, claimed: Claim, cwd: Path, warnings: list[str]) -> None:
@@ -365,7 +365,7 @@ class Worker:
             "remove files it no longer needs"
         )
         warnings.append(said)
-        await self._event(claimed, "warning", said)
+        await self._event(claimed, WARNING, said)
 
     def _prepare(
         self,
@@ -444,18 +444,18 @@ class Worker:
             if session.memory == "bound" and session.binding:
                 warning = bound_memory_warning(error.message)
                 warnings.append(warning)
-                await self._event(claimed, "warning", warning)
+                await self._event(claimed, WARNING, warning)
                 unavailable = f"the Hub could not be asked for this conversation ({error.message})"
                 return self._attach(run_dir, session.binding, "", run_as, unavailable), None
             warning = memory_warning(error.message)
             warnings.append(warning)
-            await self._event(claimed, "warning", warning)
+            await self._event(claimed, WARNING, warning)
             with contextlib.suppress(AmuxError):
                 await self.hub.unbind_session(session.id)
             return None, None
         if answer.warning:
             warnings.append(answer.warning)
-            await self._event(claimed, "warning", answer.warning)
+            await self._event(claimed, WARNING, answer.warning)
         if not answer.bound or answer.token is None:
             return None, None
         attachment = self._attach(run_dir, str(answer.binding), answer.token, run_as)
