@@ -56,7 +56,7 @@ from bot.topic_context import SeenTopics, TopicContext, TopicReader, with_contex
 from cards.approvals import approval_card, outcome, request_line
 from cards.catalogue import text as catalogue_text
 from cards.controls import finished_card
-from cards.models import ApprovalView, Lang, MemoryNote, Progress, TurnApprovals, TurnMemory
+from cards.models import ApprovalView, Lang, MemoryNote, ProgressView, TurnApprovals, TurnMemory
 from cards.notices import error_card, own_topic_card, warning_card
 from cards.progress import progress_card, result_cards
 from cards.streaming import stream_text
@@ -77,6 +77,7 @@ from hub.contract import (
 from hub.errors import AmuxError, Conflict, Forbidden, NotFound
 from hub.services import Hub
 from hub.state import Principal
+from runtime_bridge.launch import Workplace
 
 logger = logging.getLogger("amux.bot")
 
@@ -208,7 +209,7 @@ class Conversations:
         if context.unavailable is not None:
             note = catalogue_text(self._lang, "context.unavailable", reason=context.unavailable)
         title = prompt.splitlines()[0][:TITLE_CHARS]
-        view = Progress(title=title, status="queued", run_id=submitted.id)
+        view = ProgressView(title=title, status="queued", run_id=submitted.id)
         card_id = ""
         try:
             opened = await open_streaming(self._client, event.message_id, view, self._lang)
@@ -254,9 +255,7 @@ class Conversations:
             ]
         else:
             # A new conversation's files go where its turns will work.
-            target = session or Session(
-                "", principal_id, "", None, None, None, "pending", None, workspace
-            )
+            target = session or Workplace(principal_id, workspace)
             saved, refused = await self._files.bring_in(event, target)
         if refused:
             items = "; ".join(f"{r.name}: {r.reason}" for r in refused)
@@ -354,7 +353,7 @@ class Conversations:
             if restarting:
                 # The next process re-attaches (see ``resume``); say so on the card meanwhile.
                 lines.append(catalogue_text(self._lang, "progress.restarting"))
-            view = Progress(
+            view = ProgressView(
                 followed.title,
                 "running" if state == RUNNING else "queued",
                 tuple(lines),
@@ -484,7 +483,7 @@ class Conversations:
             owed.append(Owed("card", first if followed.topic else parts[0], sequence))
             owed.extend(Owed("reply", extra) for extra in parts[1:])
         else:
-            view = Progress(
+            view = ProgressView(
                 title,
                 "cancelled" if state == CANCELLED else "failed",
                 (),
@@ -500,7 +499,7 @@ class Conversations:
             chosen, skipped = await self._files.left_to_send(
                 self._files.workspace(session), followed.started_at - 2.0
             )
-            owed.extend(Owed("file", {"path": str(path)}) for path in chosen)
+            owed.extend(Owed.file(str(path)) for path in chosen)
             warnings = warnings + [f"not posted: {r.name} ({r.reason})" for r in skipped]
         owed.extend(Owed("reply", warning_card(warning, self._lang)) for warning in warnings)
         self._outbox.owe(followed, owed)

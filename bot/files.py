@@ -54,7 +54,7 @@ from bot.feishu.errors import FeishuApiError, ResourceTooLarge
 from bot.feishu.events import MessageEvent
 from hub.contract import Session
 from hub.errors import AmuxError
-from runtime_bridge.launch import LaunchSite
+from runtime_bridge.launch import LaunchSite, Workplace
 from runtime_bridge.providers.confined import Owner, open_dir, open_root
 
 logger = logging.getLogger("amux.bot")
@@ -266,11 +266,11 @@ class TurnFiles:
         self._client = client
         self._site = site
 
-    def workspace(self, session: Session) -> Path:
+    def workspace(self, session: Session | Workplace) -> Path:
         return self._site.workspace(session)
 
     async def bring_in(
-        self, event: MessageEvent, session: Session
+        self, event: MessageEvent, session: Session | Workplace
     ) -> tuple[list[Saved], list[Refused]]:
         """Save ``event``'s files in ``session``'s workspace (a group topic's own, else its
         Principal's), owned by the uid its Agents run as on a root worker, else the service's."""

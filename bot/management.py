@@ -61,12 +61,17 @@ from hub.memory import (
     SearchRequest,
     UndoRequest,
 )
-from hub.paths import binding_for
+from hub.paths import memory_scope
 from hub.services import Hub
 from hub.state import Principal
 
 logger = logging.getLogger("amux.bot")
 
+# The bot's own saved choices (a chat's provider, the restart card to update afterwards) live in
+# the Hub's settings table under the ``bot.`` namespace: the bot runs in the Hub's process and
+# reads its state directly, and its only file of its own, the outbox, is a delivery queue. The
+# settings RPC lists and accepts only ``hub.sysconfig``'s keys, never these. This module owns
+# them; renaming a stored key needs a migration.
 RESTART_CARD_KEY = "bot.restart_card"
 CHAT_PROVIDER_KEY = "bot.chat_provider."
 # A private chat with the bot belongs to one person: an alias of theirs, looked up by key.
@@ -142,9 +147,6 @@ class Management:
         )
         return holder is not None and holder.id == principal.id
 
-    def scope_of(self, principal: Principal) -> str:
-        return binding_for(principal.id, self._hub.config.isolation)
-
     def view(
         self,
         principal: Principal,
@@ -166,7 +168,7 @@ class Management:
             permissions=str(described["agents.permissions"]["saved"]),
             approval_timeout=int(described["agents.approval_timeout"]["saved"]),
             identity=Identity(principal.name, principal.id, "user", principal.is_owner),
-            memory_scope=self.scope_of(principal),
+            memory_scope=memory_scope(principal.id, self._hub.config.isolation),
             memory=Setting(bool(memory["saved"]), bool(memory["running"]), draft_memory),
             isolation=Setting(
                 isolation["saved"] == "on", isolation["running"] == "on", draft_isolation
@@ -303,7 +305,7 @@ class Management:
             logger.info("memory erased from Feishu by %s", principal.name)
             return erased_card(_erase_view(target, receipt), self.lang)
         try:
-            scope = memory.scope(actor)
+            scope = memory.checked_scope(actor)
         except MemoryDisabled:
             return memory_disabled_card(self.lang)
         if action == actions.MEMORY_LIST:

@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -78,7 +78,8 @@ _ADDED_COLUMNS = (
 Card = dict[str, Any]
 # "card": show the card on the streaming card entity, else on ``target`` (the progress card),
 # else post it as a reply to ``reply_to``; "reply": post it as a reply in the topic; "file":
-# upload the file at ``card["path"]`` and post it in the topic.
+# upload the file at ``path`` and post it in the topic. On disk a file's path is kept as
+# ``{"path": …}`` in the ``card`` column, as every version of this file has kept it.
 Kind = Literal["card", "reply", "file"]
 FinishCard = Callable[[str, Card], Awaitable[None]]
 Reply = Callable[[str, Card, str], Awaitable[object]]
@@ -105,9 +106,20 @@ class Followed:
 @dataclass(frozen=True)
 class Owed:
     kind: Kind
-    card: Card
+    # What a "card" or "reply" shows; empty for a "file".
+    card: Card = field(default_factory=dict)
     # For the "card" of a streaming card: the sequence its end is sent under.
     sequence: int = 0
+    # For a "file": the file in the turn's workspace to upload and post.
+    path: str = ""
+
+    @classmethod
+    def file(cls, path: str) -> Owed:
+        return cls("file", path=path)
+
+    def stored(self) -> Card:
+        """What the ``card`` column holds for this entry."""
+        return {"path": self.path} if self.kind == "file" else self.card
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,11 @@ class _Item:
     created_at: float
     card_id: str
     sequence: int
+
+    @property
+    def path(self) -> str:
+        """A "file" entry's path (see ``Owed.stored``)."""
+        return str(self.card.get("path"))
 
 
 class _StillFailing(Exception):
@@ -207,7 +224,7 @@ class Outbox:
                             item.kind,
                             followed.progress_message_id,
                             followed.reply_to,
-                            json.dumps(item.card, ensure_ascii=False),
+                            json.dumps(item.stored(), ensure_ascii=False),
                             str(uuid.uuid4()),
                             now,
                             followed.card_id,
@@ -291,7 +308,7 @@ class Outbox:
                 if item.kind == "file":
                     if self._post_file is None:
                         raise FeishuApiError("this bot posts no files", operation="file")
-                    await self._post_file(item.reply_to, str(item.card.get("path")), item.uuid)
+                    await self._post_file(item.reply_to, item.path, item.uuid)
                 elif item.kind == "card" and item.card_id:
                     await self._finish_entity(item.card_id, item.card, item.sequence, item.uuid)
                 elif item.kind == "card" and item.target:

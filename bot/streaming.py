@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bot.feishu.client import FeishuClient
-from cards.models import Lang, Progress
+from cards.models import Lang, ProgressView
 from cards.streaming import STREAM_ELEMENT, streaming_card
 from hub.errors import AmuxError
 
@@ -44,7 +44,7 @@ class Opened:
 
 
 async def open_streaming(
-    client: FeishuClient, reply_to: str, view: Progress, lang: Lang
+    client: FeishuClient, reply_to: str, view: ProgressView, lang: Lang
 ) -> Opened | None:
     """The turn's streaming card in the topic, or None when CardKit cannot be used."""
     try:

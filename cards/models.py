@@ -163,7 +163,7 @@ class ForgetOutcome:
 
 
 @dataclass(frozen=True)
-class Progress:
+class ProgressView:
     """A running Agent execution as shown on its progress card."""
 
     title: str

@@ -20,7 +20,7 @@ from cards.elements import (
     plain,
     row,
 )
-from cards.models import Lang, MemoryNote, Progress, TurnApprovals, TurnMemory
+from cards.models import Lang, MemoryNote, ProgressView, TurnApprovals, TurnMemory
 
 # One result card holds one markdown element of at most this many JSON-encoded bytes, leaving
 # room under CARD_MAX_BYTES for the header and code-fence repairs.
@@ -37,7 +37,7 @@ _STATUS_TEMPLATE: dict[str, Template] = {
 }
 
 
-def progress_card(view: Progress, lang: Lang) -> Card:
+def progress_card(view: ProgressView, lang: Lang) -> Card:
     """The card updated in place while an Agent works (the caller throttles updates), with the
     turn's permission requests: pending ones with their buttons while it runs."""
     elements: list[Element] = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from cards.catalogue import text
 from cards.elements import Card, Element, card, defuse_mentions
-from cards.models import Lang, Progress
+from cards.models import Lang, ProgressView
 from cards.progress import cancel_row
 
 STREAM_ELEMENT = "stream"
@@ -26,7 +26,7 @@ def stream_text(lines: tuple[str, ...] | list[str]) -> str:
     return defuse_mentions(joined) or "…"
 
 
-def streaming_card(view: Progress, lang: Lang) -> Card:
+def streaming_card(view: ProgressView, lang: Lang) -> Card:
     """The card entity a turn starts with; ``streaming_mode`` makes Feishu type updates out."""
     elements: list[Element] = [
         {"tag": "markdown", "element_id": STREAM_ELEMENT, "content": stream_text(view.lines)}

@@ -6,7 +6,7 @@ fields by name and mypy sees the whole flow.
     claim   →  Claim (Execution id, prompt, Session, lease)       a worker
     event   →  ExecutionEvent (progress, warning, status)          a worker, then watchers
             ExecutionEvent (memory: MemoryUse)                      the Hub, on a turn's memory call
-    complete ← Outcome (succeeded, TurnResult, error, native id)   a worker
+    complete ← TurnOutcome (succeeded, TurnResult, error, native id)   a worker
     watch   →  WatchResult (Execution + its new events)            the bot, ``amux agent run``
 
 The wire shapes are the Hub RPC's public JSON; ``from_wire`` rejects an answer that lacks a
@@ -340,13 +340,17 @@ class Claim:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class TurnOutcome:
     """How a worker's launch of a turn ended, as it reports it with ``executions.complete``."""
 
     succeeded: bool
     result: TurnResult | None
     error: str | None = None
     native_id: str | None = None
+
+
+# The former name, while ``hub.client`` still imports it; new code names ``TurnOutcome``.
+Outcome = TurnOutcome
 
 
 APPROVAL = "approval"

@@ -42,14 +42,14 @@ from hub.contract import (
     Claim,
     Execution,
     ExecutionEvent,
-    Outcome,
     Session,
+    TurnOutcome,
     TurnResult,
     WatchResult,
     provider_name_problem,
 )
 from hub.errors import Conflict, Forbidden, InvalidArgument, NotFound, QuotaExceeded
-from hub.paths import binding_for
+from hub.paths import memory_scope
 from hub.requestid import REQUEST_ID
 from hub.state import State
 
@@ -310,7 +310,7 @@ class Executions:
             return session, None
         warning = None
         if enabled and capable:
-            binding = binding_for(session.principal_id, isolation)
+            binding = memory_scope(session.principal_id, isolation)
             memory: str = "bound"
         else:
             binding = None
@@ -712,7 +712,7 @@ class Executions:
         )
         return seq
 
-    async def complete(self, execution_id: str, worker_id: str, outcome: Outcome) -> Execution:
+    async def complete(self, execution_id: str, worker_id: str, outcome: TurnOutcome) -> Execution:
 
         def finish(db: sqlite3.Connection) -> None:
             row = self._owned(execution_id, worker_id)

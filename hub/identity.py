@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hub.errors import BindingMismatch, Forbidden, NotFound, Unauthenticated
-from hub.paths import binding_for
 from hub.state import Credential, Principal, State
 
 BEARER = "bearer "
@@ -124,10 +123,6 @@ class Authenticator:
             self._cache.clear()
         self._cache[token] = (actor, now, generation)
         return actor
-
-
-def memory_scope(actor: Actor, isolation: bool) -> str:
-    return binding_for(actor.principal.id, isolation)
 
 
 def check_binding(actor: Actor, presented: str | None, scope: str) -> None:

@@ -21,7 +21,8 @@ from hub.contract import MEMORY, MemoryUse
 from hub.errors import Forbidden, MemoryDisabled, NotFound
 from hub.executions import Executions
 from hub.history import Author, Forgotten, LogEntry, LogPage, MemoryHistory, Receipt, Via, Written
-from hub.identity import Actor, check_binding, memory_scope, require_owner
+from hub.identity import Actor, check_binding, require_owner
+from hub.paths import memory_scope
 from hub.state import State
 from hub.store import ABSENT, MemoryStore
 from hub.sysconfig import SystemConfig
@@ -219,7 +220,7 @@ class Memory:
 
     # -- the rules -------------------------------------------------------------------------------
 
-    def scope(self, actor: Actor, binding: str | None = None) -> str:
+    def checked_scope(self, actor: Actor, binding: str | None = None) -> str:
         """The scope a memory call runs in, after the enabled and binding checks.
 
         Raises:
@@ -233,7 +234,7 @@ class Memory:
         return self._bound_scope(actor, binding)
 
     def _bound_scope(self, actor: Actor, binding: str | None) -> str:
-        scope = memory_scope(actor, self._config.isolation)
+        scope = memory_scope(actor.principal.id, self._config.isolation)
         check_binding(actor, binding, scope)
         return scope
 
@@ -282,7 +283,7 @@ class Memory:
     # -- reads -----------------------------------------------------------------------------------
 
     async def search(self, actor: Actor, binding: str | None, request: SearchRequest) -> Found:
-        scope = self.scope(actor, binding)
+        scope = self.checked_scope(actor, binding)
         r = request
         found = await self._store.search(scope, r.query, r.path_prefix, r.limit)
         await self._note(actor, "searched", r.path_prefix if isinstance(r.path_prefix, str) else "")
@@ -297,7 +298,7 @@ class Memory:
         )
 
     async def get(self, actor: Actor, binding: str | None, request: GetRequest) -> Document:
-        scope = self.scope(actor, binding)
+        scope = self.checked_scope(actor, binding)
         r = request
         got = await self._store.get(scope, r.path, r.start_line, r.end_line, r.offset)
         document = _document(got)
@@ -310,7 +311,7 @@ class Memory:
         self, actor: Actor, binding: str | None, path_prefix: object, limit: int
     ) -> Listing:
         """Paths, sizes and revisions of the scope's documents in path order, at most ``limit``."""
-        scope = self.scope(actor, binding)
+        scope = self.checked_scope(actor, binding)
         listed = await self._store.list_documents(scope, path_prefix, limit)
         documents = tuple(
             Listed(d["path"], d["size_bytes"], d["revision"]) for d in listed["documents"]
@@ -319,7 +320,7 @@ class Memory:
 
     def history(self, actor: Actor, binding: str | None, request: HistoryRequest) -> LogPage:
         """The scope's change log, newest first (in the global scope only the actor's own)."""
-        scope = self.scope(actor, binding)
+        scope = self.checked_scope(actor, binding)
         r = request
         return self._history.entries(scope, actor.principal.id, r.path, r.limit, r.before)
 
@@ -328,7 +329,7 @@ class Memory:
     async def upsert(
         self, actor: Actor, binding: str | None, request: UpsertRequest, via: Via
     ) -> Written:
-        scope = self.scope(actor, binding)
+        scope = self.checked_scope(actor, binding)
         r = request
         written = await self._history.upsert(
             scope, r.path, r.content, r.expected_revision, self._author(actor, via)
@@ -342,7 +343,7 @@ class Memory:
     async def forget(
         self, actor: Actor, binding: str | None, request: ForgetRequest, via: Via
     ) -> Forgotten:
-        scope = self.scope(actor, binding)
+        scope = self.checked_scope(actor, binding)
         r = request
         forgotten = await self._history.forget(
             scope, r.path, r.expected_revision, self._author(actor, via)
@@ -354,7 +355,7 @@ class Memory:
     async def restore(
         self, actor: Actor, binding: str | None, request: RestoreRequest, via: Via
     ) -> Written:
-        scope = self.scope(actor, binding)
+        scope = self.checked_scope(actor, binding)
         r = request
         restored = await self._history.restore(
             scope, r.path, r.revision, r.expected_revision, self._author(actor, via)

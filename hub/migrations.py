@@ -8,6 +8,20 @@ is refused: running against a schema this code does not know could corrupt it si
 
 To change the schema, append a migration with the next number; never edit one that shipped,
 since databases already past it will not run it again.
+
+Each table and the module that owns its rows (the one that writes them; others only read):
+
+- ``principals``, ``aliases``, ``credentials``: ``hub.state`` (``hub.aliases`` decides the kinds)
+- ``credential_launches``: ``hub.state``, which launch each delegated credential was issued for
+- ``settings``: ``hub.state`` stores the rows; their keys belong to ``hub.sysconfig`` (the
+  Hub-wide settings), ``hub.aliases`` (``feishu.app``) and ``bot.management`` (``bot.*``)
+- ``sessions``, ``executions``, ``workers``: ``hub.executions``
+- ``execution_events``: ``hub.executions``; ``hub.history`` rewrites erased paths in them
+- ``memory_log``: ``hub.history``
+- ``approvals``, ``session_rules``: ``hub.approvals``
+
+Readers outside the owners: ``hub.server`` (readiness and metrics counts), ``hub.rpc_executions``
+(whom a turn runs as) and ``hub.history`` (the Sessions and turns of a scope).
 """
 
 from __future__ import annotations

@@ -111,9 +111,13 @@ def principal_scope(principal_id: str) -> str:
     return PRINCIPAL_SCOPE_PREFIX + principal_id
 
 
-def binding_for(principal_id: str, isolation: bool) -> str:
+def memory_scope(principal_id: str, isolation: bool) -> str:
     """The memory scope a Principal's calls and launches use: its own under isolation, else the
-    one global scope. Nothing falls back to global while isolation is on."""
+    one global scope. Nothing falls back to global while isolation is on.
+
+    The one home of this rule: a session's frozen binding, a delegated credential's binding, a
+    memory call's scope and what ``system.whoami`` and the management card show all come from it.
+    """
     return principal_scope(principal_id) if isolation else GLOBAL_SCOPE
 
 

@@ -41,7 +41,6 @@ from hub.identity import (
     Actor,
     acting_for,
     bearer_token,
-    memory_scope,
     require_service,
 )
 from hub.limits import DEFAULT_LIMITS
@@ -54,7 +53,7 @@ from hub.memory import (
     UpsertRequest,
 )
 from hub.metrics import METRICS, UNKNOWN_METHOD
-from hub.paths import binding_for
+from hub.paths import memory_scope
 from hub.services import Hub
 from hub.state import no_such_credential
 from hub.storage import from_sqlite_error, refused
@@ -507,7 +506,7 @@ async def system_whoami(call: Call, params: NoParams) -> dict[str, Any]:
     return {
         "principal": actor.principal.to_wire(),
         "credential": {"id": actor.credential.id, "kind": actor.credential.kind},
-        "memory_scope": memory_scope(actor, hub.config.isolation),
+        "memory_scope": memory_scope(actor.principal.id, hub.config.isolation),
         "aliases": [{"kind": k, "value": v} for k, v in hub.state.aliases(actor.principal.id)],
     }
 
@@ -562,7 +561,7 @@ async def memory_binding_resolve(call: Call, params: ResolveParams) -> dict[str,
     hub = call.hub
     if not hub.config.memory_enabled:
         raise MemoryDisabled("Agent memory is disabled on this Hub; new conversations get none")
-    binding = binding_for(principal.id, hub.config.isolation)
+    binding = memory_scope(principal.id, hub.config.isolation)
     return {"binding": binding, "principal_id": principal.id}
 
 
@@ -587,7 +586,7 @@ async def credentials_delegate(call: Call, params: DelegateParams) -> dict[str, 
     binding = params.binding
     if not hub.config.memory_enabled:
         raise MemoryDisabled("Agent memory is disabled on this Hub; no new bindings are issued")
-    expected = binding_for(principal.id, hub.config.isolation)
+    expected = memory_scope(principal.id, hub.config.isolation)
     if binding != expected:
         raise BindingMismatch(
             "the binding does not match this principal under the Hub's policy", binding=binding

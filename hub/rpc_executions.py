@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field
 
 from hub.approvals import MAX_DETAIL_CHARS, MAX_REASON_CHARS, MAX_SUBJECT_CHARS
-from hub.contract import BOT_ORIGIN_PREFIX, Outcome, Session, TurnResult, is_bot_origin
+from hub.contract import BOT_ORIGIN_PREFIX, Session, TurnOutcome, TurnResult, is_bot_origin
 from hub.errors import Forbidden, NotFound
 from hub.executions import delegation_label, no_such_execution, no_such_session
 from hub.identity import acting_for, require_service
@@ -198,7 +198,7 @@ class CompleteParams(LeaseParams):
 
 async def executions_complete(call: Call, params: CompleteParams) -> dict[str, Any]:
     require_service(call.actor)
-    outcome = Outcome(
+    outcome = TurnOutcome(
         succeeded=params.succeeded,
         result=TurnResult.from_wire(params.result) if params.result is not None else None,
         error=params.error,

@@ -1,8 +1,15 @@
-"""The Hub's durable state in SQLite: principals, aliases, credentials and saved settings.
+"""The Hub's state database, and the identity and settings rows in it.
+
+This module opens ``state.sqlite3`` (bringing its schema up to date, see ``hub.migrations``,
+which defines every table and names each one's owner) and owns the rows of ``principals``,
+``aliases``, ``credentials``, ``credential_launches`` and ``settings``. The same connection
+serves the other owners: ``hub.executions`` (sessions, executions, their events, workers),
+``hub.approvals`` (approvals, session rules) and ``hub.history`` (the memory change log). The
+settings table is a key-value store: what each key means belongs to its user (``hub.sysconfig``,
+``hub.aliases``, ``bot.management``).
 
 Queries are short and indexed, so they run on the event loop; WAL mode lets the local admin
-commands (``amux principal …``, ``amux token …``) work while the Hub is serving. Opening the
-database brings its schema up to date (see ``hub.migrations``, which owns every table in it).
+commands (``amux principal …``, ``amux token …``) work while the Hub is serving.
 """
 
 from __future__ import annotations

@@ -144,6 +144,17 @@ def operator_server_paths(servers: Mapping[str, Any]) -> tuple[tuple[str, ...], 
 
 
 @dataclass(frozen=True)
+class Workplace:
+    """Where a conversation works, before it has a Session: the fields of one that decide its
+    workspace and whom its Agents run as (see ``LaunchSite.workspace`` and ``identity_of``)."""
+
+    principal_id: str
+    # A shared conversation's own workspace, by key; None: its Principal's.
+    workspace: str | None = None
+    cwd: str | None = None
+
+
+@dataclass(frozen=True)
 class LaunchSite:
     """The directories of one worker's launches, and what its sandbox hides."""
 
@@ -165,7 +176,7 @@ class LaunchSite:
     def workspaces(self) -> Path:
         return self.work_dir / "workspaces"
 
-    def workspace(self, session: Session) -> Path:
+    def workspace(self, session: Session | Workplace) -> Path:
         """The Session's chosen directory, the operator's shared one, a shared conversation's
         own, or the Principal's own.
 
@@ -182,7 +193,7 @@ class LaunchSite:
             return self.workspaces / session.workspace
         return self.workspaces / principal_key(session.principal_id)
 
-    def identity_of(self, session: Session, allocate: bool = True) -> Identity | None:
+    def identity_of(self, session: Session | Workplace, allocate: bool = True) -> Identity | None:
         """Who ``session``'s Agents run as: its workspace decides, so that every turn there
         can change what the others left (a shared conversation's uid is its workspace's own).
 

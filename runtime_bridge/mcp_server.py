@@ -57,7 +57,8 @@ SERVER_NAME = "amux-memory"
 STARTUP_TIMEOUT = 5.0
 # A data call against an unreachable or stalled Hub must end well before an Agent gives up on it.
 CALL_TIMEOUT = 10.0
-MEMORY_METHODS = ("memory.search", "memory.get", "memory.upsert", "memory.forget")
+# The Hub methods the memory tools call; a Hub that does not offer them all gets no tools.
+TOOL_METHODS = ("memory.search", "memory.get", "memory.upsert", "memory.forget")
 
 Clock = Callable[[], float]
 
@@ -85,7 +86,7 @@ class Verdict:
 def judge_capabilities(capabilities: dict[str, Any]) -> Verdict:
     """Decide from ``system.capabilities`` whether this Hub serves memory data calls. Pure."""
     memory = capabilities.get("memory")
-    if not isinstance(memory, dict) or not set(MEMORY_METHODS) <= set(memory.get("methods", ())):
+    if not isinstance(memory, dict) or not set(TOOL_METHODS) <= set(memory.get("methods", ())):
         return Verdict(
             False,
             Unavailable("amux memory is unavailable: this Hub does not offer memory tools"),

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hub.client import HubClient
-from hub.contract import PROGRESS, WARNING, Claim, Outcome, Session, TurnResult
+from hub.contract import PROGRESS, WARNING, Claim, Session, TurnOutcome, TurnResult
 from hub.errors import AmuxError, Conflict, NotFound, Unavailable
 from hub.requestid import REQUEST_ID
 from runtime_bridge.agent_users import configured_user
@@ -203,7 +203,7 @@ class Worker:
         runner = asyncio.create_task(self._launch(claimed))
         keeper = asyncio.create_task(self._keep_lease(claimed, runner))
         done, _ = await asyncio.wait({runner, keeper}, return_when=asyncio.FIRST_COMPLETED)
-        outcome: Outcome | None
+        outcome: TurnOutcome | None
         if runner in done:
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -222,7 +222,9 @@ class Worker:
         except Conflict:
             logger.warning("execution %s finished after its lease was lost", claimed.execution_id)
 
-    async def _keep_lease(self, claimed: Claim, runner: asyncio.Task[Outcome]) -> Outcome | None:
+    async def _keep_lease(
+        self, claimed: Claim, runner: asyncio.Task[TurnOutcome]
+    ) -> TurnOutcome | None:
         interval = max(0.05, claimed.lease_seconds / 3)
         while True:
             await asyncio.sleep(interval)
@@ -237,9 +239,9 @@ class Worker:
                 continue  # Keep working; the lease covers short Hub outages.
             if beat.cancel_requested:
                 runner.cancel()
-                return Outcome(succeeded=False, result=None, error="cancelled")
+                return TurnOutcome(succeeded=False, result=None, error="cancelled")
 
-    async def _launch(self, claimed: Claim) -> Outcome:
+    async def _launch(self, claimed: Claim) -> TurnOutcome:
         session = claimed.session
         provider = session.provider
         site = self.site
@@ -316,15 +318,15 @@ class Worker:
             )
             if failure is not None or text is None:
                 error = failure or "the Agent ended without an answer"
-                return Outcome(False, result, error, native_id)
-            return Outcome(True, result, None, native_id)
+                return TurnOutcome(False, result, error, native_id)
+            return TurnOutcome(True, result, None, native_id)
         except AmuxError as error:
             partial = TurnResult(provider=provider, warnings=tuple(warnings))
-            return Outcome(False, partial, error.message)
+            return TurnOutcome(False, partial, error.message)
         except Exception:
             logger.exception("launching execution %s failed", claimed.execution_id)
             partial = TurnResult(provider=provider, warnings=tuple(warnings))
-            return Outcome(False, partial, "the worker failed to launch the Agent; see its log")
+            return TurnOutcome(False, partial, "the worker failed to launch the Agent; see its log")
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
             if credential_id is not None:

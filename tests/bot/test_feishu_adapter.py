@@ -12,7 +12,7 @@ from bot.config import FeishuSettings
 from bot.feishu.adapter import FeishuAdapter
 from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
 from bot.feishu.ingress import EVENTS_PATH
-from cards.models import Progress
+from cards.models import ProgressView
 from cards.progress import progress_card, result_cards
 from hub.errors import InvalidArgument
 from tests.fakes.feishu import FakeFeishu
@@ -31,16 +31,16 @@ class EchoBot:
 
     async def on_message(self, event: MessageEvent) -> None:
         assert self.adapter is not None
-        progress = Progress(title=event.text, status="running", lines=("thinking",))
+        progress = ProgressView(title=event.text, status="running", lines=("thinking",))
         sent = await self.adapter.client.reply(
             event.message_id, card=progress_card(progress, "en_us")
         )
         for n in range(20):
             lines = ("thinking", f"step {n}")
             self.adapter.cards.update(
-                sent.message_id, progress_card(Progress(event.text, "running", lines), "en_us")
+                sent.message_id, progress_card(ProgressView(event.text, "running", lines), "en_us")
             )
-        done = Progress(event.text, "done", ("finished",))
+        done = ProgressView(event.text, "done", ("finished",))
         await self.adapter.cards.finish(sent.message_id, progress_card(done, "en_us"))
         for card in result_cards(f"You said: {event.text}", "en_us"):
             await self.adapter.client.reply(event.message_id, card=card)

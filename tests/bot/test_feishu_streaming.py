@@ -20,7 +20,7 @@ from bot.feishu.client import FeishuClient
 from bot.feishu.errors import FeishuApiError
 from bot.outbox import Followed, Outbox, Owed
 from bot.streaming import StreamingCard, open_streaming
-from cards.models import Progress
+from cards.models import ProgressView
 from cards.progress import result_cards
 from cards.streaming import STREAM_ELEMENT
 from tests.conftest import until
@@ -72,7 +72,10 @@ async def test_a_streamed_20000_character_answer_ends_complete_in_its_final_card
     question = feishu.add_message("oc_chat", "write the module")
     created = time.time()
     opened = await open_streaming(
-        client, question.message_id, Progress("write the module", "queued", run_id="r1"), "en_us"
+        client,
+        question.message_id,
+        ProgressView("write the module", "queued", run_id="r1"),
+        "en_us",
     )
     assert opened is not None
     streamed = StreamingCard(client, opened.card_id, created, interval=0.0)
@@ -138,7 +141,7 @@ async def test_cardkit_refused_means_no_streaming_card(
 ) -> None:
     feishu.cardkit_refused = True
     question = feishu.add_message("oc_chat", "hello")
-    view = Progress("hello", "queued", run_id="r2")
+    view = ProgressView("hello", "queued", run_id="r2")
     assert await open_streaming(client, question.message_id, view, "en_us") is None
     assert feishu.entities == {}
     assert [m for m in feishu.messages.values() if m.root_id] == []

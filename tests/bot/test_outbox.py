@@ -4,7 +4,9 @@ client against the fake Feishu."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -144,3 +146,30 @@ async def test_a_final_card_not_shown_in_place_is_replied_and_only_refused_or_st
     finally:
         await outbox.stop(0)
         outbox.close()
+
+
+async def test_an_owed_file_is_stored_as_before_and_posted_by_its_path(
+    feishu: FakeFeishu, client: FeishuClient, tmp_path: Path
+) -> None:
+    question = feishu.add_message("oc_chat", "question")
+    followed = Followed("run1", "", question.message_id, "question", 0.0)
+    posted: list[tuple[str, str]] = []
+
+    async def post_file(reply_to: str, path: str, key: str) -> None:
+        posted.append((reply_to, path))
+
+    outbox = outbox_of(tmp_path / "outbox.sqlite3", client, post_file=post_file)
+    outbox.owe(followed, [Owed.file("/work/outbox/report.txt")])
+    # The file's path is kept where every earlier version kept it, so either reads the other's.
+    with contextlib.closing(sqlite3.connect(tmp_path / "outbox.sqlite3")) as db:
+        stored = db.execute("SELECT kind, card FROM owed").fetchall()
+    assert [(kind, json.loads(card)) for kind, card in stored] == [
+        ("file", {"path": "/work/outbox/report.txt"})
+    ]
+    outbox.start()
+    try:
+        await until(lambda: outbox.pending() == 0)
+    finally:
+        await outbox.stop(0)
+        outbox.close()
+    assert posted == [(question.message_id, "/work/outbox/report.txt")]

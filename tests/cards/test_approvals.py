@@ -13,7 +13,7 @@ from cards.approvals import (
 )
 from cards.catalogue import text
 from cards.elements import CARD_MAX_BYTES, card, encoded_size
-from cards.models import LANGS, ApprovalView, Lang, Progress, TurnApprovals
+from cards.models import LANGS, ApprovalView, Lang, ProgressView, TurnApprovals
 from cards.progress import RESULT_CHUNK_BYTES, progress_card, result_cards
 from tests.cards.structure import all_text, assert_valid_card, callbacks
 
@@ -135,7 +135,7 @@ def test_a_running_turns_card_shows_pending_requests_in_full_and_settled_ones_br
     lang: Lang,
 ) -> None:
     answered = settled("allow_once", "person", request_id="req_0", subject="/w/a.md")
-    view = Progress("write", "running", ("working",), 3.0, "run_1", (answered, PENDING))
+    view = ProgressView("write", "running", ("working",), 3.0, "run_1", (answered, PENDING))
     shown = progress_card(view, lang)
     assert_valid_card(shown)
     decisions = [v.get("decision") for v in callbacks(shown)]
@@ -147,7 +147,7 @@ def test_a_running_turns_card_shows_pending_requests_in_full_and_settled_ones_br
 
 
 def test_a_finished_turns_card_has_no_answer_buttons() -> None:
-    view = Progress("write", "cancelled", (), 3.0, approvals=(PENDING,))
+    view = ProgressView("write", "cancelled", (), 3.0, approvals=(PENDING,))
     shown = progress_card(view, "en_us")
     assert callbacks(shown) == []
     assert "Not answered" in all_text(shown)
@@ -205,7 +205,7 @@ def test_the_list_stays_bounded_beside_a_full_result_chunk(lang: Lang) -> None:
 def test_many_pending_requests_keep_the_progress_card_under_the_limit() -> None:
     big = ApprovalView("run_1", "r", "Write", "edit", "p" * 5000, "d" * 9000, AT)
     shown = progress_card(
-        Progress("t", "running", ("x" * 300,) * 12, 1.0, "run_1", (big,) * 9), "en_us"
+        ProgressView("t", "running", ("x" * 300,) * 12, 1.0, "run_1", (big,) * 9), "en_us"
     )
     assert_valid_card(shown)
     assert len(progress_elements((big,) * 9, "en_us")) <= 3 * 5

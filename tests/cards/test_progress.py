@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cards.elements import CARD_MAX_BYTES, encoded_size
-from cards.models import LANGS, Lang, Progress
+from cards.models import LANGS, Lang, ProgressView
 from cards.progress import progress_card, result_cards, split_text
 from tests.cards.structure import all_text, assert_valid_card, callbacks
 
@@ -80,7 +80,7 @@ def test_result_cannot_mention_everyone() -> None:
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_running_progress_offers_stop_and_shows_the_latest_lines(lang: Lang) -> None:
-    view = Progress(
+    view = ProgressView(
         title="fix the build",
         status="running",
         lines=tuple(f"step {i}" for i in range(30)),
@@ -96,7 +96,7 @@ def test_running_progress_offers_stop_and_shows_the_latest_lines(lang: Lang) -> 
 
 
 def test_finished_progress_has_no_stop_button() -> None:
-    card = progress_card(Progress(title="t", status="done", lines=("ok",)), "en_us")
+    card = progress_card(ProgressView(title="t", status="done", lines=("ok",)), "en_us")
     assert callbacks(card) == []
     assert card["header"]["template"] == "green"
 

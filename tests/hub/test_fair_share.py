@@ -12,7 +12,7 @@ import pytest
 
 from bot.app import create_app
 from hub.config import OWNER_TOKEN_FILE, HubSettings
-from hub.contract import Outcome, TurnResult
+from hub.contract import TurnOutcome, TurnResult
 from hub.errors import QuotaExceeded
 from hub.executions import QUEUED_RETRY_SECONDS, Executions
 from hub.migrations import MIGRATIONS, run_script
@@ -50,7 +50,7 @@ async def finish(executions: Executions, worker: str, prompt: str) -> None:
     row = executions.db.execute(
         "SELECT id FROM executions WHERE prompt = ? AND state = 'running'", (prompt,)
     ).fetchone()
-    await executions.complete(row["id"], worker, Outcome(True, TurnResult(text="done")))
+    await executions.complete(row["id"], worker, TurnOutcome(True, TurnResult(text="done")))
 
 
 async def test_a_second_senders_turn_gets_the_next_free_slot_not_the_end_of_a_burst(

@@ -91,7 +91,7 @@ async def test_with_memory_off_every_call_but_erase_is_memory_disabled(tmp_path:
         with pytest.raises(MemoryDisabled):
             memory.history(bob, None, HistoryRequest())
         with pytest.raises(MemoryDisabled):
-            memory.scope(bob)
+            memory.checked_scope(bob)
 
         assert (await memory.preview_erase(bob, None, None)).documents_removed == 1
         receipt = await memory.erase(bob, None, None, "cli")
