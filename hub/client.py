@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from hub.contract import Approval, Claim, Execution, Outcome, Session, WatchResult
+from hub.contract import Approval, Claim, Execution, Session, TurnOutcome, WatchResult
 from hub.errors import AmuxError, InvalidArgument, Unauthenticated, Unavailable, error_from_wire
 from hub.requestid import REQUEST_ID, REQUEST_ID_HEADER
 
@@ -445,7 +445,7 @@ class HubClient:
         return seq if isinstance(seq, int) else 0
 
     async def complete(
-        self, execution_id: str, worker_id: str | None, outcome: Outcome
+        self, execution_id: str, worker_id: str | None, outcome: TurnOutcome
     ) -> Execution:
         return Execution.from_wire(
             await self.call(

@@ -349,10 +349,6 @@ class TurnOutcome:
     native_id: str | None = None
 
 
-# The former name, while ``hub.client`` still imports it; new code names ``TurnOutcome``.
-Outcome = TurnOutcome
-
-
 APPROVAL = "approval"
 ALLOW_ONCE, ALLOW_SESSION, DENY = "allow_once", "allow_session", "deny"
 DECISIONS = (ALLOW_ONCE, ALLOW_SESSION, DENY)

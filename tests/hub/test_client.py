@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient
 from bot.app import create_app
 from hub.client import HubClient, Transport
 from hub.config import HubSettings
-from hub.contract import Approval, Claim, Execution, Outcome, Session, TurnResult, WatchResult
+from hub.contract import Approval, Claim, Execution, Session, TurnOutcome, TurnResult, WatchResult
 from hub.errors import (
     AmuxError,
     Forbidden,
@@ -105,7 +105,7 @@ async def test_a_turn_from_submit_to_its_result(hub: tuple[Connect, dict[str, st
         done = await runtime.complete(
             claim.execution_id,
             registered.worker_id,
-            Outcome(True, TurnResult(text="done", provider="claude"), native_id="n1"),
+            TurnOutcome(True, TurnResult(text="done", provider="claude"), native_id="n1"),
         )
         assert isinstance(done, Execution)
         assert done.state == "succeeded" and done.result is not None
