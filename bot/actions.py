@@ -24,7 +24,8 @@ from cards import actions
 from cards.catalogue import text
 from cards.models import Lang
 from cards.notices import error_card, owner_only_card
-from hub.errors import AmuxError, InvalidArgument
+from hub.errors import AmuxError, InvalidArgument, InvalidPath
+from hub.memory import ABSENT
 from hub.state import Principal
 from hub.sysconfig import SPECS
 
@@ -45,7 +46,7 @@ class Click:
 
     principal: Principal
     action: str
-    # As the card sent it; only the memory handlers still read their fields from it.
+    # As the card sent it; handlers read their typed value instead.
     value: Value
     form: Value
     message_id: str
@@ -61,7 +62,7 @@ def no_value(value: Value) -> None:
 
 
 def raw_value(value: Value) -> Value:
-    """The memory actions, whose handlers read their own fields."""
+    """``memory.undo``, whose handler reads its own fields."""
     return value
 
 
@@ -113,6 +114,125 @@ class ProviderChoice:
     @classmethod
     def parse(cls, value: Value) -> ProviderChoice:
         return cls(str(value.get("provider") or ""))
+
+
+def _path(value: Value, field: str = "path") -> str:
+    """A document path a card carries; the store checks the rest of its rules.
+
+    Raises:
+        InvalidPath: no path, or one that is not text.
+    """
+    path = value.get(field)
+    if not isinstance(path, str):
+        raise InvalidPath(f"{field} must be a string")
+    return path
+
+
+def _optional_path(value: Value, field: str = "path") -> str | None:
+    """A path a card may carry; None when it carries none (or an empty one).
+
+    Raises:
+        InvalidPath: one that is not text, which is never taken for "none".
+    """
+    path = value.get(field)
+    return None if path is None or path == "" else _path(value, field)
+
+
+def _revision(value: Value, field: str, default: str = "") -> str:
+    """A revision a card carries, ``default`` when it carries none; the store checks its form.
+
+    Raises:
+        InvalidArgument: one that is not text.
+    """
+    revision = value.get(field)
+    if not revision:
+        return default
+    if not isinstance(revision, str):
+        raise InvalidArgument(f"{field} must be a string")
+    return revision
+
+
+@dataclass(frozen=True)
+class ListRequest:
+    """``memory.list``: the documents under ``path_prefix``, or all of them."""
+
+    path_prefix: str | None
+
+    @classmethod
+    def parse(cls, value: Value) -> ListRequest:
+        prefix = value.get("path_prefix")
+        return cls(None if prefix is None else _path(value, "path_prefix"))
+
+
+@dataclass(frozen=True)
+class SearchForm:
+    """``memory.search``: the keywords typed into the card's form (its value carries none)."""
+
+    query: str
+
+    @classmethod
+    def parse(cls, form: Value) -> SearchForm:
+        return cls(str(form.get("query") or "").strip())
+
+
+@dataclass(frozen=True)
+class OpenRequest:
+    """``memory.open``: the document, from ``offset`` (a byte offset) when continuing."""
+
+    path: str
+    offset: int | None
+
+    @classmethod
+    def parse(cls, value: Value) -> OpenRequest:
+        """Raises: InvalidArgument: no path, or an offset that is no whole number."""
+        offset = value.get("offset")
+        if offset is not None and (isinstance(offset, bool) or not isinstance(offset, int)):
+            raise InvalidArgument("offset must be an integer")
+        return cls(_path(value), offset)
+
+
+@dataclass(frozen=True)
+class DocumentRef:
+    """``memory.forget.ask`` and ``memory.forget.confirm``: a document at the revision shown."""
+
+    path: str
+    revision: str
+
+    @classmethod
+    def parse(cls, value: Value) -> DocumentRef:
+        """Raises: InvalidArgument: no path, or a path or revision that is not text."""
+        return cls(_path(value), _revision(value, "revision"))
+
+
+@dataclass(frozen=True)
+class MemoryTarget:
+    """``memory.history``, ``memory.erase.ask`` and ``memory.erase.confirm``: one document, or
+    with ``path`` None the caller's whole memory."""
+
+    path: str | None
+
+    @classmethod
+    def parse(cls, value: Value) -> MemoryTarget:
+        """Raises: InvalidPath: a path that is not text (never taken for the whole memory)."""
+        return cls(_optional_path(value))
+
+
+@dataclass(frozen=True)
+class Restore:
+    """``memory.restore``: the kept ``revision`` of a document still at ``expected_revision``."""
+
+    path: str
+    revision: str
+    expected_revision: str
+
+    @classmethod
+    def parse(cls, value: Value) -> Restore:
+        """Raises: InvalidArgument: no path, or a path or revision that is not text."""
+        return cls(
+            _path(value),
+            _revision(value, "revision"),
+            _revision(value, "expected_revision", ABSENT),
+        )
 
 
 def _setting(value: Any, key: str) -> int | None:
@@ -344,16 +464,13 @@ def action_table(management: Management, conversations: Conversations, lang: Lan
     table.card(actions.RESTART_NOW, no_value, management.restart_now)
     table.card(actions.RESTART_LATER, no_value, management.restart_later)
 
-    for remembering in (
-        actions.MEMORY_LIST,
-        actions.MEMORY_SEARCH,
-        actions.MEMORY_OPEN,
-        actions.MEMORY_FORGET_ASK,
-        actions.MEMORY_FORGET_CONFIRM,
-        actions.MEMORY_HISTORY,
-        actions.MEMORY_RESTORE,
-        actions.MEMORY_ERASE_ASK,
-        actions.MEMORY_ERASE_CONFIRM,
-    ):
-        table.card(remembering, raw_value, management.memory)
+    table.card(actions.MEMORY_LIST, ListRequest.parse, management.memory_list)
+    table.card(actions.MEMORY_SEARCH, no_value, management.memory_search)
+    table.card(actions.MEMORY_OPEN, OpenRequest.parse, management.memory_open)
+    table.card(actions.MEMORY_FORGET_ASK, DocumentRef.parse, management.forget_ask)
+    table.card(actions.MEMORY_FORGET_CONFIRM, DocumentRef.parse, management.forget_confirm)
+    table.card(actions.MEMORY_HISTORY, MemoryTarget.parse, management.memory_history)
+    table.card(actions.MEMORY_RESTORE, Restore.parse, management.restore)
+    table.card(actions.MEMORY_ERASE_ASK, MemoryTarget.parse, management.erase_ask)
+    table.card(actions.MEMORY_ERASE_CONFIRM, MemoryTarget.parse, management.erase_confirm)
     return table

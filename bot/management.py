@@ -10,8 +10,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from bot.actions import Click, Draft, LiveChange, ProviderChoice
-from cards import actions
+from bot.actions import (
+    Click,
+    DocumentRef,
+    Draft,
+    ListRequest,
+    LiveChange,
+    MemoryTarget,
+    OpenRequest,
+    ProviderChoice,
+    Restore,
+    SearchForm,
+)
 from cards.catalogue import text
 from cards.elements import escape
 from cards.management import (
@@ -271,82 +281,107 @@ class Management:
     async def restart_later(self, click: Click, _: None) -> Card:
         return restart_deferred_card(self.lang)
 
-    async def memory(self, click: Click, value: dict[str, Any]) -> Card | None:
-        """The memory actions of My memory (the value's fields are theirs to read)."""
-        return await self._memory_action(click.principal, click.action, value, click.form)
+    # -- My memory: every action but the erase ones needs memory on ----------------------------
 
-    async def _memory_action(
-        self, principal: Principal, action: str, value: dict[str, Any], form: dict[str, Any]
-    ) -> Card | None:
-        hub = self._hub
-        if action not in (
-            actions.MEMORY_LIST,
-            actions.MEMORY_SEARCH,
-            actions.MEMORY_OPEN,
-            actions.MEMORY_FORGET_ASK,
-            actions.MEMORY_FORGET_CONFIRM,
-            actions.MEMORY_HISTORY,
-            actions.MEMORY_RESTORE,
-            actions.MEMORY_ERASE_ASK,
-            actions.MEMORY_ERASE_CONFIRM,
-        ):
-            return None
-        path = value.get("path")
-        memory = hub.memory
-        # The person who clicked, held to the rules the Hub applies to their own CLI calls.
-        actor = in_person(principal, "card")
-        if action in (actions.MEMORY_ERASE_ASK, actions.MEMORY_ERASE_CONFIRM):
-            # No path is the whole scope; a path that is not one is refused, never "everything".
-            target = None if path is None or path == "" else path
-            if action == actions.MEMORY_ERASE_ASK:
-                preview = await memory.preview_erase(actor, None, target)
-                return erase_confirm_card(_erase_view(target, preview), self.lang)
-            receipt = await memory.erase(actor, None, target, "card")
-            logger.info("memory erased from Feishu by %s", principal.name)
-            return erased_card(_erase_view(target, receipt), self.lang)
+    def _reader(self, click: Click) -> tuple[Actor, str] | None:
+        """The clicker, held to the rules the Hub applies to their own CLI calls, and the scope
+        they see; None while memory is off."""
+        actor = in_person(click.principal, "card")
         try:
-            scope = memory.checked_scope(actor)
+            return actor, self._hub.memory.checked_scope(actor)
         except MemoryDisabled:
+            return None
+
+    async def memory_list(self, click: Click, request: ListRequest) -> Card:
+        """``memory.list``: the clicker's documents under the prefix."""
+        reader = self._reader(click)
+        if reader is None:
             return memory_disabled_card(self.lang)
-        if action == actions.MEMORY_LIST:
-            prefix = value.get("path_prefix")
-            listed = await memory.list_documents(actor, None, prefix, LIST_LIMIT)
-            items = tuple(MemoryItem(d.path, d.revision, d.size_bytes) for d in listed.documents)
-            view = MemoryList(scope, items, str(prefix or ""), listed.truncated)
-            return memory_list_card(view, self.lang)
-        if action == actions.MEMORY_SEARCH:
-            query = str(form.get("query") or "").strip()
-            if not query:
-                raise InvalidArgument("type some keywords to search for")
-            found = await memory.search(actor, None, SearchRequest(query, limit=10))
-            hits = tuple(SearchHit(m.path, m.snippet, m.line) for m in found.matches)
-            return memory_search_card(MemorySearch(scope, query, hits, found.incomplete), self.lang)
-        if action == actions.MEMORY_OPEN:
-            got = await memory.get(actor, None, GetRequest(path, offset=value.get("offset")))
-            if not got.exists:
-                raise InvalidArgument(f"{path} no longer exists")
-            content, next_offset = _card_page(
-                got.content, got.next_offset, int(value.get("offset") or 0)
-            )
-            changes = await self._changes(actor, got.path, DOCUMENT_CHANGES)
-            document = MemoryDocument(got.path, got.revision, content, next_offset, changes)
-            return memory_document_card(document, self.lang)
-        if action == actions.MEMORY_HISTORY:
-            changes = await self._changes(actor, value.get("path"), HISTORY_CHANGES)
-            return memory_history_card(changes, self.lang)
-        if action == actions.MEMORY_RESTORE:
-            kept = str(value.get("revision") or "")
-            expected = str(value.get("expected_revision") or ABSENT)
-            request = RestoreRequest(path, kept, expected)
-            restored = await memory.restore(actor, None, request, "card")
-            logger.info("a memory document restored from Feishu by %s", principal.name)
-            return restored_card(restored.path, restored.revision, self.lang)
-        revision = str(value.get("revision") or "")
-        if action == actions.MEMORY_FORGET_ASK:
-            return forget_confirm_card(str(path), revision, self.lang)
-        forgotten = await memory.forget(actor, None, ForgetRequest(path, revision), "card")
-        logger.info("memory document forgotten from Feishu by %s", principal.name)
+        actor, scope = reader
+        prefix = request.path_prefix
+        listed = await self._hub.memory.list_documents(actor, None, prefix, LIST_LIMIT)
+        items = tuple(MemoryItem(d.path, d.revision, d.size_bytes) for d in listed.documents)
+        view = MemoryList(scope, items, prefix or "", listed.truncated)
+        return memory_list_card(view, self.lang)
+
+    async def memory_search(self, click: Click, _: None) -> Card:
+        """``memory.search``: the keywords of the card's form."""
+        reader = self._reader(click)
+        if reader is None:
+            return memory_disabled_card(self.lang)
+        actor, scope = reader
+        query = SearchForm.parse(click.form).query
+        if not query:
+            raise InvalidArgument(text(self.lang, "memory.search_empty"))
+        found = await self._hub.memory.search(actor, None, SearchRequest(query, limit=10))
+        hits = tuple(SearchHit(m.path, m.snippet, m.line) for m in found.matches)
+        return memory_search_card(MemorySearch(scope, query, hits, found.incomplete), self.lang)
+
+    async def memory_open(self, click: Click, request: OpenRequest) -> Card:
+        """``memory.open``: one page of a document, with its recent changes."""
+        reader = self._reader(click)
+        if reader is None:
+            return memory_disabled_card(self.lang)
+        actor, _ = reader
+        path, offset = request.path, request.offset
+        got = await self._hub.memory.get(actor, None, GetRequest(path, offset=offset))
+        if not got.exists:
+            raise InvalidArgument(text(self.lang, "memory.gone", path=path))
+        content, next_offset = _card_page(got.content, got.next_offset, offset or 0)
+        changes = await self._changes(actor, got.path, DOCUMENT_CHANGES)
+        document = MemoryDocument(got.path, got.revision, content, next_offset, changes)
+        return memory_document_card(document, self.lang)
+
+    async def forget_ask(self, click: Click, ref: DocumentRef) -> Card:
+        """``memory.forget.ask``: the confirmation, nothing forgotten yet."""
+        if self._reader(click) is None:
+            return memory_disabled_card(self.lang)
+        return forget_confirm_card(ref.path, ref.revision, self.lang)
+
+    async def forget_confirm(self, click: Click, ref: DocumentRef) -> Card:
+        """``memory.forget.confirm``: the document deleted if it is still at the revision shown."""
+        reader = self._reader(click)
+        if reader is None:
+            return memory_disabled_card(self.lang)
+        actor, _ = reader
+        request = ForgetRequest(ref.path, ref.revision)
+        forgotten = await self._hub.memory.forget(actor, None, request, "card")
+        logger.info("memory document forgotten from Feishu by %s", click.principal.name)
         return forget_done_card(ForgetOutcome(forgotten.path, forgotten.already_absent), self.lang)
+
+    async def memory_history(self, click: Click, target: MemoryTarget) -> Card:
+        """``memory.history``: recent changes of one document, or of the clicker's memory."""
+        reader = self._reader(click)
+        if reader is None:
+            return memory_disabled_card(self.lang)
+        actor, _ = reader
+        changes = await self._changes(actor, target.path, HISTORY_CHANGES)
+        return memory_history_card(changes, self.lang)
+
+    async def restore(self, click: Click, request: Restore) -> Card:
+        """``memory.restore``: a kept earlier version back, if the document is as shown."""
+        reader = self._reader(click)
+        if reader is None:
+            return memory_disabled_card(self.lang)
+        actor, _ = reader
+        wanted = RestoreRequest(request.path, request.revision, request.expected_revision)
+        restored = await self._hub.memory.restore(actor, None, wanted, "card")
+        logger.info("a memory document restored from Feishu by %s", click.principal.name)
+        return restored_card(restored.path, restored.revision, self.lang)
+
+    async def erase_ask(self, click: Click, target: MemoryTarget) -> Card:
+        """``memory.erase.ask``: what an erase would remove (works while memory is off)."""
+        actor = in_person(click.principal, "card")
+        preview = await self._hub.memory.preview_erase(actor, None, target.path)
+        return erase_confirm_card(_erase_view(target.path, preview), self.lang)
+
+    async def erase_confirm(self, click: Click, target: MemoryTarget) -> Card:
+        """``memory.erase.confirm``: the document(s) and their history erased (works while
+        memory is off)."""
+        actor = in_person(click.principal, "card")
+        receipt = await self._hub.memory.erase(actor, None, target.path, "card")
+        logger.info("memory erased from Feishu by %s", click.principal.name)
+        return erased_card(_erase_view(target.path, receipt), self.lang)
 
     async def _changes(self, actor: Actor, path: object, limit: int) -> tuple[MemoryChange, ...]:
         """Recent change-log entries as My memory shows them: by which conversation or person,

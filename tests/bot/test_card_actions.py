@@ -10,11 +10,25 @@ from typing import Any
 
 import pytest
 
-from bot.actions import ActionTable, Draft, no_value
-from bot.feishu.events import CardResponse
+from bot.actions import (
+    ActionTable,
+    Click,
+    DocumentRef,
+    Draft,
+    ListRequest,
+    MemoryTarget,
+    OpenRequest,
+    Restore,
+    action_table,
+    no_value,
+)
+from bot.feishu.events import CardAction, CardResponse, UserIds
 from cards import actions
-from hub.errors import InvalidArgument
-from tests.bot.test_bot_flows import BOB, card_text, running_bot
+from hub.errors import InvalidArgument, InvalidPath
+from hub.history import Author
+from hub.paths import principal_scope
+from hub.state import Principal
+from tests.bot.test_bot_flows import BOB, buttons, card_text, running_bot
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -112,3 +126,169 @@ def test_a_draft_keeps_what_an_older_card_lacks_and_refuses_a_forged_number() ->
     )
     with pytest.raises(InvalidArgument, match="feishu.messages_per_minute"):
         Draft.parse({"messages_per_minute": -1})
+
+
+# -- the memory actions: one handler each, with a typed value ----------------------------------
+
+# Each memory action, a value of it, and the handler and typed value it reaches.
+MEMORY_ROUTES: list[tuple[str, dict[str, Any], str, object]] = [
+    (actions.MEMORY_LIST, {"path_prefix": "notes"}, "memory_list", ListRequest("notes")),
+    (actions.MEMORY_SEARCH, {}, "memory_search", None),
+    (actions.MEMORY_OPEN, {"path": "a.md", "offset": 8}, "memory_open", OpenRequest("a.md", 8)),
+    (
+        actions.MEMORY_FORGET_ASK,
+        {"path": "a.md", "revision": "r1"},
+        "forget_ask",
+        DocumentRef("a.md", "r1"),
+    ),
+    (
+        actions.MEMORY_FORGET_CONFIRM,
+        {"path": "a.md", "revision": "r1"},
+        "forget_confirm",
+        DocumentRef("a.md", "r1"),
+    ),
+    (actions.MEMORY_HISTORY, {}, "memory_history", MemoryTarget(None)),
+    (
+        actions.MEMORY_RESTORE,
+        {"path": "a.md", "revision": "r0", "expected_revision": "r1"},
+        "restore",
+        Restore("a.md", "r0", "r1"),
+    ),
+    (actions.MEMORY_ERASE_ASK, {"path": ""}, "erase_ask", MemoryTarget(None)),
+    (actions.MEMORY_ERASE_CONFIRM, {"path": "a.md"}, "erase_confirm", MemoryTarget("a.md")),
+]
+
+
+class RecordingManagement:
+    """Stands in for ``Management``: each memory handler records what reached it."""
+
+    def __init__(self) -> None:
+        self.reached: list[tuple[str, object]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        async def handler(click: Click, value: object) -> dict[str, Any]:
+            self.reached.append((name, value))
+            return {"handled_by": name}
+
+        return handler
+
+
+@pytest.mark.parametrize(("action", "value", "handler", "typed"), MEMORY_ROUTES)
+async def test_each_memory_action_reaches_its_own_handler_with_its_typed_value(
+    action: str, value: dict[str, Any], handler: str, typed: object
+) -> None:
+    management = RecordingManagement()
+    table = action_table(management, None, "en_us")  # type: ignore[arg-type]
+    clicker = Principal("p_alice", "alice", "user", True)
+    event = CardAction(
+        event_id="",
+        operator=UserIds(),
+        value=dict(value, action=action),
+        form_value=None,
+        open_message_id="om_card",
+        chat_id="oc_chat",
+    )
+    answer = await table.dispatch(event, clicker)
+    assert answer == CardResponse(card={"handled_by": handler})
+    assert management.reached == [(handler, typed)]
+
+
+def test_the_memory_values_keep_what_older_cards_lack() -> None:
+    assert ListRequest.parse({}) == ListRequest(None)
+    assert OpenRequest.parse({"path": "a.md"}) == OpenRequest("a.md", None)
+    assert DocumentRef.parse({"path": "a.md"}) == DocumentRef("a.md", "")
+    assert Restore.parse({"path": "a.md", "revision": "r0"}) == Restore("a.md", "r0", "absent")
+    assert MemoryTarget.parse({"path": None}) == MemoryTarget(None)
+
+
+@pytest.mark.parametrize(
+    ("value", "refusal"),
+    [
+        ({}, "path must be a string"),
+        ({"path": ["a.md"]}, "path must be a string"),
+        ({"path": "a.md", "revision": 5}, "revision must be a string"),
+        ({"path": "a.md", "expected_revision": ["r1"]}, "expected_revision must be a string"),
+    ],
+)
+def test_a_forged_memory_value_is_refused_by_its_parser(
+    value: dict[str, Any], refusal: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=refusal):
+        Restore.parse(value)
+
+
+def test_a_forged_path_or_offset_is_never_taken_for_none() -> None:
+    # A path that is not one is refused, never read as the whole memory.
+    with pytest.raises(InvalidPath, match="path must be a string"):
+        MemoryTarget.parse({"path": 3})
+    with pytest.raises(InvalidArgument, match="offset must be an integer"):
+        OpenRequest.parse({"path": "a.md", "offset": True})
+
+
+async def test_a_malformed_memory_value_is_refused_with_the_readable_error_card(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with running_bot(tmp_path, memory=True) as bot:
+        await bot.hub.store.upsert("global", "a.md", "kept\n", "absent")
+        for value, refusal in (
+            ({"action": actions.MEMORY_OPEN}, "path must be a string"),
+            ({"action": actions.MEMORY_OPEN, "path": "a.md", "offset": "x"}, "offset must be"),
+            ({"action": actions.MEMORY_LIST, "path_prefix": ["a"]}, "path_prefix must be"),
+            ({"action": actions.MEMORY_FORGET_ASK, "revision": "r1"}, "path must be a string"),
+            (
+                {"action": actions.MEMORY_RESTORE, "path": "a.md", "revision": ["r0"]},
+                "revision must be a string",
+            ),
+            ({"action": actions.MEMORY_ERASE_CONFIRM, "path": {"all": True}}, "path must be"),
+        ):
+            shown = card_text(await bot.card_after(value))
+            assert "Something went wrong" in shown, value
+            assert refusal in html.unescape(shown), value
+        assert (await bot.hub.store.get("global", "a.md"))["exists"]
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+
+
+async def test_each_memory_action_answers_with_its_own_card(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, memory=True, isolation=True) as bot:
+        alice = bot.ids["alice"]
+        scope, history = principal_scope(alice), bot.hub.history
+        first = await history.upsert(scope, "a.md", "first\n", "absent", Author(alice, "cli"))
+        second = await history.upsert(
+            scope, "a.md", "second\n", first.revision, Author(alice, "cli")
+        )
+
+        listed = await bot.card_after({"action": actions.MEMORY_LIST})
+        assert [b["path"] for b in buttons(listed) if b["action"] == actions.MEMORY_OPEN] == [
+            "a.md"
+        ]
+        found = await bot.card_after(
+            {"action": actions.MEMORY_SEARCH}, form_value={"query": "second"}
+        )
+        assert "Search: second" in card_text(found)
+        empty = await bot.card_after({"action": actions.MEMORY_SEARCH}, form_value={"query": " "})
+        assert "type some keywords to search for" in card_text(empty)
+        opened = await bot.card_after({"action": actions.MEMORY_OPEN, "path": "a.md"})
+        assert second.revision[:8] in card_text(opened)
+        gone = await bot.card_after({"action": actions.MEMORY_OPEN, "path": "b.md"})
+        assert "b.md no longer exists" in card_text(gone)
+        changes = await bot.card_after({"action": actions.MEMORY_HISTORY})
+        assert "Changes to my memory" in card_text(changes)
+        ask = {"action": actions.MEMORY_FORGET_ASK, "path": "a.md", "revision": second.revision}
+        assert "Forget this document?" in card_text(await bot.card_after(ask))
+        restore = {
+            "action": actions.MEMORY_RESTORE,
+            "path": "a.md",
+            "revision": first.revision,
+            "expected_revision": second.revision,
+        }
+        assert "is back at revision" in card_text(await bot.card_after(restore))
+        forget = {
+            "action": actions.MEMORY_FORGET_CONFIRM,
+            "path": "a.md",
+            "revision": first.revision,
+        }
+        assert "Forgotten" in card_text(await bot.card_after(forget))
+        preview = await bot.card_after({"action": actions.MEMORY_ERASE_ASK})
+        assert "Erase for good?" in card_text(preview)
+        erased = await bot.card_after({"action": actions.MEMORY_ERASE_CONFIRM})
+        assert "Erased" in card_text(erased)

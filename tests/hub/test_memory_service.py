@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from bot.actions import Click, DocumentRef
 from bot.management import Management
 from cards import actions
 from cards.memory import forget_done_card
@@ -150,8 +151,9 @@ async def test_a_card_and_an_rpc_call_forget_alike_for_the_same_person(
     cards = Management(hub, "en_us", "claude")
 
     async def by_card(expected: str) -> dict[str, Any] | None:
-        value = {"path": PATH, "revision": expected}
-        return await cards._memory_action(person, actions.MEMORY_FORGET_CONFIRM, value, {})
+        value = {"action": actions.MEMORY_FORGET_CONFIRM, "path": PATH, "revision": expected}
+        click = Click(person, actions.MEMORY_FORGET_CONFIRM, value, {}, "om_card", "")
+        return await cards.forget_confirm(click, DocumentRef.parse(value))
 
     async def save(rpc: Caller) -> None:
         await rpc.ok("memory.upsert", path=PATH, content=BODY, expected_revision="absent")
