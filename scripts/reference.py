@@ -23,7 +23,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
 from bot.config import FeishuSettings
-from bot.logs import LogSettings
+from bot.service.logs import LogSettings
 from hub.config import ClientSettings, HubSettings
 from runtime_bridge.config import RuntimeSettings
 
@@ -75,7 +75,7 @@ MEANINGS: dict[str, str] = {
     "AMUX_RUNTIME_PROVIDERS": "Further providers Agents may run, besides claude, codex and pi "
     '(JSON map of name to executable, e.g. {"aider": "/usr/local/bin/aider"}); they run without '
     "memory. Any other provider is refused.",
-    "AMUX_RUNTIME_CLAUDE_MCP_CONFIG": "A JSON file in Claude's format ({\"mcpServers\": {...}}) "
+    "AMUX_RUNTIME_CLAUDE_MCP_CONFIG": 'A JSON file in Claude\'s format ({"mcpServers": {...}}) '
     "naming the operator's own MCP servers: every Claude launch gets exactly these (workspace "
     ".mcp.json files are ignored), plus amux memory when the conversation is bound. Their "
     "commands and the files their absolute arguments name are visible read-only in the sandbox.",
@@ -220,7 +220,7 @@ def _wrap(text: str, width: int) -> Iterator[str]:
 
 def render_cli_reference() -> str:
     """Markdown for every command of the ``amux`` typer app, in the order the app lists them."""
-    from bot.cli import app
+    from bot.commands.cli import app
 
     root = typer.main.get_command(app)
     out = [

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from bot.config import FeishuSettings
-from bot.logs import LogSettings
-from bot.serve import RESTART_EXIT_STATUS
+from bot.service.logs import LogSettings
+from bot.service.serve import RESTART_EXIT_STATUS
 from hub.config import ClientSettings, HubSettings
 from runtime_bridge.config import RuntimeSettings
 from scripts.reference import ENV_EXAMPLE, env_name, render_env_example

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.serve import RESTART_EXIT_STATUS
+from bot.service.serve import RESTART_EXIT_STATUS
 from tests.conftest import AMUX, HubProcess, free_port
 from tests.test_deploy import HUB_UNIT, WORKER_UNIT, environment, unit
 

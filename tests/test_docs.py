@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import typer.main
 
-from bot.cli import app
+from bot.commands.cli import app
 from bot.feishu.ingress import EVENTS_PATH
 from hub.limits import DEFAULT_LIMITS, KIB, MIB
 from scripts.reference import CLI_REFERENCE, ENV_EXAMPLE, render_cli_reference

@@ -67,10 +67,13 @@ def test_packages_import_only_inward(package: str) -> None:
 
 def test_the_rule_catches_a_wrong_direction(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
-    sample.write_text("from hub.store import MemoryStore\nimport bot.app\n")
+    sample.write_text("from hub.store import MemoryStore\nimport bot.service.app\n")
     modules = [module for _, module in imported_modules(sample)]
-    assert [m for m in modules if not allowed("runtime_bridge", m)] == ["hub.store", "bot.app"]
-    assert [m for m in modules if not allowed("hub", m)] == ["bot.app"]
+    assert [m for m in modules if not allowed("runtime_bridge", m)] == [
+        "hub.store",
+        "bot.service.app",
+    ]
+    assert [m for m in modules if not allowed("hub", m)] == ["bot.service.app"]
 
 
 def test_relative_imports_count_as_the_modules_they_name() -> None:

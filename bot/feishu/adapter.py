@@ -1,6 +1,6 @@
 """The Feishu adapter assembled from settings: the composition root's one handle on Feishu.
 
-Wiring (``bot/feishu_app.py``)::
+Wiring (``bot/service/feishu_app.py``)::
 
     adapter = FeishuAdapter(settings, sink, state_dir=hub_settings.home)
     app.add_routes(adapter.routes())   # webhook mode: POST /feishu/events

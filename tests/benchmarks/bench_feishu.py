@@ -40,7 +40,7 @@ import aiohttp
 from aiohttp import web
 from pydantic import SecretStr
 
-from bot.heap import freeze_startup_heap
+from bot.service.heap import freeze_startup_heap
 from tests.benchmarks.harness import header, ratio
 from tests.fakes.feishu import FakeFeishu
 from tests.fakes.feishu_events import FeishuSigner
@@ -91,9 +91,9 @@ def feishu_settings(fake_url: str, **extra: Any) -> Any:
 
 async def start_amux(home: Path, fake_url: str) -> tuple[web.AppRunner, str]:
     """The service as `amux serve` builds it (request ids, access log), on a loopback port."""
-    from bot.app import create_app
-    from bot.feishu_app import FEISHU
-    from bot.logs import AccessLogger
+    from bot.service.app import create_app
+    from bot.service.feishu_app import FEISHU
+    from bot.service.logs import AccessLogger
     from hub.config import HubSettings
 
     app = create_app(HubSettings(home=home), feishu_settings=feishu_settings(fake_url))
@@ -113,7 +113,7 @@ async def start_baseline() -> tuple[web.AppRunner, str]:
         await request.read()
         return web.json_response({"msg": "success"})
 
-    from bot.logs import AccessLogger
+    from bot.service.logs import AccessLogger
 
     app = web.Application()
     app.router.add_post("/feishu/events", ack)
@@ -144,7 +144,7 @@ class ServerTimes(logging.Handler):
 
 
 def pending_handlers(runner: web.AppRunner) -> int:
-    from bot.feishu_app import FEISHU
+    from bot.service.feishu_app import FEISHU
 
     return runner.app[FEISHU].dispatcher.pending
 
@@ -361,7 +361,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="amux-bench-feishu-") as tmp:
         base = Path(tmp)
         log = (base / "serve.log").open("a", encoding="utf-8")
-        from bot.logs import LogSettings, configure
+        from bot.service.logs import LogSettings, configure
 
         configure(LogSettings(format="json", level="INFO"), stream=log)
         try:

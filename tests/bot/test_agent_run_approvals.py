@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from bot.runtime_cli import prompt_text
+from bot.commands.runtime_cli import prompt_text
 from hub.contract import Approval
 from tests.conftest import AMUX, HubProcess, free_port, running_hub
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.runtime_cli import memory_line
+from bot.commands.runtime_cli import memory_line
 from hub.contract import MemoryUse
 
 

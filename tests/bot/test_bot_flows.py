@@ -21,12 +21,12 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from pydantic import SecretStr
 
-from bot.app import create_app
 from bot.config import FeishuSettings
 from bot.conversations import origin_of
 from bot.feishu.adapter import FeishuAdapter
 from bot.feishu.events import MessageEvent, UserIds
-from bot.feishu_app import FEISHU
+from bot.service.app import create_app
+from bot.service.feishu_app import FEISHU
 from hub.config import HubSettings
 from hub.contract import Execution, Session
 from hub.paths import principal_scope

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from bot.commands.doctor import check_feishu_ingress, check_root_lock
 from bot.config import FeishuSettings
-from bot.doctor import check_feishu_ingress, check_root_lock
 from tests.conftest import AMUX, REPO, HubProcess, free_port, wait_until
 from tests.fakes.feishu import FakeFeishu
 

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import FeishuSettings
-from bot.doctor import (
+from bot.commands.doctor import (
     Check,
     check_agent_user,
     check_bounds,
@@ -23,6 +22,7 @@ from bot.doctor import (
     permissions_check,
     render,
 )
+from bot.config import FeishuSettings
 from runtime_bridge.config import RuntimeSettings
 from tests.fakes.feishu import FakeFeishu
 from tests.tmpfs import tmpfs

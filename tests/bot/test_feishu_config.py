@@ -1,8 +1,8 @@
 import pytest
 from pydantic import SecretStr
 
+from bot.commands.doctor import check_feishu_ingress
 from bot.config import FEISHU_DOMAIN, FeishuSettings
-from bot.doctor import check_feishu_ingress
 
 
 def test_no_app_id_means_the_bot_is_off_with_a_hint() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.logs import LogSettings, configure
+from bot.service.logs import LogSettings, configure
 from tests.conftest import HubProcess, running_hub, wait_until
 
 FORGED = "2026-12-01 19:00:00,000 INFO amux.hub: FORGED"

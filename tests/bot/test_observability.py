@@ -14,8 +14,15 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, make_mocked_request
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.app import create_app
-from bot.logs import AccessLogger, JsonFormatter, LogSettings, RedactionFilter, Redactor, configure
+from bot.service.app import create_app
+from bot.service.logs import (
+    AccessLogger,
+    JsonFormatter,
+    LogSettings,
+    RedactionFilter,
+    Redactor,
+    configure,
+)
 from hub.config import HubSettings
 from hub.metrics import METRICS
 from hub.requestid import REQUEST_ID_HEADER

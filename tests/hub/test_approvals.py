@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from bot.app import create_app
+from bot.service.app import create_app
 from hub.approvals import Rule, rule_matches, rule_pattern
 from hub.config import HubSettings
 from hub.rpc import HUB

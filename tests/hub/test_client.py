@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from bot.app import create_app
+from bot.service.app import create_app
 from hub.client import HubClient, Transport
 from hub.config import HubSettings
 from hub.contract import Approval, Claim, Execution, Session, TurnOutcome, TurnResult, WatchResult

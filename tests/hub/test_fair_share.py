@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bot.app import create_app
+from bot.service.app import create_app
 from hub.config import OWNER_TOKEN_FILE, HubSettings
 from hub.contract import TurnOutcome, TurnResult
 from hub.errors import QuotaExceeded

@@ -186,7 +186,7 @@ def test_escaped_size_counts_json_escapes() -> None:
 async def test_pages_on_the_wire_fit_8_kib_and_rebuild_the_document(
     aiohttp_client: Any, tmp_path: Path
 ) -> None:
-    from bot.app import create_app
+    from bot.service.app import create_app
     from hub.config import OWNER_TOKEN_FILE, HubSettings
     from hub.state import State
 

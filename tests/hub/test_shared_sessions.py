@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from bot.app import create_app
+from bot.service.app import create_app
 from hub.config import HubSettings
 from hub.rpc import HUB
 from hub.services import Hub

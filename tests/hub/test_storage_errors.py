@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from bot.app import create_app
+from bot.service.app import create_app
 from hub.config import OWNER_TOKEN_FILE, HubSettings
 from hub.errors import StorageFull, StorageUnavailable
 from hub.files import TEMP_PREFIX

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from bot.app import create_app
+from bot.service.app import create_app
 from hub.config import HubSettings
 from hub.requestid import REQUEST_ID_HEADER
 from hub.state import State

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from bot.app import create_app
+from bot.service.app import create_app
 from hub.config import HubSettings
 from hub.rpc import HUB
 from hub.services import Hub

@@ -7,9 +7,9 @@ import sys
 import typer
 from pydantic import ValidationError
 
-from bot import logs
+from bot.commands.runtime_cli import agent_app, runtime_app
 from bot.config import FeishuSettings
-from bot.runtime_cli import agent_app, runtime_app
+from bot.service import logs
 from hub.cli import CliEnv, fail, memory_app, principal_app, system_app, token_app
 from hub.config import ClientSettings, HubSettings, invalid_settings
 from hub.errors import AmuxError
@@ -58,7 +58,7 @@ def serve(
     settings = HubSettings(**overrides)  # type: ignore[arg-type]
     # Imported here: the service pulls in lark-oapi, which takes seconds to import, and every
     # other command (the CLI Agents run, `amux mcp`) must start quickly.
-    from bot import serve as serving
+    from bot.service import serve as serving
 
     try:
         serving.run(settings)
@@ -105,7 +105,7 @@ def doctor(
     import asyncio
     import json
 
-    from bot import doctor as doctoring
+    from bot.commands import doctor as doctoring
 
     checks = asyncio.run(doctoring.diagnose())
     if as_json:

@@ -18,10 +18,10 @@ from enum import Enum
 
 from aiohttp import web
 
-from bot.app import create_app
 from bot.config import FeishuSettings
-from bot.heap import freeze_startup_heap
-from bot.logs import AccessLogger
+from bot.service.app import create_app
+from bot.service.heap import freeze_startup_heap
+from bot.service.logs import AccessLogger
 from hub.config import HubSettings
 from hub.middleware import DRAIN
 from hub.rpc import HUB

@@ -22,7 +22,7 @@ import aiohttp
 from pydantic import ValidationError
 
 from bot.config import FeishuSettings
-from bot.logs import LogSettings
+from bot.service.logs import LogSettings
 from hub.client import HubClient
 from hub.config import ClientSettings, HubSettings
 from hub.errors import AmuxError, Unauthenticated, Unavailable

@@ -63,7 +63,7 @@ def create_app(
         )
     if feishu.enabled:
         # Imported only when the bot is on: lark-oapi takes seconds to import.
-        from bot.feishu_app import add_feishu
+        from bot.service.feishu_app import add_feishu
 
         # The bot reaches Agents' workspaces (files in and out) only beside an in-process worker.
         in_process = settings if worker_url is not None else None

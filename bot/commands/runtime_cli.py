@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from bot import logs
+from bot.service import logs
 from hub.cli import emit, env_of, fail, run
 from hub.client import HubClient
 from hub.contract import (
