@@ -12,7 +12,7 @@ from pydantic import AfterValidator, Field
 
 from hub.approvals import MAX_DETAIL_CHARS, MAX_REASON_CHARS, MAX_SUBJECT_CHARS
 from hub.contract import BOT_ORIGIN_PREFIX, Session, TurnOutcome, TurnResult, is_bot_origin
-from hub.errors import Forbidden, NotFound
+from hub.errors import Forbidden, InvalidArgument, NotFound
 from hub.executions import delegation_label, no_such_execution, no_such_session
 from hub.identity import acting_for, require_service
 from hub.rpc import Call, Method, Methods, Params, text_field
@@ -95,6 +95,9 @@ async def executions_submit(call: Call, params: SubmitParams) -> dict[str, Any]:
     if params.cwd is not None and not call.actor.principal.is_owner:
         # A directory of the caller's choosing would be bound into the Agent's sandbox.
         raise Forbidden("only the owner may choose an Agent's working directory")
+    if params.cwd is not None and not params.cwd.startswith("/"):
+        # Whether it exists is the worker's to say: it may run on another host.
+        raise InvalidArgument(f"cwd {params.cwd!r} is not an absolute path")
     if params.session_id is not None:
         # Someone else's conversation answers as an unknown one; the service and the owner,
         # who see every Session, hear below that it belongs to someone else.

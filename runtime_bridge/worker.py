@@ -23,7 +23,7 @@ from typing import Any
 
 from hub.client import HubClient
 from hub.contract import PROGRESS, WARNING, Claim, Session, TurnOutcome, TurnResult
-from hub.errors import AmuxError, Conflict, NotFound, Unavailable
+from hub.errors import AmuxError, Conflict, InvalidArgument, NotFound, Unavailable
 from hub.requestid import REQUEST_ID
 from runtime_bridge.agent_users import configured_user
 from runtime_bridge.bounds import bounds_from_settings
@@ -399,7 +399,13 @@ class Worker:
                 pass
         cwd = site.workspace(session)
         if session.cwd:
-            cwd.mkdir(parents=True, exist_ok=True)
+            # The owner's own directory, as named: never made here, nor anything put in its place.
+            if not cwd.is_dir():
+                problem = "is not a directory" if cwd.exists() else "does not exist"
+                raise InvalidArgument(
+                    f"the working directory {cwd} {problem} on the worker's host; "
+                    "name an existing directory"
+                )
         elif self.settings.default_cwd is not None:
             cwd.mkdir(parents=True, exist_ok=True)
             if run_as is not None:

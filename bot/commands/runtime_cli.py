@@ -317,6 +317,9 @@ def agent_run(
     # From the caller's directory: the Hub and the worker run elsewhere. Links are kept, so the
     # Agent works in the directory as the caller named it.
     workdir = os.path.abspath(cwd) if cwd else None
+    if workdir is not None and not os.path.isdir(workdir):
+        problem = "is not a directory" if os.path.exists(workdir) else "does not exist"
+        fail(InvalidArgument(f"--cwd {workdir} {problem}; name an existing directory"))
     memory: list[MemoryUse] = []
     terminal = Terminal(sys.stdin.fileno()) if approve is None and _stdin_is_terminal() else None
     requests: dict[str, Approval] = {}

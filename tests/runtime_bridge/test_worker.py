@@ -205,3 +205,52 @@ async def test_a_turns_request_id_follows_it_to_the_worker_and_back(tmp_path: Pa
             } <= traced
         finally:
             hub.stop()
+
+
+async def test_a_working_directory_must_exist_and_is_never_made_by_the_cli_or_the_worker(
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "nonexistent" / "dir"
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory\n")
+    async with FakeModelServer([]) as model:
+        hub = start_hub(tmp_path, model.base_url)
+        try:
+            # The CLI refuses at once, in one line naming the path.
+            for path, problem in ((missing, "does not exist"), (a_file, "is not a directory")):
+                done = await cli(hub, "agent", "run", "--cwd", str(path), "hi")
+                assert done.returncode == 1
+                assert done.stderr == (
+                    f"error: invalid_argument: --cwd {path} {problem}; name an existing directory\n"
+                )
+            # The Hub takes only an absolute path; whether it exists is the worker's to say.
+            status, body = await asyncio.to_thread(
+                hub.rpc, "executions.submit", provider="claude", prompt="hi", cwd="relative/dir"
+            )
+            assert status == 400 and body["error"]["code"] == "invalid_argument"
+            # A turn submitted past the CLI fails with a clear error and leaves nothing behind.
+            for path, problem in ((missing, "does not exist"), (a_file, "is not a directory")):
+                status, body = await asyncio.to_thread(
+                    hub.rpc, "executions.submit", provider="claude", prompt="hi", cwd=str(path)
+                )
+                assert status == 200, body
+                execution_id = body["execution"]["id"]
+
+                def finished(execution_id: str = execution_id) -> bool:
+                    _, state = hub.rpc("executions.watch", execution_id=execution_id)
+                    return bool(state["state"] == "failed")
+
+                await asyncio.to_thread(wait_until, finished, 60)
+                _, state = await asyncio.to_thread(
+                    hub.rpc, "executions.watch", execution_id=execution_id
+                )
+                assert state["error"] == (
+                    f"the working directory {path} {problem} on the worker's host; "
+                    "name an existing directory"
+                )
+            assert not missing.parent.exists()
+            assert a_file.read_text() == "not a directory\n"
+            assert "Traceback" not in hub.log()
+            assert model.main_requests == []
+        finally:
+            hub.stop()
