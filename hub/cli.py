@@ -119,6 +119,9 @@ def memory_upsert(
     file: typer.FileBinaryRead | None = typer.Option(
         None, "--file", help="Read the Markdown from this file instead of stdin."
     ),
+    allow_empty: bool = typer.Option(
+        False, "--allow-empty", help="Write an empty document if the input is empty."
+    ),
 ) -> None:
     """Replace the whole document (or create it) from raw UTF-8 Markdown."""
     env = env_of(ctx)
@@ -129,6 +132,16 @@ def memory_upsert(
         content = source.read().decode("utf-8")
     except UnicodeDecodeError:
         fail(InvalidArgument("the document is not valid UTF-8"))
+    # A CLI rule, not a memory one: memory.upsert takes any text, "" included (an Agent may
+    # empty a document on purpose), but here empty input is nearly always a missing pipe or an
+    # empty file, and replacing a document with nothing by accident must take a deliberate flag.
+    if not content and not allow_empty:
+        fail(
+            InvalidArgument(
+                "the input is empty; nothing was written (pass --allow-empty to write an empty "
+                "document)"
+            )
+        )
     emit(run(with_client(env, lambda hub: hub.memory_upsert(path, content, expected_revision))))
 
 

@@ -1,0 +1,76 @@
+"""Through the real CLI against a real `amux serve` in the one shared scope (isolation off):
+nothing is destroyed by accident, and what a change replaced can be brought back."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import HubProcess, running_hub
+
+pytestmark = pytest.mark.e2e
+
+PATH = "topics/shared.md"
+OWNERS = "# Shared\nthe owner's text\n"
+ALICES = "# Shared\nalice's edit\n"
+
+
+def revision(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture
+def shared_hub(tmp_path: Path) -> Iterator[HubProcess]:
+    settings = {"memory.enabled": True, "memory.isolation": "off"}
+    with running_hub(tmp_path / "amux-home", settings) as hub:
+        yield hub
+
+
+def token_for(hub: HubProcess, name: str) -> dict[str, str]:
+    assert hub.cli("principal", "add", name).returncode == 0
+    issued = hub.cli("token", "issue", name)
+    assert issued.returncode == 0, issued.stderr
+    return {"AMUX_TOKEN": issued.stdout.strip()}
+
+
+def upsert(
+    hub: HubProcess, path: str, text: str, expected: str, env: dict[str, str] | None = None
+) -> None:
+    done = hub.cli("memory", "upsert", path, "--expected-revision", expected, input=text, env=env)
+    assert done.returncode == 0, done.stderr
+
+
+def content(hub: HubProcess, path: str) -> str | None:
+    shown = hub.cli("memory", "show", path)
+    assert shown.returncode == 0, shown.stderr
+    got = shown.json()
+    return str(got["content"]) if got["exists"] else None
+
+
+def test_an_empty_input_is_refused_unless_allowed(shared_hub: HubProcess) -> None:
+    hub = shared_hub
+    upsert(hub, PATH, OWNERS, "absent")
+    for extra in ([], ["--file", "-"]):
+        refused = hub.cli(
+            "memory", "upsert", PATH, "--expected-revision", revision(OWNERS), *extra, input=b""
+        )
+        assert refused.returncode != 0
+        assert refused.stderr.startswith("error: invalid_argument:"), refused.stderr
+        assert "--allow-empty" in refused.stderr
+        assert refused.stderr.count("\n") == 1
+        assert content(hub, PATH) == OWNERS
+
+    allowed = hub.cli(
+        "memory",
+        "upsert",
+        PATH,
+        "--expected-revision",
+        revision(OWNERS),
+        "--allow-empty",
+        input=b"",
+    )
+    assert allowed.returncode == 0, allowed.stderr
+    assert content(hub, PATH) == ""
