@@ -354,7 +354,19 @@ token_app = typer.Typer(help="CLI credentials on this Hub host (local administra
 
 
 def open_state(ctx: typer.Context) -> State:
-    return State(env_of(ctx).hub_settings().state_path)
+    """The Hub's state database, opened directly.
+
+    Raises:
+        NotFound: AMUX_HOME holds no state database; none is made, since no Hub would read it.
+    """
+    settings = env_of(ctx).hub_settings()
+    if not settings.state_path.is_file():
+        unset = "" if "home" in settings.model_fields_set else ", the default: AMUX_HOME is unset"
+        raise NotFound(
+            f"no Hub state in AMUX_HOME {settings.home} (no {settings.state_path.name}{unset}); "
+            "run this on the Hub's host with AMUX_HOME set to the home `amux serve` uses"
+        )
+    return State(settings.state_path)
 
 
 def local(ctx: typer.Context, work: Callable[[State], T]) -> T:

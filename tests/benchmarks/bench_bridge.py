@@ -46,6 +46,7 @@ from mcp.client.stdio import stdio_client
 from hub.client import HubClient
 from hub.config import OWNER_TOKEN_FILE
 from hub.contract import Claim, Session
+from hub.state import State
 from runtime_bridge import cgroups
 from runtime_bridge.bounds import bounds_from_settings
 from runtime_bridge.cgroups import LaunchGroup
@@ -262,6 +263,7 @@ async def bridge(
     name = "bound" if memory else "unbound"
     home = root / f"{name}-amux-home"
     home.mkdir(mode=0o700)
+    State(home / "state.sqlite3").close()  # The admin commands only open a Hub's state.
     amux(home, "principal", "add", "bench-runtime", "--service")
     service_token = amux(home, "token", "issue", "bench-runtime")
     amux(home, "principal", "add", "bench-owner", "--owner")

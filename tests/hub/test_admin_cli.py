@@ -36,6 +36,7 @@ def data(done: subprocess.CompletedProcess[str]) -> Any:
 
 def test_aliases_map_outside_identities_to_one_principal(tmp_path: Path) -> None:
     home = tmp_path / "home"
+    State(home / "state.sqlite3").close()  # The state a Hub made here.
     data(admin(home, "principal", "add", "alice"))
     data(admin(home, "principal", "add", "bob"))
     shown = data(
@@ -62,6 +63,40 @@ def test_aliases_map_outside_identities_to_one_principal(tmp_path: Path) -> None
     missing = admin(home, "principal", "show", "carol")
     assert missing.returncode == 1 and missing.stderr.startswith("error: not_found:")
     assert "Traceback" not in missing.stderr
+
+
+def test_admin_commands_never_make_a_state_database_no_hub_reads(tmp_path: Path) -> None:
+    home = tmp_path / "elsewhere"
+    for command in (
+        ["principal", "list"],
+        ["principal", "add", "alice"],
+        ["token", "issue", "owner"],
+        ["token", "list"],
+    ):
+        done = admin(home, *command)
+        assert done.returncode == 1
+        assert done.stderr == (
+            f"error: not_found: no Hub state in AMUX_HOME {home} (no state.sqlite3); run this "
+            "on the Hub's host with AMUX_HOME set to the home `amux serve` uses\n"
+        )
+    assert not home.exists()
+
+    # Without AMUX_HOME the default is .amux under the current directory: said so, and not made.
+    done = subprocess.run(
+        [AMUX, "principal", "list"],
+        env={"PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith(
+        f"error: not_found: no Hub state in AMUX_HOME {tmp_path / '.amux'} (no state.sqlite3, "
+        "the default: AMUX_HOME is unset); "
+    )
+    assert not (tmp_path / ".amux").exists()
 
 
 def test_issued_token_works_once_shown_and_stops_when_revoked(hub_process: HubProcess) -> None:
