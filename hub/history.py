@@ -18,8 +18,9 @@ Rules:
   log entries by a marker; afterwards no copy of the text is left in the memory root, the history
   or the state database.
 - Under isolation every scope has one Principal and history, restore and erase act on the whole
-  scope. In the one global scope (isolation off) they act on the caller's own changes only: the
-  entries it made and the bodies it wrote, so another Principal never sees or removes yours.
+  scope. In the one global scope (isolation off) history shows the caller's own entries only; a
+  restore brings back any body a change replaced, whoever made the change or wrote the body,
+  since anyone may write that scope; an erase removes the caller's own changes only.
 """
 
 from __future__ import annotations
@@ -321,12 +322,11 @@ class MemoryHistory:
         """Write a kept body back as an ordinary conditional upsert.
 
         Raises:
-            NotFound: no copy of that revision is kept for this path (or, in the global scope,
-                none the caller wrote).
+            NotFound: no copy of that revision is kept for this path.
             Conflict: the document is no longer at ``expected_revision``.
         """
         logical = "/".join(validate_path(path, self._limits))
-        if not self._may_restore(scope, logical, revision, author.principal_id):
+        if not self._may_restore(scope, logical, revision):
             raise NotFound(
                 f"no kept copy of revision {revision[:12]} of '{logical}'",
                 path=logical,
@@ -342,19 +342,14 @@ class MemoryHistory:
         content = data.decode("utf-8")
         return await self.upsert(scope, logical, content, expected_revision, author, "restore")
 
-    def _may_restore(self, scope: str, path: str, revision: str, principal_id: str) -> bool:
+    def _may_restore(self, scope: str, path: str, revision: str) -> bool:
         sql = (
             "SELECT 1 FROM memory_log WHERE scope = ? AND path = ? AND previous_revision = ? "
             "AND history_bytes IS NOT NULL"
         )
+        # Whoever changed the document, and whoever wrote the body it replaced: anyone who may
+        # write the scope may put a replaced body back (in the shared scope, anyone).
         args: list[Any] = [scope, path, revision]
-        if scope == GLOBAL_SCOPE:
-            # In the shared scope a Principal restores only bodies it wrote itself.
-            sql += (
-                " AND EXISTS (SELECT 1 FROM memory_log w WHERE w.scope = ? AND w.path = ? "
-                "AND w.new_revision = ? AND w.principal_id = ?)"
-            )
-            args += [scope, path, revision, principal_id]
         return self._state.db.execute(sql + " LIMIT 1", args).fetchone() is not None
 
     # -- reading the log -------------------------------------------------------------------------

@@ -74,3 +74,45 @@ def test_an_empty_input_is_refused_unless_allowed(shared_hub: HubProcess) -> Non
     )
     assert allowed.returncode == 0, allowed.stderr
     assert content(hub, PATH) == ""
+
+
+@pytest.mark.parametrize("who", ["owner", "alice"])
+def test_a_body_someone_else_replaced_can_be_restored_by_anyone_in_the_scope(
+    shared_hub: HubProcess, who: str
+) -> None:
+    hub = shared_hub
+    alice = token_for(hub, "alice")
+    upsert(hub, PATH, OWNERS, "absent")
+    upsert(hub, PATH, ALICES, revision(OWNERS), env=alice)
+    assert list((hub.home / "memory-history" / "global").rglob(revision(OWNERS)))
+
+    restorer = alice if who == "alice" else None
+    restored = hub.cli(
+        "memory",
+        "restore",
+        PATH,
+        "--revision",
+        revision(OWNERS),
+        "--expected-revision",
+        revision(ALICES),
+        env=restorer,
+    )
+    assert restored.returncode == 0, restored.stderr
+    assert restored.json()["revision"] == revision(OWNERS)
+    assert content(hub, PATH) == OWNERS
+
+    # Forgotten by the owner, alice's body comes back too.
+    forgot = hub.cli("memory", "forget", PATH, "--expected-revision", revision(OWNERS))
+    assert forgot.returncode == 0, forgot.stderr
+    back = hub.cli(
+        "memory",
+        "restore",
+        PATH,
+        "--revision",
+        revision(ALICES),
+        "--expected-revision",
+        "absent",
+        env=restorer,
+    )
+    assert back.returncode == 0, back.stderr
+    assert content(hub, PATH) == ALICES
