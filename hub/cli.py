@@ -207,7 +207,11 @@ def memory_history(
 def memory_restore(
     ctx: typer.Context,
     path: str = typer.Argument(..., help="Logical document path."),
-    revision: str = typer.Option(..., "--revision", help="The kept revision to bring back."),
+    revision: str = typer.Option(
+        ...,
+        "--revision",
+        help="The kept revision to bring back: whole, or its first 12 or more hex digits.",
+    ),
     expected_revision: str = typer.Option(
         ..., "--expected-revision", help="The document's current revision, or 'absent'."
     ),

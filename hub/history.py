@@ -31,13 +31,14 @@ import errno
 import json
 import logging
 import os
+import re
 import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from hub.errors import NotFound
+from hub.errors import InvalidArgument, NotFound
 from hub.files import MemoryFiles
 from hub.limits import Limits
 from hub.paths import GLOBAL_SCOPE, principal_scope, scope_directory, validate_path
@@ -54,6 +55,10 @@ Action = Literal["upsert", "forget", "restore", "erase"]
 ERASED = "[erased]"
 DAY = 86400.0
 MAX_HISTORY_LIMIT = 200
+# A restore names a kept revision whole or by a unique prefix of at least 12 hex digits: what
+# ``amux memory history`` prints.
+MIN_REVISION_PREFIX = 12
+REVISION_PREFIX = re.compile(rf"^[0-9a-f]{{{MIN_REVISION_PREFIX},64}}$")
 NOT_ERASED = (
     "Transcripts the Agents keep natively are conversation history, not memory: they are not "
     "erased."
@@ -315,23 +320,20 @@ class MemoryHistory:
         self,
         scope: str,
         path: object,
-        revision: str,
+        revision: object,
         expected_revision: object,
         author: Author,
     ) -> Written:
-        """Write a kept body back as an ordinary conditional upsert.
+        """Write a kept body back as an ordinary conditional upsert. ``revision`` is the whole
+        revision or a unique prefix of it (at least 12 hex digits).
 
         Raises:
+            InvalidArgument: ``revision`` is no such prefix, or names more than one kept copy.
             NotFound: no copy of that revision is kept for this path.
             Conflict: the document is no longer at ``expected_revision``.
         """
         logical = "/".join(validate_path(path, self._limits))
-        if not self._may_restore(scope, logical, revision):
-            raise NotFound(
-                f"no kept copy of revision {revision[:12]} of '{logical}'",
-                path=logical,
-                revision=revision,
-            )
+        revision = self._kept_revision(scope, logical, revision)
         data = await asyncio.to_thread(self.files.read, self._copy_parts(scope, logical, revision))
         if data is None or revision_of(data) != revision:
             raise NotFound(
@@ -342,15 +344,35 @@ class MemoryHistory:
         content = data.decode("utf-8")
         return await self.upsert(scope, logical, content, expected_revision, author, "restore")
 
-    def _may_restore(self, scope: str, path: str, revision: str) -> bool:
-        sql = (
-            "SELECT 1 FROM memory_log WHERE scope = ? AND path = ? AND previous_revision = ? "
-            "AND history_bytes IS NOT NULL"
-        )
-        # Whoever changed the document, and whoever wrote the body it replaced: anyone who may
-        # write the scope may put a replaced body back (in the shared scope, anyone).
-        args: list[Any] = [scope, path, revision]
-        return self._state.db.execute(sql + " LIMIT 1", args).fetchone() is not None
+    def _kept_revision(self, scope: str, path: str, revision: object) -> str:
+        """The one revision of ``path`` kept to restore that ``revision`` names, whole or by a
+        prefix. Whoever changed the document, and whoever wrote the body it replaced: anyone who
+        may write the scope may put a replaced body back (in the shared scope, anyone)."""
+        if not isinstance(revision, str) or not REVISION_PREFIX.match(revision):
+            raise InvalidArgument(
+                f"revision must be a revision or a prefix of at least {MIN_REVISION_PREFIX} "
+                "hex digits, as amux memory history prints it",
+                revision=revision,
+            )
+        rows = self._state.db.execute(
+            "SELECT DISTINCT previous_revision FROM memory_log WHERE scope = ? AND path = ? "
+            "AND history_bytes IS NOT NULL AND substr(previous_revision, 1, ?) = ?",
+            (scope, path, len(revision), revision),
+        ).fetchall()
+        if not rows:
+            raise NotFound(
+                f"no kept copy of revision {revision[:12]} of '{path}'",
+                path=path,
+                revision=revision,
+            )
+        if len(rows) > 1:
+            raise InvalidArgument(
+                f"revision {revision} names {len(rows)} kept copies of '{path}'; give more digits",
+                path=path,
+                revision=revision,
+                revisions=sorted(str(row[0]) for row in rows),
+            )
+        return str(rows[0][0])
 
     # -- reading the log -------------------------------------------------------------------------
 

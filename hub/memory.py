@@ -103,7 +103,8 @@ class HistoryRequest:
 @dataclass(frozen=True)
 class RestoreRequest:
     path: object
-    revision: str
+    # The kept revision, whole or a unique prefix of at least 12 hex digits.
+    revision: object
     expected_revision: object
 
 

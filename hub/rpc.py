@@ -409,7 +409,8 @@ async def memory_history(call: Call, params: HistoryParams) -> dict[str, Any]:
 
 class RestoreParams(Params):
     path: object
-    revision: str = Field(pattern=r"^[0-9a-f]{64}$", description="a 64-hex-digit revision")
+    # A revision or a unique prefix of one: checked with its rules by the memory service.
+    revision: object
     expected_revision: object
 
 

@@ -116,3 +116,39 @@ def test_a_body_someone_else_replaced_can_be_restored_by_anyone_in_the_scope(
     )
     assert back.returncode == 0, back.stderr
     assert content(hub, PATH) == ALICES
+
+
+def test_restore_takes_the_revision_as_history_prints_it(shared_hub: HubProcess) -> None:
+    hub = shared_hub
+    upsert(hub, PATH, OWNERS, "absent")
+    upsert(hub, PATH, ALICES, revision(OWNERS))
+    history = hub.cli("memory", "history", PATH)
+    assert history.returncode == 0, history.stderr
+    short = revision(OWNERS)[:12]
+    assert f"{short} -> {revision(ALICES)[:12]}" in history.stdout
+
+    def restore(prefix: str) -> tuple[int, str]:
+        done = hub.cli(
+            "memory",
+            "restore",
+            PATH,
+            "--revision",
+            prefix,
+            "--expected-revision",
+            revision(ALICES),
+        )
+        return done.returncode, done.stderr
+
+    code, err = restore(short[:11])
+    assert code != 0 and err.startswith("error: invalid_argument:"), err
+    assert "12" in err and err.count("\n") == 1
+    code, err = restore("0" * 12)
+    assert code != 0 and err.startswith("error: not_found: no kept copy of revision"), err
+    # The revision the document is at now is no kept copy either.
+    code, err = restore(revision(ALICES)[:12])
+    assert code != 0 and err.startswith("error: not_found:"), err
+    assert content(hub, PATH) == ALICES
+
+    code, err = restore(short)
+    assert code == 0, err
+    assert content(hub, PATH) == OWNERS

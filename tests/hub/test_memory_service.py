@@ -188,3 +188,28 @@ async def test_a_card_and_an_rpc_call_forget_alike_for_the_same_person(
     assert not clicked.delegated
     page = hub.memory.history(clicked, None, HistoryRequest())
     assert [entry.to_wire() for entry in page.entries] == logged
+
+
+async def test_a_revision_prefix_naming_two_kept_copies_is_refused(hub: Hub) -> None:
+    alice = actor_of(hub, "alice")
+    memory = hub.memory
+    first, second, third = "# Plan\none\n", "# Plan\ntwo\n", "# Plan\nthree\n"
+    await memory.upsert(alice, None, UpsertRequest(PATH, first, "absent"), "cli")
+    await memory.upsert(alice, None, UpsertRequest(PATH, second, revision(first)), "cli")
+    await memory.upsert(alice, None, UpsertRequest(PATH, third, revision(second)), "cli")
+    # Two kept revisions that share their first 12 digits cannot be made on purpose: the log
+    # is made to say so.
+    shared = revision(first)[:12]
+    fake = shared + "0" * 52
+    hub.state.db.execute(
+        "UPDATE memory_log SET previous_revision = ? WHERE previous_revision = ?",
+        (fake, revision(second)),
+    )
+    with pytest.raises(AmuxError) as refused:
+        await memory.restore(alice, None, RestoreRequest(PATH, shared, revision(third)), "cli")
+    assert refused.value.code == "invalid_argument"
+    assert "2 kept copies" in refused.value.message
+    restored = await memory.restore(
+        alice, None, RestoreRequest(PATH, revision(first)[:20], revision(third)), "cli"
+    )
+    assert restored.revision == revision(first)
