@@ -20,7 +20,7 @@ from hub.aliases import IdField, alias_kind, recorded_app
 from hub.client import HubClient
 from hub.config import ClientSettings, HubSettings
 from hub.errors import AmuxError, Conflict, InvalidArgument, NotFound
-from hub.state import State
+from hub.state import State, no_such_credential
 
 T = TypeVar("T")
 
@@ -485,27 +485,98 @@ def principal_list(ctx: typer.Context) -> None:
 @token_app.command("issue")
 def token_issue(
     ctx: typer.Context,
-    name: str = typer.Argument(..., help="The Principal the token acts as."),
+    name: str | None = typer.Argument(
+        None, help="The Principal the token acts as (with --owner-file: the local owner's)."
+    ),
     label: str = typer.Option("", "--label", help="A note to recognise the token by."),
+    owner_file: bool = typer.Option(
+        False,
+        "--owner-file",
+        help="Write the token to $AMUX_HOME/owner.token (mode 0600) instead of printing it: "
+        "a fresh local owner token when the old one is lost or revoked.",
+    ),
 ) -> None:
     """Issue a CLI token; it is printed once and stored only as a hash."""
+    from hub.services import LOCAL_OWNER_NAME, write_owner_token
+
+    if name is None and not owner_file:
+        fail(InvalidArgument("name the Principal the token acts as"))
+    who = name or LOCAL_OWNER_NAME
 
     def issue(state: State) -> tuple[str, dict[str, Any]]:
-        principal = state.principal_by_name(name)
-        token, credential = state.issue_credential(principal.id, "cli", label=label)
+        principal = state.principal_by_name(who)
+        if owner_file and not principal.is_owner:
+            raise InvalidArgument(f"'{who}' is not an owner; owner.token holds an owner's token")
+        note = label or ("local owner" if owner_file else "")
+        token, credential = state.issue_credential(principal.id, "cli", label=note)
         return token, credential.to_wire()
 
     token, credential = local(ctx, issue)
-    typer.echo(f"token id {credential['id']} for {name} (shown once, keep it secret):", err=True)
-    typer.echo(token)
+    if not owner_file:
+        typer.echo(f"token id {credential['id']} for {who} (shown once, keep it secret):", err=True)
+        typer.echo(token)
+        return
+    home = env_of(ctx).hub_settings().home
+    try:
+        path = write_owner_token(home, token)
+    except OSError as error:
+        # Nobody can hold a token that was never written: it must not stay valid.
+        local(ctx, lambda state: state.revoke_credential(credential["id"]))
+        fail(InvalidArgument(f"cannot write {home}/owner.token: {error.strerror}"))
+    typer.echo(f"token id {credential['id']} for {who} written to {path}", err=True)
+
+
+def in_use(ctx: typer.Context, state: State) -> tuple[str | None, bool]:
+    """The id of the credential this CLI acts with, and whether it came from owner.token."""
+    settings = env_of(ctx).client_settings()
+    token = settings.resolved_token()
+    found = state.credential_by_token(token) if token else None
+    from_file = settings.token is None or not settings.token.get_secret_value()
+    return (found[0].id if found else None), from_file
 
 
 @token_app.command("revoke")
 def token_revoke(
-    ctx: typer.Context, token_id: str = typer.Argument(..., help="The token id to revoke.")
+    ctx: typer.Context,
+    token_id: str = typer.Argument(..., help="The token id to revoke."),
+    yes: bool = typer.Option(
+        False, "--yes", help="Revoke it even if it is the token this CLI is using, unasked."
+    ),
 ) -> None:
-    """Revoke a token by id; it stops working immediately."""
-    emit(local(ctx, lambda state: state.revoke_credential(token_id).to_wire()))
+    """Revoke a token by id; it stops working immediately.
+
+    Revoking the token this CLI is using asks first on a terminal and needs --yes otherwise. A
+    token already revoked is left as it is, said so on stderr, and exits 0.
+    """
+
+    def revoke(state: State) -> tuple[dict[str, Any], str | None]:
+        """The credential, and what to tell: that it was revoked before, or how to get another
+        when it was this CLI's own."""
+        known = next((c for c in state.credentials() if c.id == token_id), None)
+        if known is None:
+            raise no_such_credential(token_id)
+        if known.revoked_at is not None:
+            return known.to_wire(), f"token {token_id} is already revoked"
+        used, from_file = in_use(ctx, state)
+        if used != token_id:
+            return state.revoke_credential(token_id).to_wire(), None
+        if not yes:
+            said = f"token {token_id} is the one this CLI is using; once revoked it is refused"
+            if not sys.stdin.isatty():
+                raise InvalidArgument(f"{said}: pass --yes to revoke it anyway")
+            if not typer.confirm(f"{said}. Revoke it?", default=False, err=True):
+                raise InvalidArgument("not revoked")
+        fix = (
+            "`amux token issue --owner-file` on the Hub's host writes a fresh owner token"
+            if from_file
+            else "set AMUX_TOKEN to another token (`amux token issue <principal>`)"
+        )
+        return state.revoke_credential(token_id).to_wire(), f"this CLI's token is revoked: {fix}"
+
+    revoked, note = local(ctx, revoke)
+    emit(revoked)
+    if note is not None:
+        typer.echo(note, err=True)
 
 
 @token_app.command("list")

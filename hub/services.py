@@ -7,6 +7,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hub.approvals import Approvals
 from hub.config import OWNER_TOKEN_FILE, HubSettings
@@ -25,6 +26,24 @@ logger = logging.getLogger("amux.hub")
 LOCAL_OWNER_NAME = "owner"
 # Beside the memory root, never in it: kept bodies are not searched, read or counted as memory.
 HISTORY_DIR = "memory-history"
+
+
+def write_owner_token(home: Path, token: str) -> Path:
+    """Put ``token`` in ``<home>/owner.token`` (mode 0600), replacing whatever was there whole:
+    a reader sees the old token or the new one, never part of one."""
+    path = home / OWNER_TOKEN_FILE
+    partial = home / f".{OWNER_TOKEN_FILE}.{os.getpid()}"
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(token + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return path
 
 
 @dataclass
@@ -109,10 +128,7 @@ class Hub:
             return
         owner = self.state.add_principal(LOCAL_OWNER_NAME, "user", owner=True)
         token, _ = self.state.issue_credential(owner.id, "cli", label="local owner")
-        path = self.settings.home / OWNER_TOKEN_FILE
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(token + "\n")
+        path = write_owner_token(self.settings.home, token)
         logger.info("created the local owner principal; its CLI token is in %s", path)
 
     def require_owner(self, actor: Actor) -> None:

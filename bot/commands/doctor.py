@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from bot.config import FeishuSettings
 from bot.service.logs import LogSettings
 from hub.client import HubClient
-from hub.config import ClientSettings, HubSettings
+from hub.config import OWNER_TOKEN_FILE, ClientSettings, HubSettings
 from hub.errors import AmuxError, Unauthenticated, Unavailable
 from hub.rootlock import LOCK_NAME
 from runtime_bridge import agent_exec, cgroups
@@ -456,8 +456,13 @@ async def _capture(argv: list[str], seconds: float) -> tuple[int, str] | None:
     return process.returncode, output.decode(errors="replace").strip()
 
 
-async def check_hub(client: HubClient, has_token: bool) -> tuple[Check, bool]:
-    """Reachable (/healthz) and authenticated (system.whoami); the flag gates later Hub checks."""
+async def check_hub(
+    client: HubClient, has_token: bool, owner_file: Path | None = None
+) -> tuple[Check, bool]:
+    """Reachable (/healthz) and authenticated (system.whoami); the flag gates later Hub checks.
+
+    ``owner_file`` is the local owner token file the credential was read from, if it was.
+    """
     start = "start the Hub (`amux serve` or `systemctl start amux`), or set AMUX_HUB_URL to it"
     url = client.base_url + "/healthz"
     try:
@@ -484,6 +489,13 @@ async def check_hub(client: HubClient, has_token: bool) -> tuple[Check, bool]:
     try:
         whoami = await client.whoami()
     except Unauthenticated as error:
+        if owner_file is not None:
+            refused = f"the local owner token in {owner_file} is refused: {error.message}"
+            fix = (
+                "on the Hub's host, `amux token issue --owner-file` (with this AMUX_HOME) "
+                "writes a fresh owner token there"
+            )
+            return Check("hub", "fail", f"up, but {refused}", fix), False
         return Check(
             "hub", "fail", f"up, but the credential is refused: {error.message}", token_fix
         ), (False)
@@ -827,7 +839,10 @@ async def diagnose(
     client = settings.client
     token = client.resolved_token()
     async with HubClient(client.hub_url, token, timeout=min(client.timeout, HTTP_SECONDS)) as hub:
-        reached, hub_ok = await check_hub(hub, token is not None)
+        from_env = client.token is not None and client.token.get_secret_value()
+        from_file = token is not None and not from_env and client.owner_token_fallback
+        owner_file = client.home / OWNER_TOKEN_FILE if from_file else None
+        reached, hub_ok = await check_hub(hub, token is not None, owner_file)
         checks.append(reached)
         if hub_ok:
             checks.append(await check_memory(hub))

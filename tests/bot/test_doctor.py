@@ -96,6 +96,22 @@ def test_a_refused_token_is_named_with_how_to_get_a_valid_one(
     assert checks["memory"]["status"] == "skip"
 
 
+def test_a_revoked_local_owner_token_is_named_with_the_command_that_replaces_it(
+    hub_process: HubProcess, stub_agents: dict[str, str]
+) -> None:
+    (owner,) = hub_process.cli("token", "list", "owner").json()
+    assert hub_process.cli("token", "revoke", owner["id"], "--yes").returncode == 0
+    code, _, checks = doctor(hub_process, stub_agents)
+    assert code == 1
+    assert checks["hub"]["detail"].startswith(
+        f"up, but the local owner token in {hub_process.home / 'owner.token'} is refused"
+    )
+    assert "`amux token issue --owner-file`" in checks["hub"]["fix"]
+    assert hub_process.cli("token", "issue", "--owner-file").returncode == 0
+    code, _, checks = doctor(hub_process, stub_agents)
+    assert checks["hub"]["status"] == "ok"
+
+
 def test_a_home_other_users_can_enter_fails_with_a_chmod_fix(
     hub_process: HubProcess, stub_agents: dict[str, str]
 ) -> None:

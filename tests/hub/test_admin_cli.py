@@ -4,6 +4,8 @@ a state database it cannot read refused in one line."""
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -125,6 +127,83 @@ def test_issued_token_works_once_shown_and_stops_when_revoked(hub_process: HubPr
     data(hub_process.cli("token", "revoke", listed[0]["id"]))
     after = hub_process.cli("system", "whoami", env={"AMUX_TOKEN": token})
     assert after.returncode == 1 and after.stderr.startswith("error: unauthenticated:")
+
+
+def on_a_terminal(hub: HubProcess, answer: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI with a terminal on stdin that types ``answer``."""
+    main, side = pty.openpty()
+    try:
+        os.write(main, answer.encode())
+        return subprocess.run(
+            [AMUX, *args],
+            stdin=side,
+            env=hub.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(main)
+        os.close(side)
+
+
+def test_revoking_the_token_in_use_asks_first_and_a_lost_owner_token_is_reissued(
+    hub_process: HubProcess,
+) -> None:
+    home = hub_process.home
+    (owner,) = data(hub_process.cli("token", "list", "owner"))
+    old_token = hub_process.owner_token
+
+    # Not on a terminal: refused in one line naming --yes, and the token keeps working.
+    refused = hub_process.cli("token", "revoke", owner["id"], input="")
+    assert refused.returncode == 1
+    assert refused.stderr == (
+        f"error: invalid_argument: token {owner['id']} is the one this CLI is using; once "
+        "revoked it is refused: pass --yes to revoke it anyway\n"
+    )
+    # On a terminal it asks; no keeps it.
+    declined = on_a_terminal(hub_process, "n\n", "token", "revoke", owner["id"])
+    assert declined.returncode == 1, declined.stderr
+    assert "Revoke it? [y/N]" in declined.stderr
+    assert declined.stderr.endswith("error: invalid_argument: not revoked\n")
+    assert data(hub_process.cli("system", "whoami"))["principal"]["name"] == "owner"
+
+    revoked = hub_process.cli("token", "revoke", owner["id"], "--yes")
+    assert revoked.returncode == 0, revoked.stderr
+    assert revoked.json()["revoked"] is True
+    assert "`amux token issue --owner-file`" in revoked.stderr
+    after = hub_process.cli("system", "whoami")
+    assert after.returncode == 1 and after.stderr.startswith("error: unauthenticated:")
+
+    # Again: nothing to do, said so, and not an error.
+    again = hub_process.cli("token", "revoke", owner["id"], input="")
+    assert again.returncode == 0
+    assert again.stderr == f"token {owner['id']} is already revoked\n"
+    assert again.json()["revoked"] is True
+
+    # A restart makes no new owner token: the Hub already has its principals.
+    hub_process.stop()
+    hub_process.start()
+    assert hub_process.owner_token == old_token
+
+    # The recovery, on the Hub's host: a fresh owner token in owner.token, mode 0600.
+    not_owner = hub_process.cli("principal", "add", "erin")
+    assert not_owner.returncode == 0, not_owner.stderr
+    wrong = hub_process.cli("token", "issue", "erin", "--owner-file")
+    assert wrong.returncode == 1
+    assert wrong.stderr.startswith("error: invalid_argument: 'erin' is not an owner")
+    assert hub_process.owner_token == old_token
+    issued = hub_process.cli("token", "issue", "--owner-file")
+    assert issued.returncode == 0, issued.stderr
+    assert issued.stdout == ""
+    assert issued.stderr.endswith(f"written to {home / 'owner.token'}\n")
+    assert (home / "owner.token").stat().st_mode & 0o777 == 0o600
+    assert hub_process.owner_token != old_token
+    assert hub_process.owner_token not in issued.stderr
+    assert data(hub_process.cli("system", "whoami"))["principal"]["name"] == "owner"
+    labels = [t["label"] for t in data(hub_process.cli("token", "list", "owner"))]
+    assert labels == ["local owner", "local owner"]
 
 
 def test_a_bad_setting_is_one_line_naming_the_variable_not_its_value(tmp_path: Path) -> None:
