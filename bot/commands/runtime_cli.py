@@ -297,7 +297,9 @@ def agent_run(
     prompt: str = typer.Argument(..., help="What to ask the Agent."),
     provider: str = typer.Option("claude", "--provider", help="claude, codex or pi."),
     session: str | None = typer.Option(None, "--session", help="Resume this amux session."),
-    cwd: Path | None = typer.Option(None, "--cwd", help="Where the Agent works."),
+    cwd: Path | None = typer.Option(
+        None, "--cwd", help="Where the Agent works: an existing directory, never created."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the structured result."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress on stderr."),
     approve: str | None = typer.Option(
