@@ -223,6 +223,8 @@ def memory_restore(
 
 def print_receipt(receipt: dict[str, Any]) -> None:
     emit(receipt)
+    for kept in receipt.get("kept") or []:
+        typer.echo(f"kept: {kept['path']} ({kept['reason']})", err=True)
     typer.echo(str(receipt.get("not_erased", "")), err=True)
 
 
@@ -234,7 +236,8 @@ def memory_erase(
         False, "--all", help="Erase your whole memory scope and its history (forget me)."
     ),
 ) -> None:
-    """Remove a document, every kept copy of it, and its path from the change log."""
+    """Remove a document, every kept copy of it, and its path from the change log; in shared
+    memory, a document someone else changed too is kept and named."""
     if (path is None) == (not everything):
         fail(InvalidArgument("name one document, or pass --all for your whole memory"))
     env = env_of(ctx)

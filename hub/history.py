@@ -20,7 +20,12 @@ Rules:
 - Under isolation every scope has one Principal and history, restore and erase act on the whole
   scope. In the one global scope (isolation off) history shows the caller's own entries only; a
   restore brings back any body a change replaced, whoever made the change or wrote the body,
-  since anyone may write that scope; an erase removes the caller's own changes only.
+  since anyone may write that scope. An erase there removes only what the caller wrote, and only
+  documents nobody else changed: a path whose log has another Principal's change too is kept
+  whole (document, copies, log entries) and named in the receipt. The owner erasing with its own
+  credential is no exception; only the owner's erase of one named Principal
+  (``erase_principal``) removes the documents whose current body that Principal wrote, whoever
+  else changed them before, since leaving that text behind would defeat it.
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ MAX_HISTORY_LIMIT = 200
 # ``amux memory history`` prints.
 MIN_REVISION_PREFIX = 12
 REVISION_PREFIX = re.compile(rf"^[0-9a-f]{{{MIN_REVISION_PREFIX},64}}$")
+# Why a shared-scope erase kept a path (see the module's rules).
+KEPT = "someone else changed it too: in shared memory, erase removes only what nobody else changed"
 NOT_ERASED = (
     "Transcripts the Agents keep natively are conversation history, not memory: they are not "
     "erased."
@@ -168,17 +175,19 @@ class LogPage:
 
 @dataclass(frozen=True)
 class Receipt:
-    """What an erase removed."""
+    """What an erase removed, and the paths it kept because someone else changed them too."""
 
     documents_removed: int
     history_copies_removed: int
     log_entries_redacted: int
+    kept: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, object]:
         return {
             "documents_removed": self.documents_removed,
             "history_copies_removed": self.history_copies_removed,
             "log_entries_redacted": self.log_entries_redacted,
+            "kept": [{"path": path, "reason": KEPT} for path in self.kept],
             "not_erased": NOT_ERASED,
         }
 
@@ -436,32 +445,45 @@ class MemoryHistory:
     # -- erasing ---------------------------------------------------------------------------------
 
     async def erase(
-        self, scope: str, path: object, author: Author, subject: str | None = None
+        self,
+        scope: str,
+        path: object,
+        author: Author,
+        subject: str | None = None,
+        spare_shared: bool = True,
     ) -> Receipt:
         """Erase one document (``path``) or, with ``path`` None, the whole scope: in the global
-        scope only what ``subject`` (default: the author) wrote."""
+        scope only what ``subject`` (default: the author) wrote and, with ``spare_shared``, none
+        of the paths someone else changed too (see the module's rules)."""
         logical = None if path is None else "/".join(validate_path(path, self._limits))
         shared = scope == GLOBAL_SCOPE
         whose = subject or author.principal_id
         owned: set[str] | None = None
+        spare: frozenset[str] = frozenset()
         if shared:
             owned = self._written_by(scope, logical, whose)
-        documents = await self._store.erase(scope, logical, owned)
-        copies = await asyncio.to_thread(self._remove_copies, scope, logical, owned)
-        where, args = self._erased_entries(scope, logical, whose)
-        redacted = self._state.db.execute(
-            f"UPDATE memory_log SET path = ?, history_bytes = NULL WHERE {where}", [ERASED, *args]
-        ).rowcount
-        self._kept.pop(scope, None)
-        self._redact_turn_events(scope, logical, whose)
+            if spare_shared:
+                spare = self._changed_by_others(scope, logical, whose)
+        if logical is not None and logical in spare:
+            documents = copies = redacted = 0
+        else:
+            documents = await self._store.erase(scope, logical, owned, spare)
+            copies = await asyncio.to_thread(self._remove_copies, scope, logical, owned, spare)
+            where, args = self._erased_entries(scope, logical, whose, spare)
+            redacted = self._state.db.execute(
+                f"UPDATE memory_log SET path = ?, history_bytes = NULL WHERE {where}",
+                [ERASED, *args],
+            ).rowcount
+            self._kept.pop(scope, None)
+            self._redact_turn_events(scope, logical, whose, spare)
         self.record(scope, ERASED, "erase", author, None, None, 0, None)
         self._scrub()
-        return Receipt(documents, copies, redacted)
+        return Receipt(documents, copies, redacted, tuple(sorted(spare)))
 
     async def erase_principal(self, principal_id: str, author: Author) -> Receipt:
         """Everything of one Principal: its own scope, and what it wrote in the global one."""
         own = await self.erase(principal_scope(principal_id), None, author, principal_id)
-        shared = await self.erase(GLOBAL_SCOPE, None, author, principal_id)
+        shared = await self.erase(GLOBAL_SCOPE, None, author, principal_id, spare_shared=False)
         return Receipt(
             own.documents_removed + shared.documents_removed,
             own.history_copies_removed + shared.history_copies_removed,
@@ -471,17 +493,36 @@ class MemoryHistory:
     async def preview_erase(self, scope: str, path: object, principal_id: str) -> Receipt:
         """What ``erase`` would remove now, removing nothing: for a confirmation that states it."""
         logical = None if path is None else "/".join(validate_path(path, self._limits))
-        owned = self._written_by(scope, logical, principal_id) if scope == GLOBAL_SCOPE else None
-        documents = await asyncio.to_thread(self._count_documents, scope, logical, owned)
-        copies = await asyncio.to_thread(self._count_copies, scope, logical, owned)
-        where, args = self._erased_entries(scope, logical, principal_id)
+        owned: set[str] | None = None
+        spare: frozenset[str] = frozenset()
+        if scope == GLOBAL_SCOPE:
+            owned = self._written_by(scope, logical, principal_id)
+            spare = self._changed_by_others(scope, logical, principal_id)
+        if logical is not None and logical in spare:
+            return Receipt(0, 0, 0, (logical,))
+        documents = await asyncio.to_thread(self._count_documents, scope, logical, owned, spare)
+        copies = await asyncio.to_thread(self._count_copies, scope, logical, owned, spare)
+        where, args = self._erased_entries(scope, logical, principal_id, spare)
         entries = self._state.db.execute(
             f"SELECT COUNT(*) FROM memory_log WHERE {where}", args
         ).fetchone()[0]
-        return Receipt(documents, copies, int(entries))
+        return Receipt(documents, copies, int(entries), tuple(sorted(spare)))
+
+    def _changed_by_others(self, scope: str, path: str | None, principal_id: str) -> frozenset[str]:
+        """The paths (``path`` or any) this Principal changed that another one changed too."""
+        sql = (
+            "SELECT DISTINCT path FROM memory_log WHERE scope = ? AND principal_id = ? "
+            "AND path != ? AND path IN (SELECT path FROM memory_log WHERE scope = ? "
+            "AND principal_id != ?)"
+        )
+        args: list[Any] = [scope, principal_id, ERASED, scope, principal_id]
+        if path is not None:
+            sql += " AND path = ?"
+            args.append(path)
+        return frozenset(row[0] for row in self._state.db.execute(sql, args))
 
     def _erased_entries(
-        self, scope: str, path: str | None, principal_id: str
+        self, scope: str, path: str | None, principal_id: str, spare: frozenset[str]
     ) -> tuple[str, list[Any]]:
         """The log entries an erase redacts, as a WHERE clause and its arguments."""
         where = "scope = ?"
@@ -495,21 +536,33 @@ class MemoryHistory:
         if scope == GLOBAL_SCOPE:
             where += " AND principal_id = ?"
             args.append(principal_id)
+        if spare:
+            where += f" AND path NOT IN ({', '.join('?' * len(spare))})"
+            args += sorted(spare)
         return where, args
 
-    def _count_documents(self, scope: str, path: str | None, owned: set[str] | None) -> int:
+    def _count_documents(
+        self, scope: str, path: str | None, owned: set[str] | None, spare: frozenset[str]
+    ) -> int:
         scope_parts = scope_directory(scope)
         if path is not None:
-            bodies = [self._store.files.read(scope_parts + tuple(path.split("/")))]
+            bodies = [(path, self._store.files.read(scope_parts + tuple(path.split("/"))))]
         else:
-            bodies = [document.data for document in self._store.files.walk(scope_parts)]
+            bodies = [
+                ("/".join(document.parts), document.data)
+                for document in self._store.files.walk(scope_parts)
+            ]
         return sum(
             1
-            for body in bodies
-            if body is not None and (owned is None or revision_of(body) in owned)
+            for logical, body in bodies
+            if body is not None
+            and logical not in spare
+            and (owned is None or revision_of(body) in owned)
         )
 
-    def _count_copies(self, scope: str, path: str | None, owned: set[str] | None) -> int:
+    def _count_copies(
+        self, scope: str, path: str | None, owned: set[str] | None, spare: frozenset[str]
+    ) -> int:
         base = self.root.joinpath(*scope_directory(scope))
         if path is not None:
             base = base.joinpath(*path.split("/"))
@@ -517,12 +570,15 @@ class MemoryHistory:
             return 0
         return sum(
             1
-            for _directory, _dirs, names in os.walk(base, followlinks=False)
+            for directory, _dirs, names in os.walk(base, followlinks=False)
+            if _relative(base, directory) not in spare
             for name in names
             if not name.startswith(".") and (owned is None or name in owned)
         )
 
-    def _redact_turn_events(self, scope: str, path: str | None, principal_id: str) -> None:
+    def _redact_turn_events(
+        self, scope: str, path: str | None, principal_id: str, spare: frozenset[str]
+    ) -> None:
         """Replace the erased path in the ``memory`` events of turns that ran in this scope (the
         events a turn's memory calls left, see ``hub.contract.MemoryUse``)."""
         db = self._state.db
@@ -544,6 +600,8 @@ class MemoryHistory:
                 continue
             if path is not None and use.get("path") != path:
                 continue
+            if use.get("path") in spare:
+                continue
             use["path"] = ERASED
             db.execute(
                 "UPDATE execution_events SET text = ? WHERE execution_id = ? AND seq = ?",
@@ -561,11 +619,13 @@ class MemoryHistory:
             args.append(path)
         return {row[0] for row in self._state.db.execute(sql, args)}
 
-    def _remove_copies(self, scope: str, path: str | None, owned: set[str] | None) -> int:
+    def _remove_copies(
+        self, scope: str, path: str | None, owned: set[str] | None, spare: frozenset[str]
+    ) -> int:
         base = self.root.joinpath(*scope_directory(scope))
         if path is not None:
             base = base.joinpath(*path.split("/"))
-        return _remove_tree(base, owned)
+        return _remove_tree(base, owned, spare)
 
     def _scrub(self) -> None:
         # The WAL still holds the pages as they were before the redaction until a checkpoint.
@@ -716,13 +776,21 @@ def _unlink_all(paths: list[str]) -> int:
     return removed
 
 
-def _remove_tree(base: Path, owned: set[str] | None) -> int:
-    """Remove the history copies under ``base`` (only those named in ``owned`` when given) and
-    the directories left empty; returns how many copies went. Never follows a link."""
+def _relative(base: Path, directory: str) -> str:
+    """A directory under ``base`` as the memory path whose copies it holds."""
+    return os.path.relpath(directory, base).replace(os.sep, "/")
+
+
+def _remove_tree(base: Path, owned: set[str] | None, spare: frozenset[str] = frozenset()) -> int:
+    """Remove the history copies under ``base`` (only those named in ``owned`` when given, none
+    of the paths in ``spare``) and the directories left empty; returns how many copies went.
+    Never follows a link."""
     removed = 0
     if base.is_symlink() or not base.is_dir():
         return 0
     for directory, dirs, names in os.walk(base, topdown=False, followlinks=False):
+        if _relative(base, directory) in spare:
+            continue
         for name in names:
             if owned is not None and name not in owned:
                 continue

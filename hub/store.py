@@ -304,14 +304,22 @@ class MemoryStore:
             usage.bytes -= len(current)
         return {"path": logical, "already_absent": not removed}
 
-    async def erase(self, scope: str, path: str | None, only: set[str] | None = None) -> int:
+    async def erase(
+        self,
+        scope: str,
+        path: str | None,
+        only: set[str] | None = None,
+        spare: frozenset[str] = frozenset(),
+    ) -> int:
         """Delete one document (or, with ``path`` None, every document of the scope) whatever
-        its revision, keeping no history; ``only`` limits it to documents at those revisions.
-        Returns how many were removed."""
+        its revision, keeping no history; ``only`` limits it to documents at those revisions,
+        and the paths in ``spare`` stay. Returns how many were removed."""
         async with self._lock(scope):
-            return await asyncio.to_thread(self._erase, scope, path, only)
+            return await asyncio.to_thread(self._erase, scope, path, only, spare)
 
-    def _erase(self, scope: str, path: str | None, only: set[str] | None) -> int:
+    def _erase(
+        self, scope: str, path: str | None, only: set[str] | None, spare: frozenset[str]
+    ) -> int:
         scope_parts = scope_directory(scope)
         if path is not None:
             targets = [tuple(path.split("/"))]
@@ -320,6 +328,8 @@ class MemoryStore:
         usage = self._scope_usage(scope)
         removed = 0
         for parts in targets:
+            if "/".join(parts) in spare:
+                continue
             current = self.files.read(scope_parts + parts)
             if current is None or (only is not None and revision_of(current) not in only):
                 continue

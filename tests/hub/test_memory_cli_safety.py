@@ -152,3 +152,53 @@ def test_restore_takes_the_revision_as_history_prints_it(shared_hub: HubProcess)
     code, err = restore(short)
     assert code == 0, err
     assert content(hub, PATH) == OWNERS
+
+
+def test_a_shared_erase_keeps_what_someone_else_changed_too(shared_hub: HubProcess) -> None:
+    hub = shared_hub
+    alice = token_for(hub, "alice")
+    upsert(hub, PATH, OWNERS, "absent")
+    upsert(hub, PATH, ALICES, revision(OWNERS), env=alice)
+    mine = "# Alice's own\nnobody else touched this\n"
+    upsert(hub, "topics/alice.md", mine, "absent", env=alice)
+    owners_own = "# The owner's own\n"
+    upsert(hub, "topics/owner.md", owners_own, "absent")
+
+    one = hub.cli("memory", "erase", PATH, env=alice)
+    assert one.returncode == 0, one.stderr
+    assert one.json()["documents_removed"] == 0
+    assert [k["path"] for k in one.json()["kept"]] == [PATH]
+
+    erased = hub.cli("memory", "erase", "--all", env=alice)
+    assert erased.returncode == 0, erased.stderr
+    receipt = erased.json()
+    assert receipt["documents_removed"] == 1
+    assert receipt["log_entries_redacted"] == 1
+    assert receipt["kept"] == [{"path": PATH, "reason": receipt["kept"][0]["reason"]}]
+    assert "someone else changed it too" in receipt["kept"][0]["reason"]
+    assert f"kept: {PATH} (someone else changed it too" in erased.stderr
+    assert content(hub, "topics/alice.md") is None
+    assert content(hub, "topics/owner.md") == owners_own
+    # The kept document, its history and alice's entry on it are untouched: the owner's body
+    # is still restorable, and alice still sees her change.
+    assert content(hub, PATH) == ALICES
+    history = hub.cli("memory", "history", PATH, "--json", env=alice).json()
+    assert [e["path"] for e in history["entries"]] == [PATH]
+    restored = hub.cli(
+        "memory",
+        "restore",
+        PATH,
+        "--revision",
+        revision(OWNERS)[:12],
+        "--expected-revision",
+        revision(ALICES),
+    )
+    assert restored.returncode == 0, restored.stderr
+
+    # The owner's own erase follows the same rule.
+    by_owner = hub.cli("memory", "erase", "--all")
+    assert by_owner.returncode == 0, by_owner.stderr
+    assert by_owner.json()["documents_removed"] == 1
+    assert [k["path"] for k in by_owner.json()["kept"]] == [PATH]
+    assert content(hub, "topics/owner.md") is None
+    assert content(hub, PATH) == OWNERS
