@@ -142,7 +142,7 @@ async def test_owner_enables_memory_from_the_card_and_the_restart_applies_it(bot
         open_message_id=card_message.message_id,
     )
     assert "Restart now" in card_text(saved["card"]["data"])
-    config = await bot.commands.cli("system", "config", "get")
+    config = await bot.cli("system", "config", "get")
     assert config["memory.enabled"] == {"saved": True, "running": False, "restart_pending": True}
 
     # A member who is not the owner cannot save or restart, whatever card they hold.
@@ -154,7 +154,7 @@ async def test_owner_enables_memory_from_the_card_and_the_restart_applies_it(bot
     assert "owner" in card_text(refused["card"]["data"]).lower()
     refused = await bot.click({"action": "restart.now"}, who=OTHER)
     assert "owner" in card_text(refused["card"]["data"]).lower()
-    assert (await bot.commands.cli("system", "config", "get"))["memory.isolation"]["saved"] == "off"
+    assert (await bot.cli("system", "config", "get"))["memory.isolation"]["saved"] == "off"
 
     await bot.click({"action": "restart.now"}, open_message_id=card_message.message_id)
 
@@ -213,7 +213,7 @@ async def test_save_in_one_topic_and_recall_in_a_new_topic(bot: Bot) -> None:
         r.body.get("reply_in_thread") is True for r in bot.feishu.calls("POST", f"{first}/reply")
     )
     await until(lambda: "Saved topics/review-format.md." in card_text(progress.card))
-    shown = await bot.commands.cli("memory", "show", "topics/review-format.md")
+    shown = await bot.cli("memory", "show", "topics/review-format.md")
     assert shown["content"] == content
 
     # A follow-up in the same topic resumes the same conversation.
