@@ -153,9 +153,13 @@ def memory_forget(
         ..., "--expected-revision", help="The revision you read."
     ),
 ) -> None:
-    """Delete one document if it is still at the revision you read."""
+    """Delete one document if it is still at the revision you read; a document that does not
+    exist is said so on stderr (already_absent), and exits 0."""
     env = env_of(ctx)
-    emit(run(with_client(env, lambda hub: hub.memory_forget(path, expected_revision))))
+    forgotten = run(with_client(env, lambda hub: hub.memory_forget(path, expected_revision)))
+    emit(forgotten)
+    if forgotten.get("already_absent"):
+        typer.echo(f"{forgotten['path']} did not exist: nothing was forgotten", err=True)
 
 
 def _when(moment: float) -> str:
@@ -221,6 +225,20 @@ def memory_restore(
     emit(run(with_client(env, lambda hub: hub.memory_restore(path, revision, expected_revision))))
 
 
+def confirm_or_refuse(what: str, yes: bool) -> None:
+    """Ask before destroying ``what`` on a terminal; off a terminal only ``--yes`` goes on.
+
+    Raises:
+        InvalidArgument: not on a terminal without ``--yes``, or the answer was no.
+    """
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise InvalidArgument(f"this erases {what} and nothing undoes it: pass --yes to erase it")
+    if not typer.confirm(f"Erase {what}? Nothing undoes it.", default=False, err=True):
+        raise InvalidArgument("nothing erased")
+
+
 def print_receipt(receipt: dict[str, Any]) -> None:
     emit(receipt)
     for kept in receipt.get("kept") or []:
@@ -235,11 +253,20 @@ def memory_erase(
     everything: bool = typer.Option(
         False, "--all", help="Erase your whole memory scope and its history (forget me)."
     ),
+    yes: bool = typer.Option(False, "--yes", help="With --all: erase without asking."),
 ) -> None:
     """Remove a document, every kept copy of it, and its path from the change log; in shared
-    memory, a document someone else changed too is kept and named."""
+    memory, a document someone else changed too is kept and named.
+
+    --all asks first on a terminal and needs --yes otherwise. A path with nothing to erase is
+    an error (not_found)."""
     if (path is None) == (not everything):
         fail(InvalidArgument("name one document, or pass --all for your whole memory"))
+    if everything:
+        try:
+            confirm_or_refuse("your whole memory and its history", yes)
+        except AmuxError as error:
+            fail(error)
     env = env_of(ctx)
     print_receipt(run(with_client(env, lambda hub: hub.memory_erase(path))))
 
@@ -324,6 +351,16 @@ def config_set(
     env = env_of(ctx)
     result = run(with_client(env, lambda hub: hub.config_set(key, value)))
     emit(result)
+    hidden = result.get("memory.isolation", {}).get("global_documents")
+    if hidden is not None:
+        typer.echo(
+            f"warning: the global memory scope holds {hidden} document(s); with isolation on, "
+            "each person has their own scope and existing global memory will not be visible "
+            "in it. To keep a document, before restarting save it with `amux memory export "
+            "PATH > FILE`; after the restart write it with `amux memory upsert PATH "
+            "--expected-revision absent --file FILE` using the token of the person to keep it.",
+            err=True,
+        )
     if any(entry.get("restart_pending") for entry in result.values()):
         typer.echo("saved; restart the Hub to apply it: amux system restart", err=True)
     elif any(entry.get("live") for entry in result.values()):
@@ -470,10 +507,18 @@ def principal_show(
 
 @principal_app.command("erase")
 def principal_erase(
-    ctx: typer.Context, name: str = typer.Argument(..., help="The Principal whose memory goes.")
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The Principal whose memory goes."),
+    yes: bool = typer.Option(False, "--yes", help="Erase without asking."),
 ) -> None:
-    """Erase everything a Principal wrote to memory, with its history (owner, on the Hub host)."""
+    """Erase everything a Principal wrote to memory, with its history (owner, on the Hub host).
+
+    Asks first on a terminal and needs --yes otherwise."""
     principal = local(ctx, lambda state: state.principal_by_name(name))
+    try:
+        confirm_or_refuse(f"everything '{principal.name}' wrote to memory, with its history", yes)
+    except AmuxError as error:
+        fail(error)
     env = env_of(ctx)
     receipt = run(with_client(env, lambda hub: hub.memory_erase_principal(principal.id)))
     print_receipt(receipt)

@@ -293,6 +293,11 @@ class MemoryFiles:
             os.fsync(dir_fd)
         return True
 
+    def names(self, parts: tuple[str, ...]) -> list[str] | None:
+        """The entries of the directory ``root/parts``, or None when it does not exist."""
+        with guarded(self.disk, self.root), self._directory(parts, create=False) as dir_fd:
+            return None if dir_fd is None else os.listdir(dir_fd)
+
     def delete(self, parts: tuple[str, ...], keep: int = 0) -> bool:
         """Remove the document and sync its directory; False when it was already gone.
 

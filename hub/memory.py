@@ -22,7 +22,7 @@ from hub.errors import Forbidden, MemoryDisabled, NotFound
 from hub.executions import Executions
 from hub.history import Author, Forgotten, LogEntry, LogPage, MemoryHistory, Receipt, Via, Written
 from hub.identity import Actor, check_binding, require_owner
-from hub.paths import memory_scope
+from hub.paths import GLOBAL_SCOPE, memory_scope
 from hub.state import State
 from hub.store import ABSENT, MemoryStore
 from hub.sysconfig import SystemConfig
@@ -325,6 +325,10 @@ class Memory:
         r = request
         return self._history.entries(scope, actor.principal.id, r.path, r.limit, r.before)
 
+    async def global_documents(self) -> int:
+        """How many documents the one shared scope holds: what per-person scopes do not see."""
+        return await self._store.count_documents(GLOBAL_SCOPE)
+
     # -- changes ---------------------------------------------------------------------------------
 
     async def upsert(
@@ -385,11 +389,20 @@ class Memory:
     async def preview_erase(self, actor: Actor, binding: str | None, path: object) -> Receipt:
         """What ``erase`` would remove now, removing nothing: for a confirmation that states it."""
         scope = self._erase_scope(actor, binding)
-        return await self._history.preview_erase(scope, path, actor.principal.id)
+        preview = await self._history.preview_erase(scope, path, actor.principal.id)
+        _found(path, preview)
+        return preview
 
     async def erase(self, actor: Actor, binding: str | None, path: object, via: Via) -> Receipt:
-        """One document or, with ``path`` None, the actor's whole scope ("forget me")."""
+        """One document or, with ``path`` None, the actor's whole scope ("forget me").
+
+        Raises:
+            NotFound: ``path`` names nothing to erase: no document, kept copy or change log
+                entry of the actor's there (a whole scope may be empty).
+        """
         scope = self._erase_scope(actor, binding)
+        if path is not None:
+            _found(path, await self._history.preview_erase(scope, path, actor.principal.id))
         return await self._history.erase(scope, path, self._author(actor, via))
 
     async def erase_principal(self, actor: Actor, principal_id: str, via: Via) -> Receipt:
@@ -399,6 +412,17 @@ class Memory:
         if self._state.principal(principal_id) is None:
             raise NotFound("no such principal", principal_id=principal_id)
         return await self._history.erase_principal(principal_id, self._author(actor, via))
+
+
+def _found(path: object, preview: Receipt) -> None:
+    """Raises: NotFound: a one-document erase would remove and keep nothing."""
+    if path is None or preview.kept:
+        return
+    if preview.documents_removed or preview.history_copies_removed or preview.log_entries_redacted:
+        return
+    raise NotFound(
+        f"nothing to erase at '{path}': no document, kept copy or change of yours", path=path
+    )
 
 
 def _document(got: dict[str, Any]) -> Document:

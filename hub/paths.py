@@ -39,6 +39,24 @@ def validate_prefix(prefix: object, limits: Limits = DEFAULT_LIMITS) -> tuple[st
     return _validate_components(prefix, limits, what="path_prefix")
 
 
+def check_new_path(parts: tuple[str, ...], path: str) -> None:
+    """The rules for a path a write creates, beyond ``validate_path``; documents stored before
+    them stay readable and writable.
+
+    Raises:
+        InvalidPath: a name in it begins or ends with a space.
+    """
+    for part in parts:
+        if part != part.strip():
+            raise InvalidPath("a name in path must not begin or end with a space", path=path)
+
+
+def name_fold(name: str) -> str:
+    """What two names in one directory are the same by, as a case-insensitive file system sees
+    them: ``memory.md`` and ``MEMORY.md`` are one."""
+    return unicodedata.normalize("NFC", name.casefold())
+
+
 def _validate_components(path: object, limits: Limits, *, what: str) -> tuple[str, ...]:
     if not isinstance(path, str):
         raise InvalidPath(f"{what} must be a string")

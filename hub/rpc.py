@@ -526,6 +526,10 @@ async def system_config_set(call: Call, params: ConfigSetParams) -> dict[str, An
     call.hub.require_owner(call.actor)
     described = call.hub.config.save(params.key, params.value)
     logger.info("setting %s saved by %s", params.key, call.actor.principal.name)
+    isolating = params.key == "memory.isolation" and described["saved"] == "on"
+    if isolating and not call.hub.config.isolation:
+        # What per-person scopes will not see once it applies: the CLI warns with it.
+        described["global_documents"] = await call.hub.memory.global_documents()
     return {str(params.key): described}
 
 

@@ -20,6 +20,7 @@ import json
 import secrets
 import sqlite3
 import time
+import unicodedata
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -81,6 +82,16 @@ class Credential:
             "revoked": self.revoked_at is not None,
             "created_at": self.created_at,
         }
+
+
+def name_key(name: str) -> str:
+    """What two principal names are compared by: NFC, case-folded (folding may decompose)."""
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFC", name).casefold())
+
+
+def _invisible(ch: str) -> bool:
+    """A control, format (zero-width, bidi), separator, private-use or unassigned character."""
+    return unicodedata.category(ch) in ("Cc", "Cf", "Co", "Cn", "Cs", "Zl", "Zp")
 
 
 def _principal(row: sqlite3.Row) -> Principal:
@@ -210,15 +221,29 @@ class State:
     # -- principals ------------------------------------------------------------------------------
 
     def add_principal(self, name: str, kind: str = "user", owner: bool = False) -> Principal:
-        """Raises: Conflict: the name is taken. InvalidArgument: bad name or kind."""
-        name = name.strip()
+        """Add a Principal under ``name`` in Unicode NFC. Names are one name whatever their case
+        or composition (``name_key``): ``Alice`` is taken once ``alice`` is. Names an older Hub
+        stored are kept as they are; the rule applies to new ones.
+
+        Raises: Conflict: the name is taken. InvalidArgument: bad name or kind.
+        """
+        name = unicodedata.normalize("NFC", name.strip())
         if not name or len(name) > 128 or any(ch.isspace() for ch in name):
             raise InvalidArgument("a principal name is 1-128 characters without spaces")
+        if any(_invisible(ch) for ch in name):
+            raise InvalidArgument(
+                "a principal name must not contain control or invisible characters",
+                name=name.encode("utf-8", "surrogatepass").hex(),
+            )
         if kind not in ("user", "service"):
             raise InvalidArgument("a principal is a 'user' or a 'service'")
         principal = Principal(uuid.uuid4().hex, name, kind, owner)
+        key = name_key(name)
         try:
             with self.transaction() as db:
+                for (taken,) in db.execute("SELECT name FROM principals"):
+                    if name_key(taken) == key:
+                        raise Conflict(f"a principal named '{taken}' already exists", name=taken)
                 db.execute(
                     "INSERT INTO principals (id, name, kind, is_owner, created_at) "
                     "VALUES (?, ?, ?, ?, ?)",
@@ -233,8 +258,14 @@ class State:
         return _principal(row) if row else None
 
     def principal_by_name(self, name: str) -> Principal:
-        """Raises: NotFound: no principal has that name."""
+        """The Principal named exactly ``name``, or else its NFC form (names are stored so).
+
+        Raises: NotFound: no principal has that name.
+        """
         row = self.db.execute("SELECT * FROM principals WHERE name = ?", (name,)).fetchone()
+        if row is None and not name.isascii():
+            composed = unicodedata.normalize("NFC", name)
+            row = self.db.execute("SELECT * FROM principals WHERE name = ?", (composed,)).fetchone()
         if row is None:
             raise NotFound(f"no principal named '{name}'")
         return _principal(row)

@@ -15,7 +15,7 @@ from hub import paging
 from hub.errors import Conflict, InvalidArgument, QuotaExceeded
 from hub.files import MemoryFiles, WalkStop
 from hub.limits import DEFAULT_LIMITS, ENTRY_NAME, Limits
-from hub.paths import scope_directory, validate_path, validate_prefix
+from hub.paths import check_new_path, name_fold, scope_directory, validate_path, validate_prefix
 from hub.search import Query, Ranking, encoded_size, match_document, parse_limit, parse_query
 
 ABSENT = "absent"
@@ -231,6 +231,16 @@ class MemoryStore:
             )
         if current == data:
             return {"path": logical, "revision": observed}
+        if current is None:
+            check_new_path(parts, logical)
+            twin = self._twin(scope_directory(scope), parts)
+            if twin is not None:
+                raise Conflict(
+                    f"'{twin}' already exists and differs from '{logical}' only in case; write "
+                    "to it instead",
+                    path=logical,
+                    existing=twin,
+                )
         usage = self._scope_usage(scope)
         documents = usage.documents + (1 if current is None else 0)
         total = usage.bytes - (len(current) if current is not None else 0) + len(data)
@@ -250,6 +260,22 @@ class MemoryStore:
         usage.documents = documents
         usage.bytes = total
         return {"path": logical, "revision": revision_of(data)}
+
+    def _twin(self, scope_parts: tuple[str, ...], parts: tuple[str, ...]) -> str | None:
+        """The existing document or directory a new path would be beside, differing only in case:
+        one name on a case-insensitive file system, and two easily confused ones anywhere."""
+        for index, name in enumerate(parts):
+            names = self.files.names(scope_parts + parts[:index])
+            if names is None:
+                return None
+            if name in names:
+                continue
+            folded = name_fold(name)
+            for other in sorted(names):
+                if not other.startswith(".") and name_fold(other) == folded:
+                    return "/".join((*parts[:index], other))
+            return None
+        return None
 
     def _check_document_bounds(self, parts: tuple[str, ...], data: bytes) -> None:
         limits = self.limits
@@ -350,6 +376,11 @@ class MemoryStore:
                 size += len(document.data)
             usage = self._usage[scope] = _Usage(documents, size)
         return usage
+
+    async def count_documents(self, scope: str) -> int:
+        """How many documents the scope holds."""
+        async with self._lock(scope):
+            return await asyncio.to_thread(lambda: self._scope_usage(scope).documents)
 
     async def list_documents(
         self, scope: str, path_prefix: object = None, limit: int = 50

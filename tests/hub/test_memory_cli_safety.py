@@ -169,7 +169,7 @@ def test_a_shared_erase_keeps_what_someone_else_changed_too(shared_hub: HubProce
     assert one.json()["documents_removed"] == 0
     assert [k["path"] for k in one.json()["kept"]] == [PATH]
 
-    erased = hub.cli("memory", "erase", "--all", env=alice)
+    erased = hub.cli("memory", "erase", "--all", "--yes", env=alice)
     assert erased.returncode == 0, erased.stderr
     receipt = erased.json()
     assert receipt["documents_removed"] == 1
@@ -196,7 +196,7 @@ def test_a_shared_erase_keeps_what_someone_else_changed_too(shared_hub: HubProce
     assert restored.returncode == 0, restored.stderr
 
     # The owner's own erase follows the same rule.
-    by_owner = hub.cli("memory", "erase", "--all")
+    by_owner = hub.cli("memory", "erase", "--all", "--yes")
     assert by_owner.returncode == 0, by_owner.stderr
     assert by_owner.json()["documents_removed"] == 1
     assert [k["path"] for k in by_owner.json()["kept"]] == [PATH]

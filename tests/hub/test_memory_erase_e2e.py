@@ -53,11 +53,11 @@ def test_the_owner_erases_a_principals_memory_and_no_copy_of_its_text_remains(
     assert second.returncode == 0, second.stderr
     assert containing(hub.home, b"bob-private-phrase-41c9")
 
-    refused = hub.cli("principal", "erase", "owner", env=bob)
+    refused = hub.cli("principal", "erase", "owner", "--yes", env=bob)
     assert refused.returncode != 0
     assert refused.stderr.startswith("error: forbidden:"), refused.stderr
 
-    erased = hub.cli("principal", "erase", "bob")
+    erased = hub.cli("principal", "erase", "bob", "--yes")
     assert erased.returncode == 0, erased.stderr
     receipt = json.loads(erased.stdout)
     assert receipt["documents_removed"] == 1

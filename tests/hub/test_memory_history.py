@@ -95,8 +95,10 @@ async def test_another_principal_sees_restores_and_erases_nothing_of_yours(
     assert receipt["documents_removed"] == 0
     assert receipt["history_copies_removed"] == 0
     assert receipt["log_entries_redacted"] == 0
-    receipt = await bob.ok("memory.erase", path="plan.md")
-    assert receipt["documents_removed"] == 0
+    # Nothing of bob's is at plan.md: the erase says so instead of an all-zero receipt.
+    status, body = await bob.call("memory.erase", path="plan.md")
+    assert status == 404, body
+    assert body["error"]["code"] == "not_found"
 
     # Alice's document, its kept body and her log are untouched.
     got = await alice.ok("memory.get", path="plan.md")

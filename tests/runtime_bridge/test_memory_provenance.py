@@ -182,7 +182,7 @@ async def test_an_agent_save_an_operator_overwrite_restore_forget_and_erase_are_
             assert files_containing(hub.home, b"operator-secret-phrase-7d1f")
             entries_before = len(await history(hub, "--limit", "200"))
 
-            erased = await cli(hub, "memory", "erase", "--all")
+            erased = await cli(hub, "memory", "erase", "--all", "--yes")
             assert erased.returncode == 0, erased.stderr
             receipt = json.loads(erased.stdout)
             # The current notes/deploy.md; the review format was forgotten already.
