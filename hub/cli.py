@@ -19,7 +19,15 @@ import typer
 from hub.aliases import IdField, alias_kind, recorded_app
 from hub.client import HubClient
 from hub.config import ClientSettings, HubSettings
-from hub.errors import AmuxError, Conflict, InvalidArgument, NotFound
+from hub.errors import (
+    AmuxError,
+    Conflict,
+    Forbidden,
+    InvalidArgument,
+    NotFound,
+    Unauthenticated,
+    Unavailable,
+)
 from hub.state import State, no_such_credential
 
 T = TypeVar("T")
@@ -47,14 +55,31 @@ class CliEnv:
         )
 
 
+# The exit status of a failed command by the kind of its error, so a script can tell a conflict
+# from a missing document from an unreachable Hub; the first class the error is an instance of
+# wins. Anything unlisted (invalid_argument among them) exits 1; usage errors exit 2, as click does.
+EXIT_CODES: tuple[tuple[type[AmuxError], int], ...] = (
+    (Conflict, 3),
+    (NotFound, 4),
+    (Unauthenticated, 5),
+    (Forbidden, 5),
+    (Unavailable, 6),
+)
+
+
+def exit_code(error: AmuxError) -> int:
+    """The exit status a command that failed with ``error`` ends with."""
+    return next((code for kind, code in EXIT_CODES if isinstance(error, kind)), 1)
+
+
 def fail(error: AmuxError) -> NoReturn:
-    """Print one line naming the error code and exit non-zero."""
+    """Print one line naming the error code and exit with the status of its kind."""
     line = f"error: {error.code}: {error.message}"
     observed = error.details.get("observed_revision")
     if observed:
         line += f" (observed revision: {observed})"
     typer.echo(line, err=True)
-    raise typer.Exit(1)
+    raise typer.Exit(exit_code(error))
 
 
 def run(work: Coroutine[Any, Any, T]) -> T:
@@ -451,7 +476,9 @@ ALIAS_FIELDS: dict[IdField, str] = {
 def principal_alias(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="The Principal these outside identities belong to."),
-    feishu_union_id: str | None = typer.Option(None, "--feishu-union-id"),
+    feishu_union_id: str | None = typer.Option(
+        None, "--feishu-union-id", help="A union_id: one per person for all apps of a developer."
+    ),
     feishu_user_id: str | None = typer.Option(
         None, "--feishu-user-id", help="A user_id of the bot's own tenant."
     ),

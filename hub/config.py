@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field, SecretStr, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AfterValidator, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from hub.errors import Unavailable
 
@@ -30,8 +33,28 @@ AbsolutePath = Annotated[Path, AfterValidator(absolute_path)]
 def invalid_settings(err: ValidationError, prefix: str = "AMUX_") -> str:
     """Which variables are wrong and why, never their values (one may be a credential)."""
     return "; ".join(
-        f"{prefix}{'_'.join(str(part) for part in problem['loc']).upper()}: {problem['msg']}"
+        f"{prefix}{'_'.join(str(part) for part in problem['loc']).upper()}: "
+        + problem["msg"].removeprefix("Value error, ")
         for problem in err.errors()
+    )
+
+
+def unparsable_setting(err: SettingsError, models: Iterable[type[BaseSettings]]) -> str:
+    """Which variable a settings source could not parse (a JSON one that is not JSON), and the fix.
+
+    The error names only the field; the variable is the one of the model that has that field.
+    """
+    found = re.search(r'field "(\w+)"', str(err))
+    field = found.group(1) if found else None
+    names = [
+        f"{model.model_config.get('env_prefix', '')}{field}".upper()
+        for model in models
+        if field is not None and field in model.model_fields
+    ]
+    name = names[0] if len(names) == 1 else "an AMUX_* variable"
+    return (
+        f"{name} does not parse: it takes JSON (a list or an object); "
+        "fix or unset it (deploy/amux.env.example shows each with an example)"
     )
 
 
@@ -84,6 +107,31 @@ class ClientSettings(BaseSettings):
     # Set in a launch of a bound conversation whose Hub could not be asked: why its memory calls
     # fail. Its Agent keeps the memory protocol and never falls back to another memory.
     memory_unavailable: str | None = None
+
+    @field_validator("hub_url")
+    @classmethod
+    def _hub_url(cls, value: str) -> str:
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("must be an http(s) URL of the Hub, e.g. http://127.0.0.1:8765")
+        return value.strip()
+
+    @field_validator("token")
+    @classmethod
+    def _token(cls, value: SecretStr | None) -> SecretStr | None:
+        # Never the value in a message: it is a credential.
+        # Empty is unset, as resolved_token reads it.
+        if value is None or not value.get_secret_value():
+            return value
+        secret = value.get_secret_value()
+        if not secret.strip():
+            raise ValueError("is blank; set it to the token `amux token issue` printed, or unset")
+        if any(ord(char) < 0x21 or ord(char) == 0x7F for char in secret):
+            raise ValueError(
+                "holds a character a header cannot carry (a space, line break or other control "
+                "character); set it to the token exactly as `amux token issue` printed it"
+            )
+        return value
 
     def unavailable(self) -> Unavailable | None:
         """The error every memory call of this launch answers, if its memory is unavailable."""

@@ -232,6 +232,8 @@ def render_cli_reference() -> str:
     ]
     for path, command in _walk("amux", root):
         out += _command_section(path, command)
+        if path == "amux" and command.epilog:
+            out += ["", " ".join(command.epilog.split())]
     return "\n".join(out) + "\n"
 
 

@@ -3,20 +3,78 @@
 from __future__ import annotations
 
 import sys
+from importlib.metadata import version
+from typing import Any
 
 import typer
+import typer.core
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from bot.commands.runtime_cli import agent_app, runtime_app
 from bot.config import FeishuSettings
 from bot.service import logs
 from hub.cli import CliEnv, fail, memory_app, principal_app, system_app, token_app
-from hub.config import ClientSettings, HubSettings, invalid_settings
-from hub.errors import AmuxError
+from hub.config import ClientSettings, HubSettings, invalid_settings, unparsable_setting
+from hub.errors import AmuxError, InvalidArgument
+from runtime_bridge.config import RuntimeSettings
+
+LOG_FORMATS = ("text", "json")
+MAX_PORT = 65535
+# Every settings model a command may read from the environment.
+SETTINGS_MODELS = (HubSettings, ClientSettings, RuntimeSettings, FeishuSettings, logs.LogSettings)
+
+# Exit status by the kind of error (hub.cli.EXIT_CODES); the CLI reference prints it too.
+EXIT_STATUS_HELP = (
+    "Exit status: 0 success; 1 a failure not listed here (invalid_argument among them); "
+    "2 a usage error (an unknown option, a missing argument); 3 conflict (a stale "
+    "--expected-revision); 4 not_found; 5 unauthenticated or forbidden; 6 unavailable (the Hub "
+    "cannot be reached, or its storage refuses). A failure prints one line on stderr: "
+    "error: CODE: MESSAGE."
+)
+
+
+READABLE_TYPES = {"str": "TEXT", "int": "INTEGER", "float": "NUMBER", "bool": "BOOLEAN"}
+
+
+def _value_label(param: Any, ctx: Any) -> str | None:
+    """What an option or argument takes, as click names it (TEXT, INTEGER, [text|json]).
+
+    typer labels each with its Python annotation (<bool>, <FileBinaryRead>); a flag takes nothing.
+    """
+    if getattr(param, "is_flag", False) or getattr(param, "count", False):
+        return None
+    if param.metavar is not None:
+        return str(param.metavar)
+    described = param.type_descriptor
+    inner = str(param.display_type(ctx)).removeprefix("<").removesuffix(">")
+    if described.is_choice:
+        return f"[{inner}]"
+    if described.is_file:
+        return "FILE"
+    if described.is_path:
+        return "PATH"
+    many = inner.startswith("list[")
+    if many:
+        inner = inner.removeprefix("list[").removesuffix("]")
+    label = READABLE_TYPES.get(inner, "VALUE")
+    return f"{label}..." if many or param.nargs != 1 else label
+
+
+typer.core.TyperOption.display_type_rich = _value_label  # type: ignore[method-assign,assignment]
+typer.core.TyperArgument.display_type_rich = _value_label  # type: ignore[method-assign,assignment]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"amux {version('amux')}")
+        raise typer.Exit()
+
 
 app = typer.Typer(
     name="amux",
     help="amux: Feishu chats to managed coding Agents, with a shared long-term memory.",
+    epilog=EXIT_STATUS_HELP,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -30,7 +88,16 @@ app.add_typer(runtime_app, name="runtime")
 
 
 @app.callback()
-def root(ctx: typer.Context) -> None:
+def root(
+    ctx: typer.Context,
+    _show_version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_version,
+        is_eager=True,
+        help="Print the amux version and exit.",
+    ),
+) -> None:
     ctx.obj = CliEnv(client_settings=ClientSettings, hub_settings=HubSettings)
 
 
@@ -43,12 +110,16 @@ def serve(
     ),
 ) -> None:
     """Run the Hub (and, when configured, the Feishu bot and an in-process worker)."""
+    # Checked before anything is made: a bad option must not leave an owner and a token behind.
+    if log_format is not None and log_format not in LOG_FORMATS:
+        fail(InvalidArgument(f"--log-format must be one of {', '.join(LOG_FORMATS)}"))
+    if port is not None and not 0 <= port <= MAX_PORT:
+        fail(InvalidArgument(f"--port must be a port number from 0 to {MAX_PORT}"))
     log_overrides: dict[str, object] = {} if log_format is None else {"format": log_format}
     try:
         log_settings = logs.LogSettings(**log_overrides)  # type: ignore[arg-type]
-    except ValueError as error:
-        typer.echo(f"error: invalid_argument: bad logging setting: {error}", err=True)
-        raise typer.Exit(2) from None
+    except ValidationError as error:
+        fail(InvalidArgument(f"bad logging setting: {invalid_settings(error, 'AMUX_LOG_')}"))
     logs.configure(log_settings, secrets=_process_secrets())
     overrides: dict[str, object] = {}
     if host is not None:
@@ -121,8 +192,14 @@ def main() -> None:
         app(prog_name="amux")
     except ValidationError as err:
         # Settings are read from the environment when a command runs; name what is wrong.
-        typer.echo(f"error: invalid_argument: bad setting: {invalid_settings(err)}", err=True)
-        sys.exit(2)
+        line = f"error: {InvalidArgument.code}: bad setting: {invalid_settings(err)}"
+        typer.echo(line, err=True)
+        sys.exit(1)
+    except SettingsError as err:
+        # A JSON setting that is not JSON fails before pydantic validates anything.
+        line = f"error: {InvalidArgument.code}: {unparsable_setting(err, SETTINGS_MODELS)}"
+        typer.echo(line, err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

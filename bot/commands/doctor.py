@@ -20,11 +20,12 @@ from typing import Any, Literal
 
 import aiohttp
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from bot.config import FeishuSettings
 from bot.service.logs import LogSettings
 from hub.client import HubClient
-from hub.config import OWNER_TOKEN_FILE, ClientSettings, HubSettings
+from hub.config import OWNER_TOKEN_FILE, ClientSettings, HubSettings, unparsable_setting
 from hub.errors import AmuxError, Unauthenticated, Unavailable
 from hub.rootlock import LOCK_NAME
 from runtime_bridge import agent_exec, cgroups
@@ -102,6 +103,11 @@ def load_settings() -> tuple[Settings | None, Check]:
         settings = Settings(
             HubSettings(), ClientSettings(), RuntimeSettings(), FeishuSettings(), LogSettings()
         )
+    except SettingsError as error:
+        # A JSON setting that is not JSON: pydantic-settings refuses it before validating.
+        models = (HubSettings, ClientSettings, RuntimeSettings, FeishuSettings, LogSettings)
+        problem, fix = unparsable_setting(error, models).split(": ", 1)
+        return None, Check("settings", "fail", problem, fix)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "?"

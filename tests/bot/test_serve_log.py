@@ -188,6 +188,6 @@ def test_e2e_json_log_never_contains_tokens_app_secrets_or_memory_contents(
 def test_serve_rejects_an_unknown_log_format(tmp_path: Path) -> None:
     hub = HubProcess(tmp_path / "amux-home", free_port())
     result = hub.cli("serve", "--log-format", "xml", "--port", str(hub.port))
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert result.stderr.startswith("error: invalid_argument:")
     assert "Traceback" not in result.stderr

@@ -58,12 +58,12 @@ def test_aliases_map_outside_identities_to_one_principal(tmp_path: Path) -> None
     assert {"kind": "feishu:*:open_id", "value": "ou_1"} in shown["aliases"]
 
     taken = admin(home, "principal", "alias", "bob", "--feishu-union-id", "on_1")
-    assert taken.returncode == 1
+    assert taken.returncode == 3
     assert taken.stderr.startswith("error: conflict:")
     assert data(admin(home, "principal", "show", "bob"))["aliases"] == []
 
     missing = admin(home, "principal", "show", "carol")
-    assert missing.returncode == 1 and missing.stderr.startswith("error: not_found:")
+    assert missing.returncode == 4 and missing.stderr.startswith("error: not_found:")
     assert "Traceback" not in missing.stderr
 
 
@@ -76,7 +76,7 @@ def test_admin_commands_never_make_a_state_database_no_hub_reads(tmp_path: Path)
         ["token", "list"],
     ):
         done = admin(home, *command)
-        assert done.returncode == 1
+        assert done.returncode == 4
         assert done.stderr == (
             f"error: not_found: no Hub state in AMUX_HOME {home} (no state.sqlite3); run this "
             "on the Hub's host with AMUX_HOME set to the home `amux serve` uses\n"
@@ -93,7 +93,7 @@ def test_admin_commands_never_make_a_state_database_no_hub_reads(tmp_path: Path)
         timeout=60,
         check=False,
     )
-    assert done.returncode == 1 and done.stdout == ""
+    assert done.returncode == 4 and done.stdout == ""
     assert done.stderr.startswith(
         f"error: not_found: no Hub state in AMUX_HOME {tmp_path / '.amux'} (no state.sqlite3, "
         "the default: AMUX_HOME is unset); "
@@ -120,13 +120,13 @@ def test_issued_token_works_once_shown_and_stops_when_revoked(hub_process: HubPr
     refused = hub_process.cli(
         "system", "config", "set", "memory.enabled", "true", env={"AMUX_TOKEN": token}
     )
-    assert refused.returncode == 1 and refused.stderr.startswith("error: forbidden:")
+    assert refused.returncode == 5 and refused.stderr.startswith("error: forbidden:")
     restart = hub_process.cli("system", "restart", env={"AMUX_TOKEN": token})
-    assert restart.returncode == 1 and restart.stderr.startswith("error: forbidden:")
+    assert restart.returncode == 5 and restart.stderr.startswith("error: forbidden:")
 
     data(hub_process.cli("token", "revoke", listed[0]["id"]))
     after = hub_process.cli("system", "whoami", env={"AMUX_TOKEN": token})
-    assert after.returncode == 1 and after.stderr.startswith("error: unauthenticated:")
+    assert after.returncode == 5 and after.stderr.startswith("error: unauthenticated:")
 
 
 def on_a_terminal(hub: HubProcess, answer: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -174,7 +174,7 @@ def test_revoking_the_token_in_use_asks_first_and_a_lost_owner_token_is_reissued
     assert revoked.json()["revoked"] is True
     assert "`amux token issue --owner-file`" in revoked.stderr
     after = hub_process.cli("system", "whoami")
-    assert after.returncode == 1 and after.stderr.startswith("error: unauthenticated:")
+    assert after.returncode == 5 and after.stderr.startswith("error: unauthenticated:")
 
     # Again: nothing to do, said so, and not an error.
     again = hub_process.cli("token", "revoke", owner["id"], input="")
@@ -215,7 +215,7 @@ def test_a_bad_setting_is_one_line_naming_the_variable_not_its_value(tmp_path: P
         timeout=60,
         check=False,
     )
-    assert done.returncode == 2
+    assert done.returncode == 1
     assert done.stderr.startswith("error: invalid_argument: bad setting: AMUX_TIMEOUT:")
     assert done.stderr.count("\n") == 1
     assert "soon-secretish" not in done.stderr and "Traceback" not in done.stderr
@@ -263,7 +263,7 @@ def test_the_admin_cli_and_the_hub_refuse_a_newer_database_in_one_line(tmp_path:
         done = subprocess.run(
             [AMUX, *command], env=env, capture_output=True, text=True, timeout=60, check=False
         )
-        assert done.returncode == 1, done.stderr
+        assert done.returncode == 6, done.stderr
         errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
         assert errors == [
             f"error: unavailable: the state database {path} has schema version "

@@ -180,6 +180,6 @@ def test_the_cli_says_in_one_line_that_the_memory_disk_is_full(home: Path) -> No
     with tmpfs(home / "memory", "64k"), running_hub(home) as hub:
         big = "x" * 63000 + "\n"
         done = hub.cli("memory", "upsert", "big.md", "--expected-revision", "absent", input=big)
-        assert done.returncode == 1
+        assert done.returncode == 6
         assert done.stderr == f"error: storage_unavailable: {FULL}\n"
         assert "the memory disk is full" in hub.log()
