@@ -444,7 +444,7 @@ async def test_a_stalled_hub_is_cut_off_at_the_call_timeout(
     ("hub_url", "extra", "code", "says"),
     [
         ("http://127.0.0.1:9", {"AMUX_TIMEOUT": "soon"}, "invalid_argument", "AMUX_TIMEOUT"),
-        ("no-scheme-or-host", {}, "unavailable", "cannot reach the Hub at no-scheme-or-host"),
+        ("no-scheme-or-host", {}, "invalid_argument", "AMUX_HUB_URL: must be an http(s) URL"),
     ],
 )
 async def test_broken_settings_still_start_the_server_and_every_tool_says_what_is_wrong(
