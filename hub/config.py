@@ -65,7 +65,7 @@ class HubSettings(BaseSettings):
 
     home: AbsolutePath = Field(default=Path(".amux"), validate_default=True)
     host: str = "127.0.0.1"
-    port: int = 8765
+    port: int = Field(default=8765, ge=0, le=65535)
     # exec: re-exec in place after a graceful drain; exit: leave the restart to a supervisor.
     restart_mode: Literal["exec", "exit"] = "exec"
     max_request_bytes: int = 1024 * 1024

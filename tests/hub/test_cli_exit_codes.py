@@ -101,6 +101,9 @@ def test_serve_checks_its_port_before_it_makes_anything(tmp_path: Path) -> None:
     line = one_line(hub.cli("serve", "--port", "99999"), "invalid_argument", 1)
     assert "--port" in line and "65535" in line
     assert not hub.home.exists()
+    line = one_line(hub.cli("serve", env={"AMUX_PORT": "99999"}), "invalid_argument", 1)
+    assert "AMUX_PORT" in line and "65535" in line
+    assert not hub.home.exists()
 
 
 def test_serve_names_the_log_formats_it_takes(tmp_path: Path) -> None:
