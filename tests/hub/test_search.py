@@ -210,7 +210,8 @@ async def test_more_distinct_keywords_rank_first_then_path_or_title_then_path_or
 
 
 async def test_ties_fall_back_to_stable_path_order(store: MemoryStore) -> None:
-    paths = ["b.md", "a/z.md", "a.md", "a/b/c.md", "中文.md", "B.md"]
+    # "C.md" sorts before "a.md" by bytes; a case twin of an existing name is refused.
+    paths = ["b.md", "a/z.md", "a.md", "a/b/c.md", "中文.md", "C.md"]
     await fill(store, dict.fromkeys(paths, "shared word\n"))
     result = await store.search(SCOPE, "word", limit=20)
     found = [m["path"] for m in result["matches"]]
