@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import pty
 import shutil
 import signal
 import socket
@@ -222,6 +223,24 @@ class HubProcess:
         return CliResult(
             done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode()
         )
+
+    def on_a_terminal(self, answer: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """The CLI with a terminal on stdin that types ``answer``."""
+        main, side = pty.openpty()
+        try:
+            os.write(main, answer.encode())
+            return subprocess.run(
+                [AMUX, *args],
+                stdin=side,
+                env=self.env(),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        finally:
+            os.close(main)
+            os.close(side)
 
     def set_permissions(self, policy: str) -> None:
         """Save ``agents.permissions``: it applies to the next turn, without a restart."""

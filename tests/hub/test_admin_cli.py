@@ -4,8 +4,6 @@ a state database it cannot read refused in one line."""
 from __future__ import annotations
 
 import json
-import os
-import pty
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -129,25 +127,6 @@ def test_issued_token_works_once_shown_and_stops_when_revoked(hub_process: HubPr
     assert after.returncode == 5 and after.stderr.startswith("error: unauthenticated:")
 
 
-def on_a_terminal(hub: HubProcess, answer: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """The CLI with a terminal on stdin that types ``answer``."""
-    main, side = pty.openpty()
-    try:
-        os.write(main, answer.encode())
-        return subprocess.run(
-            [AMUX, *args],
-            stdin=side,
-            env=hub.env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    finally:
-        os.close(main)
-        os.close(side)
-
-
 def test_revoking_the_token_in_use_asks_first_and_a_lost_owner_token_is_reissued(
     hub_process: HubProcess,
 ) -> None:
@@ -163,7 +142,7 @@ def test_revoking_the_token_in_use_asks_first_and_a_lost_owner_token_is_reissued
         "revoked it is refused: pass --yes to revoke it anyway\n"
     )
     # On a terminal it asks; no keeps it.
-    declined = on_a_terminal(hub_process, "n\n", "token", "revoke", owner["id"])
+    declined = hub_process.on_a_terminal("n\n", "token", "revoke", owner["id"])
     assert declined.returncode == 1, declined.stderr
     assert "Revoke it? [y/N]" in declined.stderr
     assert declined.stderr.endswith("error: invalid_argument: not revoked\n")

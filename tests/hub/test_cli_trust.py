@@ -5,16 +5,13 @@ memory warns first."""
 from __future__ import annotations
 
 import hashlib
-import os
-import pty
-import subprocess
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import AMUX, HubProcess, running_hub
+from tests.conftest import HubProcess, running_hub
 
 pytestmark = pytest.mark.e2e
 
@@ -30,25 +27,6 @@ def shared_hub(tmp_path: Path) -> Iterator[HubProcess]:
     settings = {"memory.enabled": True, "memory.isolation": "off"}
     with running_hub(tmp_path / "amux-home", settings) as hub:
         yield hub
-
-
-def on_a_terminal(hub: HubProcess, answer: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """The CLI with a terminal on stdin that types ``answer``."""
-    main, side = pty.openpty()
-    try:
-        os.write(main, answer.encode())
-        return subprocess.run(
-            [AMUX, *args],
-            stdin=side,
-            env=hub.env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    finally:
-        os.close(main)
-        os.close(side)
 
 
 def upsert(hub: HubProcess, path: str, text: str, expected: str = "absent") -> None:
@@ -79,21 +57,21 @@ def test_erasing_a_whole_scope_asks_first(shared_hub: HubProcess) -> None:
 
     # On a terminal it asks; no (or just Enter) keeps everything.
     for answer in ("n\n", "\n"):
-        declined = on_a_terminal(hub, answer, "memory", "erase", "--all")
+        declined = hub.on_a_terminal(answer, "memory", "erase", "--all")
         assert declined.returncode != 0, declined.stderr
         assert "[y/N]" in declined.stderr
         assert declined.stderr.endswith("error: invalid_argument: nothing erased\n")
-    declined = on_a_terminal(hub, "n\n", "principal", "erase", "bob")
+    declined = hub.on_a_terminal("n\n", "principal", "erase", "bob")
     assert "everything 'bob' wrote" in declined.stderr and "[y/N]" in declined.stderr
     assert declined.stderr.endswith("error: invalid_argument: nothing erased\n")
     assert exists(hub, "notes.md")
 
     # Yes erases.
-    erased = on_a_terminal(hub, "y\n", "memory", "erase", "--all")
+    erased = hub.on_a_terminal("y\n", "memory", "erase", "--all")
     assert erased.returncode == 0, erased.stderr
     assert '"documents_removed": 1' in erased.stdout
     assert not exists(hub, "notes.md")
-    by_principal = on_a_terminal(hub, "y\n", "principal", "erase", "bob")
+    by_principal = hub.on_a_terminal("y\n", "principal", "erase", "bob")
     assert by_principal.returncode == 0, by_principal.stderr
 
 
