@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 from hub.errors import Conflict, InvalidArgument, NotFound
 from hub.migrations import migrate
+from hub.principals import Principal as Principal
 from hub.storage import from_sqlite_error, refused
 
 TOKEN_PREFIX = "amux_"
@@ -48,17 +49,6 @@ def hash_token(token: str) -> str:
 
 def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
-
-
-@dataclass(frozen=True)
-class Principal:
-    id: str
-    name: str
-    kind: str
-    is_owner: bool
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "kind": self.kind, "owner": self.is_owner}
 
 
 @dataclass(frozen=True)
