@@ -38,21 +38,24 @@ from typing import Any, Literal
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from bot.feishu.errors import FeishuApiError
+from hub import sqlite
 from hub.errors import AmuxError, Unavailable
+from hub.sqlite import Step
 
 logger = logging.getLogger("amux.bot")
 
 OUTBOX_FILE = "feishu-outbox.sqlite3"
 MAX_AGE_SECONDS = 24 * 3600.0
 
-_SCHEMA = """
+# Version 1: the tables as the first version of this file created them. It created them with
+# IF NOT EXISTS and never wrote user_version, so a file it left at version 0 holds them already.
+_V1_TABLES = """
 CREATE TABLE IF NOT EXISTS follows (
     execution_id TEXT PRIMARY KEY,
     progress_message_id TEXT NOT NULL,
     reply_to TEXT NOT NULL,
     title TEXT NOT NULL,
-    started_at REAL NOT NULL,
-    card_id TEXT NOT NULL DEFAULT ''
+    started_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS owed (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -61,18 +64,30 @@ CREATE TABLE IF NOT EXISTS owed (
     reply_to TEXT NOT NULL,
     card TEXT NOT NULL,
     uuid TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    card_id TEXT NOT NULL DEFAULT '',
-    sequence INTEGER NOT NULL DEFAULT 0
+    created_at REAL NOT NULL
 );
 """
-# Columns added after the first version of this file; an older file gains them when opened.
-_ADDED_COLUMNS = (
+# The columns later versions added while the file was still unnumbered (each added when missing).
+_V2_COLUMNS = (
     ("follows", "card_id", "TEXT NOT NULL DEFAULT ''"),
     ("owed", "card_id", "TEXT NOT NULL DEFAULT ''"),
     ("owed", "sequence", "INTEGER NOT NULL DEFAULT 0"),
     ("follows", "note", "TEXT NOT NULL DEFAULT ''"),
     ("follows", "topic", "TEXT NOT NULL DEFAULT ''"),
+)
+
+
+def _columns_added_before_versions(db: sqlite3.Connection) -> None:
+    """Version 2: a file left at version 0 may have none, some or all of ``_V2_COLUMNS``."""
+    for table, column, declaration in _V2_COLUMNS:
+        present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if column not in present:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+
+
+MIGRATIONS: tuple[tuple[int, Step], ...] = (
+    (1, _V1_TABLES),
+    (2, _columns_added_before_versions),
 )
 
 Card = dict[str, Any]
@@ -169,16 +184,13 @@ class Outbox:
         self._clock = clock
         self._dropped = dropped
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # An owed answer must survive a power cut once recorded: fsync every commit.
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
-            for table, column, declaration in _ADDED_COLUMNS:
-                present = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
-                if column not in present:
-                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+        # An owed answer must survive a power cut once recorded: fsync every commit.
+        self._db = sqlite.connect(path, durable=True)
+        try:
+            sqlite.migrate(self._db, path, MIGRATIONS, name="the Feishu outbox")
+        except BaseException:
+            self._db.close()
+            raise
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

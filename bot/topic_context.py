@@ -26,7 +26,6 @@ import json
 import logging
 import re
 import secrets
-import sqlite3
 import threading
 import unicodedata
 from dataclasses import dataclass
@@ -35,7 +34,9 @@ from typing import Any
 
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import MessageEvent, message_text
+from hub import sqlite
 from hub.errors import AmuxError
+from hub.sqlite import Step
 
 logger = logging.getLogger("amux.bot")
 
@@ -208,6 +209,15 @@ class TopicReader:
         return TopicContext(chosen, tuple(sorted(names.items())))
 
 
+# Version 1: the tables as the first version of this file created them, before versions were
+# kept, so a file it left at version 0 holds them already.
+_V1_SEEN = """
+CREATE TABLE IF NOT EXISTS seen (origin TEXT PRIMARY KEY, until_ms INTEGER);
+CREATE TABLE IF NOT EXISTS generations (topic TEXT PRIMARY KEY, n INTEGER);
+"""
+MIGRATIONS: tuple[tuple[int, Step], ...] = ((1, _V1_SEEN),)
+
+
 class SeenTopics:
     """Per topic: which conversation its next message continues, and what that one has seen.
 
@@ -218,15 +228,14 @@ class SeenTopics:
 
     def __init__(self, path: Path) -> None:
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS seen (origin TEXT PRIMARY KEY, until_ms INTEGER)"
-            )
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS generations (topic TEXT PRIMARY KEY, n INTEGER)"
-            )
+        # Durable: a "New conversation" press lost to a power cut would send the topic's next
+        # message to the conversation its author asked to leave.
+        self._db = sqlite.connect(path, durable=True)
+        try:
+            sqlite.migrate(self._db, path, MIGRATIONS, name="the Feishu topics file")
+        except BaseException:
+            self._db.close()
+            raise
 
     def generation(self, topic: str) -> int:
         with self._lock:

@@ -1,13 +1,9 @@
 """The schema of the Hub's state database (``<AMUX_HOME>/state.sqlite3``) and how it evolves.
 
-Every table in that file is created or changed here and nowhere else. ``PRAGMA user_version``
-holds the number of the last migration applied; opening the database applies the ones after it
-in order, each in its own transaction together with its new version number, so a crash leaves
-the database at one version or the next, never in between. A database written by a newer amux
-is refused: running against a schema this code does not know could corrupt it silently.
-
-To change the schema, append a migration with the next number; never edit one that shipped,
-since databases already past it will not run it again.
+Every table in that file is created or changed here and nowhere else, by the numbered steps in
+``MIGRATIONS`` that ``hub.sqlite.migrate`` applies (it says how versions are kept, and refuses a
+database a newer amux wrote). To change the schema, append a step with the next number; never
+edit one that shipped, since databases already past it will not run it again.
 
 Each table and the module that owns its rows (the one that writes them; others only read):
 
@@ -27,12 +23,10 @@ Readers outside the owners: ``hub.server`` (readiness and metrics counts), ``hub
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 
-from hub.errors import Unavailable
-
-Step = str | Callable[[sqlite3.Connection], None]
+from hub import sqlite
+from hub.sqlite import Step, run_script
 
 # The first release's principals, aliases, credentials and settings. It created them with
 # IF NOT EXISTS before writing user_version, so a database it left at version 0 may hold them.
@@ -231,69 +225,13 @@ MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (7, _V7_APPROVALS),
 )
 
-SCHEMA_VERSION = MIGRATIONS[-1][0]
-
-
-def run_script(db: sqlite3.Connection, script: str) -> None:
-    """Execute each statement of ``script`` inside the caller's open transaction.
-
-    ``executescript`` would commit that transaction first, so statements run one at a time.
-    """
-    pending = ""
-    for piece in script.split(";"):
-        pending += piece + ";"
-        # A ';' inside a string literal or a trigger body does not end the statement.
-        if sqlite3.complete_statement(pending):
-            if pending.strip(" \t\r\n;"):
-                db.execute(pending)
-            pending = ""
-    if pending.strip(" \t\r\n;"):
-        raise ValueError(f"incomplete SQL statement in a migration: {pending.strip()!r}")
-
-
-def schema_version(db: sqlite3.Connection) -> int:
-    return int(db.execute("PRAGMA user_version").fetchone()[0])
-
-
-def _refuse_newer(found: int, path: Path) -> None:
-    if found > SCHEMA_VERSION:
-        raise Unavailable(
-            f"the state database {path} has schema version {found}, but this amux knows versions "
-            f"up to {SCHEMA_VERSION}: a newer amux wrote it; run that version, or restore the "
-            "backup taken before the upgrade",
-            found_version=found,
-            supported_version=SCHEMA_VERSION,
-        )
+SCHEMA_VERSION = sqlite.latest(MIGRATIONS)
 
 
 def migrate(db: sqlite3.Connection, path: Path) -> int:
-    """Bring the database to ``SCHEMA_VERSION``; returns the version it had before.
-
-    ``db`` must be in autocommit mode (``isolation_level=None``), so each step's transaction is
-    exactly the one opened here. ``path`` only names the database in errors.
+    """Bring the state database to ``SCHEMA_VERSION``; returns the version it had before.
 
     Raises:
         Unavailable: a newer amux wrote the database.
     """
-    found = schema_version(db)
-    _refuse_newer(found, path)
-    for version, step in MIGRATIONS:
-        if version <= found:
-            continue
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            # Another process (the Hub and a local admin command) may have applied this step
-            # while we waited for the write lock; the version read under the lock decides.
-            current = schema_version(db)
-            _refuse_newer(current, path)
-            if current < version:
-                if isinstance(step, str):
-                    run_script(db, step)
-                else:
-                    step(db)
-                db.execute(f"PRAGMA user_version = {version}")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
-    return found
+    return sqlite.migrate(db, path, MIGRATIONS, name="the state database")

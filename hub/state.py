@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hub import sqlite
 from hub.errors import Conflict, InvalidArgument, NotFound
 from hub.migrations import migrate
 from hub.principals import Principal as Principal
@@ -107,13 +108,9 @@ class State:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.path = path
-        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.db = sqlite.connect(path, durable=True)
         path.chmod(0o600)
         self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.execute("PRAGMA foreign_keys=ON")
-        self.db.execute("PRAGMA busy_timeout=5000")
         try:
             migrate(self.db, path)
         except BaseException:

@@ -31,12 +31,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hub.errors import InvalidArgument
+from hub.sqlite import Step, connect, migrate
 
 # systemd's DynamicUser range: uids a distribution never hands to a package or a person.
 DYNAMIC_UIDS = range(61184, 65520)
 REGISTRY = "agent-users.sqlite3"
 
 Identity = tuple[int, int]
+
+# Version 1: the table as the first version of this file created it, before versions were kept,
+# so a file it left at version 0 holds it already.
+_V1_AGENT_USERS = """
+CREATE TABLE IF NOT EXISTS agent_users (owner TEXT PRIMARY KEY, uid INTEGER NOT NULL UNIQUE);
+"""
+MIGRATIONS: tuple[tuple[int, Step], ...] = ((1, _V1_AGENT_USERS),)
 
 
 def _taken(uid: int) -> bool:
@@ -60,14 +68,12 @@ class AgentUsers:
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
         self._path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        db = sqlite3.connect(self._path, timeout=30, isolation_level=None)
+        # Durable: a uid handed out and then forgotten could go to a second Principal, whose
+        # Agents would then own the first one's files. The worker and the bot may allocate at
+        # once, hence the longer wait for the lock.
+        db = connect(self._path, durable=True, timeout=30)
         try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS agent_users ("
-                " owner TEXT PRIMARY KEY, uid INTEGER NOT NULL UNIQUE)"
-            )
+            migrate(db, self._path, MIGRATIONS, name="the Agent users registry")
             yield db
         finally:
             db.close()

@@ -9,19 +9,24 @@ last few ids, so a retry of one of those events could run twice; a crash of the 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-_SCHEMA = """
+from hub import sqlite
+from hub.sqlite import Step
+
+# Version 1: the table as the first version of this file created it, before versions were kept,
+# so a file it left at version 0 holds it already.
+_V1_EVENTS = """
 CREATE TABLE IF NOT EXISTS feishu_events (
     event_id TEXT PRIMARY KEY,
     seen_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS feishu_events_seen_at ON feishu_events (seen_at);
 """
+MIGRATIONS: tuple[tuple[int, Step], ...] = ((1, _V1_EVENTS),)
 
 
 class SqliteEventDedup:
@@ -40,11 +45,13 @@ class SqliteEventDedup:
         self._clock = clock
         self._last_prune = float("-inf")
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+        # Not durable: losing the last ids to a power cut is what the module's docstring accepts.
+        self._db = sqlite.connect(path, durable=False)
+        try:
+            sqlite.migrate(self._db, path, MIGRATIONS, name="the Feishu event de-duplication file")
+        except BaseException:
+            self._db.close()
+            raise
 
     async def first_time(self, event_id: str) -> bool:
         """Record ``event_id``; true only the first time within the retention window."""
