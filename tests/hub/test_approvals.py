@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
 
-from bot.service.app import create_app
 from hub.approvals import Rule, rule_matches, rule_pattern
-from hub.config import HubSettings
 from hub.rpc import HUB
 from hub.services import Hub
-from hub.state import State
+from tests.hub.conftest import Served, ServeHub
 
 Client = TestClient[Any, Any]
 TOPIC = "feishu:oc_team:om_root"
@@ -23,24 +20,8 @@ WORKSPACE = "topic-" + "cd" * 16
 
 
 @pytest.fixture
-async def served(aiohttp_client: Any, tmp_path: Path) -> tuple[Client, dict[str, str]]:
-    home = tmp_path / "home"
-    state = State(HubSettings(home=home).state_path)
-    ids: dict[str, str] = {}
-    try:
-        for name, kind in [
-            ("owner", "user"),
-            ("alice", "user"),
-            ("mallory", "user"),
-            ("runtime", "service"),
-        ]:
-            principal = state.add_principal(name, kind, owner=name == "owner")
-            ids[name] = principal.id
-            ids[f"{name}-token"], _ = state.issue_credential(principal.id, "cli")
-    finally:
-        state.close()
-    client = await aiohttp_client(create_app(HubSettings(home=home)))
-    return client, ids
+async def served(serve_hub: ServeHub) -> Served:
+    return await serve_hub("owner", "alice", "mallory")
 
 
 async def call(client: Client, token: str, method: str, **params: Any) -> tuple[int, Any]:

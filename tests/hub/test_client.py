@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from bot.service.app import create_app
 from hub.client import HubClient, Transport
 from hub.config import HubSettings
 from hub.contract import Approval, Claim, Execution, Session, TurnOutcome, TurnResult, WatchResult
@@ -29,7 +28,7 @@ from hub.errors import (
 )
 from hub.local_transport import LocalTransport
 from hub.middleware import DRAIN
-from hub.state import State
+from tests.hub.conftest import Served, ServeHub
 
 Client = TestClient[Any, Any]
 Connect = Callable[..., HubClient]
@@ -37,20 +36,8 @@ TRANSPORTS = ("http", "local")
 
 
 @pytest.fixture
-async def served(aiohttp_client: Any, tmp_path: Path) -> tuple[Client, dict[str, str]]:
-    home = tmp_path / "home"
-    state = State(HubSettings(home=home).state_path)
-    ids: dict[str, str] = {}
-    try:
-        state.save_setting("memory.enabled", True)
-        for name, kind in [("owner", "user"), ("alice", "user"), ("runtime", "service")]:
-            principal = state.add_principal(name, kind, owner=name == "owner")
-            ids[name] = principal.id
-            ids[f"{name}-token"], _ = state.issue_credential(principal.id, "cli")
-    finally:
-        state.close()
-    client = await aiohttp_client(create_app(HubSettings(home=home)))
-    return client, ids
+async def served(serve_hub: ServeHub) -> Served:
+    return await serve_hub("owner", "alice", memory=True)
 
 
 def connector(client: Client, transport: str) -> Connect:

@@ -2,36 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
 
-from bot.service.app import create_app
-from hub.config import HubSettings
 from hub.rpc import HUB
 from hub.services import Hub
-from hub.state import State
+from tests.hub.conftest import Served, ServeHub
 
 Client = TestClient[Any, Any]
 TOPIC = "feishu:oc_team:om_root"
 
 
 @pytest.fixture
-async def served(aiohttp_client: Any, tmp_path: Path) -> tuple[Client, dict[str, str]]:
-    home = tmp_path / "home"
-    state = State(HubSettings(home=home).state_path)
-    tokens: dict[str, str] = {}
-    try:
-        for name, kind in [("owner", "user"), ("bob", "user"), ("runtime", "service")]:
-            principal = state.add_principal(name, kind, owner=name == "owner")
-            tokens[name], _ = state.issue_credential(principal.id, "cli")
-            tokens[f"{name}-id"] = principal.id
-    finally:
-        state.close()
-    client = await aiohttp_client(create_app(HubSettings(home=home)))
-    return client, tokens
+async def served(serve_hub: ServeHub) -> Served:
+    return await serve_hub("owner", "bob")
 
 
 def hub_of(client: Client) -> Hub:
@@ -61,8 +47,8 @@ async def submit(client: Client, token: str, **params: Any) -> tuple[int, dict[s
 async def test_no_rpc_caller_may_submit_under_an_origin_in_the_bots_form(
     served: tuple[Client, dict[str, str]], origin: str, caller: str
 ) -> None:
-    client, tokens = served
-    status, body = await submit(client, tokens[caller], origin=origin)
+    client, ids = served
+    status, body = await submit(client, ids[f"{caller}-token"], origin=origin)
     assert status == 403
     assert body["error"]["code"] == "forbidden"
     message = body["error"]["message"]
@@ -75,8 +61,8 @@ async def test_no_rpc_caller_may_submit_under_an_origin_in_the_bots_form(
 async def test_the_bot_still_opens_the_topics_conversation_after_a_refused_claim(
     served: tuple[Client, dict[str, str]],
 ) -> None:
-    client, tokens = served
-    status, _ = await submit(client, tokens["bob"], origin=f"{TOPIC}#1")
+    client, ids = served
+    status, _ = await submit(client, ids["bob-token"], origin=f"{TOPIC}#1")
     assert status == 403
     hub = hub_of(client)
     # The bot queues a topic's turn in-process, as its sender (here the owner).
@@ -96,10 +82,10 @@ async def test_the_bot_still_opens_the_topics_conversation_after_a_refused_claim
 async def test_an_origin_of_the_callers_own_still_names_its_conversation(
     served: tuple[Client, dict[str, str]],
 ) -> None:
-    client, tokens = served
-    status, first = await submit(client, tokens["bob"], origin="cli:release-notes")
+    client, ids = served
+    status, first = await submit(client, ids["bob-token"], origin="cli:release-notes")
     assert status == 200, first
-    status, again = await submit(client, tokens["bob"], origin="cli:release-notes")
+    status, again = await submit(client, ids["bob-token"], origin="cli:release-notes")
     assert status == 200, again
     assert again["session"]["id"] == first["session"]["id"]
     assert first["session"]["origin"] == "cli:release-notes"

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
 
-from bot.service.app import create_app
-from hub.config import HubSettings
 from hub.rpc import HUB
 from hub.services import Hub
-from hub.state import State
+from tests.hub.conftest import Served, ServeHub
 
 Client = TestClient[Any, Any]
 TOPIC = "feishu:oc_team:om_root"
@@ -20,20 +17,8 @@ WORKSPACE = "topic-" + "ab" * 16
 
 
 @pytest.fixture
-async def served(aiohttp_client: Any, tmp_path: Path) -> tuple[Client, dict[str, str]]:
-    home = tmp_path / "home"
-    state = State(HubSettings(home=home).state_path)
-    ids: dict[str, str] = {}
-    try:
-        state.save_setting("memory.enabled", True)
-        for name, kind in [("alice", "user"), ("mallory", "user"), ("runtime", "service")]:
-            principal = state.add_principal(name, kind, owner=name == "alice")
-            ids[name] = principal.id
-            ids[f"{name}-token"], _ = state.issue_credential(principal.id, "cli")
-    finally:
-        state.close()
-    client = await aiohttp_client(create_app(HubSettings(home=home)))
-    return client, ids
+async def served(serve_hub: ServeHub) -> Served:
+    return await serve_hub("alice", "mallory", memory=True)
 
 
 async def rpc(client: Client, token: str, method: str, **params: Any) -> dict[str, Any]:
