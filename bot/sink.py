@@ -15,6 +15,7 @@ from cards.catalogue import text as catalogue_text
 from cards.models import Lang
 from cards.notices import enrollment_closed_card, error_card, owner_only_card
 from hub.errors import AmuxError
+from hub.principals import Principal
 
 logger = logging.getLogger("amux.bot")
 
@@ -54,11 +55,8 @@ class BotSink:
             if is_command:
                 await self._command(event, text[len(COMMAND) :].strip())
                 return
-            principal = self._identities.resolve(event.sender)
+            principal = await self._enrolled(event)
             if principal is None:
-                await self._client.reply(
-                    event.message_id, card=enrollment_closed_card(self._lang), in_thread=False
-                )
                 return
             if not text and not event.attachments:
                 # A bare mention, or a kind of message with nothing to read: say so.
@@ -80,6 +78,15 @@ class BotSink:
             await self._client.reply(
                 event.message_id, card=error_card(error.code, error.message, self._lang)
             )
+
+    async def _enrolled(self, event: MessageEvent) -> Principal | None:
+        """The sender's Principal; None once someone without one was told enrollment is closed."""
+        principal = self._identities.resolve(event.sender)
+        if principal is None:
+            await self._client.reply(
+                event.message_id, card=enrollment_closed_card(self._lang), in_thread=False
+            )
+        return principal
 
     async def _command(self, event: MessageEvent, rest: str) -> None:
         if rest.startswith("provider"):
@@ -108,11 +115,8 @@ class BotSink:
                 event.message_id, card=self._management.card(owner), in_thread=False
             )
             return
-        principal = self._identities.resolve(event.sender)
+        principal = await self._enrolled(event)
         if principal is None:
-            await self._client.reply(
-                event.message_id, card=enrollment_closed_card(self._lang), in_thread=False
-            )
             return
         # Its provider buttons act on this chat; remember it is this person's own.
         self._management.note_private_chat(event.chat_id, principal)
@@ -123,11 +127,8 @@ class BotSink:
         )
 
     async def _provider_command(self, event: MessageEvent, provider: str) -> None:
-        principal = self._identities.resolve(event.sender)
+        principal = await self._enrolled(event)
         if principal is None:
-            await self._client.reply(
-                event.message_id, card=enrollment_closed_card(self._lang), in_thread=False
-            )
             return
         if not event.is_private and not principal.is_owner:
             # A group's Agent affects everyone in it; the owner decides.

@@ -9,6 +9,7 @@ import hashlib
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -32,47 +33,41 @@ def an_outbox(path: Path) -> Outbox:
     return Outbox(path, _nothing, _nothing, _nothing)
 
 
-# Each opener yields the connection the class itself uses, to read the pragmas it was given.
+class Owner(Protocol):
+    def close(self) -> None: ...
+
+
 @contextlib.contextmanager
-def opened_state(path: Path) -> Iterator[sqlite3.Connection]:
-    state = State(path)
+def holding(owner: Owner, db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """The connection ``owner`` itself uses, to read the pragmas it was given; closed after."""
     try:
-        yield state.db
-    finally:
-        state.close()
-
-
-@contextlib.contextmanager
-def opened_outbox(path: Path) -> Iterator[sqlite3.Connection]:
-    box = an_outbox(path)
-    try:
-        yield box._db
-    finally:
-        box.close()
-
-
-@contextlib.contextmanager
-def opened_topics(path: Path) -> Iterator[sqlite3.Connection]:
-    topics = SeenTopics(path)
-    try:
-        yield topics._db
-    finally:
-        topics.close()
-
-
-@contextlib.contextmanager
-def opened_dedup(path: Path) -> Iterator[sqlite3.Connection]:
-    events = dedup.SqliteEventDedup(path)
-    try:
-        yield events._db
-    finally:
-        events.close()
-
-
-@contextlib.contextmanager
-def opened_agent_users(path: Path) -> Iterator[sqlite3.Connection]:
-    with AgentUsers(path.parent)._db() as db:
         yield db
+    finally:
+        owner.close()
+
+
+def opened_state(path: Path) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+    state = State(path)
+    return holding(state, state.db)
+
+
+def opened_outbox(path: Path) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+    box = an_outbox(path)
+    return holding(box, box._db)
+
+
+def opened_topics(path: Path) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+    topics = SeenTopics(path)
+    return holding(topics, topics._db)
+
+
+def opened_dedup(path: Path) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+    events = dedup.SqliteEventDedup(path)
+    return holding(events, events._db)
+
+
+def opened_agent_users(path: Path) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+    return AgentUsers(path.parent)._db()
 
 
 Opener = Callable[[Path], contextlib.AbstractContextManager[sqlite3.Connection]]
