@@ -19,10 +19,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 import pytest
-from pydantic import SecretStr
 
-from bot.config import FeishuSettings
-from bot.feishu.client import FeishuClient
 from bot.feishu.errors import FeishuApiError
 from bot.feishu.events import Attachment, MessageEvent, UserIds, attachments_of
 from bot.files import (
@@ -35,8 +32,6 @@ from bot.files import (
     with_files,
 )
 from hub.contract import Session
-from runtime_bridge.config import RuntimeSettings
-from runtime_bridge.launch import LaunchSite
 from tests.conftest import HubProcess, free_port, until
 from tests.fakes.feishu import FakeFeishu, StoredMessage
 from tests.fakes.feishu_events import FeishuSigner
@@ -82,17 +77,6 @@ def nobody_reads(fifo: Path) -> bool:
 async def feishu() -> AsyncIterator[FakeFeishu]:
     async with FakeFeishu(app_id="cli_files") as fake:
         yield fake
-
-
-@pytest.fixture
-async def files(feishu: FakeFeishu, tmp_path: Path) -> AsyncIterator[TurnFiles]:
-    settings = FeishuSettings(
-        app_id="cli_files", app_secret=SecretStr(feishu.app_secret), domain=feishu.url
-    )
-    client = FeishuClient(settings, backoff=lambda state: 0.01)
-    site = LaunchSite(RuntimeSettings(sandbox="off"), tmp_path / "runtime", tmp_path / "home")
-    yield TurnFiles(client, site)
-    await client.close()
 
 
 def event_with(message_id: str, *attachments: Attachment) -> MessageEvent:

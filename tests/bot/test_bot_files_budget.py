@@ -13,15 +13,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from pydantic import SecretStr
 
-from bot.config import FeishuSettings
-from bot.feishu.client import FeishuClient
-from bot.feishu.events import Attachment, MessageEvent, UserIds
+from bot.feishu.events import Attachment
 from bot.files import MAX_IN_BYTES, TurnFiles
-from hub.contract import Session
-from runtime_bridge.config import RuntimeSettings
-from runtime_bridge.launch import LaunchSite
+from tests.bot.test_bot_files import event_with, session_in
 from tests.fakes.feishu import FakeFeishu, LargeResource
 
 pytestmark = pytest.mark.timeout(120)
@@ -39,35 +34,6 @@ async def feishu() -> AsyncIterator[FakeFeishu]:
     # an earlier fake's token would cost a refused request first.
     async with FakeFeishu(app_id=f"cli_budget_{next(APPS)}") as fake:
         yield fake
-
-
-@pytest.fixture
-async def files(feishu: FakeFeishu, tmp_path: Path) -> AsyncIterator[TurnFiles]:
-    settings = FeishuSettings(
-        app_id=feishu.app_id, app_secret=SecretStr(feishu.app_secret), domain=feishu.url
-    )
-    client = FeishuClient(settings, backoff=lambda state: 0.01)
-    site = LaunchSite(RuntimeSettings(sandbox="off"), tmp_path / "runtime", tmp_path / "home")
-    yield TurnFiles(client, site)
-    await client.close()
-
-
-def session_in(workspace: Path) -> Session:
-    return Session("s", "principal", "claude", str(workspace), None, None, "pending", None)
-
-
-def event_with(message_id: str, *attachments: Attachment) -> MessageEvent:
-    return MessageEvent(
-        event_id="ev1",
-        sender=UserIds(open_id="ou_alice"),
-        sender_type="user",
-        chat_id="oc_chat",
-        chat_type="p2p",
-        message_id=message_id,
-        message_type="post",
-        text="",
-        attachments=attachments,
-    )
 
 
 def requested(feishu: FakeFeishu) -> list[str]:

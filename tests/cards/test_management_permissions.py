@@ -3,22 +3,9 @@ import pytest
 from cards import actions
 from cards.catalogue import text
 from cards.management import PERMISSION_CHOICES, TIMEOUT_CHOICES, duration, management_card
-from cards.models import LANGS, Identity, Lang, ManagementView, Setting
+from cards.models import LANGS, Lang, Setting
 from tests.cards.structure import all_text, assert_valid_card, callbacks, walk
-
-OWNER = Identity(display_name="Ada", principal_id="p_owner", is_owner=True)
-MEMBER = Identity(display_name="Bob", principal_id="p_bob")
-
-
-def _view(identity: Identity = OWNER, **kw: object) -> ManagementView:
-    values: dict[str, object] = {
-        "memory_scope": "global",
-        "memory": Setting(saved=False, running=False),
-        "isolation": Setting(saved=False, running=False),
-        "history_days": Setting(saved=30, running=30),
-    }
-    values.update(kw)
-    return ManagementView(identity=identity, **values)  # type: ignore[arg-type]
+from tests.cards.test_management import MEMBER, _view
 
 
 def _choices(card: dict[str, object], action: str) -> list[dict[str, object]]:
