@@ -26,7 +26,7 @@ from cards.models import Lang
 from cards.notices import error_card, owner_only_card
 from hub.errors import AmuxError, InvalidArgument, InvalidPath
 from hub.memory import ABSENT
-from hub.state import Principal
+from hub.principals import Principal
 from hub.sysconfig import SPECS
 
 if TYPE_CHECKING:

@@ -75,8 +75,8 @@ from hub.contract import (
     WatchResult,
 )
 from hub.errors import AmuxError, Conflict, Forbidden, NotFound
+from hub.principals import Principal
 from hub.services import Hub
-from hub.state import Principal
 from runtime_bridge.launch import Workplace
 
 logger = logging.getLogger("amux.bot")
@@ -371,7 +371,7 @@ class Conversations:
                 return
 
     def _approval_view(self, approval: Approval) -> ApprovalView:
-        asked_of = self._hub.state.principal(approval.runs_as)
+        asked_of = self._hub.people.principal(approval.runs_as)
         return ApprovalView(
             run_id=approval.execution_id,
             request_id=approval.request_id,

@@ -25,19 +25,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from enum import Enum
+from typing import NoReturn
 
 from bot.feishu.events import UserIds
-from hub.aliases import (
-    ID_FIELDS,
-    FeishuApp,
-    IdField,
-    alias_kind,
-    bind_pending,
-    is_feishu_kind,
-    recorded_app,
-)
-from hub.errors import Conflict, NotFound
-from hub.state import Principal, State
+from hub.aliases import ID_FIELDS, FeishuApp, IdField, alias_kind
+from hub.errors import Conflict
+from hub.people import Alias, Mismatch, People, Resolved, TwoPrincipals
+from hub.principals import Principal
 
 logger = logging.getLogger("amux.bot")
 
@@ -74,14 +68,14 @@ class FeishuIdentities:
 
     def __init__(
         self,
-        state: State,
+        people: People,
         *,
         enroll: bool,
         app_id: str = "",
         tenant_key: str = "",
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._state = state
+        self._people = people
         self._enroll = enroll
         self._clock = clock
         self.claim_code: str | None = None
@@ -93,7 +87,7 @@ class FeishuIdentities:
         self._wrong_in_all = 0
         self.app_id = app_id
         self.app: FeishuApp | None = None
-        recorded = recorded_app(state)
+        recorded = people.recorded_app()
         if recorded is not None and recorded.app_id != app_id:
             recorded = None  # Another app's tenant says nothing about this one's.
         if tenant_key:
@@ -143,7 +137,7 @@ class FeishuIdentities:
         return True
 
     def _bind(self, app: FeishuApp) -> None:
-        for kind, holder in bind_pending(self._state, app):
+        for kind, holder in self._people.bind_app(app):
             logger.warning(
                 "a %s alias of principal %s waiting for the tenant was left unbound: another "
                 "principal has that id in tenant %s",
@@ -178,77 +172,42 @@ class FeishuIdentities:
                 nothing was changed.
         """
         aliases = self._aliases(ids)
-        known = self._holder(aliases)
-        if known is not None:
-            self._remember(known, aliases)
-            return known
-        if not self._enroll or not aliases:
-            return None
-        # The Principal and its aliases in one commit: a first contact runs on the event loop,
-        # and a burst of newcomers would otherwise wait for a sync per row.
-        with self._state.transaction():
-            principal = self._state.add_principal(self._new_name(ids), "user")
-            self._remember(principal, aliases)
-        logger.info("enrolled a new Feishu user as principal %s", principal.name)
+        enrol_as = self._new_name(ids) if self._enroll else None
+        found = self._people.resolve([Alias(kind, value) for _, kind, value in aliases], enrol_as)
+        if not isinstance(found, Resolved):
+            self._refuse(found, aliases)
+        principal = found.principal
+        for alias in found.taken:
+            logger.warning(
+                "a Feishu %s of principal %s belongs to another",
+                alias.kind,
+                principal.id if principal is not None else "?",
+            )
+        if found.enrolled and principal is not None:
+            logger.info("enrolled a new Feishu user as principal %s", principal.name)
         return principal
 
-    def _holder(self, aliases: list[tuple[IdField, str, str]]) -> Principal | None:
-        """The one Principal these aliases name, if any, provided they all fit it.
-
-        Raises:
-            Conflict: they name two Principals, or one that has another id of a kind given.
-        """
-        holders: dict[str, Principal] = {}
-        for _, kind, value in aliases:
-            holder = self._state.principal_by_alias(kind, value)
-            if holder is not None:
-                holders[holder.id] = holder
-        if len(holders) > 1:
+    @staticmethod
+    def _refuse(mismatch: Mismatch, aliases: list[tuple[IdField, str, str]]) -> NoReturn:
+        if isinstance(mismatch, TwoPrincipals):
             logger.warning(
                 "refused a Feishu event whose ids belong to principals %s; nothing merged",
-                ", ".join(sorted(holders)),
+                ", ".join(mismatch.principal_ids),
             )
-            raise Conflict(MISMATCH)
-        if not holders:
-            return None
-        (principal,) = holders.values()
-        has: dict[str, set[str]] = {}
-        for kind, value in self._state.aliases(principal.id):
-            has.setdefault(kind, set()).add(value)
-        differ = [
-            field for field, kind, value in aliases if has.get(kind) and value not in has[kind]
-        ]
-        if differ:
+        else:
+            differ = [field for field, kind, _ in aliases if kind in mismatch.kinds]
             logger.warning(
                 "refused a Feishu event whose %s differ from those principal %s has; "
                 "nothing merged",
                 ", ".join(differ),
-                principal.id,
+                mismatch.principal_id,
             )
-            raise Conflict(MISMATCH)
-        return principal
+        raise Conflict(MISMATCH)
 
-    def _remember(self, principal: Principal, aliases: list[tuple[IdField, str, str]]) -> None:
-        for _, kind, value in aliases:
-            holder = self._state.principal_by_alias(kind, value)
-            if holder is not None and holder.id == principal.id:
-                continue  # Known already: a read, where adding would take the write lock.
-            try:
-                self._state.add_alias(principal.id, kind, value)
-            except Conflict:
-                # Taken in between by another process (an admin command); ours stays as it was.
-                logger.warning("a Feishu %s of principal %s belongs to another", kind, principal.id)
-
-    def _new_name(self, ids: UserIds) -> str:
-        base = "feishu-" + (ids.union_id or ids.user_id or ids.open_id)[-10:]
-        name = base
-        for suffix in range(2, 1000):
-            try:
-                self._state.principal_by_name(name)
-            except NotFound:
-                return name
-            name = f"{base}-{suffix}"
-        return f"{base}-{secrets.token_hex(4)}"
+    @staticmethod
+    def _new_name(ids: UserIds) -> str:
+        """Where a newcomer's name starts: the Hub adds a suffix while it is taken."""
+        return "feishu-" + (ids.union_id or ids.user_id or ids.open_id)[-10:]
 
     # -- owner claim -----------------------------------------------------------------------------
 
@@ -257,10 +216,8 @@ class FeishuIdentities:
 
         None once claimed. ``claim_expires_at`` says until when the code works.
         """
-        owner = self._state.owner()
-        if owner is None:
-            return None
-        if any(is_feishu_kind(kind) for kind, _ in self._state.aliases(owner.id)):
+        owner = self._people.owner()
+        if owner is None or self._people.has_feishu_identity(owner.id):
             return None
         self.claim_code = secrets.token_hex(4)
         self.claim_expires_at = self._clock() + CLAIM_SECONDS
@@ -283,7 +240,7 @@ class FeishuIdentities:
         if self._used_code is not None and hmac.compare_digest(sent, self._used_code.encode()):
             return ClaimRefused.USED
         expected = self.claim_code
-        owner = self._state.owner()
+        owner = self._people.owner()
         aliases = self._aliases(ids)
         if expected is None or owner is None or not aliases:
             return self._wrong(sender)
@@ -292,8 +249,7 @@ class FeishuIdentities:
         if self.claim_expires_at is None or self._clock() >= self.claim_expires_at:
             logger.warning("an expired owner claim code was sent from Feishu")
             return ClaimRefused.EXPIRED
-        for _, kind, value in aliases:
-            self._state.move_alias(kind, value, owner.id)
+        self._people.move_aliases([Alias(kind, value) for _, kind, value in aliases], owner.id)
         self._used_code = expected
         self.claim_code = None
         self.claim_expires_at = None

@@ -72,20 +72,12 @@ from hub.memory import (
     UndoRequest,
 )
 from hub.paths import memory_scope
+from hub.preferences import RestartCard
+from hub.principals import Principal
 from hub.services import Hub
-from hub.state import Principal
 
 logger = logging.getLogger("amux.bot")
 
-# The bot's own saved choices (a chat's provider, the restart card to update afterwards) live in
-# the Hub's settings table under the ``bot.`` namespace: the bot runs in the Hub's process and
-# reads its state directly, and its only file of its own, the outbox, is a delivery queue. The
-# settings RPC lists and accepts only ``hub.sysconfig``'s keys, never these. This module owns
-# them; renaming a stored key needs a migration.
-RESTART_CARD_KEY = "bot.restart_card"
-CHAT_PROVIDER_KEY = "bot.chat_provider."
-# A private chat with the bot belongs to one person: an alias of theirs, looked up by key.
-PRIVATE_CHAT_ALIAS = "feishu_p2p_chat"
 LIST_LIMIT = 50
 # Changes shown on a document's card, and on the card of the whole memory's changes.
 DOCUMENT_CHANGES = 5
@@ -128,33 +120,27 @@ class Management:
 
     def provider_of(self, chat_id: str) -> str:
         """The Agent new conversations in this chat run."""
-        chosen = self._hub.state.saved_settings().get(CHAT_PROVIDER_KEY + chat_id)
-        return chosen if isinstance(chosen, str) and chosen else self.default_provider
+        return self._hub.chats.provider(chat_id) or self.default_provider
 
     def set_provider(self, chat_id: str, provider: str) -> None:
         """Raises: InvalidArgument: not an Agent amux can launch."""
-        providers = self._hub.executions.providers
-        if provider not in providers:
-            choices = ", ".join(providers)
+        chats = self._hub.chats
+        chosen = chats.choose_provider(chat_id, provider)
+        if chosen == "unknown_provider":
+            choices = ", ".join(chats.providers)
             raise InvalidArgument(text(self.lang, "provider.choose", providers=choices))
-        if not chat_id:
+        if chosen == "no_chat":
             raise InvalidArgument(text(self.lang, "provider.no_chat"))
-        self._hub.state.save_setting(CHAT_PROVIDER_KEY + chat_id, provider)
 
     def note_private_chat(self, chat_id: str, principal: Principal) -> None:
         """Remember whose private chat this is (learned from a signed message event)."""
-        state = self._hub.state
-        holder = state.principal_by_alias(PRIVATE_CHAT_ALIAS, chat_id) if chat_id else None
-        if chat_id and (holder is None or holder.id != principal.id):
-            state.move_alias(PRIVATE_CHAT_ALIAS, chat_id, principal.id)
+        self._hub.people.note_private_chat(chat_id, principal)
 
     def may_choose_provider(self, principal: Principal, chat_id: str) -> bool:
         """The owner chooses for any chat; others only for their own private chat."""
         if principal.is_owner:
             return True
-        holder = (
-            self._hub.state.principal_by_alias(PRIVATE_CHAT_ALIAS, chat_id) if chat_id else None
-        )
+        holder = self._hub.people.private_chat_holder(chat_id)
         return holder is not None and holder.id == principal.id
 
     def view(
@@ -271,9 +257,7 @@ class Management:
     async def restart_now(self, click: Click, _: None) -> Card:
         """``restart.now``: the new process updates this card (``pending_restart_card``)."""
         hub = self._hub
-        hub.state.save_setting(
-            RESTART_CARD_KEY, {"message_id": click.message_id, "principal_id": click.principal.id}
-        )
+        hub.restart_cards.remember(RestartCard(click.message_id, click.principal.id))
         logger.info("restart requested from Feishu by %s", click.principal.name)
         hub.restart_requested.set()
         return restart_scheduled_card(self.lang)
@@ -440,13 +424,11 @@ class Management:
 
     def pending_restart_card(self) -> tuple[str, Card] | None:
         """After a restart from Feishu: the card to refresh with the now-running values."""
-        hub = self._hub
-        pending = hub.state.saved_settings().get(RESTART_CARD_KEY)
-        if not isinstance(pending, dict):
+        pending = self._hub.restart_cards.take()
+        if pending is None:
             return None
-        hub.state.save_setting(RESTART_CARD_KEY, None)
-        principal = hub.state.principal(str(pending.get("principal_id")))
-        message_id = pending.get("message_id")
-        if principal is None or not isinstance(message_id, str) or not message_id:
+        principal = self._hub.people.principal(pending.principal_id)
+        message_id = pending.message_id
+        if principal is None or not message_id:
             return None
         return message_id, management_card(self.view(principal, restarted=True), self.lang)

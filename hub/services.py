@@ -16,6 +16,8 @@ from hub.executions import Executions
 from hub.history import MemoryHistory
 from hub.identity import Actor, Authenticator, require_owner
 from hub.memory import Memory
+from hub.people import People
+from hub.preferences import ChatPreferences, RestartCards
 from hub.rootlock import RootLock
 from hub.state import State
 from hub.store import MemoryStore
@@ -61,6 +63,10 @@ class Hub:
     approvals: Approvals
     # The one door to memory for the RPC methods and the cards alike.
     memory: Memory
+    # The bot's doors to the rest: it runs in this process and calls these, never the state.
+    people: People
+    chats: ChatPreferences
+    restart_cards: RestartCards
     restart_requested: asyncio.Event = field(default_factory=asyncio.Event)
     # Hooks other packages register to extend ``system.capabilities`` (e.g. connected workers).
     capability_hooks: list[Callable[[], dict[str, object]]] = field(default_factory=list)
@@ -112,6 +118,9 @@ class Hub:
                 history,
                 Approvals(executions, lambda: config.approval_timeout),
                 Memory(state, config, store, history, executions),
+                People(state),
+                ChatPreferences(state, lambda: executions.providers),
+                RestartCards(state),
             )
             hub._bootstrap_owner()
         except BaseException:

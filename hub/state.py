@@ -5,8 +5,10 @@ which defines every table and names each one's owner) and owns the rows of ``pri
 ``aliases``, ``credentials``, ``credential_launches`` and ``settings``. The same connection
 serves the other owners: ``hub.executions`` (sessions, executions, their events, workers),
 ``hub.approvals`` (approvals, session rules) and ``hub.history`` (the memory change log). The
-settings table is a key-value store: what each key means belongs to its user (``hub.sysconfig``,
-``hub.aliases``, ``bot.management``).
+settings table is a key-value store: what each key means belongs to the one module that writes it
+(``hub.sysconfig`` the Hub's settings, ``hub.aliases`` ``feishu.app``, ``hub.preferences`` the
+bot's ``bot.`` keys). Callers outside hub/ never reach these rows: the bot's doors are
+``hub.people`` (principals and aliases) and ``hub.preferences``, on ``hub.services.Hub``.
 
 Queries are short and indexed, so they run on the event loop; WAL mode lets the local admin
 commands (``amux principal …``, ``amux token …``) work while the Hub is serving.

@@ -91,7 +91,7 @@ def add_feishu(
         hub = app[HUB]
         lang = settings.language
         identities = FeishuIdentities(
-            hub.state,
+            hub.people,
             enroll=settings.enroll == "auto",
             app_id=settings.app_id,
             tenant_key=settings.tenant_key,

@@ -20,6 +20,7 @@ from bot.identity import (
 from hub.aliases import ID_FIELDS
 from hub.cli import ALIAS_FIELDS
 from hub.errors import Conflict
+from hub.people import People
 from hub.state import Principal, State
 
 APP = "cli_app"
@@ -53,7 +54,8 @@ def clock() -> Clock:
 
 @pytest.fixture
 def identities(state: State, clock: Clock) -> FeishuIdentities:
-    return FeishuIdentities(state, enroll=True, app_id=APP, tenant_key=TENANT, clock=clock)
+    people = People(state)
+    return FeishuIdentities(people, enroll=True, app_id=APP, tenant_key=TENANT, clock=clock)
 
 
 def test_a_fresh_code_expires_thirty_minutes_after_it_is_offered(
@@ -198,15 +200,15 @@ def test_events_of_another_tenant_or_app_or_of_none_are_not_admitted(
 def test_without_a_configured_tenant_the_first_event_teaches_it_and_the_state_keeps_it(
     state: State,
 ) -> None:
-    learning = FeishuIdentities(state, enroll=True, app_id=APP)
+    learning = FeishuIdentities(People(state), enroll=True, app_id=APP)
     assert learning.app is None
     assert learning.admits("tenant_first", APP, UserIds(open_id="ou_a"))
     assert not learning.admits("tenant_second", APP, UserIds(open_id="ou_b"))
-    restarted = FeishuIdentities(state, enroll=True, app_id=APP)
+    restarted = FeishuIdentities(People(state), enroll=True, app_id=APP)
     assert restarted.app is not None and restarted.app.tenant_key == "tenant_first"
     assert not restarted.admits("tenant_second", APP, UserIds(open_id="ou_b"))
     # Another app's tenant is learned afresh.
-    assert FeishuIdentities(state, enroll=True, app_id="cli_next").app is None
+    assert FeishuIdentities(People(state), enroll=True, app_id="cli_next").app is None
 
 
 def test_ids_naming_two_principals_are_refused_and_nothing_is_merged(
@@ -247,7 +249,7 @@ def test_aliases_waiting_for_the_tenant_are_bound_to_it_once_it_is_known(state: 
     assert owner is not None
     state.add_alias(owner.id, "feishu:*:user_id", "u_owner")
     state.add_alias(owner.id, "feishu:*:open_id", "ou_owner")
-    identities = FeishuIdentities(state, enroll=True, app_id=APP)
+    identities = FeishuIdentities(People(state), enroll=True, app_id=APP)
     assert identities.resolve(UserIds(user_id="u_owner", tenant_key=TENANT)) is None
     assert identities.admits(TENANT, APP, UserIds(user_id="u_owner"))
     assert state.aliases(owner.id) == [
