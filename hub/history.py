@@ -39,17 +39,18 @@ import os
 import re
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from hub.contract import MEMORY, ExecutionEvent
 from hub.errors import InvalidArgument, NotFound
 from hub.files import MemoryFiles
 from hub.limits import Limits
 from hub.paths import GLOBAL_SCOPE, principal_scope, scope_directory, validate_path
 from hub.state import State
 from hub.storage import MEMORY_HISTORY
-from hub.store import ABSENT, MemoryStore, revision_of
+from hub.store import ABSENT, Forgotten, MemoryStore, Written, revision_of
 
 logger = logging.getLogger("amux.hub.history")
 
@@ -88,30 +89,6 @@ class Author:
     via: Via = "rpc"
     session_id: str | None = None
     execution_id: str | None = None
-
-
-@dataclass(frozen=True)
-class Written:
-    """What an upsert or restore left: the document's path and revision, and whether the write
-    changed it (an equal body changes nothing, and is neither logged nor kept)."""
-
-    path: str
-    revision: str
-    changed: bool
-
-    def to_wire(self) -> dict[str, object]:
-        return {"path": self.path, "revision": self.revision}
-
-
-@dataclass(frozen=True)
-class Forgotten:
-    """What a forget left: the path, and whether there was nothing to forget."""
-
-    path: str
-    already_absent: bool
-
-    def to_wire(self) -> dict[str, object]:
-        return {"path": self.path, "already_absent": self.already_absent}
 
 
 @dataclass(frozen=True)
@@ -276,9 +253,8 @@ class MemoryHistory:
         action: Action = "upsert",
     ) -> Written:
         """``MemoryStore.upsert``, logged when it changed the document. Raises what it raises."""
-        result = await self._store.upsert(scope, path, content, expected_revision)
+        written = await self._store.upsert(scope, path, content, expected_revision)
         previous = str(expected_revision)
-        written = Written(result["path"], result["revision"], result["revision"] != previous)
         if written.changed:
             size = len(str(content).encode("utf-8"))
             kept = None if previous == ABSENT else self._kept_size(scope, written.path, previous)
@@ -312,8 +288,7 @@ class MemoryHistory:
         self, scope: str, path: object, expected_revision: object, author: Author
     ) -> Forgotten:
         """``MemoryStore.forget``, logged. Raises what it raises."""
-        result = await self._store.forget(scope, path, expected_revision)
-        forgotten = Forgotten(result["path"], result["already_absent"])
+        forgotten = await self._store.forget(scope, path, expected_revision)
         if not forgotten.already_absent:
             size = self._kept_size(scope, forgotten.path, str(expected_revision))
             await self._state.write(
@@ -592,20 +567,15 @@ class MemoryHistory:
             sql += " AND s.principal_id = ?"
             args.append(principal_id)
         for row in db.execute(sql, args).fetchall():
-            try:
-                use = json.loads(row["text"])
-            except ValueError:
+            use = ExecutionEvent(row["seq"], MEMORY, row["text"], 0.0).memory_use()
+            if use is None or use.path == ERASED:
                 continue
-            if not isinstance(use, dict) or use.get("path") in (None, ERASED):
+            if (path is not None and use.path != path) or use.path in spare:
                 continue
-            if path is not None and use.get("path") != path:
-                continue
-            if use.get("path") in spare:
-                continue
-            use["path"] = ERASED
+            erased = replace(use, path=ERASED)
             db.execute(
                 "UPDATE execution_events SET text = ? WHERE execution_id = ? AND seq = ?",
-                (json.dumps(use), row["execution_id"], row["seq"]),
+                (json.dumps(erased.to_wire()), row["execution_id"], row["seq"]),
             )
 
     def _written_by(self, scope: str, path: str | None, principal_id: str) -> set[str]:

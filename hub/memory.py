@@ -15,16 +15,26 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from hub.contract import MEMORY, MemoryUse
 from hub.errors import Forbidden, MemoryDisabled, NotFound
 from hub.executions import Executions
-from hub.history import Author, Forgotten, LogEntry, LogPage, MemoryHistory, Receipt, Via, Written
+from hub.history import Author, LogEntry, LogPage, MemoryHistory, Receipt, Via
 from hub.identity import Actor, check_binding, require_owner
 from hub.paths import GLOBAL_SCOPE, memory_scope
 from hub.state import State
-from hub.store import ABSENT, MemoryStore
+from hub.store import (
+    ABSENT,
+    Document,
+    Forgotten,
+    Found,
+    Listed,
+    Listing,
+    Match,
+    MemoryStore,
+    Written,
+)
 from hub.sysconfig import SystemConfig
 
 # Callers outside hub/ take what they read of the history and the store from here, never there.
@@ -122,79 +132,6 @@ class UndoRequest:
 
 
 @dataclass(frozen=True)
-class Match:
-    path: str
-    line: int
-    snippet: str
-    revision: str
-    truncated: bool
-
-    def to_wire(self) -> dict[str, object]:
-        return {
-            "path": self.path,
-            "line": self.line,
-            "snippet": self.snippet,
-            "revision": self.revision,
-            "truncated": self.truncated,
-        }
-
-
-@dataclass(frozen=True)
-class Found:
-    """A search's matches, best first; ``incomplete`` when the scan budget ran out."""
-
-    matches: tuple[Match, ...]
-    incomplete: bool
-    scanned_files: int
-    truncated: bool
-
-    def to_wire(self) -> dict[str, object]:
-        return {
-            "matches": [match.to_wire() for match in self.matches],
-            "incomplete": self.incomplete,
-            "scanned_files": self.scanned_files,
-            "truncated": self.truncated,
-        }
-
-
-@dataclass(frozen=True)
-class Document:
-    """A fragment of one document (or its absence) with its whole-file revision."""
-
-    path: str
-    exists: bool
-    revision: str
-    content: str
-    truncated: bool
-    next_offset: int | None
-
-    def to_wire(self) -> dict[str, object]:
-        return {
-            "path": self.path,
-            "exists": self.exists,
-            "revision": self.revision,
-            "content": self.content,
-            "truncated": self.truncated,
-            "next_offset": self.next_offset,
-        }
-
-
-@dataclass(frozen=True)
-class Listed:
-    path: str
-    size_bytes: int
-    revision: str
-
-
-@dataclass(frozen=True)
-class Listing:
-    """A scope's documents in path order."""
-
-    documents: tuple[Listed, ...]
-    truncated: bool
-
-
-@dataclass(frozen=True)
 class Undone:
     path: str
     outcome: UndoOutcome
@@ -288,21 +225,12 @@ class Memory:
         r = request
         found = await self._store.search(scope, r.query, r.path_prefix, r.limit)
         await self._note(actor, "searched", r.path_prefix if isinstance(r.path_prefix, str) else "")
-        return Found(
-            tuple(
-                Match(m["path"], m["line"], m["snippet"], m["revision"], m["truncated"])
-                for m in found["matches"]
-            ),
-            found["incomplete"],
-            found["scanned_files"],
-            found["truncated"],
-        )
+        return found
 
     async def get(self, actor: Actor, binding: str | None, request: GetRequest) -> Document:
         scope = self.checked_scope(actor, binding)
         r = request
-        got = await self._store.get(scope, r.path, r.start_line, r.end_line, r.offset)
-        document = _document(got)
+        document = await self._store.get(scope, r.path, r.start_line, r.end_line, r.offset)
         if document.exists and not r.offset:
             # Continuation pages of the same read are not another read.
             await self._note(actor, "read", document.path, document.revision)
@@ -313,11 +241,7 @@ class Memory:
     ) -> Listing:
         """Paths, sizes and revisions of the scope's documents in path order, at most ``limit``."""
         scope = self.checked_scope(actor, binding)
-        listed = await self._store.list_documents(scope, path_prefix, limit)
-        documents = tuple(
-            Listed(d["path"], d["size_bytes"], d["revision"]) for d in listed["documents"]
-        )
-        return Listing(documents, listed["truncated"])
+        return await self._store.list_documents(scope, path_prefix, limit)
 
     def history(self, actor: Actor, binding: str | None, request: HistoryRequest) -> LogPage:
         """The scope's change log, newest first (in the global scope only the actor's own)."""
@@ -422,15 +346,4 @@ def _found(path: object, preview: Receipt) -> None:
         return
     raise NotFound(
         f"nothing to erase at '{path}': no document, kept copy or change of yours", path=path
-    )
-
-
-def _document(got: dict[str, Any]) -> Document:
-    return Document(
-        got["path"],
-        got["exists"],
-        got["revision"],
-        got["content"],
-        got["truncated"],
-        got["next_offset"],
     )

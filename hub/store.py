@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hub import paging
 from hub.errors import Conflict, InvalidArgument, QuotaExceeded
@@ -49,6 +48,103 @@ def count_lines(data: bytes) -> int:
     if not data:
         return 0
     return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+
+
+@dataclass(frozen=True)
+class Match:
+    path: str
+    line: int
+    snippet: str
+    revision: str
+    truncated: bool
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "line": self.line,
+            "snippet": self.snippet,
+            "revision": self.revision,
+            "truncated": self.truncated,
+        }
+
+
+@dataclass(frozen=True)
+class Found:
+    """A search's matches, best first; ``incomplete`` when the scan budget ran out."""
+
+    matches: tuple[Match, ...]
+    incomplete: bool
+    scanned_files: int
+    truncated: bool
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "matches": [match.to_wire() for match in self.matches],
+            "incomplete": self.incomplete,
+            "scanned_files": self.scanned_files,
+            "truncated": self.truncated,
+        }
+
+
+@dataclass(frozen=True)
+class Document:
+    """A fragment of one document (or its absence) with its whole-file revision."""
+
+    path: str
+    exists: bool
+    revision: str
+    content: str
+    truncated: bool
+    next_offset: int | None
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "exists": self.exists,
+            "revision": self.revision,
+            "content": self.content,
+            "truncated": self.truncated,
+            "next_offset": self.next_offset,
+        }
+
+
+@dataclass(frozen=True)
+class Written:
+    """What an upsert or restore left: the document's path and revision, and whether the write
+    changed it (an equal body changes nothing, and is neither logged nor kept)."""
+
+    path: str
+    revision: str
+    changed: bool
+
+    def to_wire(self) -> dict[str, object]:
+        return {"path": self.path, "revision": self.revision}
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """What a forget left: the path, and whether there was nothing to forget."""
+
+    path: str
+    already_absent: bool
+
+    def to_wire(self) -> dict[str, object]:
+        return {"path": self.path, "already_absent": self.already_absent}
+
+
+@dataclass(frozen=True)
+class Listed:
+    path: str
+    size_bytes: int
+    revision: str
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A scope's documents in path order."""
+
+    documents: tuple[Listed, ...]
+    truncated: bool
 
 
 @dataclass
@@ -95,53 +191,33 @@ class MemoryStore:
         start_line: object = None,
         end_line: object = None,
         offset: object = None,
-    ) -> dict[str, Any]:
+    ) -> Document:
         """A bounded fragment of one document with its whole-file revision."""
         parts = validate_path(path, self.limits)
         start, end, off = paging.parse_range(start_line, end_line, offset)
         logical = "/".join(parts)
         data = self.files.read(scope_directory(scope) + parts)
         if data is None:
-            return {
-                "path": logical,
-                "exists": False,
-                "revision": ABSENT,
-                "content": "",
-                "truncated": False,
-                "next_offset": None,
-            }
+            return Document(logical, False, ABSENT, "", False, None)
         revision = revision_of(data)
-        envelope = {
-            "path": logical,
-            "exists": True,
-            "revision": revision,
-            "content": "",
-            "truncated": False,
-            "next_offset": 10**12,
-        }
-        budget = self.limits.response_bytes - encoded_size(envelope)
+        # The widest next_offset a page can carry, so the answer fits whatever the page is.
+        envelope = Document(logical, True, revision, "", False, 10**12)
+        budget = self.limits.response_bytes - encoded_size(envelope.to_wire())
         fragment = paging.select(data, start, end, off, budget)
-        return {
-            "path": logical,
-            "exists": True,
-            "revision": revision,
-            "content": fragment.content,
-            "truncated": fragment.truncated,
-            "next_offset": fragment.next_offset,
-        }
+        return Document(
+            logical, True, revision, fragment.content, fragment.truncated, fragment.next_offset
+        )
 
     async def search(
         self, scope: str, query: object, path_prefix: object = None, limit: object = None
-    ) -> dict[str, Any]:
+    ) -> Found:
         """Literal keyword search of a scope within the scan budget."""
         parsed = parse_query(query, self.limits)
         prefix = validate_prefix(path_prefix, self.limits)
         wanted = parse_limit(limit, self.limits)
         return await asyncio.to_thread(self._search, scope, parsed, prefix, wanted)
 
-    def _search(
-        self, scope: str, query: Query, prefix: tuple[str, ...], wanted: int
-    ) -> dict[str, Any]:
+    def _search(self, scope: str, query: Query, prefix: tuple[str, ...], wanted: int) -> Found:
         limits = self.limits
         deadline = self._clock() + limits.scan_seconds
         scanned_files = 0
@@ -173,36 +249,29 @@ class MemoryStore:
         finally:
             walk.close()
 
-        result: dict[str, Any] = {
-            "matches": [],
-            "incomplete": incomplete,
-            "scanned_files": scanned_files,
-            "truncated": False,
-        }
-        budget = limits.response_bytes - encoded_size(result)
-        ranked = ranking.ranked()
-        matches: list[dict[str, Any]] = result["matches"]
-        for candidate in ranked:
-            match = {
-                "path": "/".join(candidate.parts),
-                "line": candidate.line,
-                "snippet": candidate.snippet,
-                "revision": revision_of(candidate.data),
-                "truncated": candidate.snippet_truncated,
-            }
-            size = encoded_size(match) + (1 if matches else 0)
+        empty = Found((), incomplete, scanned_files, False)
+        budget = limits.response_bytes - encoded_size(empty.to_wire())
+        matches: list[Match] = []
+        for candidate in ranking.ranked():
+            match = Match(
+                "/".join(candidate.parts),
+                candidate.line,
+                candidate.snippet,
+                revision_of(candidate.data),
+                candidate.snippet_truncated,
+            )
+            size = encoded_size(match.to_wire()) + (1 if matches else 0)
             if size > budget:
                 break
             matches.append(match)
             budget -= size
-        result["truncated"] = len(matches) < ranking.matched
-        return result
+        return Found(tuple(matches), incomplete, scanned_files, len(matches) < ranking.matched)
 
     # -- writes ----------------------------------------------------------------------------------
 
     async def upsert(
         self, scope: str, path: object, content: object, expected_revision: object
-    ) -> dict[str, Any]:
+    ) -> Written:
         """Replace or create a whole document if its revision is still ``expected_revision``.
 
         Raises:
@@ -219,7 +288,7 @@ class MemoryStore:
 
     def _upsert(
         self, scope: str, parts: tuple[str, ...], logical: str, data: bytes, expected: str
-    ) -> dict[str, Any]:
+    ) -> Written:
         full = scope_directory(scope) + parts
         current = self.files.read(full)
         observed = ABSENT if current is None else revision_of(current)
@@ -230,7 +299,7 @@ class MemoryStore:
                 observed_revision=observed,
             )
         if current == data:
-            return {"path": logical, "revision": observed}
+            return Written(logical, observed, changed=False)
         if current is None:
             check_new_path(parts, logical)
             twin = self._twin(scope_directory(scope), parts)
@@ -259,7 +328,7 @@ class MemoryStore:
         self.files.write_atomic(full, data)
         usage.documents = documents
         usage.bytes = total
-        return {"path": logical, "revision": revision_of(data)}
+        return Written(logical, revision_of(data), changed=True)
 
     def _twin(self, scope_parts: tuple[str, ...], parts: tuple[str, ...]) -> str | None:
         """The existing document or directory a new path would be beside, differing only in case:
@@ -293,7 +362,7 @@ class MemoryStore:
                 limit="document_bytes",
             )
 
-    async def forget(self, scope: str, path: object, expected_revision: object) -> dict[str, Any]:
+    async def forget(self, scope: str, path: object, expected_revision: object) -> Forgotten:
         """Delete one document if its revision is still ``expected_revision``.
 
         Raises:
@@ -305,14 +374,12 @@ class MemoryStore:
         async with self._lock(scope):
             return await asyncio.to_thread(self._forget, scope, parts, logical, expected)
 
-    def _forget(
-        self, scope: str, parts: tuple[str, ...], logical: str, expected: str
-    ) -> dict[str, Any]:
+    def _forget(self, scope: str, parts: tuple[str, ...], logical: str, expected: str) -> Forgotten:
         scope_parts = scope_directory(scope)
         full = scope_parts + parts
         current = self.files.read(full)
         if current is None:
-            return {"path": logical, "already_absent": True}
+            return Forgotten(logical, already_absent=True)
         observed = revision_of(current)
         if observed != expected:
             raise Conflict(
@@ -328,7 +395,7 @@ class MemoryStore:
         if removed:
             usage.documents -= 1
             usage.bytes -= len(current)
-        return {"path": logical, "already_absent": not removed}
+        return Forgotten(logical, already_absent=not removed)
 
     async def erase(
         self,
@@ -384,13 +451,13 @@ class MemoryStore:
 
     async def list_documents(
         self, scope: str, path_prefix: object = None, limit: int = 50
-    ) -> dict[str, Any]:
+    ) -> Listing:
         """Paths, sizes and revisions of a scope's documents in path order, at most ``limit``."""
         prefix = validate_prefix(path_prefix, self.limits)
         return await asyncio.to_thread(self._list, scope, prefix, limit)
 
-    def _list(self, scope: str, prefix: tuple[str, ...], limit: int) -> dict[str, Any]:
-        documents: list[dict[str, Any]] = []
+    def _list(self, scope: str, prefix: tuple[str, ...], limit: int) -> Listing:
+        documents: list[Listed] = []
         truncated = False
         walk = self.files.walk(scope_directory(scope), prefix)
         try:
@@ -399,12 +466,8 @@ class MemoryStore:
                     truncated = True
                     break
                 documents.append(
-                    {
-                        "path": "/".join(document.parts),
-                        "size_bytes": len(document.data),
-                        "revision": revision_of(document.data),
-                    }
+                    Listed("/".join(document.parts), len(document.data), revision_of(document.data))
                 )
         finally:
             walk.close()
-        return {"documents": documents, "truncated": truncated}
+        return Listing(tuple(documents), truncated)

@@ -106,7 +106,7 @@ async def bench(base: Path) -> dict[str, float]:
                     middle = time.perf_counter()
                     for text in texts:
                         written = await store.upsert("global", "bench/doc.md", text, store_revision)
-                        store_revision = written["revision"]
+                        store_revision = written.revision
                     end = time.perf_counter()
                     for text in texts:
                         written = await hub.memory_upsert("bench/doc.md", text, rpc_revision)

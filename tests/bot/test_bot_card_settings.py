@@ -200,7 +200,7 @@ async def test_with_memory_off_a_member_can_still_erase_their_memory_and_nothing
         kept = bot.hub.settings.home / "memory-history"
         assert [p for p in kept.rglob("*") if p.is_file()] == []
         # Only Bob's own memory: Alice's document is untouched.
-        assert (await bot.hub.store.get(principal_scope(alice), "hers.md"))["exists"]
+        assert (await bot.hub.store.get(principal_scope(alice), "hers.md")).exists
 
         for value in (
             {"action": "memory.list"},
@@ -213,7 +213,7 @@ async def test_with_memory_off_a_member_can_still_erase_their_memory_and_nothing
         ):
             still_off = await bot.card_after(value, who=ALICE)
             assert "Memory unavailable" in card_text(still_off), value
-        assert (await bot.hub.store.get(principal_scope(alice), "hers.md"))["exists"]
+        assert (await bot.hub.store.get(principal_scope(alice), "hers.md")).exists
 
 
 # -- the Agents' permission settings: live, saved at once, owner only ----------------------------

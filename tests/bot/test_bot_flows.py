@@ -420,26 +420,26 @@ async def test_my_memory_lists_searches_opens_page_by_page_and_forgets_by_revisi
 
         opened = await bot.card_after({"action": "memory.open", "path": "topics/review-format.md"})
         (ask,) = [b for b in buttons(opened) if b["action"] == "memory.forget.ask"]
-        assert ask["revision"] == short["revision"]
+        assert ask["revision"] == short.revision
         confirm_card = await bot.card_after(ask)
         (confirm,) = [b for b in buttons(confirm_card) if b["action"] == "memory.forget.confirm"]
 
         # Someone changed the document after the card was shown: the old revision is refused.
         changed = await store.upsert(
-            "global", "topics/review-format.md", "# Review format\nrisks too\n", short["revision"]
+            "global", "topics/review-format.md", "# Review format\nrisks too\n", short.revision
         )
         stale = await bot.card_after(confirm)
         assert "Something went wrong" in card_text(stale)
         assert "conflict" in card_text(stale).lower()
         assert "Traceback" not in card_text(stale)
         kept = await store.get("global", "topics/review-format.md")
-        assert kept["exists"] and kept["revision"] == changed["revision"]
+        assert kept.exists and kept.revision == changed.revision
 
-        fresh = dict(confirm, revision=changed["revision"])
+        fresh = dict(confirm, revision=changed.revision)
         done = await bot.card_after(fresh)
         assert "topics/review-format.md" in card_text(done)
         gone = await store.get("global", "topics/review-format.md")
-        assert gone["exists"] is False
+        assert gone.exists is False
 
 
 async def test_my_memory_under_isolation_shows_only_the_members_own_documents(

@@ -57,18 +57,18 @@ async def test_a_turn_that_saves_shows_the_path_and_only_its_owner_can_undo_it(
 
         refused = await bot.click(undo, BOB)
         assert "Only the owner of this memory" in refused["toast"]["content"]
-        assert (await bot.hub.store.get(scope, PATH))["revision"] == revision(AFTER)
+        assert (await bot.hub.store.get(scope, PATH)).revision == revision(AFTER)
 
         undone = await bot.click(undo)
         assert undone["toast"]["type"] == "success", undone
-        assert (await bot.hub.store.get(scope, PATH))["content"] == BEFORE
+        assert (await bot.hub.store.get(scope, PATH)).content == BEFORE
         latest = bot.hub.history.entries(scope, alice, PATH).entries[0]
         assert (latest.action, latest.via) == ("restore", "card")
 
         # Pressed again, the document is no longer as the turn left it.
         again = await bot.click(undo)
         assert "changed since" in again["toast"]["content"]
-        assert (await bot.hub.store.get(scope, PATH))["content"] == BEFORE
+        assert (await bot.hub.store.get(scope, PATH)).content == BEFORE
 
 
 async def test_a_bound_turn_that_touches_no_memory_says_so(tmp_path: Path) -> None:
@@ -109,7 +109,7 @@ async def test_my_memory_lists_changes_restores_a_version_and_erases_with_a_rece
 
         done = await bot.card_after(restore)
         assert "is back at revision" in card_text(done)
-        assert (await bot.hub.store.get(scope, PATH))["content"] == BEFORE
+        assert (await bot.hub.store.get(scope, PATH)).content == BEFORE
         changes = await bot.card_after({"action": "memory.history"})
         assert "restore" in card_text(changes)
 
@@ -122,5 +122,5 @@ async def test_my_memory_lists_changes_restores_a_version_and_erases_with_a_rece
         (confirm,) = [b for b in buttons(ask) if b["action"] == "memory.erase.confirm"]
         receipt = await bot.card_after(confirm)
         assert "Removed 1 document(s) and 2 kept earlier version(s)" in card_text(receipt)
-        assert (await bot.hub.store.get(scope, PATH))["exists"] is False
+        assert (await bot.hub.store.get(scope, PATH)).exists is False
         assert list((bot.hub.settings.home / "memory-history").rglob("*.md")) == []

@@ -244,7 +244,7 @@ async def test_a_malformed_memory_value_is_refused_with_the_readable_error_card(
             shown = card_text(await bot.card_after(value))
             assert "Something went wrong" in shown, value
             assert refusal in html.unescape(shown), value
-        assert (await bot.hub.store.get("global", "a.md"))["exists"]
+        assert (await bot.hub.store.get("global", "a.md")).exists
     assert [r.getMessage() for r in caplog.records if r.exc_info] == []
 
 

@@ -83,8 +83,8 @@ async def test_every_call_refuses_a_path_through_a_link_and_touches_nothing_outs
     assert snapshot(outside) == before
     assert place.is_symlink()
     found = await store.search(SCOPE, SECRET, limit=20)
-    assert found["matches"] == []
-    assert found["scanned_files"] == 0
+    assert found.matches == ()
+    assert found.scanned_files == 0
 
 
 async def test_search_skips_links_but_still_finds_real_documents_beside_them(
@@ -96,8 +96,8 @@ async def test_search_skips_links_but_still_finds_real_documents_beside_them(
     (scope_dir(store) / "loop").symlink_to(scope_dir(store))
     (scope_dir(store) / "dangling.md").symlink_to(outside / "missing.md")
     result = await store.search(SCOPE, SECRET, limit=20)
-    assert [m["path"] for m in result["matches"]] == ["real.md"]
-    assert result["scanned_files"] == 1
+    assert [m.path for m in result.matches] == ["real.md"]
+    assert result.scanned_files == 1
 
 
 @pytest.mark.parametrize("prefix", ["dir-link", "dir-link/a.md", "file-link.md"])
@@ -107,7 +107,7 @@ async def test_a_path_prefix_through_a_link_finds_nothing_and_reads_nothing(
     (scope_dir(store) / "dir-link").symlink_to(outside)
     (scope_dir(store) / "file-link.md").symlink_to(outside / "a.md")
     result = await store.search(SCOPE, SECRET, path_prefix=prefix)
-    assert (result["matches"], result["scanned_files"]) == ([], 0)
+    assert (result.matches, result.scanned_files) == ((), 0)
 
 
 async def test_a_linked_scope_directory_is_never_followed(tmp_path: Path, outside: Path) -> None:
@@ -144,7 +144,7 @@ async def test_a_fifo_named_like_a_document_is_refused_without_blocking(
     with pytest.raises(InvalidPath, match="regular"):
         await store.get(SCOPE, "pipe.md")
     result = await store.search(SCOPE, "pipe")
-    assert (result["matches"], result["scanned_files"]) == ([], 0)
+    assert (result.matches, result.scanned_files) == ((), 0)
 
 
 async def test_writes_create_private_directories_and_files_and_leave_no_temp_file(

@@ -14,28 +14,28 @@ from hypothesis import strategies as st
 
 from hub import paging
 from hub.errors import InvalidArgument
-from hub.store import MemoryStore, revision_of
+from hub.store import Document, MemoryStore, revision_of
 
 SCOPE = "global"
 RESPONSE_BUDGET = 8192
 
 
-def wire_size(response: dict[str, Any]) -> int:
+def wire_size(response: dict[str, object]) -> int:
     """Bytes of the response body exactly as the Hub RPC serialises it."""
     return len(json.dumps(response, ensure_ascii=False, separators=(",", ":")).encode())
 
 
 def read_pages(
     store: MemoryStore, path: str, start_line: int = 0, end_line: int = 0
-) -> tuple[str, list[dict[str, Any]]]:
+) -> tuple[str, list[Document]]:
     """Follow next_offset from a first read to the end, as a client would."""
     pages = [asyncio.run(store.get(SCOPE, path, start_line or None, end_line or None))]
-    while pages[-1]["truncated"]:
-        offset = pages[-1]["next_offset"]
+    while pages[-1].truncated:
+        offset = pages[-1].next_offset
         assert isinstance(offset, int)
         pages.append(asyncio.run(store.get(SCOPE, path, None, end_line or None, offset)))
         assert len(pages) < 10_000, "paging made no progress"
-    return "".join(p["content"] for p in pages), pages
+    return "".join(p.content for p in pages), pages
 
 
 def new_store(root: Path) -> MemoryStore:
@@ -76,9 +76,9 @@ def test_pages_concatenate_to_the_document_and_each_fits_the_budget(text: str) -
         content, pages = read_pages(store, "doc.md")
         assert content == text
         for page in pages:
-            assert wire_size(page) <= RESPONSE_BUDGET
-            assert page["revision"] == revision_of(data)
-        assert pages[-1]["next_offset"] is None
+            assert wire_size(page.to_wire()) <= RESPONSE_BUDGET
+            assert page.revision == revision_of(data)
+        assert pages[-1].next_offset is None
 
 
 @settings(max_examples=40, deadline=None)
@@ -100,28 +100,28 @@ def test_line_ranges_are_one_based_and_inclusive_across_pages(
         first = max(start, 1) - 1
         last = end if end else len(lines)
         assert content == "".join(line + "\n" for line in lines[first:last])
-        assert all(wire_size(page) <= RESPONSE_BUDGET for page in pages)
+        assert all(wire_size(page.to_wire()) <= RESPONSE_BUDGET for page in pages)
 
 
 async def test_line_ranges_on_a_small_document(tmp_path: Path) -> None:
     store = new_store(tmp_path)
     await store.upsert(SCOPE, "n.md", "one\ntwo\nthree\nfour", "absent")
     get = store.get
-    assert (await get(SCOPE, "n.md", 2, 3))["content"] == "two\nthree\n"
-    assert (await get(SCOPE, "n.md", 3, 3))["content"] == "three\n"
-    assert (await get(SCOPE, "n.md", 0, 1))["content"] == "one\n"
-    assert (await get(SCOPE, "n.md", 4))["content"] == "four"
-    assert (await get(SCOPE, "n.md", 3, 99))["content"] == "three\nfour"
+    assert (await get(SCOPE, "n.md", 2, 3)).content == "two\nthree\n"
+    assert (await get(SCOPE, "n.md", 3, 3)).content == "three\n"
+    assert (await get(SCOPE, "n.md", 0, 1)).content == "one\n"
+    assert (await get(SCOPE, "n.md", 4)).content == "four"
+    assert (await get(SCOPE, "n.md", 3, 99)).content == "three\nfour"
     beyond = await get(SCOPE, "n.md", 9)
-    assert (beyond["content"], beyond["truncated"], beyond["exists"]) == ("", False, True)
+    assert (beyond.content, beyond.truncated, beyond.exists) == ("", False, True)
     whole = await get(SCOPE, "n.md")
-    assert whole["content"] == "one\ntwo\nthree\nfour"
-    assert (whole["truncated"], whole["next_offset"]) == (False, None)
+    assert whole.content == "one\ntwo\nthree\nfour"
+    assert (whole.truncated, whole.next_offset) == (False, None)
 
 
 async def test_a_missing_document_reads_as_absent(tmp_path: Path) -> None:
     store = new_store(tmp_path)
-    assert await store.get(SCOPE, "nope/none.md") == {
+    assert (await store.get(SCOPE, "nope/none.md")).to_wire() == {
         "path": "nope/none.md",
         "exists": False,
         "revision": "absent",
@@ -159,11 +159,11 @@ async def test_an_offset_inside_a_utf8_character_or_past_the_end_is_rejected(
 ) -> None:
     store = new_store(tmp_path)
     await store.upsert(SCOPE, "n.md", "发布流程", "absent")
-    assert (await store.get(SCOPE, "n.md", offset=3))["content"] == "布流程"
+    assert (await store.get(SCOPE, "n.md", offset=3)).content == "布流程"
     for inside in (1, 2, 4, 11):
         with pytest.raises(InvalidArgument, match="UTF-8"):
             await store.get(SCOPE, "n.md", offset=inside)
-    assert (await store.get(SCOPE, "n.md", offset=12))["content"] == ""
+    assert (await store.get(SCOPE, "n.md", offset=12)).content == ""
     with pytest.raises(InvalidArgument):
         await store.get(SCOPE, "n.md", offset=13)
 

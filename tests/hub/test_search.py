@@ -197,7 +197,7 @@ async def test_more_distinct_keywords_rank_first_then_path_or_title_then_path_or
         },
     )
     result = await store.search(SCOPE, "release rollback canary", limit=20)
-    assert [m["path"] for m in result["matches"]] == [
+    assert [m.path for m in result.matches] == [
         "e/three.md",  # three distinct keywords
         "g/rollback.md",  # two, one of them in the path
         "b/two.md",  # two, in the body only
@@ -206,7 +206,7 @@ async def test_more_distinct_keywords_rank_first_then_path_or_title_then_path_or
         "a/one.md",  # one, body only: path order from here
         "f/plain.md",
     ]
-    assert result["truncated"] is False
+    assert result.truncated is False
 
 
 async def test_ties_fall_back_to_stable_path_order(store: MemoryStore) -> None:
@@ -214,7 +214,7 @@ async def test_ties_fall_back_to_stable_path_order(store: MemoryStore) -> None:
     paths = ["b.md", "a/z.md", "a.md", "a/b/c.md", "中文.md", "C.md"]
     await fill(store, dict.fromkeys(paths, "shared word\n"))
     result = await store.search(SCOPE, "word", limit=20)
-    found = [m["path"] for m in result["matches"]]
+    found = [m.path for m in result.matches]
     assert found == sorted(found, key=lambda p: tuple(p.split("/")))
     assert set(found) == set(paths)
 
@@ -222,7 +222,7 @@ async def test_ties_fall_back_to_stable_path_order(store: MemoryStore) -> None:
 async def test_a_repeated_keyword_counts_once(store: MemoryStore) -> None:
     await fill(store, {"a.md": "kiwi kiwi kiwi\n", "b.md": "kiwi mango\n"})
     result = await store.search(SCOPE, "kiwi KIWI mango")
-    assert [m["path"] for m in result["matches"]] == ["b.md", "a.md"]
+    assert [m.path for m in result.matches] == ["b.md", "a.md"]
 
 
 def test_a_case_free_query_matches_without_lower_casing_the_document() -> None:

@@ -52,20 +52,20 @@ async def test_revision_is_the_sha256_of_the_file_bytes(store: MemoryStore) -> N
     created = await store.upsert(SCOPE, "topics/a.md", "# A\n发布流程\n", "absent")
     data = on_disk(store, "topics/a.md").read_bytes()
     assert data == "# A\n发布流程\n".encode()
-    assert created == {"path": "topics/a.md", "revision": sha(data)}
-    assert (await store.get(SCOPE, "topics/a.md"))["revision"] == sha(data)
+    assert created.to_wire() == {"path": "topics/a.md", "revision": sha(data)}
+    assert (await store.get(SCOPE, "topics/a.md")).revision == sha(data)
     plant(store, "topics/a.md", b"edited offline\n")
-    assert (await store.get(SCOPE, "topics/a.md"))["revision"] == sha(b"edited offline\n")
+    assert (await store.get(SCOPE, "topics/a.md")).revision == sha(b"edited offline\n")
 
 
 async def test_replace_needs_the_current_revision(store: MemoryStore) -> None:
     first = await store.upsert(SCOPE, "a.md", "one", "absent")
-    second = await store.upsert(SCOPE, "a.md", "two", first["revision"])
+    second = await store.upsert(SCOPE, "a.md", "two", first.revision)
     assert on_disk(store, "a.md").read_text() == "two"
     with pytest.raises(Conflict) as caught:
-        await store.upsert(SCOPE, "a.md", "three", first["revision"])
-    assert caught.value.observed_revision == second["revision"]
-    assert caught.value.to_wire()["error"]["observed_revision"] == second["revision"]
+        await store.upsert(SCOPE, "a.md", "three", first.revision)
+    assert caught.value.observed_revision == second.revision
+    assert caught.value.to_wire()["error"]["observed_revision"] == second.revision
     assert on_disk(store, "a.md").read_text() == "two"
 
 
@@ -75,7 +75,7 @@ async def test_creating_an_existing_document_conflicts_with_its_revision(
     created = await store.upsert(SCOPE, "a.md", "one", "absent")
     with pytest.raises(Conflict) as caught:
         await store.upsert(SCOPE, "a.md", "other", "absent")
-    assert caught.value.observed_revision == created["revision"]
+    assert caught.value.observed_revision == created.revision
 
 
 async def test_replacing_a_missing_document_conflicts_with_absent(store: MemoryStore) -> None:
@@ -87,8 +87,8 @@ async def test_replacing_a_missing_document_conflicts_with_absent(store: MemoryS
 
 async def test_writing_the_same_content_again_keeps_the_revision(store: MemoryStore) -> None:
     created = await store.upsert(SCOPE, "a.md", "same", "absent")
-    again = await store.upsert(SCOPE, "a.md", "same", created["revision"])
-    assert again == created
+    again = await store.upsert(SCOPE, "a.md", "same", created.revision)
+    assert again.to_wire() == created.to_wire()
 
 
 @pytest.mark.parametrize("expected", ["ABSENT", "", "abc", "A" * 64, "g" * 64, None, 1])
@@ -114,19 +114,19 @@ async def test_forget_deletes_only_at_the_expected_revision(store: MemoryStore) 
     created = await store.upsert(SCOPE, "a.md", "one", "absent")
     with pytest.raises(Conflict) as caught:
         await store.forget(SCOPE, "a.md", sha(b"stale"))
-    assert caught.value.observed_revision == created["revision"]
+    assert caught.value.observed_revision == created.revision
     assert on_disk(store, "a.md").exists()
-    assert await store.forget(SCOPE, "a.md", created["revision"]) == {
+    assert (await store.forget(SCOPE, "a.md", created.revision)).to_wire() == {
         "path": "a.md",
         "already_absent": False,
     }
     assert not on_disk(store, "a.md").exists()
-    assert (await store.get(SCOPE, "a.md"))["exists"] is False
+    assert (await store.get(SCOPE, "a.md")).exists is False
 
 
 async def test_forgetting_a_missing_document_reports_already_absent(store: MemoryStore) -> None:
     result = await store.forget(SCOPE, "gone/never.md", sha(b"x"))
-    assert result == {"path": "gone/never.md", "already_absent": True}
+    assert result.to_wire() == {"path": "gone/never.md", "already_absent": True}
 
 
 async def test_forget_removes_the_directories_it_empties_but_keeps_the_scope(
@@ -134,11 +134,11 @@ async def test_forget_removes_the_directories_it_empties_but_keeps_the_scope(
 ) -> None:
     deep = await store.upsert(SCOPE, "a/b/c/deep.md", "deep", "absent")
     await store.upsert(SCOPE, "a/kept.md", "kept", "absent")
-    await store.forget(SCOPE, "a/b/c/deep.md", deep["revision"])
+    await store.forget(SCOPE, "a/b/c/deep.md", deep.revision)
     assert not (store.files.root / "global" / "a" / "b").exists()
     assert on_disk(store, "a/kept.md").exists()
     kept = await store.get(SCOPE, "a/kept.md")
-    await store.forget(SCOPE, "a/kept.md", kept["revision"])
+    await store.forget(SCOPE, "a/kept.md", kept.revision)
     assert not (store.files.root / "global" / "a").exists()
     assert list((store.files.root / "global").iterdir()) == []
 
@@ -149,23 +149,23 @@ async def test_a_create_racing_a_forget_in_the_same_directory_always_lands(
     for round_ in range(20):
         old = await store.upsert(SCOPE, f"team/{round_}/old.md", "old", "absent")
         await asyncio.gather(
-            store.forget(SCOPE, f"team/{round_}/old.md", old["revision"]),
+            store.forget(SCOPE, f"team/{round_}/old.md", old.revision),
             store.upsert(SCOPE, f"team/{round_}/new.md", "new", "absent"),
         )
-        assert (await store.get(SCOPE, f"team/{round_}/new.md"))["content"] == "new"
+        assert (await store.get(SCOPE, f"team/{round_}/new.md")).content == "new"
 
 
 async def test_forget_keeps_a_directory_holding_anything_else(store: MemoryStore) -> None:
     created = await store.upsert(SCOPE, "notes/topic/a.md", "a", "absent")
     plant(store, "notes/topic/attachment.txt", "not a document")
-    await store.forget(SCOPE, "notes/topic/a.md", created["revision"])
+    await store.forget(SCOPE, "notes/topic/a.md", created.revision)
     assert on_disk(store, "notes/topic/attachment.txt").exists()
 
 
 async def test_forget_in_a_principal_scope_keeps_that_scope_directory(store: MemoryStore) -> None:
     alice = principal_scope("alice-id")
     created = await store.upsert(alice, "x/y/only.md", "only", "absent")
-    await store.forget(alice, "x/y/only.md", created["revision"])
+    await store.forget(alice, "x/y/only.md", created.revision)
     digest = hashlib.sha256(b"alice-id").hexdigest()
     assert list((store.files.root / "users" / digest).iterdir()) == []
 
@@ -173,25 +173,24 @@ async def test_forget_in_a_principal_scope_keeps_that_scope_directory(store: Mem
 async def test_forgotten_directories_do_not_spend_the_search_entry_budget(tmp_path: Path) -> None:
     store = make_store(tmp_path, Limits(scan_entries=8))
     revisions = [
-        (await store.upsert(SCOPE, f"old/{n}/note.md", "old", "absent"))["revision"]
-        for n in range(12)
+        (await store.upsert(SCOPE, f"old/{n}/note.md", "old", "absent")).revision for n in range(12)
     ]
     for n, revision in enumerate(revisions):
         await store.forget(SCOPE, f"old/{n}/note.md", revision)
     await store.upsert(SCOPE, "live.md", "live needle", "absent")
     result = await store.search(SCOPE, "needle")
-    assert result["incomplete"] is False
-    assert [match["path"] for match in result["matches"]] == ["live.md"]
+    assert result.incomplete is False
+    assert [match.path for match in result.matches] == ["live.md"]
 
 
 async def test_scopes_are_separate_directories(store: MemoryStore) -> None:
     alice = principal_scope("alice-id")
     await store.upsert(alice, "MEMORY.md", "alice only", "absent")
-    assert (await store.get(SCOPE, "MEMORY.md"))["exists"] is False
-    assert (await store.search(SCOPE, "alice"))["matches"] == []
+    assert (await store.get(SCOPE, "MEMORY.md")).exists is False
+    assert (await store.search(SCOPE, "alice")).matches == ()
     digest = hashlib.sha256(b"alice-id").hexdigest()
     assert (store.files.root / "users" / digest / "MEMORY.md").read_text() == "alice only"
-    assert (await store.search(alice, "alice"))["matches"][0]["path"] == "MEMORY.md"
+    assert (await store.search(alice, "alice")).matches[0].path == "MEMORY.md"
 
 
 # -- quotas ---------------------------------------------------------------------------------------
@@ -199,7 +198,7 @@ async def test_scopes_are_separate_directories(store: MemoryStore) -> None:
 
 async def test_memory_entry_is_limited_to_2_kib(store: MemoryStore) -> None:
     await store.upsert(SCOPE, "MEMORY.md", "x" * (2 * KIB), "absent")
-    current = (await store.get(SCOPE, "MEMORY.md"))["revision"]
+    current = (await store.get(SCOPE, "MEMORY.md")).revision
     with pytest.raises(QuotaExceeded) as caught:
         await store.upsert(SCOPE, "MEMORY.md", "x" * (2 * KIB + 1), current)
     assert caught.value.code == "quota_exceeded"
@@ -215,7 +214,7 @@ async def test_memory_entry_counts_bytes_not_characters(store: MemoryStore) -> N
 
 async def test_memory_entry_is_limited_to_64_lines(store: MemoryStore) -> None:
     await store.upsert(SCOPE, "MEMORY.md", "- x\n" * 64, "absent")
-    current = (await store.get(SCOPE, "MEMORY.md"))["revision"]
+    current = (await store.get(SCOPE, "MEMORY.md")).revision
     with pytest.raises(QuotaExceeded):
         await store.upsert(SCOPE, "MEMORY.md", "- x\n" * 64 + "- one more", current)
     with pytest.raises(QuotaExceeded):
@@ -239,9 +238,7 @@ async def test_a_topic_is_limited_to_64_kib(store: MemoryStore) -> None:
 async def test_a_scope_holds_at_most_its_document_count(tmp_path: Path) -> None:
     store = make_store(tmp_path, Limits(scope_documents=3))
     plant(store, "offline.md", "written by hand before the Hub started")
-    revisions = [
-        (await store.upsert(SCOPE, f"d{i}.md", f"{i}", "absent"))["revision"] for i in (1, 2)
-    ]
+    revisions = [(await store.upsert(SCOPE, f"d{i}.md", f"{i}", "absent")).revision for i in (1, 2)]
     with pytest.raises(QuotaExceeded) as caught:
         await store.upsert(SCOPE, "d3.md", "3", "absent")
     assert caught.value.details["limit"] == "scope_documents"
@@ -261,10 +258,10 @@ async def test_a_scope_holds_at_most_its_byte_total(tmp_path: Path) -> None:
     assert not on_disk(store, "b.md").exists()
     await store.upsert(SCOPE, "b.md", "b" * 40, "absent")
     # A replacement counts the difference, so shrinking one document makes room.
-    shrunk = await store.upsert(SCOPE, "a.md", "a" * 10, first["revision"])
+    shrunk = await store.upsert(SCOPE, "a.md", "a" * 10, first.revision)
     await store.upsert(SCOPE, "c.md", "c" * 50, "absent")
     with pytest.raises(QuotaExceeded):
-        await store.upsert(SCOPE, "a.md", "a" * 11, shrunk["revision"])
+        await store.upsert(SCOPE, "a.md", "a" * 11, shrunk.revision)
     assert on_disk(store, "a.md").read_text() == "a" * 10
 
 
@@ -285,13 +282,13 @@ async def test_search_returns_five_by_default_and_flags_omitted_matches(store: M
     for i in range(8):
         plant(store, f"n{i}.md", f"common word {i}\n")
     result = await store.search(SCOPE, "common")
-    assert len(result["matches"]) == 5
-    assert result["truncated"] is True
-    assert result["incomplete"] is False
-    assert result["scanned_files"] == 8
+    assert len(result.matches) == 5
+    assert result.truncated is True
+    assert result.incomplete is False
+    assert result.scanned_files == 8
     everything = await store.search(SCOPE, "common", limit=20)
-    assert len(everything["matches"]) == 8
-    assert everything["truncated"] is False
+    assert len(everything.matches) == 8
+    assert everything.truncated is False
 
 
 async def test_search_rejects_a_limit_of_21(store: MemoryStore) -> None:
@@ -305,16 +302,16 @@ async def test_a_match_carries_path_line_snippet_revision_and_its_own_truncated(
     long_line = "前" * 200 + " needle " + "后" * 200
     plant(store, "topics/long.md", "# Long\n" + long_line + "\n")
     plant(store, "topics/short.md", "a needle here\n")
-    matches = (await store.search(SCOPE, "needle"))["matches"]
-    by_path = {m["path"]: m for m in matches}
+    matches = (await store.search(SCOPE, "needle")).matches
+    by_path = {m.path: m for m in matches}
     assert set(by_path) == {"topics/long.md", "topics/short.md"}
     long_match = by_path["topics/long.md"]
-    assert long_match["line"] == 2
-    assert long_match["truncated"] is True
-    assert "needle" in long_match["snippet"]
-    assert long_match["revision"] == sha(on_disk(store, "topics/long.md").read_bytes())
-    assert by_path["topics/short.md"]["truncated"] is False
-    assert by_path["topics/short.md"]["snippet"] == "a needle here"
+    assert long_match.line == 2
+    assert long_match.truncated is True
+    assert "needle" in long_match.snippet
+    assert long_match.revision == sha(on_disk(store, "topics/long.md").read_bytes())
+    assert by_path["topics/short.md"].truncated is False
+    assert by_path["topics/short.md"].snippet == "a needle here"
 
 
 async def test_search_output_stays_within_8_kib_and_says_so_when_it_drops_matches(
@@ -324,10 +321,10 @@ async def test_search_output_stays_within_8_kib_and_says_so_when_it_drops_matche
     for i in range(25):
         plant(store, f"{deep}/n{i:02}.md", "关键词 " + "内容" * 200 + "\n")
     result = await store.search(SCOPE, "关键词", limit=20)
-    size = len(json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode())
+    size = len(json.dumps(result.to_wire(), ensure_ascii=False, separators=(",", ":")).encode())
     assert size <= 8192
-    assert 0 < len(result["matches"]) < 20
-    assert result["truncated"] is True
+    assert 0 < len(result.matches) < 20
+    assert result.truncated is True
 
 
 async def test_search_narrows_to_a_path_prefix(store: MemoryStore) -> None:
@@ -335,12 +332,12 @@ async def test_search_narrows_to_a_path_prefix(store: MemoryStore) -> None:
     plant(store, "projects/amuxiliary/b.md", "kiwi\n")
     plant(store, "other/c.md", "kiwi\n")
     result = await store.search(SCOPE, "kiwi", path_prefix="projects/amux")
-    assert [m["path"] for m in result["matches"]] == ["projects/amux/a.md"]
-    assert result["scanned_files"] == 1
+    assert [m.path for m in result.matches] == ["projects/amux/a.md"]
+    assert result.scanned_files == 1
     one = await store.search(SCOPE, "kiwi", path_prefix="other/c.md")
-    assert [m["path"] for m in one["matches"]] == ["other/c.md"]
+    assert [m.path for m in one.matches] == ["other/c.md"]
     none = await store.search(SCOPE, "kiwi", path_prefix="nowhere")
-    assert (none["matches"], none["incomplete"], none["scanned_files"]) == ([], False, 0)
+    assert (none.matches, none.incomplete, none.scanned_files) == ((), False, 0)
 
 
 async def test_search_skips_non_markdown_hidden_and_temp_files(store: MemoryStore) -> None:
@@ -350,8 +347,8 @@ async def test_search_skips_non_markdown_hidden_and_temp_files(store: MemoryStor
     plant(store, ".git/config.md", "kiwi\n")
     plant(store, ".amux-tmp-0123.md", "kiwi\n")
     result = await store.search(SCOPE, "kiwi", limit=20)
-    assert [m["path"] for m in result["matches"]] == ["visible.md"]
-    assert result["scanned_files"] == 1
+    assert [m.path for m in result.matches] == ["visible.md"]
+    assert result.scanned_files == 1
 
 
 async def test_more_than_1024_files_make_the_scan_incomplete(tmp_path: Path) -> None:
@@ -361,13 +358,13 @@ async def test_more_than_1024_files_make_the_scan_incomplete(tmp_path: Path) -> 
         plant(store, f"d{i // 100}/n{i:04}.md", "x\n")
     plant(store, "zz/last.md", "needle\n")
     result = await store.search(SCOPE, "needle")
-    assert result["incomplete"] is True
-    assert result["scanned_files"] == 1024
+    assert result.incomplete is True
+    assert result.scanned_files == 1024
     # An incomplete empty answer is not proof of absence: the document exists past the budget.
-    assert result["matches"] == []
+    assert result.matches == ()
     narrowed = await store.search(SCOPE, "needle", path_prefix="zz")
-    assert narrowed["incomplete"] is False
-    assert [m["path"] for m in narrowed["matches"]] == ["zz/last.md"]
+    assert narrowed.incomplete is False
+    assert [m.path for m in narrowed.matches] == ["zz/last.md"]
 
 
 async def test_exactly_1024_files_are_scanned_completely(tmp_path: Path) -> None:
@@ -376,7 +373,7 @@ async def test_exactly_1024_files_are_scanned_completely(tmp_path: Path) -> None
     for i in range(1024):
         plant(store, f"d{i // 128}/n{i:04}.md", "x\n")
     result = await store.search(SCOPE, "x")
-    assert (result["incomplete"], result["scanned_files"]) == (False, 1024)
+    assert (result.incomplete, result.scanned_files) == (False, 1024)
 
 
 async def test_more_than_8_mib_makes_the_scan_incomplete(tmp_path: Path) -> None:
@@ -387,8 +384,8 @@ async def test_more_than_8_mib_makes_the_scan_incomplete(tmp_path: Path) -> None
         plant(store, f"n{i:03}.md", chunk)
     fits = (8 * MIB) // len(chunk)
     result = await store.search(SCOPE, "filler")
-    assert result["incomplete"] is True
-    assert result["scanned_files"] == fits
+    assert result.incomplete is True
+    assert result.scanned_files == fits
 
 
 def stepping_clock(step: float) -> Callable[[], float]:
@@ -402,9 +399,9 @@ async def test_the_250_ms_budget_stops_the_scan_by_the_injected_clock(tmp_path: 
         plant(store, f"n{i}.md", "kiwi\n")
     result = await store.search(SCOPE, "kiwi", limit=20)
     # The deadline is read at 0.0; files are admitted at 0.1 and 0.2; 0.3 is past 0.25.
-    assert result["incomplete"] is True
-    assert result["scanned_files"] == 2
-    assert [m["path"] for m in result["matches"]] == ["n0.md", "n1.md"]
+    assert result.incomplete is True
+    assert result.scanned_files == 2
+    assert [m.path for m in result.matches] == ["n0.md", "n1.md"]
 
 
 async def test_a_clock_that_stands_still_never_stops_a_scan(tmp_path: Path) -> None:
@@ -412,7 +409,7 @@ async def test_a_clock_that_stands_still_never_stops_a_scan(tmp_path: Path) -> N
     for i in range(10):
         plant(store, f"n{i}.md", "kiwi\n")
     result = await store.search(SCOPE, "kiwi", limit=20)
-    assert (result["incomplete"], result["scanned_files"], len(result["matches"])) == (
+    assert (result.incomplete, result.scanned_files, len(result.matches)) == (
         False,
         10,
         10,
@@ -433,8 +430,8 @@ async def test_a_directory_flooded_with_junk_entries_ends_the_scan_as_incomplete
     for i in range(60):
         plant(store, f"junk/{i:03}.txt", "")
     result = await store.search(SCOPE, "kiwi")
-    assert result["incomplete"] is True
-    assert [m["path"] for m in result["matches"]] == ["a/kiwi.md"]
+    assert result.incomplete is True
+    assert [m.path for m in result.matches] == ["a/kiwi.md"]
 
 
 async def test_concurrent_creates_of_one_path_let_exactly_one_win(tmp_path: Path) -> None:
@@ -442,7 +439,7 @@ async def test_concurrent_creates_of_one_path_let_exactly_one_win(tmp_path: Path
 
     async def create(n: int) -> str | None:
         try:
-            return (await store.upsert("global", "once.md", f"writer {n}\n", "absent"))["revision"]
+            return (await store.upsert("global", "once.md", f"writer {n}\n", "absent")).revision
         except Conflict:
             return None
 
@@ -450,5 +447,5 @@ async def test_concurrent_creates_of_one_path_let_exactly_one_win(tmp_path: Path
     winners = [r for r in results if r is not None]
     assert len(winners) == 1
     page = await store.get("global", "once.md")
-    assert page["revision"] == winners[0]
-    assert page["content"].startswith("writer ")
+    assert page.revision == winners[0]
+    assert page.content.startswith("writer ")
