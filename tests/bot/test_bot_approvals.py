@@ -35,6 +35,7 @@ from tests.bot.test_bot_flows import (
     running_bot,
 )
 from tests.bot.test_bot_turns import claude_worker
+from tests.cards.structure import walk
 from tests.conftest import until
 from tests.fakes.feishu import StoredMessage
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer
@@ -125,20 +126,7 @@ def answered(progress: StoredMessage) -> bool:
 
 def markdown_blocks(card: dict[str, Any]) -> list[str]:
     """Every markdown content of the card, however nested."""
-    found: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if node.get("tag") == "markdown":
-                found.append(str(node["content"]))
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(card)
-    return found
+    return [str(element["content"]) for element in walk(card) if element["tag"] == "markdown"]
 
 
 async def agent_asks(

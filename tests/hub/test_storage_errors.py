@@ -21,6 +21,7 @@ from hub.errors import StorageFull, StorageUnavailable
 from hub.files import TEMP_PREFIX
 from hub.state import State
 from tests.conftest import running_hub, save_settings
+from tests.hub.test_memory_history import Caller
 from tests.tmpfs import fill, read_only, tmpfs
 
 Client = TestClient[Any, Any]
@@ -28,15 +29,7 @@ FULL = "the memory disk is full (No space left on device)"
 READ_ONLY = "the memory disk is read-only (Read-only file system)"
 
 
-class Memory:
-    def __init__(self, client: Client, token: str) -> None:
-        self.client = client
-        self.headers = {"Authorization": f"Bearer {token}"}
-
-    async def call(self, method: str, **params: Any) -> tuple[int, dict[str, Any]]:
-        response = await self.client.post(f"/rpc/v1/{method}", json=params, headers=self.headers)
-        return response.status, await response.json()
-
+class Memory(Caller):
     async def upsert(self, path: str, content: str, expected: str) -> tuple[int, dict[str, Any]]:
         return await self.call(
             "memory.upsert", path=path, content=content, expected_revision=expected
