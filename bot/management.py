@@ -161,24 +161,20 @@ class Management:
         queued = described["turns.max_queued_per_principal"]
         messages = described["feishu.messages_per_minute"]
         return ManagementView(
-            permissions=str(described["agents.permissions"]["saved"]),
-            approval_timeout=int(described["agents.approval_timeout"]["saved"]),
+            permissions=str(described["agents.permissions"].saved),
+            approval_timeout=int(described["agents.approval_timeout"].saved),
             identity=Identity(principal.name, principal.id, "user", principal.is_owner),
             memory_scope=memory_scope(principal.id, self._hub.config.isolation),
-            memory=Setting(bool(memory["saved"]), bool(memory["running"]), draft_memory),
-            isolation=Setting(
-                isolation["saved"] == "on", isolation["running"] == "on", draft_isolation
-            ),
-            history_days=Setting(
-                int(history["saved"]), int(history["running"]), draft_history_days
-            ),
+            memory=Setting(bool(memory.saved), bool(memory.running), draft_memory),
+            isolation=Setting(isolation.saved == "on", isolation.running == "on", draft_isolation),
+            history_days=Setting(int(history.saved), int(history.running), draft_history_days),
             restarted=restarted,
             chat_id=chat_id,
             provider=self.provider_of(chat_id) if chat_id else "",
             providers=self._hub.executions.providers if chat_id else (),
-            max_queued=Setting(int(queued["saved"]), int(queued["running"]), draft_max_queued),
+            max_queued=Setting(int(queued.saved), int(queued.running), draft_max_queued),
             messages_per_minute=Setting(
-                int(messages["saved"]), int(messages["running"]), draft_messages_per_minute
+                int(messages.saved), int(messages.running), draft_messages_per_minute
             ),
         )
 

@@ -513,7 +513,7 @@ async def system_whoami(call: Call, params: NoParams) -> dict[str, Any]:
 
 
 async def system_config_get(call: Call, params: NoParams) -> dict[str, Any]:
-    return call.hub.config.describe()
+    return {key: view.to_wire() for key, view in call.hub.config.describe().items()}
 
 
 class ConfigSetParams(Params):
@@ -524,13 +524,13 @@ class ConfigSetParams(Params):
 
 async def system_config_set(call: Call, params: ConfigSetParams) -> dict[str, Any]:
     call.hub.require_owner(call.actor)
-    described = call.hub.config.save(params.key, params.value)
+    saved = call.hub.config.save(params.key, params.value)
     logger.info("setting %s saved by %s", params.key, call.actor.principal.name)
-    isolating = params.key == "memory.isolation" and described["saved"] == "on"
-    if isolating and not call.hub.config.isolation:
+    described = saved.to_wire()
+    if saved.key == "memory.isolation" and saved.saved == "on" and not call.hub.config.isolation:
         # What per-person scopes will not see once it applies: the CLI warns with it.
         described["global_documents"] = await call.hub.memory.global_documents()
-    return {str(params.key): described}
+    return {saved.key: described}
 
 
 async def system_restart(call: Call, params: NoParams) -> dict[str, Any]:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from hub.errors import InvalidArgument
 from hub.state import State
+
+# What a setting holds: a switch, a number or a word, as saved in the state database.
+SettingValue = bool | int | str
 
 
 def _parse_bool(raw: object) -> bool:
@@ -93,11 +95,36 @@ def _parse_approval_timeout(raw: object) -> int:
 @dataclass(frozen=True)
 class SettingSpec:
     key: str
-    default: Any
-    parse: Callable[[object], Any]
+    default: SettingValue
+    parse: Callable[[object], SettingValue]
     meaning: str
     # Applies to what starts after the change, without a restart.
     live: bool = False
+
+
+@dataclass(frozen=True)
+class SettingView:
+    """One setting as cards and the CLI show it: the saved value, the one this process runs
+    with, and whether it applies without a restart."""
+
+    key: str
+    saved: SettingValue
+    running: SettingValue
+    live: bool = False
+
+    @property
+    def restart_pending(self) -> bool:
+        return not self.live and self.saved != self.running
+
+    def to_wire(self) -> dict[str, object]:
+        wire: dict[str, object] = {
+            "saved": self.saved,
+            "running": self.running,
+            "restart_pending": self.restart_pending,
+        }
+        if self.live:
+            wire["live"] = True
+        return wire
 
 
 SPECS: dict[str, SettingSpec] = {
@@ -154,29 +181,26 @@ class SystemConfig:
 
     def __init__(self, state: State) -> None:
         self._state = state
-        self.running: dict[str, Any] = self.saved()
+        self.running: dict[str, SettingValue] = self.saved()
 
-    def saved(self) -> dict[str, Any]:
+    def saved(self) -> dict[str, SettingValue]:
         stored = self._state.saved_settings()
         return {key: stored.get(key, spec.default) for key, spec in SPECS.items()}
 
-    def describe(self) -> dict[str, dict[str, Any]]:
+    def describe(self) -> dict[str, SettingView]:
+        """Every setting by key, in the order of ``SPECS``."""
         saved = self.saved()
-        described: dict[str, dict[str, Any]] = {}
-        for key, spec in SPECS.items():
-            entry = {
-                "saved": saved[key],
-                "running": saved[key] if spec.live else self.running[key],
-                "restart_pending": not spec.live and saved[key] != self.running[key],
-            }
-            if spec.live:
-                entry["live"] = True
-            described[key] = entry
-        return described
+        return {
+            key: SettingView(
+                key, saved[key], saved[key] if spec.live else self.running[key], spec.live
+            )
+            for key, spec in SPECS.items()
+        }
 
-    def _live(self, key: str) -> Any:
+    def _live(self, key: str) -> SettingValue:
         # Read at each use: a live setting's saved value is its running value.
-        return self._state.saved_settings().get(key, SPECS[key].default)
+        value: SettingValue = self._state.saved_settings().get(key, SPECS[key].default)
+        return value
 
     @property
     def permissions(self) -> str:
@@ -186,7 +210,7 @@ class SystemConfig:
     def approval_timeout(self) -> int:
         return int(self._live("agents.approval_timeout"))
 
-    def save(self, key: object, value: object) -> dict[str, Any]:
+    def save(self, key: object, value: object) -> SettingView:
         """Validate and save one setting; the running value is untouched until restart.
 
         Raises:

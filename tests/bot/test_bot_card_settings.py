@@ -84,7 +84,7 @@ async def test_the_owner_chooses_seven_days_of_history_and_saves_it_for_the_next
         assert "history kept: 7 days" in card_text(notice)
         assert "saved: **7 days**, running: **30 days**" in card_text(notice)
         assert "Restart now" in card_text(notice)
-        assert bot.hub.config.describe()["memory.history_days"] == {
+        assert bot.hub.config.describe()["memory.history_days"].to_wire() == {
             "saved": 7,
             "running": 30,
             "restart_pending": True,
@@ -238,7 +238,7 @@ async def test_the_owner_changes_the_permission_policy_and_timeout_at_once_witho
 
         changed = await bot.card_after(policies["read-only"], message_id=message_id)
         assert bot.hub.config.permissions == "read-only", "saved at once"
-        assert bot.hub.config.describe()["agents.permissions"]["restart_pending"] is False
+        assert bot.hub.config.describe()["agents.permissions"].restart_pending is False
         assert "Policy: **Read-only**" in card_text(changed)
         assert "Restart pending" not in card_text(changed)
         assert primary_history_labels(changed) == ["7 days"]

@@ -63,4 +63,4 @@ async def test_messages_and_card_clicks_work_over_the_long_connection(tmp_path: 
         )
         ack = await feishu.push(refused, kind="card")
         assert "Owner only" in card_text(ack["data"]["card"]["data"])
-        assert bot.hub.config.describe()["memory.enabled"]["saved"] is False
+        assert bot.hub.config.describe()["memory.enabled"].saved is False

@@ -122,9 +122,9 @@ async def test_the_owner_sets_each_persons_share_on_the_card_for_the_next_restar
         assert "saved: **10**, running: **5**" in card_text(notice)
         assert "saved: **no limit**, running: **10**" in card_text(notice)
         described = bot.hub.config.describe()
-        assert described["turns.max_queued_per_principal"]["saved"] == 10
-        assert described["feishu.messages_per_minute"]["saved"] == 0
-        assert described["memory.history_days"]["saved"] == 30
+        assert described["turns.max_queued_per_principal"].saved == 10
+        assert described["feishu.messages_per_minute"].saved == 0
+        assert described["memory.history_days"].saved == 30
 
         # Members see no such section, and a forged click of theirs is refused.
         member = (await bot.reply_to(await bot.say("/amux", BOB))).card
