@@ -92,6 +92,7 @@ def _erase_view(path: str | None, receipt: Receipt) -> EraseView:
         receipt.documents_removed,
         receipt.history_copies_removed,
         receipt.log_entries_redacted,
+        receipt.kept,
     )
 
 

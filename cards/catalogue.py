@@ -127,6 +127,10 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "version(s), and the path from **{entries}** change-log entries. It cannot be undone."
         ),
         "memory.erase_all": "your whole memory",
+        "memory.erase_kept": (
+            "Kept **{count}** shared document(s) someone else changed too: {paths}. Erase removes "
+            "only what nobody else changed; ask them, or the owner, to remove the rest."
+        ),
         "memory.erase_confirm": "Erase",
         "memory.erased_title": "Erased",
         "memory.erased": (
@@ -378,6 +382,10 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "**{entries}** 条修改记录中抹去路径。此操作无法撤销。"
         ),
         "memory.erase_all": "你的全部记忆",
+        "memory.erase_kept": (
+            "保留了 **{count}** 篇其他人也修改过的共享文档：{paths}。"
+            "彻底删除只移除无人修改过的内容；其余的请找修改者或所有者删除。"
+        ),
         "memory.erase_confirm": "彻底删除",
         "memory.erased_title": "已彻底删除",
         "memory.erased": (

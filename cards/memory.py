@@ -141,10 +141,18 @@ def _erase_counts(view: EraseView, lang: Lang, key: str) -> str:
     )
 
 
+def _kept(view: EraseView, lang: Lang) -> list[Element]:
+    if not view.kept:
+        return []
+    paths = ", ".join(f"`{code(path)}`" for path in view.kept)
+    return [markdown(text(lang, "memory.erase_kept", count=len(view.kept), paths=paths))]
+
+
 def erase_confirm_card(view: EraseView, lang: Lang) -> Card:
     """States exactly what an erase removes, and what it does not, before it happens."""
     elements: list[Element] = [
         markdown(_erase_counts(view, lang, "memory.erase_body")),
+        *_kept(view, lang),
         markdown(f"*{text(lang, 'memory.not_erased')}*"),
         row(
             button(
@@ -163,6 +171,7 @@ def erased_card(view: EraseView, lang: Lang) -> Card:
     """The receipt of an erase."""
     elements: list[Element] = [
         markdown(_erase_counts(view, lang, "memory.erased")),
+        *_kept(view, lang),
         markdown(f"*{text(lang, 'memory.not_erased')}*"),
         row(button(text(lang, "memory.back"), actions.MEMORY_LIST)),
     ]

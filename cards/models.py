@@ -154,6 +154,8 @@ class EraseView:
     documents: int
     copies: int
     entries: int
+    # In a shared scope, documents someone else changed too: left in place, and named.
+    kept: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hub.history import Author
-from hub.paths import principal_scope
+from hub.paths import GLOBAL_SCOPE, principal_scope
 from tests.bot.test_bot_flows import BOB, buttons, card_text, running_bot
 from tests.bot.test_bot_turns import claude_worker
 from tests.conftest import until
@@ -124,3 +124,29 @@ async def test_my_memory_lists_changes_restores_a_version_and_erases_with_a_rece
         assert "Removed 1 document(s) and 2 kept earlier version(s)" in card_text(receipt)
         assert (await bot.hub.store.get(scope, PATH)).exists is False
         assert list((bot.hub.settings.home / "memory-history").rglob("*.md")) == []
+
+
+async def test_erasing_my_shared_memory_keeps_and_names_what_a_colleague_changed_too(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, memory=True, isolation=False) as bot:
+        alice, bob = bot.ids["alice"], bot.ids["bob"]
+        history = bot.hub.history
+        shared, mine = "topics/shared.md", "topics/alice-only.md"
+        await history.upsert(GLOBAL_SCOPE, shared, BEFORE, "absent", Author(bob, "cli"))
+        await history.upsert(GLOBAL_SCOPE, shared, AFTER, revision(BEFORE), Author(alice, "cli"))
+        await history.upsert(GLOBAL_SCOPE, mine, BEFORE, "absent", Author(alice, "cli"))
+
+        ask = await bot.card_after({"action": "memory.erase.ask"})
+        assert "removes **1** document(s)" in card_text(ask)
+        assert f"Kept **1** shared document(s) someone else changed too: `{shared}`" in card_text(
+            ask
+        )
+        (confirm,) = [b for b in buttons(ask) if b["action"] == "memory.erase.confirm"]
+        receipt = card_text(await bot.card_after(confirm))
+        assert "Removed 1 document(s)" in receipt
+        assert f"`{shared}`" in receipt and "someone else changed too" in receipt
+
+        store = bot.hub.store
+        assert (await store.get(GLOBAL_SCOPE, mine)).exists is False
+        assert (await store.get(GLOBAL_SCOPE, shared)).content == AFTER
