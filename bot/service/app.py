@@ -15,6 +15,7 @@ from hub.bodies import SERVER_ARGS
 from hub.client import HubClient
 from hub.config import HubSettings
 from hub.errors import InvalidArgument, NotFound
+from hub.local_transport import LocalTransport
 from hub.rpc import HUB
 from hub.server import add_hub
 from runtime_bridge.config import RuntimeSettings
@@ -41,9 +42,11 @@ def create_app(
     """Build the service; nothing starts until the application's startup runs.
 
     With ``worker_url`` (the Hub's own address) an in-process Runtime worker runs beside the
-    Hub, reaching it over HTTP like any remote worker, so one machine works out of the box.
-    The application starts before its socket listens, so the worker's first call waits for
-    ``hub_listening`` when given (set once the site has started) rather than failing and retrying.
+    Hub, so one machine works out of the box. Its own calls go through the in-process transport
+    (the same drain, request id, metrics, authentication and dispatch as HTTP, no socket); the
+    Agents it launches reach the Hub at ``worker_url``. The application starts before its socket
+    listens, so the worker starts once ``hub_listening`` is set when given: its first turn's
+    Agent must find the Hub listening.
     Settings not given are their defaults (the bot off), never read from the environment: only
     the process's own entry point (``amux serve``) reads that.
     """
@@ -92,7 +95,7 @@ def _in_process_worker(
         token, _ = state.issue_credential(principal.id, "cli", label=IN_PROCESS_WORKER)
         work_dir = settings.work_dir_beside(hub_settings.home)
         stop = asyncio.Event()
-        client = HubClient(url, token, timeout=60)
+        client = HubClient(url, token, transport=LocalTransport(app))
         worker = Worker(client, url, settings, work_dir, amux_home=hub_settings.home)
 
         async def run() -> None:

@@ -25,9 +25,9 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hub.access import log_access
 from hub.middleware import CREDENTIAL_SHAPE, REQUEST_ID_KEY
 from hub.requestid import REQUEST_ID
-from hub.rpc import RPC_PATH
 
 REDACTED = "[redacted]"
 _PATTERNS = (
@@ -185,33 +185,12 @@ def configure(
     return handler
 
 
-# Workers and watchers hold these open for up to 20 s and ask again at once, so an idle worker
-# alone would write a line every 20 s; their successes are logged only at DEBUG.
-LONG_POLLS = frozenset(
-    RPC_PATH.format(method=method) for method in ("executions.claim", "executions.watch")
-)
-
-
 class AccessLogger(AbstractAccessLogger):
     """One line per request, with its id: aiohttp writes these after the handler's context ends."""
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        quiet = request.path in LONG_POLLS and response.status < 400
-        # Only the path: query strings are the caller's to fill and are not needed here.
-        self.logger.log(
-            logging.DEBUG if quiet else logging.INFO,
-            "%s %s %s",
-            request.method,
-            request.path,
-            response.status,
-            extra={
-                "request_id": request.get(REQUEST_ID_KEY),
-                "method": request.method,
-                "path": request.path,
-                "status": response.status,
-                "duration_ms": round(time * 1000, 2),
-            },
-        )
+        request_id = request.get(REQUEST_ID_KEY)
+        log_access(self.logger, request.method, request.path, response.status, request_id, time)
 
 
 def _is_json_scalar(value: object) -> bool:

@@ -7,6 +7,7 @@ typed errors (a bad credential, a refusal, an unknown id) as a socket does.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from hub.errors import (
 )
 from hub.local_transport import LocalTransport
 from hub.middleware import DRAIN
+from hub.requestid import REQUEST_ID
 from tests.hub.conftest import Served, ServeHub
 
 Client = TestClient[Any, Any]
@@ -262,3 +264,24 @@ async def test_in_process_calls_keep_the_body_limit_and_the_drain(
         assert await drain.wait_idle(1.0)
         with pytest.raises(Unavailable, match="restarting"):
             await alice.whoami()
+
+
+async def test_in_process_calls_get_the_access_lines_of_http_requests(
+    served: tuple[Client, dict[str, str]], caplog: pytest.LogCaptureFixture
+) -> None:
+    client, ids = served
+    REQUEST_ID.set("trace-local-1")
+    with caplog.at_level(logging.DEBUG, logger="aiohttp.access"):
+        async with connector(client, "local")(ids["alice-token"]) as alice:
+            await alice.whoami()
+            with pytest.raises(NotFound):
+                await alice.session("nope")
+    lines = [r for r in caplog.records if getattr(r, "transport", None) == "local"]
+    assert [(r.name, r.levelno, r.getMessage(), r.request_id) for r in lines] == [
+        ("aiohttp.access", logging.INFO, "POST /rpc/v1/system.whoami 200", "trace-local-1"),
+        ("aiohttp.access", logging.INFO, "POST /rpc/v1/sessions.get 404", "trace-local-1"),
+    ]
+    assert [(r.path, r.status) for r in lines] == [
+        ("/rpc/v1/system.whoami", 200),
+        ("/rpc/v1/sessions.get", 404),
+    ]

@@ -196,12 +196,17 @@ async def test_a_turns_request_id_follows_it_to_the_worker_and_back(tmp_path: Pa
 
             await asyncio.to_thread(wait_until, finished, 120)
             lines = [json.loads(line) for line in hub.log().splitlines() if line.startswith("{")]
-            traced = {line.get("path") for line in lines if line.get("request_id") == trace}
-            # The worker's own calls for this turn carry the id the turn was submitted with.
+            traced = {
+                (line.get("path"), line.get("transport"))
+                for line in lines
+                if line.get("request_id") == trace
+            }
+            # The worker's own calls for this turn carry the id the turn was submitted with, and
+            # are logged like HTTP requests though the in-process worker makes them without one.
             assert {
-                "/rpc/v1/executions.submit",
-                "/rpc/v1/sessions.memory",
-                "/rpc/v1/executions.complete",
+                ("/rpc/v1/executions.submit", None),
+                ("/rpc/v1/sessions.memory", "local"),
+                ("/rpc/v1/executions.complete", "local"),
             } <= traced
         finally:
             hub.stop()
