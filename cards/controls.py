@@ -1,9 +1,10 @@
 """What a finished turn's first card adds: usage in its title, and the conversation controls.
 
-Rules: the title keeps the card's own title and appends the Provider's token totals when it
-reported them (input and output; other counters are left out) and the elapsed time. The controls
-row holds "New conversation", which makes the topic's next message start a new Session; the
-handler checks who may press it. Pure: a new card is returned, the given one is not changed.
+Rules: the title keeps the card's own title and appends the turn's token totals (input and
+output; other counters are left out) and the elapsed time. The totals are the worker's model
+gateway's count (``usage["gateway"]``) when it has one, else the Provider's own report. The
+controls row holds "New conversation", which makes the topic's next message start a new Session;
+the handler checks who may press it. Pure: a new card is returned, the given one is not changed.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def _short(count: int) -> str:
 def usage_summary(usage: Mapping[str, Any], elapsed_seconds: float, lang: Lang) -> str:
     """``12.3k in / 456 out · 42 s``; without reported tokens just the elapsed time."""
     parts: list[str] = []
+    counted = usage.get("gateway")
+    if isinstance(counted, Mapping):
+        usage = counted
     spent_in, spent_out = _count(usage, INPUT_KEYS), _count(usage, OUTPUT_KEYS)
     if spent_in is not None and spent_out is not None:
         parts.append(text(lang, "usage.tokens", input=_short(spent_in), output=_short(spent_out)))

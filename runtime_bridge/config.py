@@ -74,7 +74,18 @@ class RuntimeSettings(BaseSettings):
     # Extra instructions merged with the memory protocol (never replaced by it).
     append_instructions: str | None = None
     developer_instructions: str | None = None
+    # Provider credentials in pass_env never reach an Agent: the worker's model gateway holds them.
     pass_env: list[str] = list(DEFAULT_PASS_ENV)
+    anthropic_base_url: str | None = Field(
+        default=None,
+        description="Where the worker's model gateway sends Anthropic requests. Unset: the "
+        "worker's ANTHROPIC_BASE_URL, else https://api.anthropic.com.",
+    )
+    openai_base_url: str | None = Field(
+        default=None,
+        description="Where the worker's model gateway sends OpenAI requests (with /v1). Unset: "
+        "the worker's OPENAI_BASE_URL, else https://api.openai.com/v1.",
+    )
     # Per-run files and per-session agent homes; default: <AMUX_HOME>/runtime.
     work_dir: AbsolutePath | None = None
     # Where Agents work when a conversation names no directory; default: a workspace of each
@@ -124,6 +135,13 @@ class RuntimeSettings(BaseSettings):
     @classmethod
     def _executable_path(cls, value: str | None) -> str | None:
         return None if value is None else absolute_executable(value)
+
+    @field_validator("anthropic_base_url", "openai_base_url")
+    @classmethod
+    def _upstream_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+        return value
 
     @field_validator("providers")
     @classmethod

@@ -33,6 +33,7 @@ from runtime_bridge.approvals import AUTO, READ_ONLY
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.providers import LaunchPlan, LaunchRequest, MemoryAttachment
 from runtime_bridge.providers.errors import ExecutableMissing
+from runtime_bridge.providers.plan import GatewayPass
 from runtime_bridge.providers.process import resolve_executable
 from runtime_bridge.sandbox import (
     bwrap_argv,
@@ -256,11 +257,13 @@ class LaunchSite:
         own_home: bool,
         permissions: str = AUTO,
         amux_argv: tuple[str, ...] = (),
+        gateway: GatewayPass | None = None,
     ) -> LaunchRequest:
         """The launch request of one turn of ``session``.
 
         With ``own_home`` (sandboxed, or another user) HOME is the Session's own home, so the
-        Agent's native state persists across its turns and is nobody else's.
+        Agent's native state persists across its turns and is nobody else's. With ``gateway``
+        (every worker launch) the Agent reaches its model only through the worker's gateway.
 
         Raises:
             InvalidArgument: the provider is not accepted here.
@@ -288,6 +291,7 @@ class LaunchSite:
             mcp_servers=settings.mcp_servers(provider),
             permissions=permissions,
             amux_argv=amux_argv,
+            gateway=gateway,
         )
 
     def check_workspace(self, cwd: Path) -> None:

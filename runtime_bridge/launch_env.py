@@ -4,10 +4,17 @@ A launch never inherits the service's environment wholesale. It starts from the 
 match the configured ``pass_env`` globs, collapses case variants of path-like keys, drops the
 agents' home selectors and amux connection variables that belong to another launch, points each
 agent's home at the launch's own directory, and only then adds what this launch needs.
+
+A launch through the model gateway never carries a provider credential: the variables that hold
+one (``ANTHROPIC_API_KEY``, ``CLAUDE_CODE_OAUTH_TOKEN``, ``OPENAI_API_KEY``…, any key, token or
+secret of the providers' families, and the provider base URLs) are removed even when an
+operator's ``pass_env`` glob names them; the launch's placeholder and the gateway's URL take
+their place.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
 
@@ -53,6 +60,30 @@ MEMORY_KEYS: tuple[str, ...] = (
 NO_OWNER_TOKEN: dict[str, str] = {"AMUX_OWNER_TOKEN_FALLBACK": "false"}
 
 
+# Provider credentials the worker's gateway holds, and the upstream addresses it forwards to:
+# an Agent behind the gateway gets neither (the gateway's URL and a placeholder instead).
+CREDENTIAL_VARIABLES: tuple[str, ...] = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "OPENAI_API_KEY",
+    "CODEX_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "OPENAI_BASE_URL",
+)
+# Any other secret-looking variable of the providers' own families (``OPENAI_ADMIN_KEY``,
+# ``CLAUDE_CODE_SESSION_ACCESS_TOKEN``…).
+_PROVIDER_SECRET = re.compile(
+    r"^(ANTHROPIC|OPENAI|CLAUDE_CODE|CODEX)_.*(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)",
+    re.IGNORECASE,
+)
+
+
+def is_provider_credential(name: str, hidden: Iterable[str] = ()) -> bool:
+    """Whether a launch behind the gateway must not carry the variable ``name``."""
+    return name in CREDENTIAL_VARIABLES or name in hidden or bool(_PROVIDER_SECRET.match(name))
+
+
 def collapse_case_variants(env: Mapping[str, str]) -> dict[str, str]:
     """Keep one spelling of each path-like key: the upper-case one, else the first seen."""
     out: dict[str, str] = {}
@@ -88,20 +119,30 @@ def launch_env(
     homes: Mapping[str, str] | None = None,
     prepend_path: Iterable[str] = (),
     overrides: Mapping[str, str] | None = None,
+    gateway: Mapping[str, str] | None = None,
+    hidden: Iterable[str] = (),
 ) -> dict[str, str]:
     """The environment of one launch, sorted by name.
 
     ``homes`` sets home selectors (``CODEX_HOME``…) to the launch's own directories; every other
     home selector is removed. ``prepend_path`` directories go first on PATH. ``overrides`` are
     applied last.
+
+    Given ``gateway`` (the variables pointing the Agent at the model gateway), no provider
+    credential of ``base_env`` is kept, whatever ``pass_env`` says: neither the usual variables,
+    nor those named in ``hidden``; then ``gateway`` is applied, after ``overrides``.
     """
     env = filter_env(collapse_case_variants(base_env), pass_env)
     for key in (*HOME_SELECTORS, *MEMORY_KEYS):
         env.pop(key, None)
+    if gateway is not None:
+        names = frozenset(hidden)
+        env = {k: v for k, v in env.items() if not is_provider_credential(k, names)}
     env.update(homes or {})
     prepend = list(prepend_path)
     if prepend or "PATH" in env:
         env["PATH"] = join_path(prepend, env.get("PATH"))
     env.update(overrides or {})
+    env.update(gateway or {})
     env.update(NO_OWNER_TOKEN)
     return dict(sorted(env.items()))

@@ -29,6 +29,7 @@ from runtime_bridge.agent_users import configured_user
 from runtime_bridge.bounds import bounds_from_settings
 from runtime_bridge.cgroups import LaunchGroup, rlimits
 from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.gateway import Gateway, Grant, launch_routes, operator_upstreams
 from runtime_bridge.hub_approver import HubApprover
 from runtime_bridge.launch import SESSION_HOME, LaunchSite, write_seccomp_file
 from runtime_bridge.materializer import materialize_memory_cli
@@ -102,6 +103,10 @@ class Worker:
             # Refused at start, with the reason, rather than at every turn.
             configured_user(settings.run_as)
         self.warm_mcp = WarmMcp(self.amux)
+        # Provider credentials are read here, once, and live only in the gateway from now on.
+        self.gateway = Gateway(
+            operator_upstreams(self.base_env, settings.anthropic_base_url, settings.openai_base_url)
+        )
         self._registering = asyncio.Lock()
         # Failures in a row across every slot, so an outage is logged once, not once per slot.
         self._failures = 0
@@ -112,10 +117,12 @@ class Worker:
         return self.worker_id
 
     async def run_forever(self, stop: asyncio.Event) -> None:
+        await self.gateway.start()
         warming = asyncio.create_task(self.warm_mcp.start()) if self.warm_mcp else None
         try:
             await self._serve(stop)
         finally:
+            await asyncio.shield(self.gateway.stop())
             if warming is not None:
                 warming.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -248,9 +255,19 @@ class Worker:
         run_dir = site.run_dir(claimed.execution_id)
         warnings: list[str] = []
         credential_id: str | None = None
+        grant: Grant | None = None
         try:
             # Re-checked here: the Hub this worker serves may accept providers it does not.
             site.check_provider(provider)
+            await self.gateway.start()
+            grant = self.gateway.open(
+                launch_routes(
+                    provider,
+                    self.gateway.defaults,
+                    self.base_env,
+                    self.settings.home_source(provider),
+                )
+            )
             run_as = site.identity_of(session)
             self._prepare(site, session, claimed.execution_id, run_as)
             memory, credential_id = await self._memory(claimed, provider, run_dir, warnings, run_as)
@@ -265,6 +282,7 @@ class Worker:
                 permissions=claimed.permissions,
                 # The permission prompt a Claude launch asks through is a command of amux's own.
                 amux_argv=(self.amux,),
+                gateway=grant.access,
             )
             plan = dataclasses.replace(build_plan(request), run_as=run_as)
             mcp_argv = memory.mcp_argv if memory is not None else ()
@@ -307,6 +325,10 @@ class Worker:
                 if group is not None:
                     reached = group.hit()
                     await asyncio.shield(asyncio.to_thread(group.remove))
+            grant.close()
+            if grant.usage.requests:
+                # Counted as the answers passed: preferred to the Agent's own report.
+                usage = {**usage, "gateway": grant.usage.to_dict()}
             failure = await self._bounds_reached(claimed, reached, failure, warnings)
             await self._check_workspace(claimed, plan.cwd, warnings)
             result = TurnResult(
@@ -328,6 +350,8 @@ class Worker:
             partial = TurnResult(provider=provider, warnings=tuple(warnings))
             return TurnOutcome(False, partial, "the worker failed to launch the Agent; see its log")
         finally:
+            if grant is not None:
+                grant.close()
             shutil.rmtree(run_dir, ignore_errors=True)
             if credential_id is not None:
                 with contextlib.suppress(AmuxError):

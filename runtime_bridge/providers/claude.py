@@ -4,6 +4,10 @@ Bound launches get one merged ``--append-system-prompt`` (configured text, then 
 and launch-local ``CLAUDE_CODE_DISABLE_AUTO_MEMORY=1`` so Claude's own file memory stays out of the
 prompt. Unbound launches keep Claude's ordinary native-memory policy.
 
+Through the worker's model gateway (``runtime_bridge.gateway``) the launch's environment holds
+``ANTHROPIC_BASE_URL`` (the gateway) and ``ANTHROPIC_API_KEY`` (the launch's placeholder), and no
+credential of the worker's: no ``CLAUDE_CODE_OAUTH_TOKEN`` nor ``ANTHROPIC_AUTH_TOKEN``.
+
 MCP servers: a launch gets exactly the operator's servers (``AMUX_RUNTIME_CLAUDE_MCP_CONFIG``) and,
 when bound, amux's ``memory`` server, in one ``--mcp-config`` with ``--strict-mcp-config``: a
 ``.mcp.json`` in the workspace adds nothing, and turning memory on removes nothing the operator
@@ -125,7 +129,18 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
         argv += ["--append-system-prompt", append]
     argv += list(request.extra_args)
     argv += policy
-    env = launch_env(request.base_env, request.pass_env, overrides=overrides)
+    gateway = request.gateway
+    routed: dict[str, str] | None = None
+    if gateway is not None:
+        # The Agent holds only a placeholder; the gateway adds the operator's credential.
+        routed = {"ANTHROPIC_BASE_URL": gateway.url, "ANTHROPIC_API_KEY": gateway.key("anthropic")}
+    env = launch_env(
+        request.base_env,
+        request.pass_env,
+        overrides=overrides,
+        gateway=routed,
+        hidden=gateway.hidden if gateway else (),
+    )
     return LaunchPlan(
         provider="claude",
         argv=tuple(argv),

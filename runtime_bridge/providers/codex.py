@@ -11,6 +11,11 @@ reach it through ``env_vars`` (forwarded from Codex's own environment), so the c
 appears in argv. Its tools are approved in advance (``default_tools_approval_mode``): memory calls
 never wait on a person.
 
+Through the worker's model gateway (``runtime_bridge.gateway``) a launch selects a model provider
+``amux`` (``-c model_provider``, after the operator's arguments) whose ``base_url`` is the gateway
+and whose ``env_key`` variable holds the launch's placeholder; the provider the operator's
+``config.toml`` names is what the gateway forwards to, with its real key.
+
 Codex's own sandbox is off for every launch (``-c sandbox_mode="danger-full-access"`` and the
 thread's ``sandbox``): its bubblewrap cannot start inside amux's, so with it on no command runs at
 all, and amux's sandbox is the boundary. The launch's permission policy
@@ -77,6 +82,11 @@ MEMORY_SETTINGS: tuple[tuple[str, str], ...] = (
 )
 
 
+# The model provider a launch through the worker's gateway uses, and the variable holding its
+# placeholder.
+GATEWAY_PROVIDER = "amux"
+GATEWAY_ENV_KEY = "OPENAI_API_KEY"
+
 # Codex's own sandbox cannot start inside amux's: amux's sandbox is the boundary.
 SANDBOX_MODE = "danger-full-access"
 # The thread's approval policy per launch policy; anything else is asked about.
@@ -97,6 +107,24 @@ MASK_MARGIN = 1024
 def _toml(value: Any) -> str:
     # JSON strings, booleans, numbers and arrays of them are valid TOML values.
     return json.dumps(value)
+
+
+def gateway_provider(url: str) -> list[str]:
+    """``-c`` overrides selecting a model provider that is the worker's gateway.
+
+    The operator's own provider (its base URL and key) is what the gateway forwards to; Codex
+    only ever sees the gateway and the launch's placeholder.
+    """
+    provider = f"model_providers.{GATEWAY_PROVIDER}"
+    words: list[str] = ["-c", f"model_provider={_toml(GATEWAY_PROVIDER)}"]
+    for key, value in (
+        ("name", "amux model gateway"),
+        ("base_url", f"{url}/v1"),
+        ("env_key", GATEWAY_ENV_KEY),
+        ("wire_api", "responses"),
+    ):
+        words += ["-c", f"{provider}.{key}={_toml(value)}"]
+    return words
 
 
 def build_plan(request: LaunchRequest) -> LaunchPlan:
@@ -129,6 +157,11 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
     approval = THREAD_APPROVAL.get(request.permissions, ASK_APPROVAL)
     # After the operator's arguments: a later -c wins, so the policy is what holds.
     argv += [*request.extra_args]
+    gateway = request.gateway
+    routed: dict[str, str] | None = None
+    if gateway is not None:
+        argv += gateway_provider(gateway.url)
+        routed = {GATEWAY_ENV_KEY: gateway.key("openai")}
     argv += ["-c", f"sandbox_mode={_toml(SANDBOX_MODE)}"]
     argv += ["-c", f"approval_policy={_toml(CONFIG_APPROVAL.get(approval, approval))}"]
     argv += ["app-server"]
@@ -140,6 +173,8 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
         request.pass_env,
         homes={"CODEX_HOME": str(home)},
         overrides=overrides,
+        gateway=routed,
+        hidden=gateway.hidden if gateway else (),
     )
     return LaunchPlan(
         provider="codex",

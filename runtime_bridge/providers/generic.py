@@ -2,6 +2,10 @@
 
 Memory is never bolted on with a per-turn prompt: a bound Session on such a provider simply has
 no memory, and the plan says so.
+
+Through the worker's model gateway such a program gets no provider credential either; the
+conventional variables (``ANTHROPIC_BASE_URL``/``ANTHROPIC_API_KEY``,
+``OPENAI_BASE_URL``/``OPENAI_API_KEY``) point it at the gateway with the launch's placeholders.
 """
 
 from __future__ import annotations
@@ -33,10 +37,24 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
     warnings: tuple[str, ...] = ()
     if request.memory is not None:
         warnings = (f"memory capability missing for provider {request.provider}",)
+    gateway = request.gateway
+    routed: dict[str, str] | None = None
+    if gateway is not None:
+        routed = {
+            "ANTHROPIC_BASE_URL": gateway.url,
+            "ANTHROPIC_API_KEY": gateway.key("anthropic"),
+            "OPENAI_BASE_URL": f"{gateway.url}/v1",
+            "OPENAI_API_KEY": gateway.key("openai"),
+        }
     return LaunchPlan(
         provider=request.provider,
         argv=(request.executable, *request.extra_args),
-        env=launch_env(request.base_env, request.pass_env),
+        env=launch_env(
+            request.base_env,
+            request.pass_env,
+            gateway=routed,
+            hidden=gateway.hidden if gateway else (),
+        ),
         cwd=request.cwd,
         prompt=request.prompt,
         stdin=request.prompt,

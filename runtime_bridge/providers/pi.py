@@ -5,6 +5,11 @@ the launch puts the attachment's CLI directory first on PATH, passes the Hub con
 and appends the CLI variant of the protocol to the system prompt. Pi keeps its sessions under its
 agent directory, which each launch sets to its own home.
 
+Through the worker's model gateway (``runtime_bridge.gateway``) the launch's ``models.json`` is
+its own: the operator's providers (and Pi's built-in ``anthropic`` and ``openai``) with the
+gateway's URL as ``baseUrl`` and the launch's placeholder as ``apiKey``; the operator's file,
+whose keys may be literal, is not copied.
+
 Pi has no permission system; the launch's policy becomes flags and an extension:
 
 - ``auto``: Pi as it is, every tool running at once;
@@ -33,6 +38,7 @@ from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
 from runtime_bridge.providers.plan import (
     Event,
     Failure,
+    GatewayPass,
     LaunchPlan,
     LaunchRequest,
     PlannedCopy,
@@ -43,6 +49,7 @@ from runtime_bridge.providers.plan import (
 from runtime_bridge.providers.process import StreamParser, run_json_lines
 
 AGENT_DIR = "pi-agent"
+MODELS_FILE = "models.json"
 # Where the permission extension is written, below the run directory (read-only in the sandbox).
 EXTENSION_FILE = Path("agent-config") / "pi" / "amux-permissions.js"
 # Read once: a plan carries the extension's text, so building one touches no disk.
@@ -50,6 +57,39 @@ EXTENSION_TEXT = (Path(__file__).parent / "pi_permissions.js").read_text(encodin
 # What a read-only launch offers: Pi's default tools without ``edit`` and ``write``. Pi's
 # ``grep``/``find`` tools are left out because they fetch ripgrep/fd when those are missing.
 READ_ONLY_TOOLS = "read,bash"
+
+
+def gateway_models(gateway: GatewayPass) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The ``providers`` of a launch's ``models.json`` behind the gateway, and its warnings.
+
+    Each of the operator's providers Pi reaches over an API the gateway carries gets the
+    gateway's URL and the launch's placeholder for it; the built-in ``anthropic`` and ``openai``
+    providers are pointed there too. A provider speaking another API keeps its own settings
+    and is said to bypass the gateway.
+    """
+    models: dict[str, Any] = {}
+    warnings: list[str] = []
+    for name, entry in gateway.pi_providers.items():
+        route = f"pi:{name}"
+        if route not in gateway.keys:
+            warnings.append(
+                f"pi provider {name!r} speaks an API the model gateway does not carry "
+                f"({entry.get('api')}); its requests go out directly"
+            )
+            models[name] = dict(entry)
+            continue
+        models[name] = {**entry, **_through(gateway, route, entry.get("api"), name)}
+    for name in ("anthropic", "openai"):
+        if name not in models:
+            models[name] = _through(gateway, name, None, name)
+    return models, tuple(warnings)
+
+
+def _through(gateway: GatewayPass, route: str, api: Any, name: str) -> dict[str, str]:
+    anthropic = api == "anthropic-messages" or (api is None and name == "anthropic")
+    # Anthropic's clients add /v1 themselves; OpenAI's expect it in the base URL.
+    base = gateway.url if anthropic else f"{gateway.url}/v1"
+    return {"baseUrl": base, "apiKey": gateway.key(route)}
 
 
 def build_plan(request: LaunchRequest) -> LaunchPlan:
@@ -82,15 +122,25 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
         argv += ["--no-extensions", "--extension", str(extension)]
         overrides[approvals.SOCKET_ENV] = str(socket)
     copies: tuple[PlannedCopy, ...] = ()
+    gateway = request.gateway
+    # Another installation's sessions are its conversation history, not configuration; behind
+    # the gateway its models.json (which may hold keys) is replaced by the launch's own.
+    exclude = ("sessions", MODELS_FILE) if gateway is not None else ("sessions",)
     if request.provider_home_source is not None:
-        # Another installation's sessions are its conversation history, not configuration.
-        copies = (PlannedCopy(request.provider_home_source, agent_dir, exclude=("sessions",)),)
+        copies = (PlannedCopy(request.provider_home_source, agent_dir, exclude=exclude),)
+    warnings: tuple[str, ...] = ()
+    if gateway is not None:
+        models, warnings = gateway_models(gateway)
+        text = json.dumps({"providers": models}, indent=2) + "\n"
+        files = (*files, PlannedFile(agent_dir / MODELS_FILE, text))
     env = launch_env(
         request.base_env,
         request.pass_env,
         homes={"PI_CODING_AGENT_DIR": str(agent_dir)},
         prepend_path=prepend,
         overrides=overrides,
+        gateway={} if gateway is not None else None,
+        hidden=gateway.hidden if gateway else (),
     )
     return LaunchPlan(
         provider="pi",
@@ -104,6 +154,7 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
         files=files,
         copies=copies,
         directories=(agent_dir,),
+        warnings=warnings,
         binding=memory.binding if memory else None,
         resume_id=request.resume_id,
         secrets=(memory.credential,) if memory else (),

@@ -82,6 +82,28 @@ class MemoryAttachment:
 
 
 @dataclass(frozen=True)
+class GatewayPass:
+    """How one launch reaches its models: through the worker's model gateway, never directly.
+
+    ``url`` is the gateway's base (``http://127.0.0.1:PORT``; OpenAI-shaped clients add ``/v1``).
+    ``keys`` are the launch's placeholder credentials by route (``anthropic``, ``openai``,
+    ``pi:<provider>``): worthless outside the gateway, and only while the launch runs.
+    ``hidden`` names further variables of the worker's environment holding a credential the
+    gateway adds, kept out of the Agent's environment with the usual ones. ``pi_providers`` are
+    the operator's Pi providers (``models.json``), their keys left out, rewritten per launch to
+    point at the gateway.
+    """
+
+    url: str
+    keys: Mapping[str, str] = field(repr=False)
+    hidden: tuple[str, ...] = ()
+    pi_providers: Mapping[str, Any] = field(default_factory=dict)
+
+    def key(self, route: str) -> str:
+        return self.keys.get(route, "")
+
+
+@dataclass(frozen=True)
 class LaunchRequest:
     """Everything a provider adapter needs to plan one launch.
 
@@ -112,6 +134,9 @@ class LaunchRequest:
     # The command that runs amux's own CLI (``amux``), for in-sandbox helpers such as Claude's
     # permission prompt; empty: no helper can be started, so nothing can be asked.
     amux_argv: tuple[str, ...] = ()
+    # The model gateway this launch's requests go through; None (a caller outside a worker):
+    # the Agent is given the provider settings of ``base_env`` as they are.
+    gateway: GatewayPass | None = None
 
     @property
     def home_root(self) -> Path:

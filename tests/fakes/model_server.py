@@ -17,7 +17,8 @@ send only main requests; side requests are still answered so that a CLI adding o
 summary, a quota probe, Codex's native-memory consolidation) cannot eat a step. Anything else
 (e.g. a probe of the base URL) gets a 404 and is listed in ``unhandled``.
 
-Every request body is recorded, so tests assert on what the CLI sent: the system prompt or
+Every request body and its headers are recorded, so tests assert on what the CLI sent (and with
+which key): the system prompt or
 developer instructions, the tools offered, and the tool results that came back from the client.
 """
 
@@ -68,6 +69,10 @@ class Answer:
 Step = CallTool | Answer
 
 SIDE_ANSWER = "ok"
+# The usage every answer reports, in each API's own fields (Anthropic's split between
+# message_start and message_delta, as the real API sends it).
+INPUT_TOKENS = 11
+OUTPUT_TOKENS = 7
 
 
 @dataclass
@@ -81,6 +86,16 @@ class RecordedRequest:
     step: Step | None
     # time.perf_counter() when the request arrived, for benchmarks in the same process.
     arrived: float = 0.0
+    # The headers as received (names in the client's spelling), so tests see the credential.
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def credential(self) -> str | None:
+        """The key the request carried: ``x-api-key``, else an ``Authorization: Bearer`` token."""
+        lowered = {k.lower(): v for k, v in self.headers.items()}
+        if lowered.get("x-api-key"):
+            return lowered["x-api-key"]
+        scheme, _, token = lowered.get("authorization", "").partition(" ")
+        return token if scheme.lower() == "bearer" and token else None
 
     @property
     def tool_names(self) -> list[str]:
@@ -263,7 +278,9 @@ class FakeModelServer:
                 else:
                     step = Answer("done")
                 self._last = (key, step)
-        self.requests.append(RecordedRequest(api, request.path_qs, body, main, step, arrived))
+        self.requests.append(
+            RecordedRequest(api, request.path_qs, body, main, step, arrived, dict(request.headers))
+        )
         if step is not None and step.hold is not None:
             await step.hold.wait()
         return body, step
@@ -297,7 +314,7 @@ class FakeModelServer:
             block = {"type": "text", "text": ""}
             delta = {"type": "text_delta", "text": step.text}
             stop = "end_turn"
-        usage = {"input_tokens": 11, "output_tokens": 7}
+        usage = {"input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS}
         if not body.get("stream"):
             full = dict(block)
             if isinstance(step, CallTool):
@@ -329,7 +346,7 @@ class FakeModelServer:
                         "content": [],
                         "stop_reason": None,
                         "stop_sequence": None,
-                        "usage": {"input_tokens": 11, "output_tokens": 1},
+                        "usage": {"input_tokens": INPUT_TOKENS, "output_tokens": 1},
                     },
                 },
             ),
@@ -344,7 +361,7 @@ class FakeModelServer:
                 {
                     "type": "message_delta",
                     "delta": {"stop_reason": stop, "stop_sequence": None},
-                    "usage": {"output_tokens": 7},
+                    "usage": {"output_tokens": OUTPUT_TOKENS},
                 },
             ),
             ("message_stop", {"type": "message_stop"}),
@@ -390,11 +407,11 @@ class FakeModelServer:
             "status": "completed",
             "output": [item],
             "usage": {
-                "input_tokens": 11,
+                "input_tokens": INPUT_TOKENS,
                 "input_tokens_details": {"cached_tokens": 0},
-                "output_tokens": 7,
+                "output_tokens": OUTPUT_TOKENS,
                 "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": 18,
+                "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS,
             },
         }
         chunks = [
@@ -435,7 +452,11 @@ class FakeModelServer:
         else:
             delta = {"role": "assistant", "content": step.text}
             finish = "stop"
-        usage = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+        usage = {
+            "prompt_tokens": INPUT_TOKENS,
+            "completion_tokens": OUTPUT_TOKENS,
+            "total_tokens": INPUT_TOKENS + OUTPUT_TOKENS,
+        }
         chunks = [
             _sse(None, {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}),
             _sse(
