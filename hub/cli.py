@@ -10,9 +10,9 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
@@ -28,7 +28,7 @@ from hub.errors import (
     Unauthenticated,
     Unavailable,
 )
-from hub.state import State, no_such_credential
+from hub.state import Credential, State, no_such_credential
 
 T = TypeVar("T")
 
@@ -89,8 +89,89 @@ def run(work: Coroutine[Any, Any, T]) -> T:
         fail(error)
 
 
-def emit(value: object) -> None:
-    typer.echo(json.dumps(value, ensure_ascii=False, indent=2))
+# The one output switch every command shares: text for people by default, JSON for scripts.
+JsonOutput = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print the result as JSON (times in ISO 8601 UTC) instead of text; a failure is "
+        "the same one line on stderr either way.",
+    ),
+]
+
+
+def iso_time(moment: float) -> str:
+    """A moment as ISO 8601 UTC, to the second: 2026-12-02T03:04:05Z."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
+
+
+def _is_moment(key: str, value: object) -> bool:
+    named = key == "at" or key.endswith(("_at", "_until"))
+    return named and isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def iso_times(value: Any) -> Any:
+    """``value`` with every moment (``at``, ``*_at``, ``*_until``; epoch seconds as the Hub and
+    the state database keep them) written as ISO 8601, so a script reads one time format."""
+    if isinstance(value, Mapping):
+        return {
+            key: iso_time(item) if _is_moment(str(key), item) else iso_times(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [iso_times(item) for item in value]
+    return value
+
+
+def emit(value: T, as_json: bool, text: Callable[[T], str]) -> None:
+    """Print a command's result: JSON with ``--json``, else the text ``text`` makes of it (nothing
+    when it is empty). Anything else a command tells goes to stderr (``note``), so stdout is the
+    result alone in both modes; a note that only restates the result is told in text mode only."""
+    if as_json:
+        typer.echo(json.dumps(iso_times(value), ensure_ascii=False, indent=2))
+        return
+    shown = text(value)
+    if shown:
+        typer.echo(shown)
+
+
+def note(text: str) -> None:
+    typer.echo(text, err=True)
+
+
+def _value_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "-"
+    if isinstance(value, list | tuple):
+        return ", ".join(_value_text(item) for item in value) or "-"
+    return str(value)
+
+
+def _flat(value: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, str]]:
+    for key, item in value.items():
+        if isinstance(item, Mapping) and item:
+            yield from _flat(item, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", _value_text(item)
+
+
+def fields_text(value: Mapping[str, Any]) -> str:
+    """Nested fields as aligned ``name  value`` lines (nested names joined with dots)."""
+    pairs = list(_flat(value))
+    width = max((len(key) for key, _ in pairs), default=0)
+    return "\n".join(f"{key:<{width}}  {item}".rstrip() for key, item in pairs)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Rows under headers in aligned columns, as ``kubectl get`` prints them."""
+    cells = [list(headers), *([str(cell) for cell in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    )
 
 
 def env_of(ctx: typer.Context) -> CliEnv:
@@ -115,10 +196,25 @@ def memory_search(
     query: str = typer.Argument(..., help="Literal keywords separated by spaces."),
     path_prefix: str | None = typer.Option(None, "--path-prefix", help="Only under this path."),
     limit: int | None = typer.Option(None, "--limit", help="At most this many documents (1-20)."),
+    as_json: JsonOutput = False,
 ) -> None:
-    """Search documents for literal keywords; prints bounded JSON."""
+    """Search documents for literal keywords: one line per match (path:line: snippet)."""
     env = env_of(ctx)
-    emit(run(with_client(env, lambda hub: hub.memory_search(query, path_prefix, limit))))
+    found = run(with_client(env, lambda hub: hub.memory_search(query, path_prefix, limit)))
+    emit(found, as_json, search_text)
+    if as_json:
+        return
+    if not found["matches"]:
+        note(f"no matches in {found.get('scanned_files', 0)} document(s)")
+    if found.get("truncated") or found.get("incomplete"):
+        note("more may match than shown: use more keywords, --path-prefix or --limit")
+
+
+def search_text(found: Mapping[str, Any]) -> str:
+    return "\n".join(
+        f"{match['path']}:{match['line']}: {' '.join(str(match['snippet']).split())}"
+        for match in found["matches"]
+    )
 
 
 @memory_app.command("show")
@@ -128,10 +224,24 @@ def memory_show(
     start_line: int | None = typer.Option(None, "--start-line", help="First line (1-based)."),
     end_line: int | None = typer.Option(None, "--end-line", help="Last line (inclusive)."),
     offset: int | None = typer.Option(None, "--offset", help="Continue from a next_offset."),
+    as_json: JsonOutput = False,
 ) -> None:
-    """Read a bounded fragment of one document with its revision; prints JSON."""
+    """Read a bounded fragment of one document: the text on stdout, its revision (and where
+    to continue, when cut short) on stderr."""
     env = env_of(ctx)
-    emit(run(with_client(env, lambda hub: hub.memory_get(path, start_line, end_line, offset))))
+    shown = run(with_client(env, lambda hub: hub.memory_get(path, start_line, end_line, offset)))
+    if as_json:
+        emit(shown, as_json, str)
+        return
+    if not shown["exists"]:
+        note(f"no document at {shown['path']} (revision: absent)")
+        return
+    note(f"revision: {shown['revision']}")
+    # As stored, so `show > file` keeps the document's own line ends.
+    sys.stdout.write(shown["content"])
+    sys.stdout.flush()
+    if shown.get("truncated") and shown.get("next_offset") is not None:
+        note(f"cut short: continue with --offset {shown['next_offset']}")
 
 
 @memory_app.command("upsert")
@@ -147,6 +257,7 @@ def memory_upsert(
     allow_empty: bool = typer.Option(
         False, "--allow-empty", help="Write an empty document if the input is empty."
     ),
+    as_json: JsonOutput = False,
 ) -> None:
     """Replace the whole document (or create it) from raw UTF-8 Markdown."""
     env = env_of(ctx)
@@ -167,7 +278,8 @@ def memory_upsert(
                 "document)"
             )
         )
-    emit(run(with_client(env, lambda hub: hub.memory_upsert(path, content, expected_revision))))
+    saved = run(with_client(env, lambda hub: hub.memory_upsert(path, content, expected_revision)))
+    emit(saved, as_json, lambda done: f"saved {done['path']} revision {done['revision']}")
 
 
 @memory_app.command("forget")
@@ -177,24 +289,26 @@ def memory_forget(
     expected_revision: str = typer.Option(
         ..., "--expected-revision", help="The revision you read."
     ),
+    as_json: JsonOutput = False,
 ) -> None:
     """Delete one document if it is still at the revision you read; a document that does not
     exist is said so on stderr (already_absent), and exits 0."""
     env = env_of(ctx)
     forgotten = run(with_client(env, lambda hub: hub.memory_forget(path, expected_revision)))
-    emit(forgotten)
+    emit(forgotten, as_json, lambda done: "" if done["already_absent"] else f"forgot {path}")
     if forgotten.get("already_absent"):
-        typer.echo(f"{forgotten['path']} did not exist: nothing was forgotten", err=True)
+        note(f"{forgotten['path']} did not exist: nothing was forgotten")
 
 
 def _when(moment: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(moment))
 
 
-def history_line(entry: dict[str, Any]) -> str:
-    """One change of the log in one line: when, what, which revisions, who and how."""
-    previous = (entry.get("previous_revision") or "absent")[:12]
-    new = (entry.get("new_revision") or "absent")[:12]
+def history_line(entry: Mapping[str, Any]) -> str:
+    """One change of the log in one line: when, what, which revisions (whole, to paste into
+    restore and --expected-revision), who and how."""
+    previous = entry.get("previous_revision") or "absent"
+    new = entry.get("new_revision") or "absent"
     line = (
         f"{_when(entry['at'])}  {entry['action']:<7} {entry['path']}  {previous} -> {new}  "
         f"{entry['size_bytes']} bytes  by {entry.get('principal') or entry['principal_id']}"
@@ -215,21 +329,19 @@ def memory_history(
     path: str | None = typer.Argument(None, help="Only this document's changes."),
     limit: int | None = typer.Option(None, "--limit", help="At most this many (1-200)."),
     before: int | None = typer.Option(None, "--before", help="Continue from a next_before."),
-    as_json: bool = typer.Option(False, "--json", help="Print the entries as JSON."),
+    as_json: JsonOutput = False,
 ) -> None:
     """Changes to your memory, newest first: who made them, how, and until when the previous
     body can be restored."""
     env = env_of(ctx)
     answer = run(with_client(env, lambda hub: hub.memory_history(path, limit, before)))
+    emit(answer, as_json, lambda logged: "\n".join(map(history_line, logged["entries"])))
     if as_json:
-        emit(answer)
         return
-    for entry in answer["entries"]:
-        typer.echo(history_line(entry))
     if not answer["entries"]:
-        typer.echo("no changes recorded")
+        note("no changes recorded")
     if answer.get("next_before"):
-        typer.echo(f"more: --before {answer['next_before']}")
+        note(f"more: --before {answer['next_before']}")
 
 
 @memory_app.command("restore")
@@ -244,10 +356,14 @@ def memory_restore(
     expected_revision: str = typer.Option(
         ..., "--expected-revision", help="The document's current revision, or 'absent'."
     ),
+    as_json: JsonOutput = False,
 ) -> None:
     """Write a kept earlier revision back, if the document is still at the one you name."""
     env = env_of(ctx)
-    emit(run(with_client(env, lambda hub: hub.memory_restore(path, revision, expected_revision))))
+    restored = run(
+        with_client(env, lambda hub: hub.memory_restore(path, revision, expected_revision))
+    )
+    emit(restored, as_json, lambda done: f"restored {done['path']} revision {done['revision']}")
 
 
 def confirm_or_refuse(what: str, yes: bool) -> None:
@@ -264,11 +380,19 @@ def confirm_or_refuse(what: str, yes: bool) -> None:
         raise InvalidArgument("nothing erased")
 
 
-def print_receipt(receipt: dict[str, Any]) -> None:
-    emit(receipt)
+def receipt_text(receipt: Mapping[str, Any]) -> str:
+    return (
+        f"erased {receipt['documents_removed']} document(s) and "
+        f"{receipt['history_copies_removed']} kept copy(ies); "
+        f"{receipt['log_entries_redacted']} change log entry(ies) redacted"
+    )
+
+
+def print_receipt(receipt: dict[str, Any], as_json: bool) -> None:
+    emit(receipt, as_json, receipt_text)
     for kept in receipt.get("kept") or []:
-        typer.echo(f"kept: {kept['path']} ({kept['reason']})", err=True)
-    typer.echo(str(receipt.get("not_erased", "")), err=True)
+        note(f"kept: {kept['path']} ({kept['reason']})")
+    note(str(receipt.get("not_erased", "")))
 
 
 @memory_app.command("erase")
@@ -279,6 +403,7 @@ def memory_erase(
         False, "--all", help="Erase your whole memory scope and its history (forget me)."
     ),
     yes: bool = typer.Option(False, "--yes", help="With --all: erase without asking."),
+    as_json: JsonOutput = False,
 ) -> None:
     """Remove a document, every kept copy of it, and its path from the change log; in shared
     memory, a document someone else changed too is kept and named.
@@ -293,7 +418,7 @@ def memory_erase(
         except AmuxError as error:
             fail(error)
     env = env_of(ctx)
-    print_receipt(run(with_client(env, lambda hub: hub.memory_erase(path))))
+    print_receipt(run(with_client(env, lambda hub: hub.memory_erase(path))), as_json)
 
 
 async def export_document(hub: HubClient, path: str) -> str:
@@ -323,11 +448,17 @@ async def export_document(hub: HubClient, path: str) -> str:
 
 @memory_app.command("export")
 def memory_export(
-    ctx: typer.Context, path: str = typer.Argument(..., help="Logical document path.")
+    ctx: typer.Context,
+    path: str = typer.Argument(..., help="Logical document path."),
+    as_json: JsonOutput = False,
 ) -> None:
-    """Write one whole document to stdout; nothing at all if it changes meanwhile."""
+    """Write one whole document to stdout, exactly as stored; nothing at all if it changes
+    meanwhile."""
     env = env_of(ctx)
     text = run(with_client(env, lambda hub: export_document(hub, path)))
+    if as_json:
+        emit({"path": path, "content": text}, as_json, str)
+        return
     sys.stdout.write(text)
     sys.stdout.flush()
 
@@ -341,16 +472,33 @@ system_app.add_typer(config_app, name="config")
 
 @config_app.command("get")
 def config_get(
-    ctx: typer.Context, key: str | None = typer.Argument(None, help="One setting, or all.")
+    ctx: typer.Context,
+    key: str | None = typer.Argument(None, help="One setting, or all."),
+    as_json: JsonOutput = False,
 ) -> None:
-    """Show each setting's saved and running value and whether a restart is pending."""
+    """Show each setting's running value, and its saved one while a restart is pending:
+    key = value lines."""
     env = env_of(ctx)
     described = run(with_client(env, lambda hub: hub.config_get()))
     if key is not None:
         if key not in described:
             fail(InvalidArgument(f"unknown setting; known settings: {', '.join(described)}"))
         described = {key: described[key]}
-    emit(described)
+    emit(described, as_json, config_text)
+
+
+def config_text(described: Mapping[str, Mapping[str, Any]]) -> str:
+    """``key = running value``, with what a restart would change it to or that it is live."""
+    width = max((len(key) for key in described), default=0)
+    lines = []
+    for key, entry in described.items():
+        line = f"{key:<{width}} = {_value_text(entry['running'])}"
+        if entry.get("restart_pending"):
+            line += f" (saved {_value_text(entry['saved'])}; applies after a restart)"
+        elif entry.get("live"):
+            line += " (live: no restart needed)"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 # What a change of a live setting reaches, as `config set` tells it.
@@ -369,13 +517,14 @@ def config_set(
     value: str = typer.Argument(
         ..., help="true|false, on|off, a whole number, ask|auto|read-only, or a duration (10m)"
     ),
+    as_json: JsonOutput = False,
 ) -> None:
     """Save a setting (owner only); it takes effect when the Hub restarts, except
     agents.permissions (ask|auto|read-only) and agents.approval_timeout (90, 90s, 10m, 1h),
     which apply to turns and requests started after the change."""
     env = env_of(ctx)
     result = run(with_client(env, lambda hub: hub.config_set(key, value)))
-    emit(result)
+    emit(result, as_json, config_text)
     hidden = result.get("memory.isolation", {}).get("global_documents")
     if hidden is not None:
         typer.echo(
@@ -395,25 +544,51 @@ def config_set(
 
 
 @system_app.command("restart")
-def system_restart(ctx: typer.Context) -> None:
+def system_restart(ctx: typer.Context, as_json: JsonOutput = False) -> None:
     """Restart the Hub (owner only): no new Agent turns start, running ones get AMUX_DRAIN_SECONDS
     to finish and are then handed back to run again after the restart, in-flight requests drain."""
     env = env_of(ctx)
-    emit(run(with_client(env, lambda hub: hub.restart())))
+    restarting = run(with_client(env, lambda hub: hub.restart()))
+    emit(restarting, as_json, lambda _: "the Hub is restarting: it drains, then starts again")
 
 
 @system_app.command("capabilities")
-def system_capabilities(ctx: typer.Context) -> None:
+def system_capabilities(ctx: typer.Context, as_json: JsonOutput = False) -> None:
     """What this Hub offers: memory state, limits, protocol version."""
     env = env_of(ctx)
-    emit(run(with_client(env, lambda hub: hub.capabilities())))
+    emit(run(with_client(env, lambda hub: hub.capabilities())), as_json, fields_text)
 
 
 @system_app.command("whoami")
-def system_whoami(ctx: typer.Context) -> None:
+def system_whoami(ctx: typer.Context, as_json: JsonOutput = False) -> None:
     """The Principal your credential acts as and its memory scope."""
     env = env_of(ctx)
-    emit(run(with_client(env, lambda hub: hub.whoami())))
+    emit(run(with_client(env, lambda hub: hub.whoami())), as_json, whoami_text)
+
+
+def whoami_text(who: Mapping[str, Any]) -> str:
+    principal, credential = who["principal"], who.get("credential") or {}
+    return fields_text(
+        {
+            "principal": principal_label(principal),
+            "id": principal["id"],
+            "credential": f"{credential.get('id', '-')} ({credential.get('kind', '-')})",
+            "memory scope": who.get("memory_scope"),
+            "aliases": [alias_text(alias) for alias in who.get("aliases") or []],
+        }
+    )
+
+
+def principal_label(principal: Mapping[str, Any]) -> str:
+    """``alice (user)``, ``owner (user, owner)``."""
+    traits = [str(principal["kind"]), *(["owner"] if principal.get("owner") else [])]
+    return f"{principal['name']} ({', '.join(traits)})"
+
+
+def alias_text(alias: Mapping[str, Any] | str) -> str:
+    if isinstance(alias, Mapping):
+        return f"{alias.get('kind')}={alias.get('value')}"
+    return str(alias)
 
 
 # -- amux principal / amux token (local administration) -------------------------------------------
@@ -458,11 +633,16 @@ def principal_add(
     name: str = typer.Argument(..., help="A short unique name."),
     owner: bool = typer.Option(False, "--owner", help="May change settings and restart."),
     service: bool = typer.Option(False, "--service", help="A service (Runtime) principal."),
+    as_json: JsonOutput = False,
 ) -> None:
     """Create a Principal."""
     kind = "service" if service else "user"
     principal = local(ctx, lambda state: state.add_principal(name, kind, owner))
-    emit(principal.to_wire())
+    emit(
+        principal.to_wire(),
+        as_json,
+        lambda added: f"added principal {principal_label(added)} id {added['id']}",
+    )
 
 
 ALIAS_FIELDS: dict[IdField, str] = {
@@ -485,6 +665,7 @@ def principal_alias(
     feishu_open_id: str | None = typer.Option(
         None, "--feishu-open-id", help="An open_id for the bot's own app."
     ),
+    as_json: JsonOutput = False,
 ) -> None:
     """Map outside identities (Feishu ids) to one Principal."""
     given: dict[IdField, str | None] = {
@@ -510,26 +691,45 @@ def principal_alias(
                 state.add_alias(principal.id, alias_kind(field, app), value)
         return describe_principal(state, principal.id)
 
-    emit(local(ctx, add))
+    emit(local(ctx, add), as_json, principal_text)
 
 
 def describe_principal(state: State, principal_id: str) -> dict[str, Any]:
     principal = state.principal(principal_id)
     if principal is None:
         raise NotFound("no such principal")
+    names = {principal.id: principal.name}
     return {
         **principal.to_wire(),
         "aliases": [{"kind": k, "value": v} for k, v in state.aliases(principal_id)],
-        "credentials": [c.to_wire() for c in state.credentials(principal_id)],
+        "credentials": [credential_wire(c, names) for c in state.credentials(principal_id)],
     }
+
+
+def principal_text(described: Mapping[str, Any]) -> str:
+    head = fields_text(
+        {
+            "principal": principal_label(described),
+            "id": described["id"],
+            "aliases": [alias_text(alias) for alias in described["aliases"]],
+        }
+    )
+    if not described["credentials"]:
+        return f"{head}\ntokens     -"
+    return f"{head}\n\n{tokens_text(described['credentials'])}"
 
 
 @principal_app.command("show")
 def principal_show(
-    ctx: typer.Context, name: str = typer.Argument(..., help="The Principal's name.")
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The Principal's name."),
+    as_json: JsonOutput = False,
 ) -> None:
     """A Principal with its aliases and credentials (never their secrets)."""
-    emit(local(ctx, lambda state: describe_principal(state, state.principal_by_name(name).id)))
+    described = local(
+        ctx, lambda state: describe_principal(state, state.principal_by_name(name).id)
+    )
+    emit(described, as_json, principal_text)
 
 
 @principal_app.command("erase")
@@ -537,6 +737,7 @@ def principal_erase(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="The Principal whose memory goes."),
     yes: bool = typer.Option(False, "--yes", help="Erase without asking."),
+    as_json: JsonOutput = False,
 ) -> None:
     """Erase everything a Principal wrote to memory, with its history (owner, on the Hub host).
 
@@ -548,13 +749,48 @@ def principal_erase(
         fail(error)
     env = env_of(ctx)
     receipt = run(with_client(env, lambda hub: hub.memory_erase_principal(principal.id)))
-    print_receipt(receipt)
+    print_receipt(receipt, as_json)
 
 
 @principal_app.command("list")
-def principal_list(ctx: typer.Context) -> None:
-    """List Principals."""
-    emit(local(ctx, lambda state: [p.to_wire() for p in state.principals()]))
+def principal_list(ctx: typer.Context, as_json: JsonOutput = False) -> None:
+    """List Principals: name, kind, whether an owner, and id."""
+    listed = local(ctx, lambda state: [p.to_wire() for p in state.principals()])
+    rows = ([p["name"], p["kind"], "yes" if p["owner"] else "no", p["id"]] for p in listed)
+    emit(listed, as_json, lambda _: table(["NAME", "KIND", "OWNER", "ID"], rows))
+
+
+def credential_wire(credential: Credential, names: Mapping[str, str]) -> dict[str, Any]:
+    """A credential as the admin commands print it: whose it is by name, and when it was
+    revoked besides whether."""
+    return {
+        **credential.to_wire(),
+        "principal": names.get(credential.principal_id, credential.principal_id),
+        "revoked_at": credential.revoked_at,
+    }
+
+
+def _status(credential: Mapping[str, Any]) -> str:
+    if credential["revoked"]:
+        return "revoked"
+    expires = credential.get("expires_at")
+    return "expired" if expires is not None and expires <= time.time() else "active"
+
+
+def tokens_text(credentials: Sequence[Mapping[str, Any]]) -> str:
+    rows = (
+        [
+            c["id"],
+            c["principal"],
+            c["kind"],
+            c["label"] or "-",
+            _when(c["created_at"]),
+            _when(c["expires_at"]) if c.get("expires_at") is not None else "never",
+            _status(c),
+        ]
+        for c in credentials
+    )
+    return table(["ID", "PRINCIPAL", "KIND", "LABEL", "CREATED", "EXPIRES", "STATUS"], rows)
 
 
 @token_app.command("issue")
@@ -570,8 +806,10 @@ def token_issue(
         help="Write the token to $AMUX_HOME/owner.token (mode 0600) instead of printing it: "
         "a fresh local owner token when the old one is lost or revoked.",
     ),
+    as_json: JsonOutput = False,
 ) -> None:
-    """Issue a CLI token; it is printed once and stored only as a hash."""
+    """Issue a CLI token: only the token on stdout (--json: with its id), shown once and stored
+    only as a hash."""
     from hub.services import LOCAL_OWNER_NAME, write_owner_token
 
     if name is None and not owner_file:
@@ -582,14 +820,14 @@ def token_issue(
         principal = state.principal_by_name(who)
         if owner_file and not principal.is_owner:
             raise InvalidArgument(f"'{who}' is not an owner; owner.token holds an owner's token")
-        note = label or ("local owner" if owner_file else "")
-        token, credential = state.issue_credential(principal.id, "cli", label=note)
-        return token, credential.to_wire()
+        said = label or ("local owner" if owner_file else "")
+        token, credential = state.issue_credential(principal.id, "cli", label=said)
+        return token, credential_wire(credential, {principal.id: principal.name})
 
     token, credential = local(ctx, issue)
     if not owner_file:
-        typer.echo(f"token id {credential['id']} for {who} (shown once, keep it secret):", err=True)
-        typer.echo(token)
+        note(f"token id {credential['id']} for {who} (shown once, keep it secret):")
+        emit({**credential, "token": token}, as_json, lambda issued: str(issued["token"]))
         return
     home = env_of(ctx).hub_settings().home
     try:
@@ -598,7 +836,8 @@ def token_issue(
         # Nobody can hold a token that was never written: it must not stay valid.
         local(ctx, lambda state: state.revoke_credential(credential["id"]))
         fail(InvalidArgument(f"cannot write {home}/owner.token: {error.strerror}"))
-    typer.echo(f"token id {credential['id']} for {who} written to {path}", err=True)
+    note(f"token id {credential['id']} for {who} written to {path}")
+    emit({**credential, "path": str(path)}, as_json, lambda _: "")
 
 
 def in_use(ctx: typer.Context, state: State) -> tuple[str | None, bool]:
@@ -617,6 +856,7 @@ def token_revoke(
     yes: bool = typer.Option(
         False, "--yes", help="Revoke it even if it is the token this CLI is using, unasked."
     ),
+    as_json: JsonOutput = False,
 ) -> None:
     """Revoke a token by id; it stops working immediately.
 
@@ -630,11 +870,12 @@ def token_revoke(
         known = next((c for c in state.credentials() if c.id == token_id), None)
         if known is None:
             raise no_such_credential(token_id)
+        names = {p.id: p.name for p in state.principals()}
         if known.revoked_at is not None:
-            return known.to_wire(), f"token {token_id} is already revoked"
+            return credential_wire(known, names), f"token {token_id} is already revoked"
         used, from_file = in_use(ctx, state)
         if used != token_id:
-            return state.revoke_credential(token_id).to_wire(), None
+            return credential_wire(state.revoke_credential(token_id), names), None
         if not yes:
             said = f"token {token_id} is the one this CLI is using; once revoked it is refused"
             if not sys.stdin.isatty():
@@ -646,22 +887,27 @@ def token_revoke(
             if from_file
             else "set AMUX_TOKEN to another token (`amux token issue <principal>`)"
         )
-        return state.revoke_credential(token_id).to_wire(), f"this CLI's token is revoked: {fix}"
+        revoked = credential_wire(state.revoke_credential(token_id), names)
+        return revoked, f"this CLI's token is revoked: {fix}"
 
-    revoked, note = local(ctx, revoke)
-    emit(revoked)
-    if note is not None:
-        typer.echo(note, err=True)
+    revoked, told = local(ctx, revoke)
+    already = told is not None and told.endswith("already revoked")
+    emit(revoked, as_json, lambda done: "" if already else f"revoked token {done['id']}")
+    if told is not None:
+        note(told)
 
 
 @token_app.command("list")
 def token_list(
-    ctx: typer.Context, name: str | None = typer.Argument(None, help="Only this Principal's.")
+    ctx: typer.Context,
+    name: str | None = typer.Argument(None, help="Only this Principal's."),
+    as_json: JsonOutput = False,
 ) -> None:
-    """List tokens (never their secrets)."""
+    """List tokens (never their secrets): id, whose, kind, label, when made and until when."""
 
     def listing(state: State) -> list[dict[str, Any]]:
         principal_id = state.principal_by_name(name).id if name else None
-        return [c.to_wire() for c in state.credentials(principal_id)]
+        names = {p.id: p.name for p in state.principals()}
+        return [credential_wire(c, names) for c in state.credentials(principal_id)]
 
-    emit(local(ctx, listing))
+    emit(local(ctx, listing), as_json, tokens_text)

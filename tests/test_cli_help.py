@@ -1,5 +1,6 @@
 """Every command's --help reads as help for people: each option says what it does, and no value is
-labelled with a Python type name (<bool>, <FileBinaryRead>)."""
+labelled with a Python type name (<bool>, <FileBinaryRead>); every command that prints a result
+takes --json, and the README's CLI table names every command."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import typer.main
 from typer.testing import CliRunner
 
 from bot.commands.cli import app
-from tests.conftest import AMUX
+from tests.conftest import AMUX, REPO
 
+README = REPO / "README.md"
 # A Python annotation as typer prints it by default: <bool>, <str>, <FileBinaryRead>, <list[str]>
 # (a placeholder default such as <prompt> is not one).
 PYTHON_TYPE = re.compile(r"<(?:bool|str|int|float|bytes|list\[[^>]*\]|tuple\[[^>]*\]|[A-Z]\w*)>")
@@ -68,3 +70,43 @@ def test_root_help_lists_the_exit_statuses() -> None:
     text = " ".join(shown.output.split())
     for status in ("3 conflict", "4 not_found", "5 unauthenticated or forbidden", "6 unavailable"):
         assert status in text, text
+
+
+# Commands that print no result of their own: servers whose output is a log (`--log-format`) or
+# a protocol on stdio. Every other command takes --json.
+SERVERS = {"serve", "mcp", "permission-prompt"}
+
+
+def leaf_commands() -> list[tuple[str, Any]]:
+    return [
+        (" ".join(path), command)
+        for path, command in every_command()
+        if path and not hasattr(command, "list_commands")
+    ]
+
+
+def test_every_command_that_prints_a_result_takes_json() -> None:
+    runner = CliRunner()
+    missing = []
+    for path, command in leaf_commands():
+        if path in SERVERS:
+            continue
+        flags = {opt for param in command.params for opt in getattr(param, "opts", [])}
+        shown = runner.invoke(app, [*path.split(), "--help"], prog_name="amux", terminal_width=200)
+        if "--json" not in flags or "--json" not in shown.output:
+            missing.append(f"amux {path}")
+    assert not missing, f"without --json: {missing}"
+
+
+def test_the_readme_table_lists_every_command() -> None:
+    rows = [line for line in README.read_text().splitlines() if line.startswith("| `amux ")]
+    commands_shown = {
+        snippet for row in rows for snippet in re.findall(r"`(amux [^`]*)`", row.split(" | ")[0])
+    }
+    missing = [
+        f"amux {path}"
+        for path, command in leaf_commands()
+        if not command.hidden
+        and not any(re.match(rf"amux {re.escape(path)}(?: |$)", shown) for shown in commands_shown)
+    ]
+    assert not missing, f"README.md's CLI table lacks {missing}"

@@ -235,7 +235,7 @@ async def test_under_read_only_an_edit_fails_and_the_workspace_is_unchanged(
             before = sorted(p.name for p in workspace.iterdir())
             await set_policy(hub, "agents.permissions", "read-only")
             # The plan shows the policy the next turn runs under, and the flags it became.
-            shown = await cli(hub, "runtime", "plan", "--provider", "claude")
+            shown = await cli(hub, "runtime", "plan", "--json", "--provider", "claude")
             assert shown.returncode == 0, shown.stderr
             plan = json.loads(shown.stdout)
             assert plan["permissions"] == "read-only"

@@ -14,9 +14,18 @@ from pydantic_settings import SettingsError
 from bot.commands.runtime_cli import agent_app, runtime_app
 from bot.config import FeishuSettings
 from bot.service import logs
-from hub.cli import CliEnv, fail, memory_app, principal_app, system_app, token_app
+from hub.cli import (
+    CliEnv,
+    JsonOutput,
+    emit,
+    fail,
+    memory_app,
+    principal_app,
+    system_app,
+    token_app,
+)
 from hub.config import ClientSettings, HubSettings, invalid_settings, unparsable_setting
-from hub.errors import AmuxError, InvalidArgument
+from hub.errors import AmuxError, InvalidArgument, Unavailable
 from runtime_bridge.config import RuntimeSettings
 
 LOG_FORMATS = ("text", "json")
@@ -31,6 +40,14 @@ EXIT_STATUS_HELP = (
     "--expected-revision); 4 not_found; 5 unauthenticated or forbidden; 6 unavailable (the Hub "
     "cannot be reached, or its storage refuses). A failure prints one line on stderr: "
     "error: CODE: MESSAGE."
+)
+# The output switch, told beside the exit status in --help and the CLI reference.
+OUTPUT_HELP = (
+    "Output: every command that prints a result prints text for people by default and JSON "
+    "with --json (objects as the Hub answers them; times as ISO 8601 UTC, e.g. "
+    "2026-12-02T03:04:05Z; revisions whole). Notes and warnings go to stderr, so stdout stays "
+    "the result alone. --json does not change failures: the same error: CODE: MESSAGE line on "
+    "stderr and the same exit status."
 )
 
 
@@ -74,7 +91,7 @@ def _version(value: bool) -> None:
 app = typer.Typer(
     name="amux",
     help="amux: Feishu chats to managed coding Agents, with a shared long-term memory.",
-    epilog=EXIT_STATUS_HELP,
+    epilog=f"{EXIT_STATUS_HELP}\n\n{OUTPUT_HELP}",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -136,10 +153,8 @@ def serve(
     except AmuxError as error:
         fail(error)
     except OSError as error:
-        typer.echo(
-            f"error: cannot listen on {settings.host}:{settings.port}: {error.strerror}", err=True
-        )
-        raise typer.Exit(1) from None
+        # Not the listen error (serve names that one with its fix): a file or device failed.
+        fail(Unavailable(f"amux serve stopped: {error.strerror or error}"))
 
 
 def _process_secrets() -> list[str]:
@@ -169,20 +184,14 @@ def permission_prompt() -> None:
 
 
 @app.command("doctor")
-def doctor(
-    as_json: bool = typer.Option(False, "--json", help="Print the checks as JSON for scripts."),
-) -> None:
+def doctor(as_json: JsonOutput = False) -> None:
     """Check the installation and say how to fix each failure; exits 1 if a check fails."""
     import asyncio
-    import json
 
     from bot.commands import doctor as doctoring
 
     checks = asyncio.run(doctoring.diagnose())
-    if as_json:
-        typer.echo(json.dumps(doctoring.to_json(checks), ensure_ascii=False, indent=2))
-    else:
-        typer.echo(doctoring.render(checks))
+    emit(doctoring.to_json(checks), as_json, lambda _: doctoring.render(checks))
     if not doctoring.passed(checks):
         raise typer.Exit(1)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -16,7 +16,7 @@ from typing import Any
 import typer
 
 from bot.service import logs
-from hub.cli import emit, env_of, fail, run
+from hub.cli import JsonOutput, emit, env_of, fail, note, run
 from hub.client import HubClient
 from hub.contract import (
     ALLOW_ONCE,
@@ -49,11 +49,11 @@ WATCH_SECONDS = 20
 
 def memory_line(use: MemoryUse) -> str:
     """A turn's memory call as one progress line: what it did, to which document, at which
-    revision (short)."""
+    revision (whole, to paste into --expected-revision or restore)."""
     if use.op == "searched":
         return f"memory: searched {use.path or 'all documents'}"
     revision = use.revision or use.previous_revision
-    return f"memory: {use.op} {use.path}" + (f" ({revision[:12]})" if revision else "")
+    return f"memory: {use.op} {use.path}" + (f" (revision {revision})" if revision else "")
 
 
 APPROVE_CHOICES = {"once": ALLOW_ONCE, "session": ALLOW_SESSION, "deny": DENY}
@@ -300,7 +300,7 @@ def agent_run(
     cwd: Path | None = typer.Option(
         None, "--cwd", help="Where the Agent works: an existing directory, never created."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the structured result."),
+    as_json: JsonOutput = False,
     quiet: bool = typer.Option(False, "--quiet", help="No progress on stderr."),
     approve: str | None = typer.Option(
         None,
@@ -312,7 +312,8 @@ def agent_run(
     """Run one Agent turn; progress on stderr, the answer on stdout. When the Agent asks
     permission (under agents.permissions ask), --approve answers; else a terminal on stdin is
     asked (o once, s session, d deny; end of input or Ctrl-C denies); else the request is
-    denied, saying so on stderr. --json lists each request's final state under approvals."""
+    denied, saying so on stderr. --json prints the structured result instead of the answer,
+    each request's final state under approvals."""
     env = env_of(ctx)
     if approve is not None and approve not in APPROVE_CHOICES:
         fail(InvalidArgument(f"--approve must be one of {', '.join(APPROVE_CHOICES)}"))
@@ -344,29 +345,28 @@ def agent_run(
     final, session_id = run(work())
     result = final.result or TurnResult()
     succeeded = final.state == SUCCEEDED
+    outcome = {
+        "execution_id": final.id,
+        "session_id": session_id,
+        "state": final.state,
+        "text": result.text,
+        "binding": result.binding,
+        "warnings": list(result.warnings),
+        "usage": dict(result.usage),
+        "error": final.error,
+        "memory": [use.to_wire() for use in memory],
+        "approvals": [approval.to_wire() for approval in requests.values()],
+    }
     if as_json:
-        emit(
-            {
-                "execution_id": final.id,
-                "session_id": session_id,
-                "state": final.state,
-                "text": result.text,
-                "binding": result.binding,
-                "warnings": list(result.warnings),
-                "usage": dict(result.usage),
-                "error": final.error,
-                "memory": [use.to_wire() for use in memory],
-                "approvals": [approval.to_wire() for approval in requests.values()],
-            }
-        )
+        emit(outcome, as_json, str)
     elif succeeded:
         typer.echo(result.text or "")
     if not succeeded:
-        if not as_json:
-            typer.echo(f"error: {final.state}: {final.error or 'no answer'}", err=True)
+        # The same line with --json or without, as every failed command prints.
+        note(f"error: {final.state}: {final.error or 'no answer'}")
         raise typer.Exit(1)
     if not as_json:
-        typer.echo(f"session: {session_id}", err=True)
+        note(f"session: {session_id}")
 
 
 def _stdin_is_terminal() -> bool:
@@ -382,8 +382,10 @@ def runtime_plan(
     provider: str = typer.Option(..., "--provider", help="claude, codex, pi or another name."),
     session: str | None = typer.Option(None, "--session", help="Plan a resume of this session."),
     prompt: str = typer.Option("<prompt>", "--prompt", help="The prompt to show in the plan."),
+    as_json: JsonOutput = False,
 ) -> None:
-    """Print the launch plan as JSON (secrets masked) without starting anything."""
+    """Print the launch plan (secrets masked) without starting anything: the command, its
+    environment, working directory and files."""
     env = env_of(ctx)
     settings = RuntimeSettings()
     client_settings = env.client_settings()
@@ -465,13 +467,42 @@ def runtime_plan(
         plan["warnings"] = warnings + list(plan["warnings"])
         return plan
 
-    emit(run(work()))
+    plan = run(work())
+    emit(plan, as_json, plan_text)
+    if not as_json:
+        for warning in plan.get("warnings") or []:
+            note(f"warning: {warning}")
+
+
+def plan_text(plan: dict[str, Any]) -> str:
+    """A launch plan for people: the command line as a shell would take it, then where it runs,
+    as whom, with which environment and files."""
+    # The confinement prefix runs first, then the sandbox, then the Agent itself.
+    prefix = [str(arg) for key in ("confine", "sandbox") for arg in plan.get(key) or []]
+    run_as = plan.get("run_as")
+    lines = [
+        f"provider     {plan['provider']}",
+        f"command      {shlex.join([*prefix, *map(str, plan['argv'])])}",
+        f"cwd          {plan.get('cwd') or '-'}",
+        f"run as       {':'.join(map(str, run_as)) if run_as else 'the worker user'}",
+        f"stdin        {plan.get('stdin') or '-'}",
+        f"memory       {plan.get('binding') or 'none'}",
+        f"permissions  {plan.get('permissions') or '-'}",
+        "environment",
+        *(f"  {key}={value}" for key, value in sorted((plan.get("env") or {}).items())),
+    ]
+    files = plan.get("files") or []
+    if files:
+        lines.append("files")
+        lines += [f"  {entry['path']} (mode {entry.get('mode', '-')})" for entry in files]
+    return "\n".join(lines)
 
 
 @runtime_app.command("worker")
 def runtime_worker(
     ctx: typer.Context,
     hub_url: str | None = typer.Option(None, "--hub", help="The Hub URL (default AMUX_HUB_URL)."),
+    as_json: JsonOutput = False,
 ) -> None:
     """Run a Runtime worker: claim Agent turns from the Hub and launch them (service token)."""
     env = env_of(ctx)
@@ -499,4 +530,4 @@ def runtime_worker(
             await worker.run_forever(stop)
 
     run(work())
-    sys.stdout.write(json.dumps({"stopped": True}) + "\n")
+    emit({"stopped": True}, as_json, lambda _: f"worker {settings.name} stopped")

@@ -10,6 +10,7 @@ and in-flight requests drained.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -23,6 +24,7 @@ from bot.service.app import create_app
 from bot.service.heap import freeze_startup_heap
 from bot.service.logs import AccessLogger
 from hub.config import HubSettings
+from hub.errors import Unavailable
 from hub.middleware import DRAIN
 from hub.rpc import HUB
 from runtime_bridge.config import RuntimeSettings
@@ -44,6 +46,24 @@ def local_url(host: str, port: int) -> str:
     if ":" in host:
         host = f"[{host}]"
     return f"http://{host}:{port}"
+
+
+def cannot_listen(host: str, port: int, error: OSError) -> Unavailable:
+    """Why ``amux serve`` cannot listen on ``host:port``, and what to change."""
+    where = f"cannot listen on {host}:{port}"
+    if error.errno == errno.EADDRINUSE:
+        said = (
+            f"{where}: the port is in use (another amux serve?); stop what listens there, or "
+            "choose another port with --port or AMUX_PORT"
+        )
+    elif error.errno == errno.EACCES:
+        said = f"{where}: permission denied; choose another port with --port or AMUX_PORT"
+    else:
+        said = (
+            f"{where}: {error.strerror or error}; choose another address with --host or "
+            "AMUX_HOST, or another port with --port or AMUX_PORT"
+        )
+    return Unavailable(said, host=host, port=port)
 
 
 class Outcome(Enum):
@@ -70,7 +90,10 @@ async def serve(settings: HubSettings) -> Outcome:
     freeze_startup_heap()
     try:
         site = web.TCPSite(runner, settings.host, settings.port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as error:
+            raise cannot_listen(settings.host, settings.port, error) from None
         listening.set()
         logger.info("amux Hub listening on http://%s:%d", settings.host, settings.port)
         stop = asyncio.Event()

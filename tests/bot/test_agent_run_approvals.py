@@ -52,7 +52,7 @@ def site(tmp_path: Path) -> Iterator[Site]:
         tokens: dict[str, str] = {}
         ids: dict[str, str] = {}
         for name, flags in (("runtime", ["--service"]), ("alice", [])):
-            added = hub.cli("principal", "add", name, *flags)
+            added = hub.cli("principal", "add", "--json", name, *flags)
             assert added.returncode == 0, added.stderr
             ids[name] = added.json()["id"]
             issued = hub.cli("token", "issue", name)
@@ -208,7 +208,14 @@ def test_json_lists_each_request_in_its_final_state(site: Site) -> None:
     output = json.loads(ran.stdout)
     assert output["state"] == "succeeded"
     (approval,) = output["approvals"]
-    assert approval == worker.recorded() and approval["message"] == "allowed by alice"
+    # The request as the Hub recorded it, its moments in ISO 8601 UTC as all CLI JSON has them.
+    recorded = {
+        key: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(value))
+        if key.endswith("_at") and isinstance(value, float)
+        else value
+        for key, value in worker.recorded().items()
+    }
+    assert approval == recorded and approval["message"] == "allowed by alice"
     assert approval["decision"] == "allow_session" and approval["subject"] == "/w/notes.md"
     rules = site.hub.rpc("sessions.rules", token=site.alice_token, session_id=output["session_id"])
     assert [r["pattern"] for r in rules[1]["rules"]] == ["/w/notes.md"]
@@ -385,7 +392,7 @@ async def claude_site(tmp_path: Path, script: list[Step]) -> AsyncIterator[Claud
         )
         await asyncio.to_thread(hub.start)
         try:
-            who = await asyncio.to_thread(hub.cli, "system", "whoami")
+            who = await asyncio.to_thread(hub.cli, "system", "whoami", "--json")
             yield ClaudeSite(hub, model, who.json()["principal"]["id"])
         finally:
             await asyncio.to_thread(hub.stop)

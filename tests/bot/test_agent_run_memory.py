@@ -6,16 +6,16 @@ from bot.commands.runtime_cli import memory_line
 from hub.contract import MemoryUse
 
 
-def test_each_memory_call_is_one_line_with_its_path_and_short_revision() -> None:
+def test_each_memory_call_is_one_line_with_its_path_and_whole_revision() -> None:
     assert memory_line(MemoryUse("read", "MEMORY.md", "a" * 64)) == (
-        "memory: read MEMORY.md (aaaaaaaaaaaa)"
+        f"memory: read MEMORY.md (revision {'a' * 64})"
     )
     assert memory_line(MemoryUse("saved", "topics/x.md", "b" * 64, None)) == (
-        "memory: saved topics/x.md (bbbbbbbbbbbb)"
+        f"memory: saved topics/x.md (revision {'b' * 64})"
     )
     # A forget names the revision it removed.
     assert memory_line(MemoryUse("forgot", "old.md", None, "c" * 64)) == (
-        "memory: forgot old.md (cccccccccccc)"
+        f"memory: forgot old.md (revision {'c' * 64})"
     )
     assert memory_line(MemoryUse("searched", "")) == "memory: searched all documents"
     assert memory_line(MemoryUse("searched", "topics")) == "memory: searched topics"

@@ -74,7 +74,7 @@ class Bot:
         return [m for m in self.feishu.messages.values() if m.root_id == message_id]
 
     async def cli(self, *args: str) -> Any:
-        done = await asyncio.to_thread(self.hub.cli, *args)
+        done = await asyncio.to_thread(self.hub.cli, *args, "--json")
         assert done.returncode == 0, done.stderr
         return done.json()
 
@@ -159,7 +159,7 @@ async def test_owner_enables_memory_from_the_card_and_the_restart_applies_it(bot
     await bot.click({"action": "restart.now"}, open_message_id=card_message.message_id)
 
     def running() -> bool:
-        done = bot.hub.cli("system", "config", "get")
+        done = bot.hub.cli("system", "config", "get", "--json")
         return done.returncode == 0 and done.json()["memory.enabled"]["running"] is True
 
     await until(lambda: running() if bot.hub.healthy() else False, seconds=60)

@@ -99,7 +99,7 @@ def test_a_refused_token_is_named_with_how_to_get_a_valid_one(
 def test_a_revoked_local_owner_token_is_named_with_the_command_that_replaces_it(
     hub_process: HubProcess, stub_agents: dict[str, str]
 ) -> None:
-    (owner,) = hub_process.cli("token", "list", "owner").json()
+    (owner,) = hub_process.cli("token", "list", "--json", "owner").json()
     assert hub_process.cli("token", "revoke", owner["id"], "--yes").returncode == 0
     code, _, checks = doctor(hub_process, stub_agents)
     assert code == 1

@@ -141,6 +141,7 @@ def test_e2e_json_log_never_contains_tokens_app_secrets_or_memory_contents(
         created = hub.cli(
             "memory",
             "upsert",
+            "--json",
             "topics/keys.md",
             "--expected-revision",
             "absent",

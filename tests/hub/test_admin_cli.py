@@ -37,14 +37,15 @@ def data(done: subprocess.CompletedProcess[str]) -> Any:
 def test_aliases_map_outside_identities_to_one_principal(tmp_path: Path) -> None:
     home = tmp_path / "home"
     State(home / "state.sqlite3").close()  # The state a Hub made here.
-    data(admin(home, "principal", "add", "alice"))
-    data(admin(home, "principal", "add", "bob"))
+    data(admin(home, "principal", "add", "--json", "alice"))
+    data(admin(home, "principal", "add", "--json", "bob"))
     shown = data(
         admin(
             home,
             "principal",
             "alias",
             "alice",
+            "--json",
             "--feishu-union-id",
             "on_1",
             "--feishu-open-id",
@@ -58,7 +59,7 @@ def test_aliases_map_outside_identities_to_one_principal(tmp_path: Path) -> None
     taken = admin(home, "principal", "alias", "bob", "--feishu-union-id", "on_1")
     assert taken.returncode == 3
     assert taken.stderr.startswith("error: conflict:")
-    assert data(admin(home, "principal", "show", "bob"))["aliases"] == []
+    assert data(admin(home, "principal", "show", "--json", "bob"))["aliases"] == []
 
     missing = admin(home, "principal", "show", "carol")
     assert missing.returncode == 4 and missing.stderr.startswith("error: not_found:")
@@ -101,18 +102,18 @@ def test_admin_commands_never_make_a_state_database_no_hub_reads(tmp_path: Path)
 
 def test_issued_token_works_once_shown_and_stops_when_revoked(hub_process: HubProcess) -> None:
     home = hub_process.home
-    data(hub_process.cli("principal", "add", "carol"))
+    data(hub_process.cli("principal", "add", "--json", "carol"))
     issued = hub_process.cli("token", "issue", "carol", "--label", "laptop")
     assert issued.returncode == 0, issued.stderr
     token = issued.stdout.strip()
     assert token.startswith("amux_")
     # Only the hash is stored: the token text appears nowhere in the state database.
     assert token.encode() not in (home / "state.sqlite3").read_bytes()
-    listed = data(hub_process.cli("token", "list", "carol"))
+    listed = data(hub_process.cli("token", "list", "--json", "carol"))
     assert [t["label"] for t in listed] == ["laptop"]
     assert token not in json.dumps(listed)
 
-    whoami = hub_process.cli("system", "whoami", env={"AMUX_TOKEN": token})
+    whoami = hub_process.cli("system", "whoami", "--json", env={"AMUX_TOKEN": token})
     assert data(whoami)["principal"]["name"] == "carol"
     # A non-owner cannot change settings or restart the Hub.
     refused = hub_process.cli(
@@ -122,7 +123,7 @@ def test_issued_token_works_once_shown_and_stops_when_revoked(hub_process: HubPr
     restart = hub_process.cli("system", "restart", env={"AMUX_TOKEN": token})
     assert restart.returncode == 5 and restart.stderr.startswith("error: forbidden:")
 
-    data(hub_process.cli("token", "revoke", listed[0]["id"]))
+    data(hub_process.cli("token", "revoke", "--json", listed[0]["id"]))
     after = hub_process.cli("system", "whoami", env={"AMUX_TOKEN": token})
     assert after.returncode == 5 and after.stderr.startswith("error: unauthenticated:")
 
@@ -131,7 +132,7 @@ def test_revoking_the_token_in_use_asks_first_and_a_lost_owner_token_is_reissued
     hub_process: HubProcess,
 ) -> None:
     home = hub_process.home
-    (owner,) = data(hub_process.cli("token", "list", "owner"))
+    (owner,) = data(hub_process.cli("token", "list", "--json", "owner"))
     old_token = hub_process.owner_token
 
     # Not on a terminal: refused in one line naming --yes, and the token keeps working.
@@ -146,9 +147,9 @@ def test_revoking_the_token_in_use_asks_first_and_a_lost_owner_token_is_reissued
     assert declined.returncode == 1, declined.stderr
     assert "Revoke it? [y/N]" in declined.stderr
     assert declined.stderr.endswith("error: invalid_argument: not revoked\n")
-    assert data(hub_process.cli("system", "whoami"))["principal"]["name"] == "owner"
+    assert data(hub_process.cli("system", "whoami", "--json"))["principal"]["name"] == "owner"
 
-    revoked = hub_process.cli("token", "revoke", owner["id"], "--yes")
+    revoked = hub_process.cli("token", "revoke", "--json", owner["id"], "--yes")
     assert revoked.returncode == 0, revoked.stderr
     assert revoked.json()["revoked"] is True
     assert "`amux token issue --owner-file`" in revoked.stderr
@@ -156,7 +157,7 @@ def test_revoking_the_token_in_use_asks_first_and_a_lost_owner_token_is_reissued
     assert after.returncode == 5 and after.stderr.startswith("error: unauthenticated:")
 
     # Again: nothing to do, said so, and not an error.
-    again = hub_process.cli("token", "revoke", owner["id"], input="")
+    again = hub_process.cli("token", "revoke", "--json", owner["id"], input="")
     assert again.returncode == 0
     assert again.stderr == f"token {owner['id']} is already revoked\n"
     assert again.json()["revoked"] is True
@@ -180,8 +181,8 @@ def test_revoking_the_token_in_use_asks_first_and_a_lost_owner_token_is_reissued
     assert (home / "owner.token").stat().st_mode & 0o777 == 0o600
     assert hub_process.owner_token != old_token
     assert hub_process.owner_token not in issued.stderr
-    assert data(hub_process.cli("system", "whoami"))["principal"]["name"] == "owner"
-    labels = [t["label"] for t in data(hub_process.cli("token", "list", "owner"))]
+    assert data(hub_process.cli("system", "whoami", "--json"))["principal"]["name"] == "owner"
+    labels = [t["label"] for t in data(hub_process.cli("token", "list", "--json", "owner"))]
     assert labels == ["local owner", "local owner"]
 
 
@@ -204,7 +205,7 @@ def test_the_owner_token_under_amux_home_is_never_used_inside_an_agent_launch(
     hub_process: HubProcess,
 ) -> None:
     # The CLI run beside the Hub finds the owner token by itself...
-    assert data(hub_process.cli("system", "whoami"))["principal"]["owner"] is True
+    assert data(hub_process.cli("system", "whoami", "--json"))["principal"]["owner"] is True
     # ...an Agent launch's environment switches that fallback off.
     inside = hub_process.cli("system", "whoami", env={"AMUX_OWNER_TOKEN_FALLBACK": "false"})
     assert inside.returncode != 0
@@ -214,7 +215,7 @@ def test_the_owner_token_under_amux_home_is_never_used_inside_an_agent_launch(
 def test_only_the_owner_may_choose_an_agents_working_directory(
     hub_process: HubProcess, tmp_path: Path
 ) -> None:
-    data(hub_process.cli("principal", "add", "dora"))
+    data(hub_process.cli("principal", "add", "--json", "dora"))
     token = hub_process.cli("token", "issue", "dora").stdout.strip()
     status, body = hub_process.rpc(
         "executions.submit", token=token, provider="claude", prompt="hi", cwd=str(tmp_path)

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_fresh_hub_has_memory_off_and_refuses_data_calls(hub_process: HubProcess) -> None:
-    config = hub_process.cli("system", "config", "get")
+    config = hub_process.cli("system", "config", "get", "--json")
     assert config.returncode == 0, config.stderr
     assert config.json()["memory.enabled"] == {
         "saved": False,
@@ -27,13 +27,14 @@ def test_fresh_hub_has_memory_off_and_refuses_data_calls(hub_process: HubProcess
 def test_enabling_memory_takes_effect_after_restart_and_crud_works(
     hub_process: HubProcess,
 ) -> None:
-    saved = hub_process.cli("system", "config", "set", "memory.enabled", "true")
+    saved = hub_process.cli("system", "config", "set", "--json", "memory.enabled", "true")
     assert saved.json()["memory.enabled"]["restart_pending"] is True
     hub_process.restart()
 
     created = hub_process.cli(
         "memory",
         "upsert",
+        "--json",
         "topics/review-format.md",
         "--expected-revision",
         "absent",
@@ -42,11 +43,11 @@ def test_enabling_memory_takes_effect_after_restart_and_crud_works(
     assert created.returncode == 0, created.stderr
     revision = created.json()["revision"]
 
-    shown = hub_process.cli("memory", "show", "topics/review-format.md").json()
+    shown = hub_process.cli("memory", "show", "--json", "topics/review-format.md").json()
     assert shown["revision"] == revision
     assert shown["content"].startswith("# Review format")
 
-    found = hub_process.cli("memory", "search", "unresolved").json()
+    found = hub_process.cli("memory", "search", "--json", "unresolved").json()
     assert [m["path"] for m in found["matches"]] == ["topics/review-format.md"]
 
     stale = hub_process.cli(

@@ -35,7 +35,7 @@ def upsert(hub: HubProcess, path: str, text: str, expected: str = "absent") -> N
 
 
 def exists(hub: HubProcess, path: str) -> bool:
-    shown = hub.cli("memory", "show", path)
+    shown = hub.cli("memory", "show", "--json", path)
     assert shown.returncode == 0, shown.stderr
     return bool(shown.json()["exists"])
 
@@ -67,7 +67,7 @@ def test_erasing_a_whole_scope_asks_first(shared_hub: HubProcess) -> None:
     assert exists(hub, "notes.md")
 
     # Yes erases.
-    erased = hub.on_a_terminal("y\n", "memory", "erase", "--all")
+    erased = hub.on_a_terminal("y\n", "memory", "erase", "--all", "--json")
     assert erased.returncode == 0, erased.stderr
     assert '"documents_removed": 1' in erased.stdout
     assert not exists(hub, "notes.md")
@@ -77,7 +77,7 @@ def test_erasing_a_whole_scope_asks_first(shared_hub: HubProcess) -> None:
 
 def test_forgetting_or_erasing_nothing_is_not_a_silent_success(shared_hub: HubProcess) -> None:
     hub = shared_hub
-    forgot = hub.cli("memory", "forget", "nosuch.md", "--expected-revision", "absent")
+    forgot = hub.cli("memory", "forget", "--json", "nosuch.md", "--expected-revision", "absent")
     assert forgot.returncode == 0, forgot.stderr
     assert forgot.json()["already_absent"] is True
     assert forgot.stderr == "nosuch.md did not exist: nothing was forgotten\n"
@@ -91,7 +91,7 @@ def test_forgetting_or_erasing_nothing_is_not_a_silent_success(shared_hub: HubPr
     upsert(hub, "gone.md", TEXT)
     done = hub.cli("memory", "forget", "gone.md", "--expected-revision", revision(TEXT))
     assert done.returncode == 0 and done.stderr == "", done.stderr
-    erased = hub.cli("memory", "erase", "gone.md")
+    erased = hub.cli("memory", "erase", "--json", "gone.md")
     assert erased.returncode == 0, erased.stderr
     assert erased.json()["documents_removed"] == 0
     assert erased.json()["history_copies_removed"] == 1
@@ -109,20 +109,20 @@ def test_principal_names_that_look_alike_are_one_name(shared_hub: HubProcess) ->
     composed = unicodedata.normalize("NFC", "josé")
     decomposed = unicodedata.normalize("NFD", "josé")
     assert composed != decomposed
-    added = hub.cli("principal", "add", decomposed)
+    added = hub.cli("principal", "add", "--json", decomposed)
     assert added.returncode == 0, added.stderr
     assert added.json()["name"] == composed
     again = hub.cli("principal", "add", composed.upper())
     assert again.stderr.startswith("error: conflict: a principal named 'josé'"), again.stderr
     # Either spelling finds it.
-    assert hub.cli("principal", "show", decomposed).json()["name"] == composed
+    assert hub.cli("principal", "show", "--json", decomposed).json()["name"] == composed
 
     for name in ("zero\u200bwidth", "esc\x1b[31mred", "rtl\u202eevil"):
         refused = hub.cli("principal", "add", name)
         assert refused.returncode != 0
         assert refused.stderr.startswith("error: invalid_argument: "), refused.stderr
         assert "invisible" in refused.stderr
-    names = [p["name"] for p in hub.cli("principal", "list").json()]
+    names = [p["name"] for p in hub.cli("principal", "list", "--json").json()]
     assert [n for n in names if n.casefold() in ("alice", "josé")] == ["alice", composed]
     assert not [n for n in names if not n.isprintable()]
 
@@ -153,7 +153,7 @@ def test_turning_isolation_on_warns_that_global_memory_goes_out_of_sight(
     hub = shared_hub
     upsert(hub, "one.md", TEXT)
     upsert(hub, "two.md", TEXT)
-    done = hub.cli("system", "config", "set", "memory.isolation", "on")
+    done = hub.cli("system", "config", "set", "--json", "memory.isolation", "on")
     assert done.returncode == 0, done.stderr
     assert "warning: the global memory scope holds 2 document(s)" in done.stderr
     assert "will not be visible" in done.stderr
@@ -161,7 +161,7 @@ def test_turning_isolation_on_warns_that_global_memory_goes_out_of_sight(
     assert done.json()["memory.isolation"]["global_documents"] == 2
 
     # Turning it off, or another setting, warns of nothing.
-    off = hub.cli("system", "config", "set", "memory.isolation", "off")
+    off = hub.cli("system", "config", "set", "--json", "memory.isolation", "off")
     assert off.returncode == 0, off.stderr
     assert "warning" not in off.stderr
     assert "global_documents" not in off.json()["memory.isolation"]

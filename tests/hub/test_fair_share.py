@@ -187,7 +187,9 @@ def test_the_cli_prints_the_refusal_in_one_line_and_the_cap_is_an_owner_setting(
         assert f"try again in about {QUEUED_RETRY_SECONDS} s" in refused.stderr
         assert refused.stderr.count("\n") == 1
 
-        changed = hub.cli("system", "config", "set", "turns.max_queued_per_principal", "8")
+        changed = hub.cli(
+            "system", "config", "set", "--json", "turns.max_queued_per_principal", "8"
+        )
         assert changed.returncode == 0, changed.stderr
         assert changed.json()["turns.max_queued_per_principal"] == {
             "saved": 8,

@@ -44,7 +44,7 @@ def upsert(
 
 
 def content(hub: HubProcess, path: str) -> str | None:
-    shown = hub.cli("memory", "show", path)
+    shown = hub.cli("memory", "show", "--json", path)
     assert shown.returncode == 0, shown.stderr
     got = shown.json()
     return str(got["content"]) if got["exists"] else None
@@ -90,6 +90,7 @@ def test_a_body_someone_else_replaced_can_be_restored_by_anyone_in_the_scope(
     restored = hub.cli(
         "memory",
         "restore",
+        "--json",
         PATH,
         "--revision",
         revision(OWNERS),
@@ -124,8 +125,9 @@ def test_restore_takes_the_revision_as_history_prints_it(shared_hub: HubProcess)
     upsert(hub, PATH, ALICES, revision(OWNERS))
     history = hub.cli("memory", "history", PATH)
     assert history.returncode == 0, history.stderr
+    # Whole revisions, to paste into --revision or --expected-revision; a prefix restores too.
+    assert f"{revision(OWNERS)} -> {revision(ALICES)}" in history.stdout
     short = revision(OWNERS)[:12]
-    assert f"{short} -> {revision(ALICES)[:12]}" in history.stdout
 
     def restore(prefix: str) -> tuple[int, str]:
         done = hub.cli(
@@ -164,12 +166,12 @@ def test_a_shared_erase_keeps_what_someone_else_changed_too(shared_hub: HubProce
     owners_own = "# The owner's own\n"
     upsert(hub, "topics/owner.md", owners_own, "absent")
 
-    one = hub.cli("memory", "erase", PATH, env=alice)
+    one = hub.cli("memory", "erase", "--json", PATH, env=alice)
     assert one.returncode == 0, one.stderr
     assert one.json()["documents_removed"] == 0
     assert [k["path"] for k in one.json()["kept"]] == [PATH]
 
-    erased = hub.cli("memory", "erase", "--all", "--yes", env=alice)
+    erased = hub.cli("memory", "erase", "--json", "--all", "--yes", env=alice)
     assert erased.returncode == 0, erased.stderr
     receipt = erased.json()
     assert receipt["documents_removed"] == 1
@@ -196,7 +198,7 @@ def test_a_shared_erase_keeps_what_someone_else_changed_too(shared_hub: HubProce
     assert restored.returncode == 0, restored.stderr
 
     # The owner's own erase follows the same rule.
-    by_owner = hub.cli("memory", "erase", "--all", "--yes")
+    by_owner = hub.cli("memory", "erase", "--json", "--all", "--yes")
     assert by_owner.returncode == 0, by_owner.stderr
     assert by_owner.json()["documents_removed"] == 1
     assert [k["path"] for k in by_owner.json()["kept"]] == [PATH]

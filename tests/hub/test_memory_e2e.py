@@ -79,7 +79,15 @@ def test_crud_search_and_forget_through_separate_cli_calls(
     cli = memory_hub.cli
     path = "projects/amux/decisions.md"
     created = ok(
-        cli("memory", "upsert", path, "--expected-revision", "absent", input="# Decisions\n")
+        cli(
+            "memory",
+            "upsert",
+            "--json",
+            path,
+            "--expected-revision",
+            "absent",
+            input="# Decisions\n",
+        )
     )
     assert created == {"path": path, "revision": sha("# Decisions\n")}
 
@@ -90,6 +98,7 @@ def test_crud_search_and_forget_through_separate_cli_calls(
         cli(
             "memory",
             "upsert",
+            "--json",
             path,
             "--expected-revision",
             created["revision"],
@@ -99,7 +108,7 @@ def test_crud_search_and_forget_through_separate_cli_calls(
     )
     assert replaced["revision"] == sha(replacement)
 
-    shown = ok(cli("memory", "show", path))
+    shown = ok(cli("memory", "show", "--json", path))
     assert shown == {
         "path": path,
         "exists": True,
@@ -108,21 +117,23 @@ def test_crud_search_and_forget_through_separate_cli_calls(
         "truncated": False,
         "next_offset": None,
     }
-    lines = ok(cli("memory", "show", path, "--start-line", "2", "--end-line", "3"))
+    lines = ok(cli("memory", "show", "--json", path, "--start-line", "2", "--end-line", "3"))
     assert lines["content"] == "- 发布流程 needs two reviews\n- Deploy on Tuesdays\n"
 
-    found = ok(cli("memory", "search", "发布流程 tuesdays", "--path-prefix", "projects"))
+    found = ok(cli("memory", "search", "--json", "发布流程 tuesdays", "--path-prefix", "projects"))
     assert found["incomplete"] is False
     assert found["truncated"] is False
     assert [(m["path"], m["line"], m["revision"]) for m in found["matches"]] == [
         (path, 2, replaced["revision"])
     ]
 
-    forgotten = ok(cli("memory", "forget", path, "--expected-revision", replaced["revision"]))
+    forgotten = ok(
+        cli("memory", "forget", "--json", path, "--expected-revision", replaced["revision"])
+    )
     assert forgotten == {"path": path, "already_absent": False}
     gone = rpc_ok(memory_hub, "memory.get", path=path)
     assert (gone["exists"], gone["revision"], gone["content"]) == (False, "absent", "")
-    again = ok(cli("memory", "forget", path, "--expected-revision", replaced["revision"]))
+    again = ok(cli("memory", "forget", "--json", path, "--expected-revision", replaced["revision"]))
     assert again == {"path": path, "already_absent": True}
 
 
@@ -269,7 +280,7 @@ def test_bad_paths_quotas_and_queries_are_one_line_errors(memory_hub: HubProcess
 def test_a_non_owner_can_use_memory_but_not_change_settings_or_restart(
     memory_hub: HubProcess,
 ) -> None:
-    ok(memory_hub.cli("principal", "add", "bob"))
+    ok(memory_hub.cli("principal", "add", "--json", "bob"))
     issued = memory_hub.cli("token", "issue", "bob")
     assert issued.returncode == 0, issued.stderr
     token = issued.stdout.strip()
@@ -290,7 +301,7 @@ def test_a_non_owner_can_use_memory_but_not_change_settings_or_restart(
     assert (config["saved"], config["restart_pending"]) == (True, False)
 
     token_id = issued.stderr.split()[2]
-    ok(memory_hub.cli("token", "revoke", token_id))
+    ok(memory_hub.cli("token", "revoke", "--json", token_id))
     revoked = memory_hub.cli("memory", "show", "topics/bob.md", env=bob)
     one_line_error(revoked, "unauthenticated")
 
@@ -318,7 +329,7 @@ def test_disabling_memory_refuses_data_calls_and_keeps_the_files(
     home = tmp_path / "amux-home"
     with running_hub(home, {"memory.enabled": True}) as hub:
         kept = put(hub, "MEMORY.md", "keep me\n")
-        ok(hub.cli("system", "config", "set", "memory.enabled", "false"))
+        ok(hub.cli("system", "config", "set", "--json", "memory.enabled", "false"))
         hub.restart()
         one_line_error(hub.cli("memory", "search", "keep"), "memory_disabled")
         refused = hub.cli("memory", "upsert", "x.md", "--expected-revision", "absent", input="x")

@@ -57,7 +57,7 @@ def test_the_owner_erases_a_principals_memory_and_no_copy_of_its_text_remains(
     assert refused.returncode != 0
     assert refused.stderr.startswith("error: forbidden:"), refused.stderr
 
-    erased = hub.cli("principal", "erase", "bob", "--yes")
+    erased = hub.cli("principal", "erase", "--json", "bob", "--yes")
     assert erased.returncode == 0, erased.stderr
     receipt = json.loads(erased.stdout)
     assert receipt["documents_removed"] == 1
@@ -65,5 +65,5 @@ def test_the_owner_erases_a_principals_memory_and_no_copy_of_its_text_remains(
     assert receipt["log_entries_redacted"] == 2
     assert "not erased" in erased.stderr
     assert containing(hub.home, b"bob-private-phrase-41c9") == []
-    shown = json.loads(hub.cli("memory", "show", "prefs.md", env=bob).stdout)
+    shown = json.loads(hub.cli("memory", "show", "--json", "prefs.md", env=bob).stdout)
     assert shown["exists"] is False

@@ -95,6 +95,7 @@ async def test_an_agent_save_an_operator_overwrite_restore_forget_and_erase_are_
                     hub,
                     "memory",
                     "upsert",
+                    "--json",
                     path,
                     "--expected-revision",
                     revision(NOTE),
@@ -112,7 +113,7 @@ async def test_an_agent_save_an_operator_overwrite_restore_forget_and_erase_are_
             assert kept[0].read_text() == NOTE
             assert kept[0].stat().st_mode & 0o777 == 0o600
             # History is not memory: a search finds only the current body.
-            found = ok(await cli(hub, "memory", "search", "unresolved"))
+            found = ok(await cli(hub, "memory", "search", "--json", "unresolved"))
             assert found["matches"] == []
 
             # Restore brings the agent's body back, and is itself logged.
@@ -121,6 +122,7 @@ async def test_an_agent_save_an_operator_overwrite_restore_forget_and_erase_are_
                     hub,
                     "memory",
                     "restore",
+                    "--json",
                     path,
                     "--revision",
                     revision(NOTE),
@@ -128,7 +130,7 @@ async def test_an_agent_save_an_operator_overwrite_restore_forget_and_erase_are_
                     revision(rewritten),
                 )
             )
-            assert ok(await cli(hub, "memory", "show", path))["content"] == NOTE
+            assert ok(await cli(hub, "memory", "show", "--json", path))["content"] == NOTE
             restored = (await history(hub, path))[0]
             assert restored["action"] == "restore"
             assert restored["new_revision"] == revision(NOTE)
@@ -149,11 +151,15 @@ async def test_an_agent_save_an_operator_overwrite_restore_forget_and_erase_are_
             assert stale.stderr.startswith("error: conflict:"), stale.stderr
 
             # Forget leaves a restorable copy.
-            ok(await cli(hub, "memory", "forget", path, "--expected-revision", revision(NOTE)))
+            ok(
+                await cli(
+                    hub, "memory", "forget", "--json", path, "--expected-revision", revision(NOTE)
+                )
+            )
             forgot = (await history(hub, path))[0]
             assert forgot["action"] == "forget"
             assert forgot["restorable"] is True
-            assert ok(await cli(hub, "memory", "show", path))["exists"] is False
+            assert ok(await cli(hub, "memory", "show", "--json", path))["exists"] is False
 
             # An operator note, overwritten once, then erased with everything else.
             other = "notes/deploy.md"
@@ -162,6 +168,7 @@ async def test_an_agent_save_an_operator_overwrite_restore_forget_and_erase_are_
                     hub,
                     "memory",
                     "upsert",
+                    "--json",
                     other,
                     "--expected-revision",
                     "absent",
@@ -173,6 +180,7 @@ async def test_an_agent_save_an_operator_overwrite_restore_forget_and_erase_are_
                     hub,
                     "memory",
                     "upsert",
+                    "--json",
                     other,
                     "--expected-revision",
                     revision(OPERATOR_TEXT),
@@ -182,7 +190,7 @@ async def test_an_agent_save_an_operator_overwrite_restore_forget_and_erase_are_
             assert files_containing(hub.home, b"operator-secret-phrase-7d1f")
             entries_before = len(await history(hub, "--limit", "200"))
 
-            erased = await cli(hub, "memory", "erase", "--all", "--yes")
+            erased = await cli(hub, "memory", "erase", "--json", "--all", "--yes")
             assert erased.returncode == 0, erased.stderr
             receipt = json.loads(erased.stdout)
             # The current notes/deploy.md; the review format was forgotten already.

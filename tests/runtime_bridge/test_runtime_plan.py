@@ -41,7 +41,7 @@ def hub(tmp_path: Path) -> Iterator[HubProcess]:
 def plan(hub: HubProcess, *args: str) -> tuple[dict[str, Any], str]:
     """Run `amux runtime plan` with a provider key and the owner's token in its environment."""
     env = {"ANTHROPIC_API_KEY": PROVIDER_SECRET, "AMUX_TOKEN": hub.owner_token}
-    done = hub.cli("runtime", "plan", *args, env=env)
+    done = hub.cli("runtime", "plan", "--json", *args, env=env)
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout)), done.stdout
 

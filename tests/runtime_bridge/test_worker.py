@@ -77,7 +77,7 @@ async def test_a_bound_claude_turn_saves_memory_through_the_hub_and_resumes_with
             assert first["binding"] == "global"
             assert first["warnings"] == []
 
-            shown = (await cli(hub, "memory", "show", "topics/review-format.md")).json()
+            shown = (await cli(hub, "memory", "show", "--json", "topics/review-format.md")).json()
             assert shown["content"] == content
 
             request = model.main_requests[0]

@@ -66,7 +66,7 @@ async def test_a_bound_codex_turn_saves_memory_over_mcp_and_resumes_with_its_bin
             assert first["binding"] == "global"
             assert first["warnings"] == []
 
-            shown = (await cli(hub, "memory", "show", "topics/deploys.md")).json()
+            shown = (await cli(hub, "memory", "show", "--json", "topics/deploys.md")).json()
             assert shown["content"] == content
             assert (hub.home / "memory" / "global" / "topics" / "deploys.md").is_file()
 

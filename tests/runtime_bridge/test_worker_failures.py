@@ -115,7 +115,7 @@ async def test_an_unreachable_hub_at_discovery_warns_and_runs_the_agent_unbound_
             assert protocol_text("cli").strip() not in first.system_text
             assert '"revision"' not in model.tool_results[0][1]
             assert not (cluster.hub.home / "memory" / "global" / "topics").exists()
-            missing = await cli(cluster.hub, "memory", "show", "topics/unsaved.md")
+            missing = await cli(cluster.hub, "memory", "show", "--json", "topics/unsaved.md")
             assert missing.json()["exists"] is False
             # No temporary store or connection config was left on the worker's side.
             work_dir = tmp_path / "runtime-w"

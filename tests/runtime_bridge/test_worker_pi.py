@@ -84,7 +84,7 @@ async def test_a_bound_pi_turn_saves_memory_through_the_cli_and_resumes_with_its
             assert first["binding"] == "global"
             assert first["warnings"] == []
 
-            shown = (await cli(hub, "memory", "show", "topics/build.md")).json()
+            shown = (await cli(hub, "memory", "show", "--json", "topics/build.md")).json()
             assert shown["content"] == content
             assert (hub.home / "memory" / "global" / "topics" / "build.md").read_text() == content
             # The CLI answered the bash tool with the new revision.
@@ -133,14 +133,16 @@ async def test_with_isolation_on_pi_writes_into_the_principals_own_directory(
             await asyncio.to_thread(hub.enable_memory, True)
             done = await agent_run(hub, "--provider", "pi", "Remember this privately")
             assert done["state"] == "succeeded", (done, tool_outputs(model))
-            principal_id = (await cli(hub, "system", "whoami")).json()["principal"]["id"]
+            principal_id = (await cli(hub, "system", "whoami", "--json")).json()["principal"]["id"]
             assert done["binding"] == f"principal:{principal_id}"
 
             digest = hashlib.sha256(principal_id.encode("utf-8")).hexdigest()
             private = hub.home / "memory" / "users" / digest / "topics" / "private.md"
             assert private.read_text() == content
             assert not (hub.home / "memory" / "global" / "topics" / "private.md").exists()
-            shown: dict[str, Any] = (await cli(hub, "memory", "show", "topics/private.md")).json()
+            shown: dict[str, Any] = (
+                await cli(hub, "memory", "show", "--json", "topics/private.md")
+            ).json()
             assert shown["content"] == content
         finally:
             hub.stop()

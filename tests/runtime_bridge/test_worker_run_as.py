@@ -126,7 +126,7 @@ async def test_an_agent_running_as_another_user_still_reaches_memory(
             assert done["state"] == "succeeded", done
             output = tool_outputs(model)
             assert str(other_user) in output.split()
-            shown = (await cli(hub, "memory", "show", "topics/who.md")).json()
+            shown = (await cli(hub, "memory", "show", "--json", "topics/who.md")).json()
             assert shown["content"] == content, output
             sessions = shared_work_dir / "sessions"
             homes = [p / "home" for p in sessions.iterdir()]

@@ -291,7 +291,7 @@ async def test_a_turn_whose_worker_is_killed_is_retried_on_another_worker(
     assert "the worker running this turn was lost; retrying" in event_texts(described)
     # Each launch had its own Agent credential; the killed worker's was revoked by the Hub,
     # since its Agent could outlive it.
-    listed = await cli(cluster.hub, "token", "list")
+    listed = await cli(cluster.hub, "token", "list", "--json")
     delegated = [c for c in listed.json() if c["kind"] == "delegated"]
     assert len(delegated) == 2
     assert all(c["revoked"] for c in delegated)
