@@ -13,9 +13,14 @@
    an unsandboxed launch runs, as the same uid).
 3. Memory call: ``amux.memory_get`` through the real MCP client SDK → ``amux mcp`` (stdio) → Hub,
    against ``HubClient.memory_get`` straight to the Hub; plus the cold start of ``amux mcp``.
+4. Model gateway: one streamed model request (the whole SSE answer read) to the scripted model
+   directly, and through the worker's gateway (placeholder swapped, usage counted), interleaved
+   on kept-alive connections as a CLI makes them; p50 and p99 per round, the median of the
+   rounds with their spread.
 
-Run: .venv/bin/python tests/benchmarks/bench_bridge.py [--samples N]
-Targets: < 100 ms added per launch, < 30 ms of it the sandbox's, < 20 ms added per memory call.
+Run: .venv/bin/python tests/benchmarks/bench_bridge.py [--samples N] [--only gateway]
+Targets: < 100 ms added per launch, < 30 ms of it the sandbox's, < 20 ms added per memory call,
+< 2 ms added per model request at p50.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import aiohttp
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -51,6 +57,7 @@ from runtime_bridge import cgroups
 from runtime_bridge.bounds import bounds_from_settings
 from runtime_bridge.cgroups import LaunchGroup
 from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.gateway import Gateway, operator_upstreams
 from runtime_bridge.launch import LaunchSite, write_seccomp_file
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
 from runtime_bridge.providers import build_plan
@@ -83,6 +90,8 @@ DOCUMENT = "# Bench\n" + "a line of remembered text\n" * 40
 LAUNCH_TARGET_MS = 100.0
 SANDBOX_TARGET_MS = 30.0
 CALL_TARGET_MS = 20.0
+GATEWAY_TARGET_MS = 2.0
+GATEWAY_REQUESTS = 300
 
 
 class TimedWorker(Worker):
@@ -497,15 +506,68 @@ async def sandbox_cost(root: Path, samples: int) -> None:
     )
 
 
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+async def gateway_cost(rounds: int) -> None:
+    body = {"model": "fake", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    async with FakeModelServer() as model:
+        env = {"ANTHROPIC_BASE_URL": model.base_url, "ANTHROPIC_API_KEY": "sk-operator-bench"}
+        async with Gateway(operator_upstreams(env)) as gateway:
+            grant = gateway.open()
+            key = grant.keys["anthropic"]
+
+            async def streamed(session: aiohttp.ClientSession, url: str) -> float:
+                start = time.perf_counter()
+                async with session.post(url, json=body, headers={"x-api-key": key}) as answer:
+                    await answer.read()
+                    assert answer.status == 200, answer.status
+                return time.perf_counter() - start
+
+            names = ("direct p50", "direct p99", "gateway p50", "gateway p99")
+            stats: dict[str, list[float]] = {name: [] for name in names}
+            added: list[float] = []
+            async with aiohttp.ClientSession() as session:
+                direct_url = f"{model.base_url}/v1/messages?beta=true"
+                gateway_url = f"{gateway.url}/v1/messages?beta=true"
+                for n in range(rounds + 1):  # The first round warms connections and is dropped.
+                    direct: list[float] = []
+                    through: list[float] = []
+                    for _ in range(GATEWAY_REQUESTS):
+                        direct.append(await streamed(session, direct_url))
+                        through.append(await streamed(session, gateway_url))
+                    if n == 0:
+                        continue
+                    for name, samples in (("direct", direct), ("gateway", through)):
+                        stats[f"{name} p50"].append(percentile(samples, 0.5))
+                        stats[f"{name} p99"].append(percentile(samples, 0.99))
+                    added.append(percentile(through, 0.5) - percentile(direct, 0.5))
+            grant.close()
+    counted = grant.usage.requests
+    verdict = "meets" if statistics.median(added) * 1000 < GATEWAY_TARGET_MS else "misses"
+    print(
+        f"\ngateway: a streamed /v1/messages answer, {GATEWAY_REQUESTS} requests each way per "
+        f"round, {rounds} rounds (median of rounds, min–max)"
+    )
+    for name, samples in stats.items():
+        print(f"  {name:24} {spread(samples)}")
+    print(f"  added per request at p50  {spread(added)} {verdict} < {GATEWAY_TARGET_MS:.0f} ms")
+    print(f"  usage counted for {counted} of {GATEWAY_REQUESTS * (rounds + 1)} gateway requests")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=3)
-    parser.add_argument("--only", choices=("launch", "calls", "sandbox"), default=None)
+    parser.add_argument("--only", choices=("launch", "calls", "sandbox", "gateway"), default=None)
     parser.add_argument("--providers", default=",".join(PROVIDERS))
     args = parser.parse_args()
     header("Runtime bridge overhead")
     with tempfile.TemporaryDirectory(prefix="amux-bench-bridge-") as tmp:
         root = Path(tmp)
+        if args.only in (None, "gateway"):
+            await gateway_cost(max(args.samples, 5))
         if args.only in (None, "sandbox"):
             await sandbox_cost(root, max(args.samples, 15))
         if args.only in (None, "calls"):
