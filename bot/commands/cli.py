@@ -44,7 +44,7 @@ EXIT_STATUS_HELP = (
 # The output switch, told beside the exit status in --help and the CLI reference.
 OUTPUT_HELP = (
     "Output: every command that prints a result prints text for people by default and JSON "
-    "with --json (objects as the Hub answers them; times as ISO 8601 UTC, e.g. "
+    "with --json (every field of the result; times as ISO 8601 UTC, e.g. "
     "2026-12-02T03:04:05Z; revisions whole). Notes and warnings go to stderr, so stdout stays "
     "the result alone. --json does not change failures: the same error: CODE: MESSAGE line on "
     "stderr and the same exit status."
