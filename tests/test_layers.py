@@ -143,7 +143,7 @@ def storage_reached(path: Path, source: str | None = None) -> list[tuple[int, st
             )
         ):
             found.append((node.lineno, node.attr))
-    return found
+    return sorted(found)
 
 
 def storage_breaches(name: str, path: Path, source: str | None = None) -> list[str]:
