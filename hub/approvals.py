@@ -70,7 +70,7 @@ class Rule:
             return f"{self.tool}: {self.pattern} …" if self.pattern else self.tool
         return f"{self.tool}: {self.pattern}"
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {
             "session_id": self.session_id,
             "runs_as": self.runs_as,

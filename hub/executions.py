@@ -162,7 +162,7 @@ class Executions:
     def now(self) -> float:
         return self._clock()
 
-    def lease_row(self, execution_id: str, worker_id: str) -> Any:
+    def lease_row(self, execution_id: str, worker_id: str) -> sqlite3.Row:
         """The turn's row while ``worker_id`` holds its lease.
 
         Raises:
@@ -650,8 +650,10 @@ class Executions:
             request_id=execution["request_id"],
         )
 
-    def _owned(self, execution_id: str, worker_id: str) -> Any:
-        row = self.db.execute("SELECT * FROM executions WHERE id = ?", (execution_id,)).fetchone()
+    def _owned(self, execution_id: str, worker_id: str) -> sqlite3.Row:
+        row: sqlite3.Row | None = self.db.execute(
+            "SELECT * FROM executions WHERE id = ?", (execution_id,)
+        ).fetchone()
         if row is None:
             raise no_such_execution(execution_id)
         if row["worker_id"] != worker_id or row["state"] != RUNNING:
@@ -660,8 +662,12 @@ class Executions:
             )
         return row
 
-    async def heartbeat(self, execution_id: str, worker_id: str) -> dict[str, Any]:
-        """Extend the lease. Raises: Conflict: the lease was lost (the turn went elsewhere)."""
+    async def heartbeat(self, execution_id: str, worker_id: str) -> bool:
+        """Extend the lease; returns whether the turn's user asked to cancel it.
+
+        Raises:
+            Conflict: the lease was lost (the turn went elsewhere).
+        """
         row = self._owned(execution_id, worker_id)
         now = self._clock()
         with self._state.transaction() as db:
@@ -670,7 +676,7 @@ class Executions:
                 (now + self.lease_seconds, now, execution_id),
             )
             db.execute("UPDATE workers SET last_seen = ? WHERE id = ?", (now, worker_id))
-        return {"cancel_requested": bool(row["cancel_requested"])}
+        return bool(row["cancel_requested"])
 
     async def add_event(self, execution_id: str, worker_id: str, kind: str, text: str) -> int:
         if kind not in WORKER_EVENT_KINDS:

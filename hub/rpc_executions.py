@@ -177,7 +177,8 @@ class LeaseParams(Params):
 
 async def executions_heartbeat(call: Call, params: LeaseParams) -> dict[str, Any]:
     require_service(call.actor)
-    return await call.hub.executions.heartbeat(params.execution_id, params.worker_id)
+    cancel = await call.hub.executions.heartbeat(params.execution_id, params.worker_id)
+    return {"cancel_requested": cancel}
 
 
 class EventParams(LeaseParams):

@@ -65,7 +65,7 @@ class Credential:
     revoked_at: float | None
     created_at: float
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {
             "id": self.id,
             "kind": self.kind,
@@ -438,11 +438,13 @@ class State:
 
     # -- settings --------------------------------------------------------------------------------
 
-    def saved_settings(self) -> dict[str, Any]:
+    def saved_settings(self) -> dict[str, object]:
+        """Every saved setting by key, its value as the JSON it was saved as: callers check
+        the shape they expect, since the bot keeps its own keys here too."""
         rows = self.db.execute("SELECT key, value FROM settings").fetchall()
         return {row["key"]: json.loads(row["value"]) for row in rows}
 
-    def save_setting(self, key: str, value: Any) -> None:
+    def save_setting(self, key: str, value: object) -> None:
         with self.transaction() as db:
             db.execute(
                 "INSERT INTO settings (key, value, updated_at) VALUES (?, ?, ?) "

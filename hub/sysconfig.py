@@ -176,6 +176,11 @@ SPECS: dict[str, SettingSpec] = {
 }
 
 
+def _value(stored: object, spec: SettingSpec) -> SettingValue:
+    # Saved only after its spec parsed it; anything else is no value of ours.
+    return stored if isinstance(stored, bool | int | str) else spec.default
+
+
 class SystemConfig:
     """Saved settings in the state database, and the snapshot this process runs with."""
 
@@ -185,7 +190,7 @@ class SystemConfig:
 
     def saved(self) -> dict[str, SettingValue]:
         stored = self._state.saved_settings()
-        return {key: stored.get(key, spec.default) for key, spec in SPECS.items()}
+        return {key: _value(stored.get(key), spec) for key, spec in SPECS.items()}
 
     def describe(self) -> dict[str, SettingView]:
         """Every setting by key, in the order of ``SPECS``."""
@@ -199,8 +204,7 @@ class SystemConfig:
 
     def _live(self, key: str) -> SettingValue:
         # Read at each use: a live setting's saved value is its running value.
-        value: SettingValue = self._state.saved_settings().get(key, SPECS[key].default)
-        return value
+        return _value(self._state.saved_settings().get(key), SPECS[key])
 
     @property
     def permissions(self) -> str:
