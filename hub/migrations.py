@@ -10,7 +10,7 @@ Each table and the module that owns its rows (the one that writes them; others o
 - ``principals``, ``aliases``, ``credentials``: ``hub.state`` (``hub.aliases`` decides the kinds)
 - ``credential_launches``: ``hub.state``, which launch each delegated credential was issued for
 - ``settings``: ``hub.state`` stores the rows; their keys belong to ``hub.sysconfig`` (the
-  Hub-wide settings), ``hub.aliases`` (``feishu.app``) and ``bot.management`` (``bot.*``)
+  Hub-wide settings), ``hub.aliases`` (``feishu.app``) and ``hub.preferences`` (``bot.*``)
 - ``sessions``, ``executions``, ``workers``: ``hub.executions``
 - ``execution_events``: ``hub.executions``; ``hub.history`` rewrites erased paths in them
 - ``memory_log``: ``hub.history``
