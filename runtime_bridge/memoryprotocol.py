@@ -64,7 +64,8 @@ _CLI = _lines(
         "Long-term memory is held by amux and reached only through the command line: "
         '`amux memory search "KEYWORDS"`, `amux memory show PATH` (--start-line, --end-line, '
         "--offset for a part), `amux memory upsert PATH` and `amux memory forget PATH`; they "
-        "print JSON. Memory paths such as MEMORY.md are amux tool paths, not local files."
+        "print text (`show` prints the document, and its revision on stderr), or JSON with "
+        "--json. Memory paths such as MEMORY.md are amux tool paths, not local files."
     ),
     (
         "- In a new conversation, read the small MEMORY.md entry once with `amux memory show "
