@@ -24,8 +24,9 @@ import json
 import re
 import sqlite3
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hub.contract import (
     ACTIONS,
@@ -151,7 +152,7 @@ def event_text(approval: Approval) -> str:
 class Approvals:
     """Permission requests on the Hub's state database; waits ride the executions' wake-ups."""
 
-    def __init__(self, executions: Executions, timeout_seconds: Any) -> None:
+    def __init__(self, executions: Executions, timeout_seconds: Callable[[], float]) -> None:
         self._executions = executions
         # A callable, so a change of ``agents.approval_timeout`` applies to the next request.
         self._timeout = timeout_seconds
