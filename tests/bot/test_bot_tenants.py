@@ -54,7 +54,7 @@ NAMESAKE: Who = {
 
 
 def aliases_of(tmp_path: Path, name: str) -> list[dict[str, str]]:
-    shown = admin(tmp_path / "amux-home", "principal", "show", name)
+    shown = admin(tmp_path / "amux-home", "principal", "show", "--json", name)
     assert shown.returncode == 0, shown.stderr
     aliases: list[dict[str, str]] = json.loads(shown.stdout)["aliases"]
     return aliases
