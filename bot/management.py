@@ -8,7 +8,7 @@ handlers check the rest against the operator's Principal, not what the card show
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from bot.actions import (
     Click,
@@ -77,6 +77,18 @@ from hub.principals import Principal
 from hub.services import Hub
 
 logger = logging.getLogger("amux.bot")
+T = TypeVar("T")
+
+
+class Drafts(TypedDict, total=False):
+    """The unsaved choices a settings card carries from click to click, as ``view`` takes them."""
+
+    draft_memory: bool
+    draft_isolation: bool
+    draft_history_days: int
+    draft_max_queued: int
+    draft_messages_per_minute: int
+    restarted: bool
 
 LIST_LIMIT = 50
 # Changes shown on a document's card, and on the card of the whole memory's changes.
@@ -179,26 +191,26 @@ class Management:
             ),
         )
 
-    def card(self, principal: Principal, **draft: Any) -> Card:
-        return management_card(self.view(principal, **draft), self.lang)
+    def card(self, principal: Principal, chat_id: str = "", **draft: Unpack[Drafts]) -> Card:
+        return management_card(self.view(principal, chat_id=chat_id, **draft), self.lang)
 
     @staticmethod
-    def _draft(draft: Draft, saved: ManagementView) -> dict[str, Any]:
+    def _draft(draft: Draft, saved: ManagementView) -> Drafts:
         """The whole draft a click carries, keyed as ``view`` takes drafts; what an older card
         lacks is the saved value."""
 
-        def kept(value: Any, default: Any) -> Any:
+        def kept(value: T | None, default: T) -> T:
             return default if value is None else value
 
-        return {
-            "draft_memory": kept(draft.memory_enabled, saved.memory.saved),
-            "draft_isolation": kept(draft.isolation, saved.isolation.saved),
-            "draft_history_days": kept(draft.history_days, saved.history_days.saved),
-            "draft_max_queued": kept(draft.max_queued, saved.max_queued.saved),
-            "draft_messages_per_minute": kept(
+        return Drafts(
+            draft_memory=kept(draft.memory_enabled, saved.memory.saved),
+            draft_isolation=kept(draft.isolation, saved.isolation.saved),
+            draft_history_days=kept(draft.history_days, saved.history_days.saved),
+            draft_max_queued=kept(draft.max_queued, saved.max_queued.saved),
+            draft_messages_per_minute=kept(
                 draft.messages_per_minute, saved.messages_per_minute.saved
             ),
-        }
+        )
 
     async def open(self, click: Click, _: None) -> Card:
         """``manage.open``: the management card again."""

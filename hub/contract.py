@@ -19,18 +19,20 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal, TypeVar, get_args
 
 from hub.errors import InvalidArgument
 
-QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = (
-    "queued",
-    "running",
-    "succeeded",
-    "failed",
-    "cancelled",
-)
-FINISHED = frozenset({SUCCEEDED, FAILED, CANCELLED})
+T = TypeVar("T")
+
+ExecutionState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+QUEUED: Final = "queued"
+RUNNING: Final = "running"
+SUCCEEDED: Final = "succeeded"
+FAILED: Final = "failed"
+CANCELLED: Final = "cancelled"
+EXECUTION_STATES: tuple[ExecutionState, ...] = get_args(ExecutionState)
+FINISHED: frozenset[ExecutionState] = frozenset({SUCCEEDED, FAILED, CANCELLED})
 
 # The Feishu bot keys a topic's conversation as ``feishu:<chat>:<root message>`` (``#N`` after
 # the Nth "New conversation"; see ``bot.conversations``), and its next message continues
@@ -63,6 +65,15 @@ def _field(wire: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) ->
     if not isinstance(value, kind):
         raise InvalidArgument(f"malformed execution data: {name} is missing or of the wrong type")
     return value
+
+
+def _known(wire: Mapping[str, Any], name: str, allowed: tuple[T, ...]) -> T:
+    """The field's value as one of ``allowed`` (the members of a ``Literal``), typed as such."""
+    value = _field(wire, name, str)
+    for each in allowed:
+        if each == value:
+            return each
+    raise InvalidArgument(f"malformed execution data: unknown {name} {value!r}")
 
 
 def _optional(wire: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
@@ -151,7 +162,7 @@ class Execution:
 
     id: str
     session_id: str
-    state: str
+    state: ExecutionState
     attempts: int
     result: TurnResult | None
     error: str | None
@@ -178,7 +189,7 @@ class Execution:
         return cls(
             id=_field(wire, "id", str),
             session_id=_field(wire, "session_id", str),
-            state=_field(wire, "state", str),
+            state=_known(wire, "state", EXECUTION_STATES),
             attempts=int(_field(wire, "attempts", int)),
             result=TurnResult.from_wire(result) if isinstance(result, Mapping) else None,
             error=_optional(wire, "error", str),
@@ -188,9 +199,16 @@ class Execution:
 
 # The kinds of ExecutionEvent: a worker reports the first three; the Hub adds ``memory`` when the
 # turn's delegated credential reads or changes memory.
-PROGRESS, WARNING, STATUS, MEMORY = "progress", "warning", "status", "memory"
+EventKind = Literal["progress", "warning", "status", "memory", "approval"]
+PROGRESS: Final = "progress"
+WARNING: Final = "warning"
+STATUS: Final = "status"
+MEMORY: Final = "memory"
+APPROVAL: Final = "approval"
+EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
 WORKER_EVENT_KINDS = frozenset({PROGRESS, WARNING, STATUS})
-MEMORY_OPS = ("read", "searched", "saved", "forgot")
+MemoryOp = Literal["read", "searched", "saved", "forgot"]
+MEMORY_OPS: tuple[MemoryOp, ...] = get_args(MemoryOp)
 
 
 @dataclass(frozen=True)
@@ -200,7 +218,7 @@ class MemoryUse:
     forget) and, for a change, the revision before it (None when it created the document): what
     an undo goes back to."""
 
-    op: str
+    op: MemoryOp
     path: str
     revision: str | None = None
     previous_revision: str | None = None
@@ -217,11 +235,8 @@ class MemoryUse:
 
     @classmethod
     def from_wire(cls, wire: Mapping[str, Any]) -> MemoryUse:
-        op = _field(wire, "op", str)
-        if op not in MEMORY_OPS:
-            raise InvalidArgument(f"malformed execution data: unknown memory op {op!r}")
         return cls(
-            op,
+            _known(wire, "op", MEMORY_OPS),
             _field(wire, "path", str),
             _optional(wire, "revision", str),
             _optional(wire, "previous_revision", str),
@@ -235,7 +250,7 @@ class ExecutionEvent:
     permission request as JSON, pending or settled; see ``approval``)."""
 
     seq: int
-    kind: str
+    kind: EventKind
     text: str
     at: float
 
@@ -268,7 +283,7 @@ class ExecutionEvent:
     def from_wire(cls, wire: Mapping[str, Any]) -> ExecutionEvent:
         return cls(
             seq=int(_field(wire, "seq", int)),
-            kind=_field(wire, "kind", str),
+            kind=_known(wire, "kind", EVENT_KINDS),
             text=_field(wire, "text", str),
             at=float(_field(wire, "at", (int, float))),
         )
@@ -349,7 +364,6 @@ class TurnOutcome:
     native_id: str | None = None
 
 
-APPROVAL = "approval"
 ALLOW_ONCE, ALLOW_SESSION, DENY = "allow_once", "allow_session", "deny"
 DECISIONS = (ALLOW_ONCE, ALLOW_SESSION, DENY)
 ACTIONS = ("command", "edit", "tool")

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
-from hub.contract import MEMORY, MemoryUse
+from hub.contract import MEMORY, MemoryOp, MemoryUse
 from hub.errors import Forbidden, MemoryDisabled, NotFound
 from hub.executions import Executions
 from hub.history import Author, LogEntry, LogPage, MemoryHistory, Receipt, Via
@@ -65,7 +65,6 @@ __all__ = [
 ]
 
 # What a turn's memory call did, as its ``memory`` event says.
-MemoryOp = Literal["read", "searched", "saved", "forgot"]
 # How an undo ended: done (back to the revision before, or the new document removed), or not
 # done because the document is no longer as the turn left it.
 UndoOutcome = Literal["restored", "removed", "changed"]

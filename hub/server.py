@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from hub.config import HubSettings
-from hub.contract import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED
+from hub.contract import EXECUTION_STATES
 from hub.metrics import METRICS, Metrics, Snapshot, metrics_endpoint
 from hub.middleware import install_middleware
 from hub.rpc import (
@@ -40,7 +40,6 @@ logger = logging.getLogger("amux.hub")
 # A readiness check answers (ready, detail); the detail is shown to operators, so no secrets.
 ReadinessCheck = Callable[[], Awaitable[tuple[bool, str]]]
 CHECK_SECONDS = 2.0
-EXECUTION_STATES = (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)
 
 
 @dataclass
@@ -161,7 +160,7 @@ def snapshot(hub: Hub) -> Snapshot:
         "SELECT state, COUNT(*) AS n FROM executions GROUP BY state"
     ).fetchall()
     # Every state appears, at zero too, so dashboards see a series before its first turn.
-    counts = dict.fromkeys(EXECUTION_STATES, 0)
+    counts: dict[str, int] = dict.fromkeys(EXECUTION_STATES, 0)
     counts.update({row["state"]: int(row["n"]) for row in rows})
     return Snapshot(
         executions_by_state=counts,
