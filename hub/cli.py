@@ -1,7 +1,7 @@
-"""Operator commands of the Hub: ``amux memory|system|principal|token …``.
+"""Operator commands of the Hub: ``amux memory|system|usage|principal|token …``.
 
-Memory and system commands go through the Hub RPC with the caller's credential; principal and token
-commands are local administration on the Hub host and open its state database directly.
+Memory, system and usage commands go through the Hub RPC with the caller's credential; principal
+and token commands are local administration on the Hub host and open its state database directly.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import typer
 from hub.aliases import IdField, alias_kind, recorded_app
 from hub.client import HubClient
 from hub.config import ClientSettings, HubSettings
+from hub.contract import USAGE_FIGURES, UsageReport
 from hub.errors import (
     AmuxError,
     Conflict,
@@ -29,6 +30,7 @@ from hub.errors import (
     Unavailable,
 )
 from hub.state import Credential, State, no_such_credential
+from hub.usage import DEFAULT_DAYS, MAX_DAYS
 
 T = TypeVar("T")
 
@@ -589,6 +591,50 @@ def alias_text(alias: Mapping[str, Any] | str) -> str:
     if isinstance(alias, Mapping):
         return f"{alias.get('kind')}={alias.get('value')}"
     return str(alias)
+
+
+# -- amux usage -----------------------------------------------------------------------------------
+
+
+def usage(
+    ctx: typer.Context,
+    principal: str | None = typer.Option(
+        None,
+        "--principal",
+        help="Only this Principal's, by name or id (the owner only, for anyone but yourself).",
+    ),
+    days: int = typer.Option(
+        DEFAULT_DAYS, "--days", help=f"The last N UTC days, today included (1-{MAX_DAYS})."
+    ),
+    as_json: JsonOutput = False,
+) -> None:
+    """Model tokens and requests the model gateway counted, per day, Principal and provider:
+    yours, or for the owner everyone's."""
+    env = env_of(ctx)
+    report = run(with_client(env, lambda hub: hub.usage_report(principal, days)))
+    emit(report.to_wire(), as_json, lambda _: usage_text(report))
+    if not as_json and not report.rows:
+        note(f"no model usage counted from {report.since} to {report.until}")
+
+
+def usage_text(report: UsageReport) -> str:
+    if not report.rows:
+        return ""
+    rows = [
+        [
+            row.day,
+            row.principal,
+            row.provider,
+            str(row.input_tokens),
+            str(row.output_tokens),
+            str(row.requests),
+            str(row.turns),
+        ]
+        for row in report.rows
+    ]
+    total = ["total", "", "", *(str(report.total(figure)) for figure in USAGE_FIGURES)]
+    headers = ["DAY", "PRINCIPAL", "PROVIDER", "INPUT", "OUTPUT", "REQUESTS", "TURNS"]
+    return table(headers, [*rows, total])
 
 
 # -- amux principal / amux token (local administration) -------------------------------------------

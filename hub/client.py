@@ -16,7 +16,15 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from hub.contract import Approval, Claim, Execution, Session, TurnOutcome, WatchResult
+from hub.contract import (
+    Approval,
+    Claim,
+    Execution,
+    Session,
+    TurnOutcome,
+    UsageReport,
+    WatchResult,
+)
 from hub.errors import AmuxError, InvalidArgument, Unauthenticated, Unavailable, error_from_wire
 from hub.requestid import REQUEST_ID, REQUEST_ID_HEADER
 
@@ -330,6 +338,17 @@ class HubClient:
 
     async def restart(self) -> dict[str, Any]:
         return await self.call("system.restart")
+
+    # -- usage
+
+    async def usage_report(
+        self, principal: str | None = None, days: int | None = None
+    ) -> UsageReport:
+        """Model usage per day; ``principal`` an id or a name (default: the caller's own, or
+        for the owner everyone's)."""
+        return UsageReport.from_wire(
+            await self.call("usage.report", principal=principal, days=days)
+        )
 
     # -- credentials
 

@@ -8,6 +8,7 @@ fields by name and mypy sees the whole flow.
             ExecutionEvent (memory: MemoryUse)                      the Hub, on a turn's memory call
     complete ← TurnOutcome (succeeded, TurnResult, error, native id)   a worker
     watch   →  WatchResult (Execution + its new events)            the bot, ``amux agent run``
+    usage   →  UsageReport (UsageRow per Principal, day, provider)  ``amux usage``
 
 The wire shapes are the Hub RPC's public JSON; ``from_wire`` rejects an answer that lacks a
 field instead of letting a ``KeyError`` surface far from the call.
@@ -462,3 +463,76 @@ class Approval:
             decided_at=optional("decided_at", (int, float)),
             reason=optional("reason"),
         )
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """What the model gateway counted for one Principal's turns on one UTC day with one
+    provider. ``day`` is an ISO 8601 date (2026-12-02); ``principal`` the Principal's name."""
+
+    day: str
+    principal_id: str
+    principal: str
+    provider: str
+    input_tokens: int
+    output_tokens: int
+    requests: int
+    turns: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "day": self.day,
+            "principal_id": self.principal_id,
+            "principal": self.principal,
+            "provider": self.provider,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "requests": self.requests,
+            "turns": self.turns,
+        }
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> UsageRow:
+        return cls(
+            day=_field(wire, "day", str),
+            principal_id=_field(wire, "principal_id", str),
+            principal=_field(wire, "principal", str),
+            provider=_field(wire, "provider", str),
+            input_tokens=int(_field(wire, "input_tokens", int)),
+            output_tokens=int(_field(wire, "output_tokens", int)),
+            requests=int(_field(wire, "requests", int)),
+            turns=int(_field(wire, "turns", int)),
+        )
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    """Usage from ``since`` to ``until`` (UTC days, both included), newest day first."""
+
+    since: str
+    until: str
+    rows: tuple[UsageRow, ...]
+
+    def total(self, figure: str) -> int:
+        """One figure (``input_tokens``, ``output_tokens``, ``requests``, ``turns``) summed."""
+        return sum(int(getattr(row, figure)) for row in self.rows)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "since": self.since,
+            "until": self.until,
+            "rows": [row.to_wire() for row in self.rows],
+            "total": {figure: self.total(figure) for figure in USAGE_FIGURES},
+        }
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> UsageReport:
+        rows = _field(wire, "rows", list)
+        return cls(
+            since=_field(wire, "since", str),
+            until=_field(wire, "until", str),
+            rows=tuple(UsageRow.from_wire(row) for row in rows if isinstance(row, Mapping)),
+        )
+
+
+USAGE_FIGURES = ("input_tokens", "output_tokens", "requests", "turns")

@@ -52,6 +52,7 @@ from hub.errors import Conflict, Forbidden, InvalidArgument, NotFound, QuotaExce
 from hub.paths import memory_scope
 from hub.requestid import REQUEST_ID
 from hub.state import State
+from hub.usage import Counted, Usage, counted_of, record
 
 MAX_ATTEMPTS = 2
 MAX_PROMPT_BYTES = 256 * 1024
@@ -92,6 +93,7 @@ class Executions:
         queue_seconds: float = 900.0,
         providers: Iterable[str] = (),
         max_queued_per_principal: int = 0,
+        usage: Usage | None = None,
     ) -> None:
         # The Agents turns may name (the composition root knows its workers' adapters); a turn
         # naming any other is refused, so no caller picks a program for a worker to run.
@@ -117,6 +119,8 @@ class Executions:
         # order among them, so starting over from nothing after a restart is harmless.
         self._served: dict[str, int] = {}
         self._claims = 0
+        # What the model gateway counted for each completed turn goes there.
+        self.usage = usage if usage is not None else Usage(state, clock)
 
     async def _notify(self, execution_id: str | None = None, *, queue: bool = True) -> None:
         """Wake the waiters a change concerns: claims if ``queue``, watches of ``execution_id``
@@ -719,8 +723,10 @@ class Executions:
         return seq
 
     async def complete(self, execution_id: str, worker_id: str, outcome: TurnOutcome) -> Execution:
+        """Finish the turn with what its worker reports, and record the model usage its
+        gateway counted (``usage["gateway"]``) for whom it ran as, in the same commit."""
 
-        def finish(db: sqlite3.Connection) -> None:
+        def finish(db: sqlite3.Connection) -> tuple[str, Counted] | None:
             row = self._owned(execution_id, worker_id)
             # A turn that ends while it waits for an answer (cancelled, failed) settles it.
             for approval in lapse_pending(db, execution_id, self._clock()):
@@ -736,8 +742,17 @@ class Executions:
             else:
                 state = SUCCEEDED if outcome.succeeded else FAILED
                 self._finish(execution_id, state, outcome.result, outcome.error)
+            counted = counted_of(outcome.result.usage, execution_id) if outcome.result else None
+            if counted is None:
+                return None
+            # The provider the Hub queued the turn for, not one the worker names.
+            provider = self.session(row["session_id"]).provider
+            record(db, row["runs_as"] or row["submitted_by"], provider, counted, self._clock())
+            return provider, counted
 
-        await self._state.write(finish)
+        recorded = await self._state.write(finish)
+        if recorded is not None:
+            self.usage.recorded(*recorded)
         await self._notify(execution_id)
         return self.describe(execution_id)
 

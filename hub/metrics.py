@@ -117,6 +117,20 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        # By provider only: a label per Principal would grow without bound, and names are personal.
+        self.model_tokens = Counter(
+            "amux_model_tokens",
+            "Model tokens of completed turns as the Runtime's model gateway counted them, by "
+            "direction (input, output) and provider.",
+            ["direction", "provider"],
+            registry=r,
+        )
+        self.model_requests = Counter(
+            "amux_model_requests",
+            "Model requests of completed turns that passed the Runtime's model gateway.",
+            ["provider"],
+            registry=r,
+        )
         self._state = _StateCollector()
         r.register(self._state)
 
@@ -159,6 +173,14 @@ class Metrics:
     def feishu_gave_up(self, reason: str) -> None:
         """Count one owed reply the bot stopped trying to deliver."""
         self.feishu_undelivered.labels(reason).inc()
+
+    def model_usage(
+        self, provider: str, input_tokens: int, output_tokens: int, requests: int
+    ) -> None:
+        """Count one completed turn's model usage."""
+        self.model_tokens.labels("input", provider).inc(input_tokens)
+        self.model_tokens.labels("output", provider).inc(output_tokens)
+        self.model_requests.labels(provider).inc(requests)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

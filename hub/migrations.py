@@ -15,9 +15,11 @@ Each table and the module that owns its rows (the one that writes them; others o
 - ``execution_events``: ``hub.executions``; ``hub.history`` rewrites erased paths in them
 - ``memory_log``: ``hub.history``
 - ``approvals``, ``session_rules``: ``hub.approvals``
+- ``usage``: ``hub.usage``, written with the completion of each turn the model gateway counted
 
 Readers outside the owners: ``hub.server`` (readiness and metrics counts), ``hub.rpc_executions``
-(whom a turn runs as) and ``hub.history`` (the Sessions and turns of a scope).
+(whom a turn runs as), ``hub.history`` (the Sessions and turns of a scope) and ``hub.usage`` (the
+names of the Principals in a report).
 """
 
 from __future__ import annotations
@@ -215,6 +217,22 @@ CREATE TABLE session_rules (
 );
 """
 
+# Version 8: model usage as the Runtime's model gateway counted it, per Principal (whom each
+# turn ran as), UTC day and provider; one row gathers every turn of that day (see hub.usage).
+_V8_USAGE = """
+CREATE TABLE usage (
+    principal_id TEXT NOT NULL,
+    day TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    requests INTEGER NOT NULL DEFAULT 0,
+    turns INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (principal_id, day, provider)
+);
+CREATE INDEX usage_by_day ON usage(day);
+"""
+
 MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (1, _V1_IDENTITY_AND_SETTINGS),
     (2, _queue_with_request_ids),
@@ -223,6 +241,7 @@ MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (5, _V5_FEISHU_ALIASES_WAIT_FOR_THE_TENANT),
     (6, _V6_EXECUTIONS_RUN_AS),
     (7, _V7_APPROVALS),
+    (8, _V8_USAGE),
 )
 
 SCHEMA_VERSION = sqlite.latest(MIGRATIONS)

@@ -57,6 +57,7 @@ from hub.paths import memory_scope
 from hub.services import Hub
 from hub.state import no_such_credential
 from hub.storage import from_sqlite_error, refused
+from hub.usage import DEFAULT_DAYS, MAX_DAYS
 
 logger = logging.getLogger("amux.hub.rpc")
 
@@ -547,6 +548,28 @@ SYSTEM_METHODS: Methods = MappingProxyType(
         "system.config.get": Method(NoParams, system_config_get),
         "system.config.set": Method(ConfigSetParams, system_config_set),
         "system.restart": Method(NoParams, system_restart),
+    }
+)
+
+
+# -- usage ------------------------------------------------------------------------------------
+
+
+class UsageParams(Params):
+    # A Principal's id or name; left out: the caller's own (the owner's: everyone's).
+    principal: str | None = text_field(128, None)
+    days: int = Field(
+        DEFAULT_DAYS, ge=1, le=MAX_DAYS, description=f"an integer from 1 to {MAX_DAYS}"
+    )
+
+
+async def usage_report(call: Call, params: UsageParams) -> dict[str, Any]:
+    return call.hub.usage.report(call.actor, params.principal, params.days).to_wire()
+
+
+USAGE_METHODS: Methods = MappingProxyType(
+    {
+        "usage.report": Method(UsageParams, usage_report),
     }
 )
 

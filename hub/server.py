@@ -28,6 +28,7 @@ from hub.rpc import (
     RPC_METHODS,
     RPC_PATH,
     SYSTEM_METHODS,
+    USAGE_METHODS,
     Methods,
     combine,
     rpc_handler,
@@ -69,7 +70,12 @@ READINESS = web.AppKey("readiness", Readiness)
 
 # Every method the Hub serves over RPC.
 HUB_METHODS = combine(
-    MEMORY_METHODS, MEMORY_ADMIN_METHODS, SYSTEM_METHODS, IDENTITY_METHODS, EXECUTION_METHODS
+    MEMORY_METHODS,
+    MEMORY_ADMIN_METHODS,
+    SYSTEM_METHODS,
+    USAGE_METHODS,
+    IDENTITY_METHODS,
+    EXECUTION_METHODS,
 )
 
 
@@ -97,6 +103,11 @@ def add_hub(
         hub = Hub.open(settings, providers)
         app[HUB] = hub
         metrics.set_snapshot_source(lambda: snapshot(hub))
+        hub.usage.listeners.append(
+            lambda provider, counted: metrics.model_usage(
+                provider, counted.input_tokens, counted.output_tokens, counted.requests
+            )
+        )
         readiness.add("state_db", lambda: state_db_ready(hub))
         readiness.add("memory_root_lock", lambda: root_lock_ready(hub))
         yield

@@ -22,6 +22,7 @@ from hub.rootlock import RootLock
 from hub.state import State
 from hub.store import MemoryStore
 from hub.sysconfig import SystemConfig
+from hub.usage import Usage
 
 logger = logging.getLogger("amux.hub")
 
@@ -67,6 +68,8 @@ class Hub:
     people: People
     chats: ChatPreferences
     restart_cards: RestartCards
+    # Model usage per Principal per day; each turn's is recorded as it completes.
+    usage: Usage
     restart_requested: asyncio.Event = field(default_factory=asyncio.Event)
     # Hooks other packages register to extend ``system.capabilities`` (e.g. connected workers).
     capability_hooks: list[Callable[[], dict[str, object]]] = field(default_factory=list)
@@ -96,12 +99,14 @@ class Hub:
             store = MemoryStore(settings.memory_root)
             store.open()
             config = SystemConfig(state)
+            usage = Usage(state)
             executions = Executions(
                 state,
                 lease_seconds=settings.lease_seconds,
                 queue_seconds=settings.queue_seconds,
                 providers=providers,
                 max_queued_per_principal=config.max_queued_per_principal,
+                usage=usage,
             )
             history = MemoryHistory(
                 state, store, settings.home / HISTORY_DIR, config.history_days, store.limits
@@ -121,6 +126,7 @@ class Hub:
                 People(state),
                 ChatPreferences(state, lambda: executions.providers),
                 RestartCards(state),
+                usage,
             )
             hub._bootstrap_owner()
         except BaseException:

@@ -23,6 +23,7 @@ from hub.cli import (
     principal_app,
     system_app,
     token_app,
+    usage,
 )
 from hub.config import ClientSettings, HubSettings, invalid_settings, unparsable_setting
 from hub.errors import AmuxError, InvalidArgument, Unavailable
@@ -194,6 +195,9 @@ def doctor(as_json: JsonOutput = False) -> None:
     emit(doctoring.to_json(checks), as_json, lambda _: doctoring.render(checks))
     if not doctoring.passed(checks):
         raise typer.Exit(1)
+
+
+app.command("usage")(usage)
 
 
 def main() -> None:

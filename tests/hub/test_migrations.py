@@ -112,6 +112,7 @@ ALL_TABLES = {
     "credential_launches",
     "approvals",
     "session_rules",
+    "usage",
 }
 
 

@@ -1,0 +1,165 @@
+"""Model usage per Principal per UTC day and provider, as the Runtime's model gateway counted it.
+
+A worker reports what its gateway counted for a turn in the turn's completion
+(``usage["gateway"]``); ``record`` adds it to the ``usage`` row of whom the turn ran as (its
+sender in a shared conversation), in the completion's own transaction, so a turn is counted once
+or not at all. The worker is trusted, but what it sends is still checked: a figure that is not a
+non-negative whole number of a plausible size is left out, with a warning in the log.
+
+Each Principal may see their own usage; the owner everyone's.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hub.contract import UsageReport, UsageRow
+from hub.errors import Forbidden, NotFound
+from hub.identity import Actor
+from hub.state import State
+
+logger = logging.getLogger("amux.hub.usage")
+
+DEFAULT_DAYS = 7
+MAX_DAYS = 366
+# Far above any one turn, and low enough that a year of sums stays within SQLite's integers.
+MAX_FIGURE = 1 << 40
+GATEWAY = "gateway"
+
+
+@dataclass(frozen=True)
+class Counted:
+    """What one turn's model requests came to, as recorded."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    requests: int = 0
+
+
+def counted_of(usage: Mapping[str, Any], execution_id: str) -> Counted | None:
+    """The gateway's count in a completion's ``usage``; None when there is none to record."""
+    gateway = usage.get(GATEWAY)
+    if gateway is None:
+        return None
+    if not isinstance(gateway, Mapping):
+        logger.warning("execution %s: gateway usage is not an object; not recorded", execution_id)
+        return None
+    figures: dict[str, int] = {}
+    for name in ("input_tokens", "output_tokens", "requests"):
+        value = gateway.get(name, 0)
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_FIGURE:
+            figures[name] = value
+        else:
+            logger.warning(
+                "execution %s: gateway usage %s is not a plausible count (%.40r); left out",
+                execution_id,
+                name,
+                value,
+            )
+    if not figures:
+        return None
+    return Counted(**figures)
+
+
+def day_of(moment: float) -> str:
+    """The UTC day of ``moment`` as an ISO 8601 date."""
+    return datetime.datetime.fromtimestamp(moment, datetime.UTC).date().isoformat()
+
+
+def record(
+    db: sqlite3.Connection, principal_id: str, provider: str, counted: Counted, at: float
+) -> None:
+    """Add one turn's count to its row, inside the caller's transaction."""
+    db.execute(
+        "INSERT INTO usage (principal_id, day, provider, input_tokens, output_tokens, requests,"
+        " turns) VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT (principal_id, day, provider) DO UPDATE"
+        " SET input_tokens = input_tokens + excluded.input_tokens,"
+        " output_tokens = output_tokens + excluded.output_tokens,"
+        " requests = requests + excluded.requests, turns = turns + 1",
+        (
+            principal_id,
+            day_of(at),
+            provider,
+            counted.input_tokens,
+            counted.output_tokens,
+            counted.requests,
+        ),
+    )
+
+
+Listener = Callable[[str, Counted], None]
+
+
+@dataclass
+class Usage:
+    """Reports of the ``usage`` table, and who hears of each turn recorded in it."""
+
+    state: State
+    clock: Callable[[], float] = time.time
+    # Called with the provider and the count once a completion that recorded one is committed
+    # (the metrics); never with a Principal, whose name is theirs.
+    listeners: list[Listener] = field(default_factory=list)
+
+    def recorded(self, provider: str, counted: Counted) -> None:
+        for listener in self.listeners:
+            listener(provider, counted)
+
+    def report(self, actor: Actor, principal: str | None, days: int) -> UsageReport:
+        """The last ``days`` UTC days (today included) of one Principal's usage, named by id or
+        name; with None, the caller's own, or for the owner everyone's.
+
+        Raises:
+            Forbidden: someone other than the owner names another Principal.
+            NotFound: the owner names a Principal that does not exist.
+        """
+        whose = self._whose(actor, principal)
+        today = datetime.datetime.fromtimestamp(self.clock(), datetime.UTC).date()
+        since = (today - datetime.timedelta(days=days - 1)).isoformat()
+        query = (
+            "SELECT u.*, p.name FROM usage u LEFT JOIN principals p ON p.id = u.principal_id "
+            "WHERE u.day >= ?"
+        )
+        args: list[str] = [since]
+        if whose is not None:
+            query += " AND u.principal_id = ?"
+            args.append(whose)
+        query += " ORDER BY u.day DESC, p.name, u.provider"
+        rows = tuple(
+            UsageRow(
+                day=row["day"],
+                principal_id=row["principal_id"],
+                # A Principal removed since keeps its figures under its id.
+                principal=row["name"] or row["principal_id"],
+                provider=row["provider"],
+                input_tokens=row["input_tokens"],
+                output_tokens=row["output_tokens"],
+                requests=row["requests"],
+                turns=row["turns"],
+            )
+            for row in self.state.db.execute(query, args)
+        )
+        return UsageReport(since=since, until=today.isoformat(), rows=rows)
+
+    def _whose(self, actor: Actor, principal: str | None) -> str | None:
+        """The id of the Principal to report on; None for everyone (the owner only)."""
+        own = actor.principal
+        if not actor.owner_in_person:
+            # Decided before anything is looked up: no answer tells who else exists.
+            if principal is not None and principal not in (own.id, own.name):
+                raise Forbidden("you may see only your own usage; the owner sees everyone's")
+            return own.id
+        if principal is None:
+            return None
+        found = self.state.principal(principal)
+        if found is not None:
+            return found.id
+        try:
+            return self.state.principal_by_name(principal).id
+        except NotFound:
+            raise NotFound(f"no principal with the id or name '{principal}'") from None
