@@ -1,16 +1,25 @@
 """Hands parsed Feishu events to the :class:`EventSink`, once each, after answering Feishu.
 
-Shared by the webhook and the long connection. Messages and other events run as tracked
-background tasks so Feishu gets its answer at once; a card click waits for the sink's in-place
-response for at most ``card_timeout`` (Feishu gives up after 3 s) and keeps running after that.
+Shared by the webhook and the long connection. Before the answer only the parse and the
+de-duplication record run: that record is what makes a retry of an acknowledged event a no-op.
+Messages and other events become tracked background handlers, which start only once the ingress
+says their answer went out (:meth:`EventDispatcher.accept`), in the order they were accepted,
+one per turn of the event loop. A handler's first steps (a newcomer's enrolment, a card to
+build) run on the loop, and a burst of them started at once would hold back the answers to
+requests that arrived meanwhile. A card click waits for the sink's in-place response for at
+most ``card_timeout`` (Feishu gives up after 3 s) and keeps running after that: its answer is
+the response.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import uuid
-from collections.abc import Coroutine
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
 from bot.feishu.events import (
@@ -32,6 +41,33 @@ logger = logging.getLogger(__name__)
 ACK: dict[str, Any] = {"msg": "success"}
 
 
+@dataclass
+class _Owed:
+    """An accepted event whose handler has not started yet."""
+
+    event_id: str
+    work: Callable[[], Coroutine[Any, Any, Any]]
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
+    # The accepting request's, so the handler's log lines carry its request id.
+    context: contextvars.Context = field(default_factory=contextvars.copy_context)
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The body Feishu should receive, and how to say it went out.
+
+    Call :meth:`answered` once the body is written, or failed to be: the event is recorded as
+    seen either way, so a retry would be dropped and only this handler will ever run it.
+    """
+
+    answer: dict[str, Any]
+    _owed: _Owed | None = None
+
+    def answered(self) -> None:
+        if self._owed is not None:
+            self._owed.answered.set()
+
+
 class EventDispatcher:
     """Parse → de-duplicate → hand to the sink; returns the body Feishu should receive."""
 
@@ -49,15 +85,29 @@ class EventDispatcher:
         self.bot_open_id = bot_open_id
         self._card_timeout = card_timeout
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Accepted events whose handlers have not started, oldest first.
+        self._owed: deque[_Owed] = deque()
+        self._starter: asyncio.Task[None] | None = None
         self.observer: FeishuObserver = NoObserver()
 
     @property
     def pending(self) -> int:
-        """Background handlers still running."""
-        return len(self._tasks)
+        """Background handlers not yet started or still running."""
+        return len(self._owed) + len(self._tasks)
 
     async def dispatch(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Handle one authenticated plaintext payload.
+        """:meth:`accept`, for a caller that does not write the answer itself: the handler may
+        start as soon as this returns.
+
+        Raises:
+            InvalidArgument: the payload is not a Feishu event.
+        """
+        accepted = await self.accept(payload)
+        accepted.answered()
+        return accepted.answer
+
+    async def accept(self, payload: dict[str, Any]) -> Accepted:
+        """Handle one authenticated plaintext payload up to its answer.
 
         Raises:
             InvalidArgument: the payload is not a Feishu event.
@@ -70,19 +120,37 @@ class EventDispatcher:
         except MalformedEvent as error:
             raise InvalidArgument(f"malformed Feishu event: {error}") from None
         if isinstance(event, UrlVerification):
-            return {"challenge": event.challenge}
+            return Accepted({"challenge": event.challenge})
         if not await self._first_time(event.event_id):
             self.observer.feishu_event("deduplicated")
             logger.info("duplicate Feishu event %s ignored", event.event_id)
-            return {} if isinstance(event, CardAction) else ACK
+            return Accepted({} if isinstance(event, CardAction) else ACK)
         self.observer.feishu_event("received")
-        if isinstance(event, MessageEvent):
-            self._spawn(self._sink.on_message(event), event.event_id)
-            return ACK
         if isinstance(event, CardAction):
-            return await self._card(event)
-        self._spawn(self._sink.on_event(event), event.event_id)
-        return ACK
+            return Accepted(await self._card(event))
+        sink = self._sink
+        if isinstance(event, MessageEvent):
+            message = event
+            owed = _Owed(event.event_id, lambda: sink.on_message(message))
+        else:
+            other = event
+            owed = _Owed(event.event_id, lambda: sink.on_event(other))
+        self._owed.append(owed)
+        if self._starter is None or self._starter.done():
+            self._starter = asyncio.get_running_loop().create_task(
+                self._start_owed(), name="feishu-event-starter"
+            )
+        return Accepted(ACK, owed)
+
+    async def _start_owed(self) -> None:
+        while self._owed:
+            owed = self._owed[0]
+            await owed.answered.wait()
+            self._owed.popleft()
+            self._spawn(owed.work(), owed.event_id, owed.context)
+            # The handler's first steps run on the next turn; answers that arrive meanwhile go
+            # out before the one after it starts.
+            await asyncio.sleep(0)
 
     async def _first_time(self, event_id: str) -> bool:
         try:
@@ -101,8 +169,15 @@ class EventDispatcher:
         response = task.result()
         return response.to_wire() if isinstance(response, CardResponse) else {}
 
-    def _spawn(self, work: Coroutine[Any, Any, Any], event_id: str) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(work, name=f"feishu-event-{event_id}")
+    def _spawn(
+        self,
+        work: Coroutine[Any, Any, Any],
+        event_id: str,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(
+            work, name=f"feishu-event-{event_id}", context=context
+        )
         self._tasks.add(task)
         task.add_done_callback(self._finished)
         return task
@@ -116,7 +191,13 @@ class EventDispatcher:
             )
 
     async def drain(self, grace_seconds: float = 10.0) -> None:
-        """Wait for running handlers (graceful shutdown), then cancel what is left."""
+        """Start every accepted handler, wait for them (graceful shutdown), then cancel what is
+        left."""
+        # Their answers are out, or the requests are gone with their connections.
+        for owed in self._owed:
+            owed.answered.set()
+        if self._starter is not None:
+            await self._starter
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=grace_seconds)
         for task in list(self._tasks):

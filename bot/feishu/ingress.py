@@ -54,8 +54,18 @@ class WebhookIngress:
             # The whole body: the signature covers the exact bytes received.
             body = await read_body(request, self._max_body, self._body_seconds)
             payload = self._verifier.open(request.headers, body, self._clock())
-            answer = await self._dispatcher.dispatch(payload)
+            accepted = await self._dispatcher.accept(payload)
         except AmuxError as error:
             logger.warning("Feishu webhook request refused: %s (%s)", error.code, error.message)
             return web.json_response(error.to_wire(), status=error.status)
-        return web.json_response(answer)
+        response = web.json_response(accepted.answer)
+        try:
+            # Sent here, not by aiohttp after the return, so the event's handler starts only
+            # once Feishu has its answer.
+            await response.prepare(request)
+            await response.write_eof()
+        finally:
+            # Even when the answer could not be sent: the event is recorded as seen, so
+            # Feishu's retry would be dropped and this is its one chance to run.
+            accepted.answered()
+        return response

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import json
 import logging
 import threading
@@ -20,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bot.config import FeishuSettings
-from bot.feishu.dispatcher import EventDispatcher
+from bot.feishu.dispatcher import Accepted, EventDispatcher
 from bot.feishu.errors import FeishuApiError
 from bot.feishu.events import CARD_ACTION, event_type_of
 from bot.feishu.sdk import lark, ws_client
@@ -31,7 +32,12 @@ logger = logging.getLogger(__name__)
 # Feishu waits 3 s for a frame's answer; the dispatcher bounds card handlers below this.
 ANSWER_TIMEOUT_SECONDS = 2.8
 
-PayloadHandler = Callable[[bytes], Awaitable[tuple[dict[str, Any], bool]]]
+# The answer, whether it is a card's, and what to call once it was written (or failed to be).
+PayloadHandler = Callable[[bytes], Awaitable[tuple[dict[str, Any], bool, Callable[[], None]]]]
+
+
+def _nothing() -> None:
+    pass
 
 
 def _header(frame: Any, key: str) -> str:
@@ -62,8 +68,9 @@ class _WsClient(ws_client.Client):  # type: ignore[misc]
                 return
         started = time.monotonic()
         response: dict[str, Any] = {"code": 200}
+        answered = _nothing
         try:
-            answer, is_card = await self._handle_payload(payload)
+            answer, is_card, answered = await self._handle_payload(payload)
             if is_card or kind == "card":
                 encoded = json.dumps(answer, ensure_ascii=False).encode("utf-8")
                 response["data"] = base64.b64encode(encoded).decode("ascii")
@@ -74,7 +81,11 @@ class _WsClient(ws_client.Client):  # type: ignore[misc]
         header.key = "biz_rt"
         header.value = str(int((time.monotonic() - started) * 1000))
         frame.payload = json.dumps(response).encode("utf-8")
-        await self._write_message(frame.SerializeToString())
+        try:
+            await self._write_message(frame.SerializeToString())
+        finally:
+            # As over the webhook, the event's handler starts once Feishu has its answer.
+            answered()
 
 
 class LongConnection:
@@ -180,22 +191,35 @@ class LongConnection:
         await asyncio.gather(pinger, return_exceptions=True)
         await client._disconnect()
 
-    async def _handle_payload(self, raw: bytes) -> tuple[dict[str, Any], bool]:
-        """Runs on the connection loop: dispatch on the main loop and wait for the answer."""
+    async def _handle_payload(self, raw: bytes) -> tuple[dict[str, Any], bool, Callable[[], None]]:
+        """Runs on the connection loop: accept on the main loop and wait for the answer."""
         payload = json.loads(raw)
         if not isinstance(payload, dict):
-            return {}, False
-        assert self._main_loop is not None
-        future = asyncio.run_coroutine_threadsafe(
-            self._dispatcher.dispatch(payload), self._main_loop
-        )
+            return {}, False, _nothing
+        main_loop = self._main_loop
+        assert main_loop is not None
+        future = asyncio.run_coroutine_threadsafe(self._dispatcher.accept(payload), main_loop)
+
+        def release(done: concurrent.futures.Future[Accepted]) -> None:
+            if done.cancelled() or done.exception() is not None or main_loop.is_closed():
+                return
+            main_loop.call_soon_threadsafe(done.result().answered)
+
+        def answered() -> None:
+            # Also when the answer timed out: the accept may finish later, and then its
+            # handler is owed.
+            future.add_done_callback(release)
+
         is_card = event_type_of(payload) == CARD_ACTION
+        # shield: the timeout must not cancel the accept on the main loop, whose handler
+        # the event's de-duplication record already promises.
+        waiting = asyncio.shield(asyncio.wrap_future(future))
         try:
             async with asyncio.timeout(ANSWER_TIMEOUT_SECONDS):
-                answer = await asyncio.wrap_future(future)
+                accepted = await waiting
         except TimeoutError:
-            return {}, is_card
+            return {}, is_card, answered
         except AmuxError as error:
             logger.warning("Feishu long-connection event refused: %s", error.message)
-            return {}, is_card
-        return answer, is_card
+            return {}, is_card, answered
+        return accepted.answer, is_card, answered
