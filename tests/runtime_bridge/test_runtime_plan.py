@@ -12,16 +12,27 @@ import pytest
 from runtime_bridge.launch_env import NO_OWNER_TOKEN
 from runtime_bridge.memoryprotocol import protocol_text
 from runtime_bridge.providers.plan import MASK
-from tests.conftest import HubProcess, free_port
+from tests.conftest import HubProcess, free_port, save_settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 PROVIDER_SECRET = "sk-ant-plan-secret-4711"
+# Memory on, isolation off, from the Hub's start.
+MEMORY_ON = pytest.mark.parametrize(
+    "hub", [{"memory.enabled": True, "memory.isolation": "off"}], ids=["memory"], indirect=True
+)
 
 
 @pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    """A Hub with no worker of its own, so submitted turns stay queued and nothing launches."""
+def hub(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HubProcess]:
+    """A Hub with no worker of its own, so submitted turns stay queued and nothing launches.
+
+    Settings a test passes (``indirect``) are saved before the start, so they run from it
+    without the restart a change through the CLI takes.
+    """
+    settings = getattr(request, "param", None)
+    if settings:
+        save_settings(tmp_path / "amux-home", settings)
     process = HubProcess(
         tmp_path / "amux-home",
         free_port(),
@@ -46,10 +57,10 @@ def plan(hub: HubProcess, *args: str) -> tuple[dict[str, Any], str]:
     return dict(json.loads(done.stdout)), done.stdout
 
 
+@MEMORY_ON
 def test_a_bound_claude_plan_shows_argv_env_files_and_binding_with_secrets_masked(
     hub: HubProcess, tmp_path: Path
 ) -> None:
-    hub.enable_memory()
     shown, raw = plan(hub, "--provider", "claude", "--prompt", "hello")
 
     assert shown["provider"] == "claude"
@@ -80,10 +91,10 @@ def test_a_bound_claude_plan_shows_argv_env_files_and_binding_with_secrets_maske
     assert not (tmp_path / "runtime").exists()
 
 
+@MEMORY_ON
 def test_a_pi_plan_puts_the_per_run_cli_first_on_path_with_the_cli_protocol(
     hub: HubProcess,
 ) -> None:
-    hub.enable_memory()
     shown, _ = plan(hub, "--provider", "pi")
     assert shown["binding"] == "global"
     assert shown["env"]["PATH"].split(":")[0].endswith("agent-config/memory")
@@ -91,10 +102,10 @@ def test_a_pi_plan_puts_the_per_run_cli_first_on_path_with_the_cli_protocol(
     assert protocol_text("cli").strip() in argv[argv.index("--append-system-prompt") + 1]
 
 
+@MEMORY_ON
 def test_a_declared_provider_plan_warns_that_the_memory_capability_is_missing(
     hub: HubProcess,
 ) -> None:
-    hub.enable_memory()
     shown, _ = plan(hub, "--provider", "aider")
     assert shown["binding"] is None
     assert shown["warnings"] == ["memory capability missing for provider aider"]
@@ -137,10 +148,10 @@ def test_with_memory_disabled_the_plan_has_no_binding_no_protocol_and_no_warning
     assert protocol_text("mcp").strip() not in json.dumps(shown)
 
 
+@MEMORY_ON
 def test_a_session_plan_shows_its_frozen_binding_after_the_policy_changes(
     hub: HubProcess,
 ) -> None:
-    hub.enable_memory()
     status, submitted = hub.rpc("executions.submit", provider="claude", prompt="hi")
     assert status == 200, submitted
     session_id = submitted["session"]["id"]
