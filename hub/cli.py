@@ -12,12 +12,10 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
-from hub.aliases import IdField, alias_kind, recorded_app
-from hub.client import HubClient
 from hub.config import ClientSettings, HubSettings
 from hub.contract import USAGE_FIGURES, UsageReport
 from hub.errors import (
@@ -29,8 +27,15 @@ from hub.errors import (
     Unauthenticated,
     Unavailable,
 )
-from hub.state import Credential, State, no_such_credential
 from hub.usage import DEFAULT_DAYS, MAX_DAYS
+
+# The HTTP client and the state database are imported by the commands that use them: every
+# command loads this module, `amux mcp` and `amux --version` included, and those must start
+# quickly.
+if TYPE_CHECKING:
+    from hub.aliases import IdField
+    from hub.client import HubClient
+    from hub.state import Credential, State
 
 T = TypeVar("T")
 
@@ -44,6 +49,8 @@ class CliEnv:
 
     def client(self) -> HubClient:
         """Raises: Unavailable: this is an Agent launch whose memory is unavailable."""
+        from hub.client import HubClient
+
         settings = self.client_settings()
         unavailable = settings.unavailable()
         if unavailable is not None:
@@ -656,6 +663,8 @@ def open_state(ctx: typer.Context) -> State:
             f"no Hub state in AMUX_HOME {settings.home} (no {settings.state_path.name}{unset}); "
             "run this on the Hub's host with AMUX_HOME set to the home `amux serve` uses"
         )
+    from hub.state import State
+
     return State(settings.state_path)
 
 
@@ -722,6 +731,8 @@ def principal_alias(
     ids = [(field, value) for field, value in given.items() if value]
     if not ids:
         fail(InvalidArgument(f"name at least one of {', '.join(ALIAS_FIELDS.values())}"))
+
+    from hub.aliases import alias_kind, recorded_app
 
     def add(state: State) -> dict[str, Any]:
         principal = state.principal_by_name(name)
@@ -909,6 +920,8 @@ def token_revoke(
     Revoking the token this CLI is using asks first on a terminal and needs --yes otherwise. A
     token already revoked is left as it is, said so on stderr, and exits 0.
     """
+
+    from hub.state import no_such_credential
 
     def revoke(state: State) -> tuple[dict[str, Any], str | None]:
         """The credential, and what to tell: that it was revoked before, or how to get another

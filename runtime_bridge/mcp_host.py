@@ -98,6 +98,8 @@ def _warm_up() -> tuple[MCPServer, mcp_server.BridgeSlot]:
     own launch's bridge to it."""
     import mcp.server.stdio  # noqa: F401
 
+    # A cold `amux mcp` imports the HTTP client at its first tool call; a child has it already.
+    import hub.client  # noqa: F401
     from hub.config import ClientSettings
 
     # As ``amux mcp`` does before building a server, whose own logging set-up then stays out.

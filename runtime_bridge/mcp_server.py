@@ -39,17 +39,21 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
-from hub.client import HubClient
 from hub.config import ClientSettings, invalid_settings
 from hub.errors import AmuxError, InvalidArgument, MemoryDisabled, Unavailable
 from runtime_bridge.mcp_paging import CONTINUE_TOOL, PageCache
+
+if TYPE_CHECKING:
+    # Made at the first tool call (``connect``): the handshake and the tool list, which the
+    # Agent's first model request waits for, must not wait for the HTTP client's import.
+    from hub.client import HubClient
 
 logger = logging.getLogger("amux.mcp")
 
@@ -109,15 +113,17 @@ class MemoryBridge:
         self,
         hub: HubClient | None,
         *,
+        connect: Callable[[], HubClient] | None = None,
         refusal: AmuxError | None = None,
         startup_timeout: float = STARTUP_TIMEOUT,
         call_timeout: float = CALL_TIMEOUT,
         pages: PageCache | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
-        if hub is None and refusal is None:
+        if hub is None and connect is None and refusal is None:
             raise ValueError("a bridge without a Hub client needs the refusal its tools answer")
         self._hub = hub
+        self._connect = connect
         self._refusal = refusal
         self._startup_timeout = startup_timeout
         self._call_timeout = call_timeout
@@ -156,12 +162,18 @@ class MemoryBridge:
         # shield: a cancelled tool call must not cancel the check other calls wait on.
         return await asyncio.shield(self._check)
 
+    def _client(self) -> HubClient:
+        if self._hub is None:
+            assert self._connect is not None
+            self._hub = self._connect()
+        return self._hub
+
     async def _startup_check(self) -> Verdict:
-        assert self._hub is not None
-        url = self._hub.base_url
+        hub = self._client()
+        url = hub.base_url
         try:
             async with asyncio.timeout(self._startup_timeout):
-                capabilities = await self._hub.capabilities()
+                capabilities = await hub.capabilities()
         except TimeoutError:
             logger.warning(
                 "amux memory: the Hub at %s did not answer within %g s; each call will try again",
@@ -194,8 +206,7 @@ class MemoryBridge:
                 verdict = await self.verdict()
                 if verdict.error is not None:
                     return error_result(verdict.error)
-                assert self._hub is not None
-                result = await call(self._hub)
+                result = await call(self._client())
         except TimeoutError:
             url = self._hub.base_url if self._hub is not None else "?"
             return error_result(
@@ -376,15 +387,22 @@ def bridge_for(settings: ClientSettings) -> MemoryBridge:
     unavailable = settings.unavailable()
     if unavailable is not None:
         return MemoryBridge(None, refusal=unavailable)
-    hub = HubClient(
-        settings.hub_url,
-        settings.resolved_token(),
-        binding=settings.memory_binding,
-        timeout=settings.timeout,
-        via="mcp",
-    )
+    token = settings.resolved_token()
+
+    def connect() -> HubClient:
+        from hub.client import HubClient
+
+        return HubClient(
+            settings.hub_url,
+            token,
+            binding=settings.memory_binding,
+            timeout=settings.timeout,
+            via="mcp",
+        )
+
     return MemoryBridge(
-        hub,
+        None,
+        connect=connect,
         # AMUX_TIMEOUT can only shorten these bounds: an Agent should never wait on memory for
         # as long as the client's generous default.
         startup_timeout=min(settings.timeout, STARTUP_TIMEOUT),

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import sys
-from importlib.metadata import version
 from typing import Any
 
 import typer
 import typer.core
 from pydantic import ValidationError
-from pydantic_settings import SettingsError
+from pydantic_settings import BaseSettings, SettingsError
 
 from bot.commands.runtime_cli import agent_app, runtime_app
 from bot.config import FeishuSettings
-from bot.service import logs
 from hub.cli import (
     CliEnv,
     JsonOutput,
@@ -27,12 +25,22 @@ from hub.cli import (
 )
 from hub.config import ClientSettings, HubSettings, invalid_settings, unparsable_setting
 from hub.errors import AmuxError, InvalidArgument, Unavailable
-from runtime_bridge.config import RuntimeSettings
+
+# Only what builds the command tree is imported above: every Agent launch starts `amux mcp`
+# (and under the ask policy `amux permission-prompt`), and its first model request waits for
+# them. The service, the worker and the Hub are imported by the commands that run them.
 
 LOG_FORMATS = ("text", "json")
 MAX_PORT = 65535
-# Every settings model a command may read from the environment.
-SETTINGS_MODELS = (HubSettings, ClientSettings, RuntimeSettings, FeishuSettings, logs.LogSettings)
+
+
+def settings_models() -> tuple[type[BaseSettings], ...]:
+    """Every settings model a command may read from the environment."""
+    from bot.service.logs import LogSettings
+    from runtime_bridge.config import RuntimeSettings
+
+    return (HubSettings, ClientSettings, RuntimeSettings, FeishuSettings, LogSettings)
+
 
 # Exit status by the kind of error (hub.cli.EXIT_CODES); the CLI reference prints it too.
 EXIT_STATUS_HELP = (
@@ -85,6 +93,8 @@ typer.core.TyperArgument.display_type_rich = _value_label  # type: ignore[method
 
 def _version(value: bool) -> None:
     if value:
+        from importlib.metadata import version
+
         typer.echo(f"amux {version('amux')}")
         raise typer.Exit()
 
@@ -128,6 +138,8 @@ def serve(
     ),
 ) -> None:
     """Run the Hub (and, when configured, the Feishu bot and an in-process worker)."""
+    from bot.service import logs
+
     # Checked before anything is made: a bad option must not leave an owner and a token behind.
     if log_format is not None and log_format not in LOG_FORMATS:
         fail(InvalidArgument(f"--log-format must be one of {', '.join(LOG_FORMATS)}"))
@@ -210,7 +222,7 @@ def main() -> None:
         sys.exit(1)
     except SettingsError as err:
         # A JSON setting that is not JSON fails before pydantic validates anything.
-        line = f"error: {InvalidArgument.code}: {unparsable_setting(err, SETTINGS_MODELS)}"
+        line = f"error: {InvalidArgument.code}: {unparsable_setting(err, settings_models())}"
         typer.echo(line, err=True)
         sys.exit(1)
 

@@ -11,13 +11,11 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from bot.service import logs
 from hub.cli import JsonOutput, emit, env_of, fail, note, run
-from hub.client import HubClient
 from hub.contract import (
     ALLOW_ONCE,
     ALLOW_SESSION,
@@ -35,11 +33,12 @@ from hub.contract import (
     WatchResult,
 )
 from hub.errors import AmuxError, Conflict, InvalidArgument
-from runtime_bridge.config import RuntimeSettings
-from runtime_bridge.launch import LaunchSite
-from runtime_bridge.materializer import memory_cli_dir
-from runtime_bridge.providers import ExecutableMissing, MemoryAttachment, build_plan
-from runtime_bridge.worker import Worker, default_amux_executable
+
+# The worker, the launch and the service's logging are imported by the commands that use them:
+# the CLI's root loads this module for every command, `amux mcp` included, whose start an
+# Agent's first model request waits for.
+if TYPE_CHECKING:
+    from hub.client import HubClient
 
 agent_app = typer.Typer(help="Run managed Agent turns through the Hub and a Runtime worker.")
 runtime_app = typer.Typer(help="Runtime workers and launch plans.")
@@ -386,6 +385,12 @@ def runtime_plan(
 ) -> None:
     """Print the launch plan (secrets masked) without starting anything: the command, its
     environment, working directory and files."""
+    from runtime_bridge.config import RuntimeSettings
+    from runtime_bridge.launch import LaunchSite
+    from runtime_bridge.materializer import memory_cli_dir
+    from runtime_bridge.providers import ExecutableMissing, MemoryAttachment, build_plan
+    from runtime_bridge.worker import default_amux_executable
+
     env = env_of(ctx)
     settings = RuntimeSettings()
     client_settings = env.client_settings()
@@ -505,6 +510,11 @@ def runtime_worker(
     as_json: JsonOutput = False,
 ) -> None:
     """Run a Runtime worker: claim Agent turns from the Hub and launch them (service token)."""
+    from bot.service import logs
+    from hub.client import HubClient
+    from runtime_bridge.config import RuntimeSettings
+    from runtime_bridge.worker import Worker
+
     env = env_of(ctx)
     client_settings = env.client_settings()
     url = hub_url or client_settings.hub_url

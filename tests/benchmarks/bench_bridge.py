@@ -17,8 +17,12 @@
    directly, and through the worker's gateway (placeholder swapped, usage counted), interleaved
    on kept-alive connections as a CLI makes them; p50 and p99 per round, the median of the
    rounds with their spread.
+5. CLI start: ``amux --version`` to its exit, and ``amux mcp`` and ``amux permission-prompt``
+   from spawn until they answer ``initialize`` and ``tools/list`` through the real MCP client
+   SDK (what a Claude launch waits for before its first model request), against a bare
+   ``python -c pass``.
 
-Run: .venv/bin/python tests/benchmarks/bench_bridge.py [--samples N] [--only gateway]
+Run: .venv/bin/python tests/benchmarks/bench_bridge.py [--samples N] [--only gateway|cli]
 Targets: < 100 ms added per launch, < 30 ms of it the sandbox's, < 20 ms added per memory call,
 < 2 ms added per model request at p50.
 """
@@ -40,7 +44,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -92,6 +96,7 @@ SANDBOX_TARGET_MS = 30.0
 CALL_TARGET_MS = 20.0
 GATEWAY_TARGET_MS = 2.0
 GATEWAY_REQUESTS = 300
+CLI_SAMPLES = 7
 
 
 class TimedWorker(Worker):
@@ -438,7 +443,9 @@ def spread(samples: list[float]) -> str:
 
 async def spawn_seconds(argv: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
-    process = await asyncio.create_subprocess_exec(*argv, env=env)
+    process = await asyncio.create_subprocess_exec(
+        *argv, env=env, stdout=asyncio.subprocess.DEVNULL
+    )
     if await process.wait() != 0:
         raise RuntimeError(f"{argv[0]} failed")
     return time.perf_counter() - start
@@ -557,15 +564,61 @@ async def gateway_cost(rounds: int) -> None:
     print(f"  usage counted for {counted} of {GATEWAY_REQUESTS * (rounds + 1)} gateway requests")
 
 
+async def tools_listed_seconds(args: list[str], env: dict[str, str], errlog: TextIO) -> float:
+    """Seconds from spawning ``amux ARGS`` until it has answered initialize and tools/list."""
+    params = StdioServerParameters(command=AMUX, args=args, env=env, cwd=REPO)
+    start = time.perf_counter()
+    async with (
+        stdio_client(params, errlog=errlog) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        listed = (await session.list_tools()).tools
+        elapsed = time.perf_counter() - start
+    if not listed:
+        raise RuntimeError(f"amux {' '.join(args)} listed no tools")
+    return elapsed
+
+
+async def cli_start(root: Path, samples: int) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AMUX_")}
+    # Nothing listens there: listing the tools must not wait for the Hub.
+    env.update({"AMUX_HOME": str(root / "cli-home"), "AMUX_HUB_URL": "http://127.0.0.1:9"})
+    env["AMUX_TOKEN"] = "bench"
+    rows: dict[str, list[float]] = {
+        "python -c pass": [],
+        "amux --version": [],
+        "amux mcp: tools listed": [],
+        "amux permission-prompt: tools listed": [],
+    }
+    with open(os.devnull, "w") as errlog:  # noqa: ASYNC230 (opening devnull does not block)
+        for n in range(samples + 1):  # The first round warms the page cache and is dropped.
+            bare = await spawn_seconds([sys.executable, "-c", "pass"], env)
+            version = await spawn_seconds([AMUX, "--version"], env)
+            mcp = await tools_listed_seconds(["mcp"], env, errlog)
+            prompt = await tools_listed_seconds(["permission-prompt"], env, errlog)
+            if n == 0:
+                continue
+            for name, seconds in zip(rows, (bare, version, mcp, prompt), strict=True):
+                rows[name].append(seconds)
+    print(f"\ncli: start of the amux entry point, {samples} interleaved runs (median, min–max)")
+    for name, measured in rows.items():
+        print(f"  {name:38} {spread(measured)}")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=3)
-    parser.add_argument("--only", choices=("launch", "calls", "sandbox", "gateway"), default=None)
+    parser.add_argument(
+        "--only", choices=("launch", "calls", "sandbox", "gateway", "cli"), default=None
+    )
     parser.add_argument("--providers", default=",".join(PROVIDERS))
     args = parser.parse_args()
     header("Runtime bridge overhead")
     with tempfile.TemporaryDirectory(prefix="amux-bench-bridge-") as tmp:
         root = Path(tmp)
+        if args.only in (None, "cli"):
+            await cli_start(root, max(args.samples, CLI_SAMPLES))
         if args.only in (None, "gateway"):
             await gateway_cost(max(args.samples, 5))
         if args.only in (None, "sandbox"):
