@@ -292,6 +292,12 @@ class HubProcess:
                 self.proc.wait()
 
 
+# What ``HubProcess.enable_memory`` sets, for a Hub that needs memory from its start: saved with
+# ``save_settings`` before the first start, they save the restart (two CLI calls and a restart).
+MEMORY_ON: Mapping[str, Any] = {"memory.enabled": True, "memory.isolation": "off"}
+MEMORY_ISOLATED: Mapping[str, Any] = {"memory.enabled": True, "memory.isolation": "on"}
+
+
 def save_settings(home: Path, settings: Mapping[str, Any]) -> None:
     """Save Hub settings before its first start: they are then its running values, no restart."""
     home.mkdir(parents=True, exist_ok=True, mode=0o700)

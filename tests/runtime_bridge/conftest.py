@@ -8,7 +8,7 @@ import os
 import shutil
 import stat
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from runtime_bridge.launch import LaunchSite, write_seccomp_file
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
 from runtime_bridge.providers import Event, LaunchPlan, LaunchRequest, MemoryAttachment, build_plan
 from runtime_bridge.providers.confined import open_dir, open_root
+from tests.conftest import HubProcess, free_port, save_settings
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT_BIN = REPO / "tools" / "agent-clis" / "node_modules" / ".bin"
@@ -41,6 +42,22 @@ def find_agent_cli(name: str) -> str:
     if found is None:
         pytest.skip(f"agent CLI {name!r} is not installed (run `make agents`)")
     return found
+
+
+def serve_agents(
+    tmp_path: Path, env: Mapping[str, str], settings: Mapping[str, Any] | None = None
+) -> HubProcess:
+    """`amux serve` over ``tmp_path/amux-home`` with ``env``, its Agents' HOME in
+    ``tmp_path/agent-home``; ``settings`` are saved before it starts, so they run from the start
+    without a restart."""
+    home = tmp_path / "amux-home"
+    if settings:
+        save_settings(home, settings)
+    agent_home = tmp_path / "agent-home"
+    agent_home.mkdir(exist_ok=True)
+    hub = HubProcess(home, free_port(), extra_env={"HOME": str(agent_home), **env})
+    hub.start()
+    return hub
 
 
 @pytest.fixture

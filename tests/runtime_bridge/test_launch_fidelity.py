@@ -25,7 +25,7 @@ from aiohttp import web
 from runtime_bridge.memoryprotocol import protocol_text
 from runtime_bridge.providers import LaunchRequest, MemoryAttachment, build_plan
 from runtime_bridge.providers.codex import EFFECTIVE_CONFIG_SOURCE
-from tests.conftest import AMUX, REPO, free_port
+from tests.conftest import AMUX, MEMORY_ON, REPO, free_port
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
 from tests.runtime_bridge.conftest import find_agent_cli
 from tests.runtime_bridge.test_providers_codex import codex_config
@@ -50,9 +50,10 @@ async def test_codex_gets_the_operators_developer_instructions_then_amuxs_then_t
         config.parent.mkdir()
         base = codex_config(tmp_path, model).read_text()
         config.write_text(f"developer_instructions = {json.dumps(OPERATOR_RULE)}\n{base}")
-        hub = start_codex_hub(tmp_path, model, AMUX_RUNTIME_CODEX_CONFIG=str(config))
+        hub = start_codex_hub(
+            tmp_path, model, AMUX_RUNTIME_CODEX_CONFIG=str(config), settings=MEMORY_ON
+        )
         try:
-            await asyncio.to_thread(hub.enable_memory)
             done = await agent_run(hub, "--provider", "codex", "Hello")
             assert done["state"] == "succeeded", done
             developer = model.main_requests[0].role_text("developer")
@@ -108,9 +109,10 @@ async def test_an_operators_mcp_server_is_callable_beside_memory_in_a_bound_clau
         Answer("Both answered."),
     ]
     async with FakeModelServer(script) as model:
-        hub = start_hub(tmp_path, model.base_url, AMUX_RUNTIME_CLAUDE_MCP_CONFIG=str(config))
+        hub = start_hub(
+            tmp_path, model.base_url, AMUX_RUNTIME_CLAUDE_MCP_CONFIG=str(config), settings=MEMORY_ON
+        )
         try:
-            await asyncio.to_thread(hub.enable_memory)
             done = await agent_run(hub, "--provider", "claude", "Search both")
             assert done["state"] == "succeeded", done
             names = model.main_requests[0].tool_names
@@ -189,8 +191,8 @@ async def test_a_bound_claude_conversation_keeps_its_protocol_when_the_hub_canno
             ANTHROPIC_API_KEY="sk-ant-test",
             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
             AMUX_RUNTIME_CLAUDE=find_agent_cli("claude"),
+            settings=MEMORY_ON,
         )
-        await asyncio.to_thread(cluster.hub.enable_memory)
         async with flaky_hop(cluster.hub.url) as hop:
             await asyncio.to_thread(cluster.start_worker, "behind-hop", hop.url)
             first = await agent_run(cluster.hub, "--provider", "claude", "Hello")

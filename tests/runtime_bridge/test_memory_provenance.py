@@ -7,7 +7,6 @@ The Agent is the real Claude Code against the scripted model; its save goes thro
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -17,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import CliResult, HubProcess
+from tests.conftest import MEMORY_ON, CliResult, HubProcess
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
 from tests.runtime_bridge.test_worker import agent_run, cli, start_hub
 
@@ -66,9 +65,8 @@ async def test_an_agent_save_an_operator_overwrite_restore_forget_and_erase_are_
         Answer("Saved."),
     ]
     async with FakeModelServer(script) as model:
-        hub = start_hub(tmp_path, model.base_url)
+        hub = start_hub(tmp_path, model.base_url, settings=MEMORY_ON)
         try:
-            await asyncio.to_thread(hub.enable_memory)
             turn = await agent_run(hub, "--provider", "claude", "Remember our review format")
             assert turn["state"] == "succeeded", turn
             # The turn shows what it saved.

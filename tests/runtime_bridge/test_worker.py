@@ -9,40 +9,34 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from runtime_bridge.memoryprotocol import protocol_text
-from tests.conftest import CliResult, HubProcess, free_port, wait_until
+from tests.conftest import MEMORY_ON, CliResult, HubProcess, wait_until
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
-from tests.runtime_bridge.conftest import find_agent_cli
+from tests.runtime_bridge.conftest import find_agent_cli, serve_agents
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 AUTO_MEMORY_MARK = "persistent file-based memory"
 
 
-def start_hub(tmp_path: Path, model_url: str, **env: str) -> HubProcess:
-    home = tmp_path / "amux-home"
-    agent_home = tmp_path / "agent-home"
-    agent_home.mkdir()
-    hub = HubProcess(
-        home,
-        free_port(),
-        extra_env={
-            "HOME": str(agent_home),
-            "ANTHROPIC_BASE_URL": model_url,
-            "ANTHROPIC_API_KEY": "sk-ant-test",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "AMUX_RUNTIME_CLAUDE": find_agent_cli("claude"),
-            "AMUX_RUNTIME_WORK_DIR": str(tmp_path / "runtime"),
-            **env,
-        },
-    )
-    hub.start()
-    return hub
+def start_hub(
+    tmp_path: Path, model_url: str, *, settings: Mapping[str, Any] | None = None, **env: str
+) -> HubProcess:
+    """`amux serve` whose in-process worker launches the pinned Claude against ``model_url``."""
+    claude = {
+        "ANTHROPIC_BASE_URL": model_url,
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "AMUX_RUNTIME_CLAUDE": find_agent_cli("claude"),
+        "AMUX_RUNTIME_WORK_DIR": str(tmp_path / "runtime"),
+    }
+    return serve_agents(tmp_path, {**claude, **env}, settings)
 
 
 async def cli(hub: HubProcess, *args: str, **kwargs: Any) -> CliResult:
@@ -68,9 +62,8 @@ async def test_a_bound_claude_turn_saves_memory_through_the_hub_and_resumes_with
         Answer("Saved to topics/review-format.md."),
     ]
     async with FakeModelServer(script) as model:
-        hub = start_hub(tmp_path, model.base_url)
+        hub = start_hub(tmp_path, model.base_url, settings=MEMORY_ON)
         try:
-            await asyncio.to_thread(hub.enable_memory)
             first = await agent_run(hub, "--provider", "claude", "Remember our review format")
             assert first["state"] == "succeeded", first
             assert first["text"] == "Saved to topics/review-format.md."
@@ -151,9 +144,8 @@ async def test_an_isolation_change_fails_the_old_bindings_memory_calls_without_f
     tmp_path: Path,
 ) -> None:
     async with FakeModelServer([Answer("First.")]) as model:
-        hub = start_hub(tmp_path, model.base_url)
+        hub = start_hub(tmp_path, model.base_url, settings=MEMORY_ON)
         try:
-            await asyncio.to_thread(hub.enable_memory)
             first = await agent_run(hub, "--provider", "claude", "Start")
             assert first["binding"] == "global"
             await asyncio.to_thread(hub.enable_memory, True)

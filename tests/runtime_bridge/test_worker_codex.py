@@ -8,41 +8,39 @@ launch's own CODEX_HOME.
 
 from __future__ import annotations
 
-import asyncio
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runtime_bridge.memoryprotocol import protocol_text
-from tests.conftest import HubProcess, free_port
+from tests.conftest import MEMORY_ON, HubProcess
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
-from tests.runtime_bridge.conftest import find_agent_cli
+from tests.runtime_bridge.conftest import find_agent_cli, serve_agents
 from tests.runtime_bridge.test_providers_codex import codex_config
 from tests.runtime_bridge.test_worker import agent_run, cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 
-def start_codex_hub(tmp_path: Path, model: FakeModelServer, **env: str) -> HubProcess:
+def start_codex_hub(
+    tmp_path: Path,
+    model: FakeModelServer,
+    *,
+    settings: Mapping[str, Any] | None = None,
+    **env: str,
+) -> HubProcess:
     """`amux serve` whose in-process worker launches the pinned Codex against the fake model."""
-    agent_home = tmp_path / "agent-home"
-    agent_home.mkdir(exist_ok=True)
-    hub = HubProcess(
-        tmp_path / "amux-home",
-        free_port(),
-        extra_env={
-            "HOME": str(agent_home),
-            "OPENAI_API_KEY": "sk-openai-test",
-            "AMUX_RUNTIME_CODEX": find_agent_cli("codex"),
-            "AMUX_RUNTIME_CODEX_CONFIG": str(codex_config(tmp_path, model)),
-            "AMUX_RUNTIME_DEVELOPER_INSTRUCTIONS": "Answer briefly.",
-            "AMUX_RUNTIME_WORK_DIR": str(tmp_path / "runtime"),
-            **env,
-        },
-    )
-    hub.start()
-    return hub
+    codex = {
+        "OPENAI_API_KEY": "sk-openai-test",
+        "AMUX_RUNTIME_CODEX": find_agent_cli("codex"),
+        "AMUX_RUNTIME_CODEX_CONFIG": str(codex_config(tmp_path, model)),
+        "AMUX_RUNTIME_DEVELOPER_INSTRUCTIONS": "Answer briefly.",
+        "AMUX_RUNTIME_WORK_DIR": str(tmp_path / "runtime"),
+    }
+    return serve_agents(tmp_path, {**codex, **env}, settings)
 
 
 async def test_a_bound_codex_turn_saves_memory_over_mcp_and_resumes_with_its_binding(
@@ -57,9 +55,8 @@ async def test_a_bound_codex_turn_saves_memory_over_mcp_and_resumes_with_its_bin
         Answer("Saved to topics/deploys.md."),
     ]
     async with FakeModelServer(script) as model:
-        hub = start_codex_hub(tmp_path, model)
+        hub = start_codex_hub(tmp_path, model, settings=MEMORY_ON)
         try:
-            await asyncio.to_thread(hub.enable_memory)
             first = await agent_run(hub, "--provider", "codex", "Remember our deploy rule")
             assert first["state"] == "succeeded", (first, model.tool_results)
             assert first["text"] == "Saved to topics/deploys.md."

@@ -22,6 +22,7 @@ import pytest
 from aiohttp import web
 
 from runtime_bridge.memoryprotocol import protocol_text
+from tests.conftest import MEMORY_ON
 from tests.fakes.model_server import Answer, FakeModelServer, Step
 from tests.runtime_bridge.test_worker import agent_run, cli
 from tests.runtime_bridge.test_worker_pi import start_pi_hub, upsert_by_bash
@@ -93,8 +94,7 @@ async def test_an_unreachable_hub_at_discovery_warns_and_runs_the_agent_unbound_
         Answer("Ran without memory."),
     ]
     async with FakeModelServer(script) as model:
-        cluster = cluster_for(model)
-        await asyncio.to_thread(cluster.hub.enable_memory)
+        cluster = cluster_for(model, settings=MEMORY_ON)
         async with HubPathProxy(cluster.hub.url, {"sessions.memory"}) as proxy:
             await asyncio.to_thread(cluster.start_worker, "w", proxy.url)
             done = await cli(

@@ -7,9 +7,9 @@ the wrapper, its connection config and the delegated credential all worked.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +17,9 @@ import pytest
 
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
 from runtime_bridge.memoryprotocol import protocol_text
-from tests.conftest import HubProcess, free_port
+from tests.conftest import MEMORY_ISOLATED, MEMORY_ON, HubProcess
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
-from tests.runtime_bridge.conftest import find_agent_cli
+from tests.runtime_bridge.conftest import find_agent_cli, serve_agents
 from tests.runtime_bridge.test_providers_pi import pi_agent_source
 from tests.runtime_bridge.test_worker import agent_run, cli
 
@@ -28,26 +28,27 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 PI_ARGS = ["--provider", "fake", "--model", "fake-model"]
 
 
-def start_pi_hub(tmp_path: Path, model: FakeModelServer, **env: str) -> HubProcess:
+def pi_env(tmp_path: Path, model: FakeModelServer) -> dict[str, str]:
+    """What a Hub or a worker needs to launch the pinned Pi offline against ``model``."""
+    return {
+        "PI_OFFLINE": "1",
+        "AMUX_RUNTIME_PI": find_agent_cli("pi"),
+        "AMUX_RUNTIME_PI_ARGS": json.dumps(PI_ARGS),
+        "AMUX_RUNTIME_PI_AGENT_DIR": str(pi_agent_source(tmp_path, model)),
+        "AMUX_RUNTIME_PASS_ENV": json.dumps([*DEFAULT_PASS_ENV, "PI_OFFLINE"]),
+    }
+
+
+def start_pi_hub(
+    tmp_path: Path,
+    model: FakeModelServer,
+    *,
+    settings: Mapping[str, Any] | None = None,
+    **env: str,
+) -> HubProcess:
     """`amux serve` whose in-process worker launches the pinned Pi against the fake model."""
-    agent_home = tmp_path / "agent-home"
-    agent_home.mkdir(exist_ok=True)
-    hub = HubProcess(
-        tmp_path / "amux-home",
-        free_port(),
-        extra_env={
-            "HOME": str(agent_home),
-            "PI_OFFLINE": "1",
-            "AMUX_RUNTIME_PI": find_agent_cli("pi"),
-            "AMUX_RUNTIME_PI_ARGS": json.dumps(PI_ARGS),
-            "AMUX_RUNTIME_PI_AGENT_DIR": str(pi_agent_source(tmp_path, model)),
-            "AMUX_RUNTIME_PASS_ENV": json.dumps([*DEFAULT_PASS_ENV, "PI_OFFLINE"]),
-            "AMUX_RUNTIME_WORK_DIR": str(tmp_path / "runtime"),
-            **env,
-        },
-    )
-    hub.start()
-    return hub
+    pi = {**pi_env(tmp_path, model), "AMUX_RUNTIME_WORK_DIR": str(tmp_path / "runtime")}
+    return serve_agents(tmp_path, {**pi, **env}, settings)
 
 
 def upsert_by_bash(path: str, content: str) -> CallTool:
@@ -75,9 +76,8 @@ async def test_a_bound_pi_turn_saves_memory_through_the_cli_and_resumes_with_its
         Answer("Saved to topics/build.md."),
     ]
     async with FakeModelServer(script) as model:
-        hub = start_pi_hub(tmp_path, model)
+        hub = start_pi_hub(tmp_path, model, settings=MEMORY_ON)
         try:
-            await asyncio.to_thread(hub.enable_memory)
             first = await agent_run(hub, "--provider", "pi", "Remember how we build")
             assert first["state"] == "succeeded", (first, tool_outputs(model))
             assert first["text"] == "Saved to topics/build.md."
@@ -128,9 +128,8 @@ async def test_with_isolation_on_pi_writes_into_the_principals_own_directory(
         Answer("Saved privately."),
     ]
     async with FakeModelServer(script) as model:
-        hub = start_pi_hub(tmp_path, model)
+        hub = start_pi_hub(tmp_path, model, settings=MEMORY_ISOLATED)
         try:
-            await asyncio.to_thread(hub.enable_memory, True)
             done = await agent_run(hub, "--provider", "pi", "Remember this privately")
             assert done["state"] == "succeeded", (done, tool_outputs(model))
             principal_id = (await cli(hub, "system", "whoami", "--json")).json()["principal"]["id"]

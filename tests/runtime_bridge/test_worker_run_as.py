@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import MEMORY_ON
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
 from tests.runtime_bridge.conftest import find_agent_cli
 from tests.runtime_bridge.test_worker import agent_run, cli
@@ -118,9 +119,9 @@ async def test_an_agent_running_as_another_user_still_reaches_memory(
             model,
             AMUX_RUNTIME_RUN_AS=USER,
             AMUX_RUNTIME_WORK_DIR=str(shared_work_dir),
+            settings=MEMORY_ON,
         )
         try:
-            await asyncio.to_thread(hub.enable_memory)
             await asyncio.to_thread(hub.set_permissions, "auto")
             done = await agent_run(hub, "--provider", "pi", "Save who you are")
             assert done["state"] == "succeeded", done

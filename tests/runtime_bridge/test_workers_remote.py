@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,16 +22,20 @@ from typing import Any
 import pytest
 
 from hub.executions import NO_WORKER
-from runtime_bridge.launch_env import DEFAULT_PASS_ENV
-from tests.conftest import AMUX, HubProcess, free_port, processes_tagged, until
+from tests.conftest import (
+    AMUX,
+    MEMORY_ON,
+    HubProcess,
+    processes_tagged,
+    until,
+)
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
-from tests.runtime_bridge.conftest import find_agent_cli
-from tests.runtime_bridge.test_providers_pi import pi_agent_source
+from tests.runtime_bridge.conftest import serve_agents
 from tests.runtime_bridge.test_worker import cli
+from tests.runtime_bridge.test_worker_pi import pi_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
-PI_ARGS = ["--provider", "fake", "--model", "fake-model"]
 # Short enough that a lost worker is noticed quickly, long enough that a loaded machine's
 # heart-beats (every third of it) still arrive in time.
 LEASE_SECONDS = "4"
@@ -181,25 +184,11 @@ def cluster_for(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
     """Start a Hub (Pi against ``model``, no in-process worker) on demand; closed at the end."""
     started: list[Cluster] = []
 
-    def start(model: FakeModelServer, **env: str) -> Cluster:
-        agent_home = tmp_path / "agent-home"
-        agent_home.mkdir(exist_ok=True)
-        hub = HubProcess(
-            tmp_path / "amux-home",
-            free_port(),
-            extra_env={
-                "HOME": str(agent_home),
-                "PI_OFFLINE": "1",
-                "AMUX_RUNTIME_IN_PROCESS": "false",
-                "AMUX_LEASE_SECONDS": LEASE_SECONDS,
-                "AMUX_RUNTIME_PI": find_agent_cli("pi"),
-                "AMUX_RUNTIME_PI_ARGS": json.dumps(PI_ARGS),
-                "AMUX_RUNTIME_PI_AGENT_DIR": str(pi_agent_source(tmp_path, model)),
-                "AMUX_RUNTIME_PASS_ENV": json.dumps([*DEFAULT_PASS_ENV, "PI_OFFLINE"]),
-                **env,
-            },
-        )
-        hub.start()
+    def start(
+        model: FakeModelServer, *, settings: Mapping[str, Any] | None = None, **env: str
+    ) -> Cluster:
+        remote = {"AMUX_RUNTIME_IN_PROCESS": "false", "AMUX_LEASE_SECONDS": LEASE_SECONDS}
+        hub = serve_agents(tmp_path, {**pi_env(tmp_path, model), **remote, **env}, settings)
         cluster = Cluster(hub, tmp_path)
         started.append(cluster)
         return cluster
@@ -266,8 +255,7 @@ async def test_a_turn_whose_worker_is_killed_is_retried_on_another_worker(
     # The retry is a fresh launch of the same prompt, so either step may answer it.
     script: list[Step] = [Answer("Done after retry.", hold=release)] * 2
     async with FakeModelServer(script) as model:
-        cluster = cluster_for(model)
-        await asyncio.to_thread(cluster.hub.enable_memory)
+        cluster = cluster_for(model, settings=MEMORY_ON)
         try:
             await asyncio.to_thread(cluster.start_worker, "a")
             await asyncio.to_thread(cluster.start_worker, "b")
