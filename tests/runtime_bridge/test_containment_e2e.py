@@ -14,12 +14,13 @@ import shutil
 import threading
 import urllib.request
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import HubProcess, free_port, until
+from tests.conftest import MEMORY_ISOLATED, HubProcess, free_port, save_settings, until
 from tests.runtime_bridge.test_sandbox_e2e import PROBE, add_principal
 
 pytestmark = [
@@ -30,7 +31,12 @@ pytestmark = [
 ]
 
 
-def start_hub(tmp_path: Path, **env: str) -> HubProcess:
+def start_hub(
+    tmp_path: Path, *, settings: Mapping[str, Any] | None = None, **env: str
+) -> HubProcess:
+    """The Hub with the probe as its one provider; ``settings`` are saved before it starts."""
+    if settings:
+        save_settings(tmp_path / "amux-home", settings)
     hub = HubProcess(
         tmp_path / "amux-home",
         free_port(),
@@ -69,9 +75,8 @@ def value(lines: list[str], prefix: str) -> str:
 async def test_each_principals_agent_has_a_uid_of_its_own_and_no_kernel_knob_or_shared_key(
     tmp_path: Path,
 ) -> None:
-    hub = start_hub(tmp_path)
+    hub = start_hub(tmp_path, settings=MEMORY_ISOLATED)
     try:
-        await asyncio.to_thread(hub.enable_memory, True)
         alice = await asyncio.to_thread(add_principal, hub, "alice")
         bob = await asyncio.to_thread(add_principal, hub, "bob")
         key = f"amux-{uuid.uuid4().hex[:12]}"

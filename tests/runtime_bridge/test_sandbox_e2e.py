@@ -15,14 +15,22 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hub.config import OWNER_TOKEN_FILE
-from tests.conftest import REPO, HubProcess, free_port, processes_tagged, until
+from tests.conftest import (
+    MEMORY_ISOLATED,
+    REPO,
+    HubProcess,
+    free_port,
+    processes_tagged,
+    save_settings,
+    until,
+)
 
 pytestmark = [
     pytest.mark.e2e,
@@ -34,7 +42,12 @@ PROBE = REPO / "tests" / "fakes" / "probe_agent.sh"
 HUB_SECRET = "feishu-app-secret-" + uuid.uuid4().hex
 
 
-def start_hub(tmp_path: Path, sandbox: str) -> HubProcess:
+def start_hub(
+    tmp_path: Path, sandbox: str, settings: Mapping[str, Any] | None = None
+) -> HubProcess:
+    """The Hub with the probe as its one provider; ``settings`` are saved before it starts."""
+    if settings:
+        save_settings(tmp_path / "amux-home", settings)
     hub = HubProcess(
         tmp_path / "amux-home",
         free_port(),
@@ -169,9 +182,8 @@ async def test_without_the_sandbox_the_same_probe_reads_the_hubs_secrets(
     Hub's private files stay out of reach and what shows is everything else on the host: a
     world-readable file outside the workspace, which the sandbox hides.
     """
-    hub = start_hub(tmp_path, "off")
+    hub = start_hub(tmp_path, "off", MEMORY_ISOLATED)
     try:
-        await asyncio.to_thread(hub.enable_memory, True)
         note = save_owner_note(hub, "# Private\nvisible without a sandbox\n")
         bob = add_principal(hub, "bob")
         tag = f"amux-probe-{uuid.uuid4().hex}"
