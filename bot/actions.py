@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from bot.feishu.events import CardAction, CardResponse
 from cards import actions
 from cards.catalogue import text
+from cards.elements import Card
 from cards.models import Lang
 from cards.notices import error_card, owner_only_card
 from hub.errors import AmuxError, InvalidArgument, InvalidPath
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("amux.bot")
 
-Card = dict[str, Any]
 Value = dict[str, Any]
 V = TypeVar("V")
 

@@ -23,7 +23,7 @@ from bot.actions import (
     SearchForm,
 )
 from cards.catalogue import text
-from cards.elements import escape
+from cards.elements import Card, escape
 from cards.management import (
     management_card,
     restart_deferred_card,
@@ -90,12 +90,11 @@ class Drafts(TypedDict, total=False):
     draft_messages_per_minute: int
     restarted: bool
 
+
 LIST_LIMIT = 50
 # Changes shown on a document's card, and on the card of the whole memory's changes.
 DOCUMENT_CHANGES = 5
 HISTORY_CHANGES = 15
-
-Card = dict[str, Any]
 
 
 def _erase_view(path: str | None, receipt: Receipt) -> EraseView:

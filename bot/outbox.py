@@ -33,11 +33,12 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from bot.feishu.errors import FeishuApiError
+from cards.elements import Card
 from hub import sqlite
 from hub.errors import AmuxError, Unavailable
 from hub.sqlite import Step
@@ -90,7 +91,6 @@ MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (2, _columns_added_before_versions),
 )
 
-Card = dict[str, Any]
 # "card": show the card on the streaming card entity, else on ``target`` (the progress card),
 # else post it as a reply to ``reply_to``; "reply": post it as a reply in the topic; "file":
 # upload the file at ``path`` and post it in the topic. On disk a file's path is kept as

@@ -14,11 +14,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+
+from cards.elements import Card
 
 logger = logging.getLogger(__name__)
-
-Card = dict[str, Any]
 
 
 @dataclass
