@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 import typer
 
 from hub.config import ClientSettings, HubSettings
-from hub.contract import USAGE_FIGURES, UsageReport
+from hub.contract import DEFAULT_DAYS, MAX_DAYS, USAGE_FIGURES, UsageReport
 from hub.errors import (
     AmuxError,
     Conflict,
@@ -27,7 +27,6 @@ from hub.errors import (
     Unauthenticated,
     Unavailable,
 )
-from hub.usage import DEFAULT_DAYS, MAX_DAYS
 
 # The HTTP client and the state database are imported by the commands that use them: every
 # command loads this module, `amux mcp` and `amux --version` included, and those must start

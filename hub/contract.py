@@ -536,3 +536,6 @@ class UsageReport:
 
 
 USAGE_FIGURES = ("input_tokens", "output_tokens", "requests", "turns")
+# How many UTC days a usage report spans unless asked (``usage.report`` ``days``), and at most.
+DEFAULT_DAYS = 7
+MAX_DAYS = 366

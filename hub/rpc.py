@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from hub import __version__
 from hub.bodies import read_body
 from hub.client import BINDING_HEADER, VIA_HEADER
+from hub.contract import DEFAULT_DAYS, MAX_DAYS
 from hub.errors import (
     AmuxError,
     BindingMismatch,
@@ -57,7 +58,6 @@ from hub.paths import memory_scope
 from hub.services import Hub
 from hub.state import no_such_credential
 from hub.storage import from_sqlite_error, refused
-from hub.usage import DEFAULT_DAYS, MAX_DAYS
 
 logger = logging.getLogger("amux.hub.rpc")
 

@@ -26,8 +26,6 @@ from hub.state import State
 
 logger = logging.getLogger("amux.hub.usage")
 
-DEFAULT_DAYS = 7
-MAX_DAYS = 366
 # Far above any one turn, and low enough that a year of sums stays within SQLite's integers.
 MAX_FIGURE = 1 << 40
 GATEWAY = "gateway"

@@ -34,7 +34,7 @@ from bot.commands.cli import main
 main()
 """
 
-# The Hub and its server, the service, the Feishu bot, and the worker's launch machinery.
+# The Hub, its state database and its server, the service, the Feishu bot, and the worker's launch machinery.
 HEAVY = (
     "aiohttp.web",
     "hub.rpc",
@@ -42,6 +42,8 @@ HEAVY = (
     "hub.store",
     "hub.services",
     "hub.memory",
+    "hub.state",
+    "hub.migrations",
     "bot.service",
     "bot.feishu",
     "lark_oapi",
