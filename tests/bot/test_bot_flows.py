@@ -19,9 +19,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from pydantic import SecretStr
 
-from bot.config import FeishuSettings
 from bot.conversations import origin_of
 from bot.feishu.adapter import FeishuAdapter
 from bot.feishu.events import MessageEvent, UserIds
@@ -253,16 +251,8 @@ async def running_bot(
     home = tmp_path / "amux-home"
     ids = seed(home, memory=memory, isolation=isolation, owner_in_feishu=owner_in_feishu)
     async with FakeFeishu(app_id=APP_ID, bot_open_id=BOT_OPEN_ID) as feishu:
-        settings = FeishuSettings(
-            app_id=APP_ID,
-            app_secret=SecretStr(feishu.app_secret),
-            encrypt_key=SecretStr(signer.encrypt_key),
-            verification_token=SecretStr(signer.verification_token),
-            domain=feishu.url,
-            enroll=enroll,  # type: ignore[arg-type]
-            mode=mode,  # type: ignore[arg-type]
-            language="en_us",
-            card_update_interval_seconds=0.1,
+        settings = signer.settings(
+            feishu, enroll=enroll, mode=mode, card_update_interval_seconds=0.1
         )
         port = free_port()
         app = create_app(

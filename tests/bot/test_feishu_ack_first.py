@@ -19,9 +19,7 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 from aiohttp import web
-from pydantic import SecretStr
 
-from bot.config import FeishuSettings
 from bot.feishu.dedup import SqliteEventDedup
 from bot.feishu.dispatcher import EventDispatcher
 from bot.feishu.ingress import EVENTS_PATH
@@ -58,14 +56,7 @@ class ServerLoop:
 
 @asynccontextmanager
 async def serving(home: Path, feishu: FakeFeishu) -> AsyncIterator[tuple[web.AppRunner, str]]:
-    settings = FeishuSettings(
-        app_id=APP_ID,
-        app_secret=SecretStr(feishu.app_secret),
-        encrypt_key=SecretStr(signer.encrypt_key),
-        verification_token=SecretStr(signer.verification_token),
-        domain=feishu.url,
-        language="en_us",
-    )
+    settings = signer.settings(feishu)
     app = create_app(HubSettings(home=home), feishu_settings=settings)
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
 

@@ -17,11 +17,16 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from Crypto.Cipher import AES
+from pydantic import SecretStr
 
+from bot.config import FeishuSettings
 from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
+
+if TYPE_CHECKING:
+    from tests.fakes.feishu import FakeFeishu
 
 _ids = itertools.count(1)
 
@@ -47,6 +52,18 @@ class FeishuSigner:
     verification_token: str = "vt_test"
     app_id: str = "cli_test"
     tenant_key: str = "tenant_1"
+
+    def settings(self, feishu: FakeFeishu, **overrides: Any) -> FeishuSettings:
+        """The bot's settings for this app against ``feishu``, in English unless overridden."""
+        chosen: dict[str, Any] = {"language": "en_us", **overrides}
+        return FeishuSettings(
+            app_id=self.app_id,
+            app_secret=SecretStr(feishu.app_secret),
+            encrypt_key=SecretStr(self.encrypt_key),
+            verification_token=SecretStr(self.verification_token),
+            domain=feishu.url,
+            **chosen,
+        )
 
     def sign(
         self,
