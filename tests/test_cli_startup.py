@@ -34,7 +34,8 @@ from bot.commands.cli import main
 main()
 """
 
-# The Hub, its state database and its server, the service, the Feishu bot, and the worker's launch machinery.
+# The Hub, its state database and its server, the service, the Feishu bot, and the worker's
+# launch machinery.
 HEAVY = (
     "aiohttp.web",
     "hub.rpc",
