@@ -602,6 +602,13 @@ def alias_text(alias: Mapping[str, Any] | str) -> str:
 # -- amux usage -----------------------------------------------------------------------------------
 
 
+usage_app = typer.Typer(
+    help="Model tokens and requests the model gateway counted, and today's budget extensions.",
+    invoke_without_command=True,
+)
+
+
+@usage_app.callback()
 def usage(
     ctx: typer.Context,
     principal: str | None = typer.Option(
@@ -616,11 +623,31 @@ def usage(
 ) -> None:
     """Model tokens and requests the model gateway counted, per day, Principal and provider:
     yours, or for the owner everyone's."""
+    if ctx.invoked_subcommand is not None:
+        return
     env = env_of(ctx)
     report = run(with_client(env, lambda hub: hub.usage_report(principal, days)))
     emit(report.to_wire(), as_json, lambda _: usage_text(report))
     if not as_json and not report.rows:
         note(f"no model usage counted from {report.since} to {report.until}")
+
+
+@usage_app.command("extend")
+def usage_extend(
+    ctx: typer.Context,
+    principal: str = typer.Argument(..., help="The Principal, by name or id."),
+    tokens: int = typer.Option(..., "--tokens", min=1, help="Tokens to add to today's budget."),
+    as_json: JsonOutput = False,
+) -> None:
+    """Add tokens to a Principal's budget for today (UTC; the owner only): to its daily budget,
+    or with none set, to the per-turn ceiling of its turns today."""
+    env = env_of(ctx)
+    extended = run(with_client(env, lambda hub: hub.usage_extend(principal, tokens)))
+    emit(
+        extended,
+        as_json,
+        lambda e: f"{principal}: {e['tokens']} tokens added to {e['day']} (UTC) in all",
+    )
 
 
 def usage_text(report: UsageReport) -> str:

@@ -350,6 +350,10 @@ class HubClient:
             await self.call("usage.report", principal=principal, days=days)
         )
 
+    async def usage_extend(self, principal: str, tokens: int) -> dict[str, Any]:
+        """Add ``tokens`` to a Principal's budget for today (the owner only)."""
+        return await self.call("usage.extend", principal=principal, tokens=tokens)
+
     # -- credentials
 
     async def delegate_credential(

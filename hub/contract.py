@@ -327,9 +327,12 @@ class Claim:
     request_id: str | None = None
     # The permission policy the turn runs under (``agents.permissions`` when it was claimed).
     permissions: str = "ask"
+    # Tokens the turn may use (the per-turn ceiling or what is left of its Principal's day,
+    # whichever is lower); None when no budget is set.
+    budget: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire: dict[str, Any] = {
             "execution": {
                 "id": self.execution_id,
                 "prompt": self.prompt,
@@ -340,9 +343,13 @@ class Claim:
             "lease_seconds": self.lease_seconds,
             "permissions": self.permissions,
         }
+        if self.budget is not None:
+            wire["budget"] = self.budget
+        return wire
 
     @classmethod
     def from_wire(cls, wire: Mapping[str, Any]) -> Claim:
+        budget = wire.get("budget")
         execution = _field(wire, "execution", Mapping)
         return cls(
             execution_id=_field(execution, "id", str),
@@ -352,6 +359,7 @@ class Claim:
             lease_seconds=float(_field(wire, "lease_seconds", (int, float))),
             request_id=_optional(execution, "request_id", str),
             permissions=_optional(wire, "permissions", str) or "ask",
+            budget=budget if isinstance(budget, int) and not isinstance(budget, bool) else None,
         )
 
 

@@ -16,6 +16,7 @@ Each table and the module that owns its rows (the one that writes them; others o
 - ``memory_log``: ``hub.history``
 - ``approvals``, ``session_rules``: ``hub.approvals``
 - ``usage``: ``hub.usage``, written with the completion of each turn the model gateway counted
+- ``budget_extensions``: ``hub.usage``, the tokens the owner added to a Principal's day
 
 Readers outside the owners: ``hub.server`` (readiness and metrics counts), ``hub.rpc_executions``
 (whom a turn runs as), ``hub.history`` (the Sessions and turns of a scope) and ``hub.usage`` (the
@@ -233,6 +234,16 @@ CREATE TABLE usage (
 CREATE INDEX usage_by_day ON usage(day);
 """
 
+# Version 9: tokens the owner added to one Principal's budget for one UTC day (see hub.usage).
+_V9_BUDGET_EXTENSIONS = """
+CREATE TABLE budget_extensions (
+    principal_id TEXT NOT NULL,
+    day TEXT NOT NULL,
+    tokens INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (principal_id, day)
+);
+"""
+
 MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (1, _V1_IDENTITY_AND_SETTINGS),
     (2, _queue_with_request_ids),
@@ -242,6 +253,7 @@ MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (6, _V6_EXECUTIONS_RUN_AS),
     (7, _V7_APPROVALS),
     (8, _V8_USAGE),
+    (9, _V9_BUDGET_EXTENSIONS),
 )
 
 SCHEMA_VERSION = sqlite.latest(MIGRATIONS)

@@ -58,6 +58,7 @@ from hub.paths import memory_scope
 from hub.services import Hub
 from hub.state import no_such_credential
 from hub.storage import from_sqlite_error, refused
+from hub.sysconfig import MAX_TOKENS
 
 logger = logging.getLogger("amux.hub.rpc")
 
@@ -567,9 +568,22 @@ async def usage_report(call: Call, params: UsageParams) -> dict[str, Any]:
     return call.hub.usage.report(call.actor, params.principal, params.days).to_wire()
 
 
+class ExtendParams(Params):
+    # A Principal's id or name.
+    principal: str = text_field(128)
+    tokens: int = Field(
+        ge=1, le=MAX_TOKENS, description=f"a whole number of tokens from 1 to {MAX_TOKENS}"
+    )
+
+
+async def usage_extend(call: Call, params: ExtendParams) -> dict[str, Any]:
+    return await call.hub.usage.extend(call.actor, params.principal, params.tokens)
+
+
 USAGE_METHODS: Methods = MappingProxyType(
     {
         "usage.report": Method(UsageParams, usage_report),
+        "usage.extend": Method(ExtendParams, usage_extend),
     }
 )
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
+from hub import usage
 from hub.approvals import MAX_DETAIL_CHARS, MAX_REASON_CHARS, MAX_SUBJECT_CHARS
 from hub.contract import BOT_ORIGIN_PREFIX, Session, TurnOutcome, TurnResult, is_bot_origin
 from hub.errors import Forbidden, InvalidArgument, NotFound
@@ -166,8 +167,19 @@ async def executions_claim(call: Call, params: ClaimParams) -> dict[str, Any]:
     )
     if claimed is None:
         return {}
-    # Read as the turn starts: a change of the policy applies to turns started after it.
-    return dataclasses.replace(claimed, permissions=call.hub.config.permissions).to_wire()
+    # Read as the turn starts: a change of the policy or a budget applies to turns started after.
+    hub = call.hub
+    row = hub.executions.db.execute(
+        "SELECT runs_as FROM executions WHERE id = ?", (claimed.execution_id,)
+    ).fetchone()
+    budget = usage.ceiling(
+        hub.executions.db,
+        row["runs_as"],
+        hub.config.daily_tokens,
+        hub.config.turn_tokens,
+        hub.usage.clock(),
+    )
+    return dataclasses.replace(claimed, permissions=hub.config.permissions, budget=budget).to_wire()
 
 
 class LeaseParams(Params):

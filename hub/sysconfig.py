@@ -2,8 +2,9 @@
 
 A change takes effect only when the Hub restarts, so every running Runtime and conversation sees
 one consistent policy; cards and the CLI show both values and whether a restart is pending.
-The Agents' permission settings are the exception: they apply to every turn started after the
-change (a turn reads them when a worker takes it), so they never wait for a restart.
+The Agents' permission settings and the token budgets are the exception: they apply to every
+turn started after the change (a turn reads them when a worker takes it), so they never wait for
+a restart.
 """
 
 from __future__ import annotations
@@ -59,6 +60,19 @@ def _parse_limit(raw: object) -> int:
     if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= MAX_LIMIT:
         return raw
     raise InvalidArgument(f"expected a whole number from 0 (no limit) to {MAX_LIMIT}")
+
+
+# Far above any day of model use, and low enough that sums stay within SQLite's integers.
+MAX_TOKENS = 1 << 40
+
+
+def _parse_tokens(raw: object) -> int:
+    """A whole number of tokens from 0 (no limit) to MAX_TOKENS."""
+    if isinstance(raw, str) and raw.strip().isdigit():
+        raw = int(raw.strip())
+    if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= MAX_TOKENS:
+        return raw
+    raise InvalidArgument(f"expected a whole number of tokens from 0 (no limit) to {MAX_TOKENS}")
 
 
 PERMISSION_POLICIES = ("ask", "auto", "read-only")
@@ -172,6 +186,22 @@ SPECS: dict[str, SettingSpec] = {
             "(applies to requests made after the change)",
             live=True,
         ),
+        SettingSpec(
+            "budget.daily_tokens",
+            0,
+            _parse_tokens,
+            "model tokens (input and output) one Principal's turns may use per UTC day "
+            "(0: no limit; applies to turns started after the change)",
+            live=True,
+        ),
+        SettingSpec(
+            "budget.turn_tokens",
+            0,
+            _parse_tokens,
+            "model tokens (input and output) one turn may use "
+            "(0: no limit; applies to turns started after the change)",
+            live=True,
+        ),
     )
 }
 
@@ -213,6 +243,14 @@ class SystemConfig:
     @property
     def approval_timeout(self) -> int:
         return int(self._live("agents.approval_timeout"))
+
+    @property
+    def daily_tokens(self) -> int:
+        return int(self._live("budget.daily_tokens"))
+
+    @property
+    def turn_tokens(self) -> int:
+        return int(self._live("budget.turn_tokens"))
 
     def save(self, key: object, value: object) -> SettingView:
         """Validate and save one setting; the running value is untouched until restart.

@@ -7,6 +7,11 @@ or not at all. The worker is trusted, but what it sends is still checked: a figu
 non-negative whole number of a plausible size is left out, with a warning in the log.
 
 Each Principal may see their own usage; the owner everyone's.
+
+Budgets (``budget.daily_tokens``, ``budget.turn_tokens``) are enforced by the gateway; the Hub
+hands each turn its ceiling as the worker claims it (``ceiling``). The owner may add tokens to a
+Principal's day (``extend``, the ``budget_extensions`` table): they raise that day's allowance,
+or with no daily budget set, the per-turn ceiling of that Principal's turns that day.
 """
 
 from __future__ import annotations
@@ -91,6 +96,30 @@ def record(
     )
 
 
+def ceiling(
+    db: sqlite3.Connection, principal_id: str, daily_tokens: int, turn_tokens: int, at: float
+) -> int | None:
+    """The tokens a turn of ``principal_id`` started at ``at`` may use; None when unlimited."""
+    day = day_of(at)
+    row = db.execute(
+        "SELECT COALESCE(SUM(tokens), 0) AS n FROM budget_extensions"
+        " WHERE principal_id = ? AND day = ?",
+        (principal_id, day),
+    ).fetchone()
+    extended = int(row["n"])
+    limits: list[int] = []
+    if daily_tokens:
+        used = db.execute(
+            "SELECT COALESCE(SUM(input_tokens + output_tokens), 0) AS n FROM usage"
+            " WHERE principal_id = ? AND day = ?",
+            (principal_id, day),
+        ).fetchone()
+        limits.append(max(0, daily_tokens + extended - int(used["n"])))
+    if turn_tokens:
+        limits.append(turn_tokens + (0 if daily_tokens else extended))
+    return min(limits) if limits else None
+
+
 Listener = Callable[[str, Counted], None]
 
 
@@ -143,6 +172,34 @@ class Usage:
             for row in self.state.db.execute(query, args)
         )
         return UsageReport(since=since, until=today.isoformat(), rows=rows)
+
+    async def extend(self, actor: Actor, principal: str, tokens: int) -> dict[str, Any]:
+        """Add ``tokens`` to one Principal's budget for today (UTC); the owner only.
+
+        Raises:
+            Forbidden: the caller is not the owner in person.
+            NotFound: no Principal has that id or name.
+        """
+        if not actor.owner_in_person:
+            raise Forbidden("only the owner may extend a budget")
+        whose = self._whose(actor, principal)
+        assert whose is not None
+        day = day_of(self.clock())
+
+        def add(db: sqlite3.Connection) -> int:
+            db.execute(
+                "INSERT INTO budget_extensions (principal_id, day, tokens) VALUES (?, ?, ?)"
+                " ON CONFLICT (principal_id, day) DO UPDATE SET tokens = tokens + excluded.tokens",
+                (whose, day, tokens),
+            )
+            row = db.execute(
+                "SELECT tokens FROM budget_extensions WHERE principal_id = ? AND day = ?",
+                (whose, day),
+            ).fetchone()
+            return int(row["tokens"])
+
+        total = await self.state.write(add)
+        return {"principal_id": whose, "day": day, "tokens": total}
 
     def _whose(self, actor: Actor, principal: str | None) -> str | None:
         """The id of the Principal to report on; None for everyone (the owner only)."""

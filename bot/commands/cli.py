@@ -21,7 +21,7 @@ from hub.cli import (
     principal_app,
     system_app,
     token_app,
-    usage,
+    usage_app,
 )
 from hub.config import ClientSettings, HubSettings, invalid_settings, unparsable_setting
 from hub.errors import AmuxError, InvalidArgument, Unavailable
@@ -209,7 +209,7 @@ def doctor(as_json: JsonOutput = False) -> None:
         raise typer.Exit(1)
 
 
-app.command("usage")(usage)
+app.add_typer(usage_app, name="usage")
 
 
 def main() -> None:

@@ -31,6 +31,8 @@ DEFAULTS = {
     "feishu.messages_per_minute": 10,
     "agents.permissions": "ask",
     "agents.approval_timeout": 600,
+    "budget.daily_tokens": 0,
+    "budget.turn_tokens": 0,
 }
 
 

@@ -113,6 +113,7 @@ ALL_TABLES = {
     "approvals",
     "session_rules",
     "usage",
+    "budget_extensions",
 }
 
 

@@ -1,0 +1,91 @@
+"""Token budgets through a real `amux serve` and the real CLI: the owner's settings, the ceiling
+each claimed turn carries (the per-turn one, or what is left of its sender's UTC day), that the
+day's figure outlives a restart, and the owner's extension of one Principal's day."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hub.contract import Claim
+from tests.conftest import HubProcess, running_hub
+from tests.hub.test_usage import ok, tokens_of
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
+    home = tmp_path_factory.mktemp("budgets") / "amux-home"
+    # The test plays the worker: no in-process one may claim its turns.
+    with running_hub(home, extra_env={"AMUX_RUNTIME_IN_PROCESS": "false"}) as hub:
+        yield hub
+
+
+def claimed_budget(hub: HubProcess, sender: str, runtime: str, used: int) -> int | None:
+    """The budget one turn of ``sender``'s is claimed with; it completes having used ``used``."""
+    status, submitted = hub.rpc(
+        "executions.submit", token=sender, provider="claude", prompt="within budget?"
+    )
+    assert status == 200, submitted
+    status, registered = hub.rpc("workers.register", token=runtime, name="budget-worker")
+    assert status == 200, registered
+    worker = registered["worker_id"]
+    status, wire = hub.rpc("executions.claim", token=runtime, worker_id=worker, wait_seconds=5)
+    assert status == 200, wire
+    claim = Claim.from_wire(wire)
+    assert claim.execution_id == submitted["execution"]["id"]
+    usage: dict[str, Any] = {
+        "gateway": {"input_tokens": used - used // 4, "output_tokens": used // 4}
+    }
+    status, done = hub.rpc(
+        "executions.complete",
+        token=runtime,
+        execution_id=claim.execution_id,
+        worker_id=worker,
+        succeeded=True,
+        result={"text": "done", "usage": usage},
+    )
+    assert status == 200, done
+    return claim.budget
+
+
+def test_budgets_are_live_owner_settings_and_each_turn_is_claimed_with_what_is_left(
+    hub: HubProcess,
+) -> None:
+    made = tokens_of(hub, "alice")
+    alice_id, alice = made["alice"]
+    runtime = tokens_of(hub, "runtime-budget", service=True)["runtime-budget"][1]
+    assert claimed_budget(hub, alice, runtime, used=100) is None
+
+    for key, wrong in (("budget.daily_tokens", "1.5"), ("budget.turn_tokens", "lots")):
+        refused = hub.cli("system", "config", "set", key, wrong)
+        assert refused.returncode == 1
+        assert refused.stderr.startswith(f"error: invalid_argument: {key}: expected a whole")
+    status, body = hub.rpc("system.config.set", key="budget.turn_tokens", value=-1)
+    assert status == 400 and body["error"]["code"] == "invalid_argument", body
+    forbidden = hub.cli(
+        "system", "config", "set", "budget.daily_tokens", "5", env={"AMUX_TOKEN": alice}
+    )
+    assert forbidden.returncode == 5, forbidden.stderr
+    changed = ok(hub.cli("system", "config", "set", "--json", "budget.daily_tokens", "1000"))
+    assert changed.json()["budget.daily_tokens"]["running"] == 1000
+    ok(hub.cli("system", "config", "set", "budget.turn_tokens", "600"))
+
+    # 100 tokens of today's were used before any budget was set; they count all the same.
+    assert claimed_budget(hub, alice, runtime, used=700) == 600
+    hub.restart()
+    assert claimed_budget(hub, alice, runtime, used=200) == 200
+    assert claimed_budget(hub, alice, runtime, used=0) == 0
+
+    refused = hub.cli("usage", "extend", "alice", "--tokens", "500", env={"AMUX_TOKEN": alice})
+    assert refused.returncode == 5
+    assert refused.stderr.startswith("error: forbidden: "), refused.stderr
+    extended = ok(hub.cli("usage", "extend", "alice", "--tokens", "500", "--json")).json()
+    assert extended["principal_id"] == alice_id and extended["tokens"] == 500
+    assert claimed_budget(hub, alice, runtime, used=0) == 500
+    ok(hub.cli("system", "config", "set", "budget.daily_tokens", "0"))
+    # With no daily budget, the day's extension raises the per-turn ceiling.
+    assert claimed_budget(hub, alice, runtime, used=0) == 1100
