@@ -42,9 +42,9 @@ import hashlib
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import MessageEvent
@@ -492,6 +492,14 @@ class Conversations:
             )
             owed.append(Owed("card", progress_card(view, self._lang), sequence))
             reason = execution.error or "the Agent ended without an answer"
+            result = execution.result
+            if result is not None and result.budget_reached:
+                reason = catalogue_text(
+                    self._lang,
+                    "budget.reached",
+                    used=str(_tokens_of(result.usage)),
+                    ceiling=str(result.budget),
+                )
             owed.append(Owed("reply", error_card(state, reason, self._lang)))
         if state == SUCCEEDED and self._files is not None:
             session = self._hub.executions.session(execution.session_id)
@@ -548,3 +556,15 @@ class Conversations:
             return False
         await executions.cancel(execution_id)
         return True
+
+
+def _tokens_of(usage: Mapping[str, Any]) -> int:
+    """Input and output tokens the gateway counted for a turn, as its budget counts them."""
+    counted = usage.get("gateway")
+    if not isinstance(counted, Mapping):
+        return 0
+    return sum(
+        value
+        for value in (counted.get("input_tokens"), counted.get("output_tokens"))
+        if isinstance(value, int) and not isinstance(value, bool)
+    )

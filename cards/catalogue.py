@@ -181,6 +181,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "new code from its log."
         ),
         "usage.tokens": "{input} in / {output} out",
+        "budget.reached": "Budget reached: {used}/{ceiling} tokens",
         "usage.elapsed": "{seconds} s",
         "result.title": "Result",
         "result.part": "Result ({index}/{total})",
@@ -425,6 +426,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "错误的认领码太多：认领已锁定。重启 amux serve，使用其日志中的新认领码。"
         ),
         "usage.tokens": "输入 {input} / 输出 {output}",
+        "budget.reached": "已达预算：{used}/{ceiling} 个 token",
         "usage.elapsed": "{seconds} 秒",
         "result.title": "结果",
         "result.part": "结果（{index}/{total}）",

@@ -134,26 +134,38 @@ class TurnResult:
     binding: str | None = None
     warnings: tuple[str, ...] = ()
     usage: Mapping[str, Any] = field(default_factory=dict)
+    # The tokens the turn was allowed (its Claim's budget), and whether its model requests
+    # reached them, so the gateway refused the rest.
+    budget: int | None = None
+    budget_reached: bool = False
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire: dict[str, Any] = {
             "text": self.text,
             "usage": dict(self.usage),
             "warnings": list(self.warnings),
             "binding": self.binding,
             "provider": self.provider,
         }
+        if self.budget is not None:
+            wire["budget"] = self.budget
+        if self.budget_reached:
+            wire["budget_reached"] = True
+        return wire
 
     @classmethod
     def from_wire(cls, wire: Mapping[str, Any]) -> TurnResult:
         warnings = wire.get("warnings")
         usage = wire.get("usage")
+        budget = wire.get("budget")
         return cls(
             text=_optional(wire, "text", str),
             provider=_optional(wire, "provider", str),
             binding=_optional(wire, "binding", str),
             warnings=tuple(str(w) for w in warnings) if isinstance(warnings, list) else (),
             usage=dict(usage) if isinstance(usage, Mapping) else {},
+            budget=budget if isinstance(budget, int) and not isinstance(budget, bool) else None,
+            budget_reached=wire.get("budget_reached") is True,
         )
 
 

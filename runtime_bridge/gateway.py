@@ -20,6 +20,10 @@ or Pi provider the operator configured with its own base URL keeps it.
 Only the model endpoints are forwarded (``MODEL_ENDPOINTS``); responses stream back chunk by
 chunk as they came. The usage each response reports is read on the way through, untouched, and
 summed per launch (``Grant.usage``).
+
+A launch may have a budget (``Grant.budget``, the tokens its turn may use): once the launch's
+count has reached it, a model request is answered in the provider's own error shape, one its
+CLI treats as final, and the grant records that the budget was reached.
 """
 
 from __future__ import annotations
@@ -84,6 +88,11 @@ HOP_BY_HOP = frozenset(
     }
 )
 CREDENTIAL_HEADERS = frozenset({"x-api-key", "authorization"})
+# Share of a budget past which the launch's user is warned once.
+WARN_SHARE = 0.8
+# The provider SDKs (Anthropic's and OpenAI's, used by Claude Code and Pi) retry a 429 or a 5xx
+# unless told not to; this header tells them.
+NO_RETRY = {"x-should-retry": "false"}
 # A JSON (not streamed) answer is read for usage only up to this size.
 JSON_USAGE_LIMIT = 4 * 1024 * 1024
 CONNECT_SECONDS = 30.0
@@ -364,9 +373,12 @@ class UsageReader:
 class Grant:
     """One launch's placeholders, registered with the gateway until ``close``."""
 
-    def __init__(self, gateway: Gateway, routes: LaunchRoutes) -> None:
+    def __init__(self, gateway: Gateway, routes: LaunchRoutes, budget: int | None = None) -> None:
         self._gateway = gateway
         self.usage = Usage()
+        self.budget = budget
+        self.budget_reached = False
+        self._warned = False
         self.keys = {
             route: PLACEHOLDER_PREFIX + secrets.token_urlsafe(24) for route in routes.upstreams
         }
@@ -377,6 +389,19 @@ class Grant:
             hidden=routes.hidden,
             pi_providers=routes.pi_providers,
         )
+
+    @property
+    def used(self) -> int:
+        """The tokens the budget counts: input and output."""
+        return self.usage.input_tokens + self.usage.output_tokens
+
+    def warn_due(self) -> bool:
+        """True once, the first time this is asked after the count passed WARN_SHARE of the
+        budget."""
+        if self._warned or self.budget is None or self.used < WARN_SHARE * self.budget:
+            return False
+        self._warned = True
+        return True
 
     def close(self) -> None:
         """End the placeholders: a request presenting one from now on is refused."""
@@ -389,13 +414,36 @@ class Grant:
         self.close()
 
 
-def _error(api: Api, status: int, kind: str, message: str) -> web.Response:
+def _error(
+    api: Api,
+    status: int,
+    kind: str,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+) -> web.Response:
     """An error in the shape the provider's own clients parse and show."""
     if api == ANTHROPIC:
         body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
     else:
         body = {"error": {"message": message, "type": kind, "param": None, "code": kind}}
-    return web.json_response(body, status=status, dumps=lambda o: json.dumps(o) + "\n")
+    return web.json_response(
+        body, status=status, headers=headers, dumps=lambda o: json.dumps(o) + "\n"
+    )
+
+
+def _budget_reached(api: Api, grant: Grant) -> web.Response:
+    """The answer to a request past the launch's budget, one its CLI gives up on at once.
+
+    Anthropic: Claude Code retries a 429 or a 5xx with backoff for minutes (a rate limit
+    passes), but takes a 400 as final: it may try one or two fallback requests at once, each
+    refused alike, and ends the turn. OpenAI: a 429 ``insufficient_quota`` is the provider's own
+    answer when money, not rate, runs out; Codex ends the turn on it at once. The SDKs behind
+    Pi are told not to retry either.
+    """
+    message = f"amux budget reached: {grant.used}/{grant.budget} tokens used by this turn"
+    if api == ANTHROPIC:
+        return _error(api, 400, "invalid_request_error", message, NO_RETRY)
+    return _error(api, 429, "insufficient_quota", message, NO_RETRY)
 
 
 def _presented(headers: Mapping[str, str]) -> str | None:
@@ -496,10 +544,11 @@ class Gateway:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def open(self, routes: LaunchRoutes | None = None) -> Grant:
-        """Fresh placeholders for one launch, live until the grant is closed."""
+    def open(self, routes: LaunchRoutes | None = None, budget: int | None = None) -> Grant:
+        """Fresh placeholders for one launch, live until the grant is closed; ``budget``: the
+        tokens its model requests may use (None: no limit)."""
         assert self.running, "the gateway is not started"
-        grant = Grant(self, routes or LaunchRoutes(self.defaults))
+        grant = Grant(self, routes or LaunchRoutes(self.defaults), budget)
         for route, key in grant.keys.items():
             self._live[key] = (grant, grant.routes.upstreams[route])
         return grant
@@ -534,13 +583,19 @@ class Gateway:
                 "or the launch has ended",
             )
         grant, upstream = entry
+        kind = COUNTED.get(path)
+        if kind is not None and grant.budget is not None and grant.used >= grant.budget:
+            grant.budget_reached = True
+            logger.info(
+                "model gateway: %s %s refused: the launch's budget is spent", request.method, path
+            )
+            return _budget_reached(upstream.api, grant)
         client = self._client
         assert client is not None
         url = upstream.base + path[len("/v1") :]
         if request.query_string:
             url += "?" + request.query_string
         body = await request.read()
-        kind = COUNTED.get(path)
         try:
             async with client.request(
                 request.method,

@@ -65,6 +65,9 @@ def default_amux_executable() -> str:
     return str(Path(sys.executable).parent / "amux")
 
 
+BUDGET_WARNING = "80 % of this turn's token budget used"
+
+
 def memory_warning(reason: str) -> str:
     return f"amux memory is unavailable for this conversation ({reason}); it runs without memory"
 
@@ -266,7 +269,8 @@ class Worker:
                     self.gateway.defaults,
                     self.base_env,
                     self.settings.home_source(provider),
-                )
+                ),
+                claimed.budget,
             )
             run_as = site.identity_of(session)
             self._prepare(site, session, claimed.execution_id, run_as)
@@ -313,6 +317,9 @@ class Worker:
                 assert self.worker_id is not None
                 approver = HubApprover(self.hub, claimed.execution_id, self.worker_id)
                 async for event in run(plan, approver):
+                    if grant.warn_due():
+                        warnings.append(BUDGET_WARNING)
+                        await self._event(claimed, WARNING, BUDGET_WARNING)
                     if isinstance(event, Progress):
                         await self._event(claimed, PROGRESS, plan.mask(event.text))
                     elif isinstance(event, Result):
@@ -322,6 +329,10 @@ class Worker:
                     elif isinstance(event, Failure):
                         failure = plan.mask(event.message)
             finally:
+                if grant.warn_due():
+                    warnings.append(BUDGET_WARNING)
+                    with contextlib.suppress(AmuxError):
+                        await self._event(claimed, WARNING, BUDGET_WARNING)
                 if group is not None:
                     reached = group.hit()
                     await asyncio.shield(asyncio.to_thread(group.remove))
@@ -329,6 +340,9 @@ class Worker:
             if grant.usage.requests:
                 # Counted as the answers passed: preferred to the Agent's own report.
                 usage = {**usage, "gateway": grant.usage.to_dict()}
+            if grant.budget_reached:
+                # The Agent may word the refusal as an answer; the turn ended for want of budget.
+                failure = f"budget reached: {grant.used}/{grant.budget} tokens"
             failure = await self._bounds_reached(claimed, reached, failure, warnings)
             await self._check_workspace(claimed, plan.cwd, warnings)
             result = TurnResult(
@@ -337,6 +351,8 @@ class Worker:
                 binding=plan.binding,
                 warnings=tuple(warnings),
                 usage=usage,
+                budget=grant.budget,
+                budget_reached=grant.budget_reached,
             )
             if failure is not None or text is None:
                 error = failure or "the Agent ended without an answer"

@@ -344,7 +344,7 @@ def agent_run(
     final, session_id = run(work())
     result = final.result or TurnResult()
     succeeded = final.state == SUCCEEDED
-    outcome = {
+    outcome: dict[str, Any] = {
         "execution_id": final.id,
         "session_id": session_id,
         "state": final.state,
@@ -356,6 +356,8 @@ def agent_run(
         "memory": [use.to_wire() for use in memory],
         "approvals": [approval.to_wire() for approval in requests.values()],
     }
+    if result.budget_reached:
+        outcome["budget_reached"] = True
     if as_json:
         emit(outcome, as_json, str)
     elif succeeded:

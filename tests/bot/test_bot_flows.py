@@ -26,7 +26,7 @@ from bot.feishu.events import MessageEvent, UserIds
 from bot.service.app import create_app
 from bot.service.feishu_app import FEISHU
 from hub.config import HubSettings
-from hub.contract import Execution, Session
+from hub.contract import Execution, Session, TurnOutcome, TurnResult
 from hub.paths import principal_scope
 from hub.rpc import HUB
 from hub.services import Hub
@@ -563,3 +563,25 @@ async def test_a_reply_refused_for_rate_limits_is_retried_and_lands_once(tmp_pat
         # One uuid for every try, so Feishu posts the reply once even if a try had landed.
         assert len({call.body["uuid"] for call in calls}) == 1
         assert len(bot.replies_to(asked)) == 1
+
+
+async def test_a_turn_that_reached_its_budget_says_so_with_what_it_used(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        asked = await bot.say("a big job")
+        progress = await bot.reply_to(asked)
+        (cancel,) = [b for b in buttons(progress.card) if b["action"] == "run.cancel"]
+        executions = bot.hub.executions
+        runtime = bot.hub.state.add_principal("runtime-budget", "service")
+        worker = executions.register_worker("budget-worker", runtime.id)
+        claimed = await executions.claim(worker, runtime.id, 0)
+        assert claimed is not None and claimed.execution_id == cancel["run_id"]
+        counted = {"gateway": {"input_tokens": 11, "output_tokens": 7, "requests": 1}}
+        result = TurnResult(usage=counted, budget=10, budget_reached=True)
+        outcome = TurnOutcome(False, result, "budget reached: 18/10 tokens")
+        await executions.complete(claimed.execution_id, worker, outcome)
+        error = await until(
+            lambda: [
+                m for m in bot.replies_to(asked) if "Something went wrong" in card_text(m.card)
+            ]
+        )
+        assert "Budget reached: 18/10 tokens" in card_text(error[0].card)

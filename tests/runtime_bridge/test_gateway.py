@@ -311,3 +311,22 @@ def test_no_plan_behind_the_gateway_carries_a_credential_even_when_pass_env_name
         for secret in (*OPERATOR_KEYS, "upstream.example"):
             assert secret not in shown, provider
         assert "amux-placeholder-" in shown and "127.0.0.1:4711" in shown
+
+
+async def test_past_its_budget_a_launch_is_refused_in_a_shape_its_cli_takes_as_final() -> None:
+    body = {"stream": True, "input": "go", "messages": [{"role": "user", "content": "go"}]}
+    async with FakeModelServer([Answer("hi"), Answer("hi")]) as model:
+        env = {"ANTHROPIC_BASE_URL": model.base_url, "OPENAI_BASE_URL": model.base_url + "/v1"}
+        async with Gateway(operator_upstreams(env)) as gateway:
+            grant = gateway.open(budget=INPUT_TOKENS + OUTPUT_TOKENS)
+            assert (await post(gateway, "/v1/responses", grant.keys["openai"], body))[0] == 200
+            assert grant.warn_due() and not grant.warn_due()
+            openai = await post(gateway, "/v1/responses", grant.keys["openai"], body)
+            anthropic = await post(gateway, "/v1/messages", grant.keys["anthropic"], body)
+    assert len(model.requests) == 1 and grant.budget_reached
+    assert openai[0] == 429
+    assert json.loads(openai[1])["error"]["code"] == "insufficient_quota"
+    assert anthropic[0] == 400
+    refused = json.loads(anthropic[1])["error"]
+    assert refused["type"] == "invalid_request_error"
+    assert refused["message"] == "amux budget reached: 18/18 tokens used by this turn"

@@ -1,0 +1,58 @@
+"""A turn past its token budget, end to end: the Hub's own worker launches the real Claude or
+Codex, the gateway refuses the model request past the per-turn ceiling in a shape that CLI gives
+up on, and the turn ends as 'budget reached' with what it used."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from runtime_bridge.worker import BUDGET_WARNING
+from tests.conftest import MEMORY_ON
+from tests.fakes.model_server import INPUT_TOKENS, OUTPUT_TOKENS, Answer, CallTool, FakeModelServer
+from tests.runtime_bridge.test_worker import agent_run, start_hub
+from tests.runtime_bridge.test_worker_codex import start_codex_hub
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+# Below one answer's usage: the first model request is the last one forwarded.
+CEILING = 10
+# What the gateway logs for each request it refuses.
+REFUSED = "budget is spent"
+
+
+@pytest.mark.parametrize("provider", ["claude", "codex"])
+async def test_a_turn_past_its_budget_stops_at_once_as_budget_reached(
+    tmp_path: Path, provider: str
+) -> None:
+    script = [CallTool("mcp__memory__amux_memory_list", {}), Answer("Should never be sent.")]
+    settings = {**MEMORY_ON, "budget.turn_tokens": CEILING}
+    async with FakeModelServer(script) as model:
+        if provider == "codex":
+            hub = start_codex_hub(tmp_path, model, settings=settings)
+        else:
+            hub = start_hub(tmp_path, model.base_url, settings=settings)
+        try:
+            started = time.monotonic()
+            done = await agent_run(hub, "--provider", provider, "List the notes")
+            took = time.monotonic() - started
+        finally:
+            await asyncio.to_thread(hub.stop)
+    assert done["state"] == "failed", done
+    assert len(model.requests) == 1
+    used = INPUT_TOKENS + OUTPUT_TOKENS
+    assert (
+        done["usage"]["gateway"]["input_tokens"] + done["usage"]["gateway"]["output_tokens"] == used
+    )
+    assert done["budget_reached"] is True
+    assert done["error"] == f"budget reached: {used}/{CEILING} tokens"
+    assert done["text"] != "Should never be sent."
+    assert done["warnings"].count(BUDGET_WARNING) == 1
+    # The CLI gave up on the refusal instead of retrying it with backoff.
+    assert hub.log_path is not None
+    refusals = hub.log_path.read_text(encoding="utf-8").count(REFUSED)
+    assert 1 <= refusals <= 3, refusals
+    assert took < 60, took
