@@ -28,7 +28,7 @@ from cards.notices import error_card, owner_only_card
 from hub.errors import AmuxError, InvalidArgument, InvalidPath
 from hub.memory import ABSENT
 from hub.principals import Principal
-from hub.sysconfig import SPECS
+from hub.sysconfig import MAX_TOKENS, SPECS
 
 if TYPE_CHECKING:
     from bot.conversations import Conversations
@@ -75,6 +75,21 @@ class RunRef:
     @classmethod
     def parse(cls, value: Value) -> RunRef:
         return cls(str(value.get("run_id") or ""))
+
+
+@dataclass(frozen=True)
+class Extension:
+    """``budget.extend``: tokens to add to one Principal's day (the owner's click)."""
+
+    principal_id: str
+    tokens: int
+
+    @classmethod
+    def parse(cls, value: Value) -> Extension:
+        tokens = value.get("tokens")
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or not 0 < tokens <= MAX_TOKENS:
+            raise InvalidArgument(f"tokens must be a whole number from 1 to {MAX_TOKENS}")
+        return cls(str(value.get("principal_id") or ""), tokens)
 
 
 @dataclass(frozen=True)
@@ -422,6 +437,12 @@ class TurnActions:
         message, undone = await self._management.undo(click.principal, value)
         return CardResponse(toast=message, toast_type="success" if undone else "error")
 
+    async def extend(self, click: Click, extension: Extension) -> CardResponse:
+        extended = await self._management.extend_budget(
+            click.principal, extension.principal_id, extension.tokens
+        )
+        return CardResponse(toast=extended, toast_type="success")
+
     async def renew(self, click: Click, renewal: Renewal) -> CardResponse:
         renewed = await self._conversations.renew(renewal.origin, click.principal)
         if not renewed:
@@ -439,6 +460,7 @@ def action_table(management: Management, conversations: Conversations, lang: Lan
     table.toast(actions.RUN_APPROVE, RunAnswer.parse, turns.approve)
     table.toast(actions.MEMORY_UNDO, raw_value, turns.undo)
     table.toast(actions.CONVERSATION_NEW, Renewal.parse, turns.renew)
+    table.toast(actions.BUDGET_EXTEND, Extension.parse, turns.extend)
 
     table.card(actions.MANAGE_OPEN, no_value, management.open)
     table.card(actions.PROVIDER_SET, ProviderChoice.parse, management.choose_provider)

@@ -57,7 +57,7 @@ from cards.approvals import approval_card, outcome, request_line
 from cards.catalogue import text as catalogue_text
 from cards.controls import finished_card
 from cards.models import ApprovalView, Lang, MemoryNote, ProgressView, TurnApprovals, TurnMemory
-from cards.notices import error_card, own_topic_card, warning_card
+from cards.notices import budget_card, error_card, own_topic_card, warning_card
 from cards.progress import progress_card, result_cards
 from cards.streaming import stream_text
 from hub.contract import (
@@ -494,13 +494,22 @@ class Conversations:
             reason = execution.error or "the Agent ended without an answer"
             result = execution.result
             if result is not None and result.budget_reached:
-                reason = catalogue_text(
+                reached = catalogue_text(
                     self._lang,
                     "budget.reached",
                     used=str(_tokens_of(result.usage)),
                     ceiling=str(result.budget),
                 )
-            owed.append(Owed("reply", error_card(state, reason, self._lang)))
+                session = self._hub.executions.session(execution.session_id)
+                runs_as = (
+                    session.principal_id if session.workspace is None else execution.submitted_by
+                )
+                # The owner's one click: a day's budget more, or a round sum with none set.
+                extra = self._hub.config.daily_tokens or EXTEND_WITHOUT_DAILY
+                card = budget_card(reached, runs_as or session.principal_id, extra, self._lang)
+                owed.append(Owed("reply", card))
+            else:
+                owed.append(Owed("reply", error_card(state, reason, self._lang)))
         if state == SUCCEEDED and self._files is not None:
             session = self._hub.executions.session(execution.session_id)
             # A little slack: file times and the bot's clock may disagree by a tick.
@@ -556,6 +565,10 @@ class Conversations:
             return False
         await executions.cancel(execution_id)
         return True
+
+
+# The tokens the Extend button adds when only a per-turn ceiling is set.
+EXTEND_WITHOUT_DAILY = 100_000
 
 
 def _tokens_of(usage: Mapping[str, Any]) -> int:

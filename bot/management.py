@@ -406,6 +406,18 @@ class Management:
         name = escape(entry.principal or "?")
         return text(self.lang, "memory.change.by_person", name=name, via=entry.via)
 
+    async def extend_budget(self, principal: Principal, whose: str, tokens: int) -> str:
+        """Add ``tokens`` to ``whose`` budget for today; the toast that says so."""
+        extended = await self._hub.usage.extend(in_person(principal, "card"), whose, tokens)
+        found = self._hub.state.principal(extended["principal_id"])
+        logger.info("a budget extended from Feishu by %s", principal.name)
+        return text(
+            self.lang,
+            "budget.extended",
+            tokens=str(tokens),
+            name=found.name if found is not None else extended["principal_id"],
+        )
+
     async def undo(self, principal: Principal, value: dict[str, Any]) -> tuple[str, bool]:
         """Undo one change a turn made, for the Principal whose memory it is: back to the
         revision before it, if the document is still as the turn left it. Returns the message

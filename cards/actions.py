@@ -42,6 +42,8 @@ action                     fields carried in the value
                            saved at once, for turns started after it (owner only)
 ``agents.timeout``         ``approval_timeout`` (seconds) and the draft: saved at once, for
                            permission requests made after it (owner only)
+``budget.extend``          ``principal_id``, ``tokens``: add that many tokens to the Principal's
+                           budget for today, UTC (owner only)
 =========================  ======================================================================
 
 The draft is ``memory_enabled``, ``isolation``, ``history_days``, ``max_queued`` and
@@ -78,6 +80,7 @@ CONVERSATION_NEW: Final = "conversation.new"
 RUN_APPROVE: Final = "run.approve"
 PERMISSIONS_SET: Final = "agents.permissions"
 APPROVAL_TIMEOUT_SET: Final = "agents.timeout"
+BUDGET_EXTEND: Final = "budget.extend"
 
 ALL: Final[frozenset[str]] = frozenset(
     {
@@ -106,6 +109,7 @@ ALL: Final[frozenset[str]] = frozenset(
         RUN_APPROVE,
         PERMISSIONS_SET,
         APPROVAL_TIMEOUT_SET,
+        BUDGET_EXTEND,
     }
 )
 
@@ -123,6 +127,7 @@ OWNER_ONLY: Final[frozenset[str]] = frozenset(
         RESTART_LATER,
         PERMISSIONS_SET,
         APPROVAL_TIMEOUT_SET,
+        BUDGET_EXTEND,
     }
 )
 

@@ -21,6 +21,18 @@ def error_card(code_: str, message: str, lang: Lang) -> Card:
     return card(text(lang, "error.title"), "red", elements)
 
 
+def budget_card(message: str, principal_id: str, tokens: int, lang: Lang) -> Card:
+    """A turn that reached its token budget, with the owner's button to add ``tokens`` to whom
+    it ran as today (the action table refuses anyone else)."""
+    extend = button(
+        text(lang, "budget.extend", tokens=str(tokens)),
+        actions.BUDGET_EXTEND,
+        principal_id=principal_id,
+        tokens=tokens,
+    )
+    return card(text(lang, "error.title"), "red", [markdown(escape(message)), row(extend)])
+
+
 def warning_card(message: str, lang: Lang, title: str = "") -> Card:
     """A plain notice; ``message`` is shown literally."""
     return card(

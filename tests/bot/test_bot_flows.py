@@ -565,9 +565,11 @@ async def test_a_reply_refused_for_rate_limits_is_retried_and_lands_once(tmp_pat
         assert len(bot.replies_to(asked)) == 1
 
 
-async def test_a_turn_that_reached_its_budget_says_so_with_what_it_used(tmp_path: Path) -> None:
+async def test_a_turn_that_reached_its_budget_says_so_and_the_owner_may_extend_the_day(
+    tmp_path: Path,
+) -> None:
     async with running_bot(tmp_path) as bot:
-        asked = await bot.say("a big job")
+        asked = await bot.say("a big job", BOB)
         progress = await bot.reply_to(asked)
         (cancel,) = [b for b in buttons(progress.card) if b["action"] == "run.cancel"]
         executions = bot.hub.executions
@@ -580,8 +582,16 @@ async def test_a_turn_that_reached_its_budget_says_so_with_what_it_used(tmp_path
         outcome = TurnOutcome(False, result, "budget reached: 18/10 tokens")
         await executions.complete(claimed.execution_id, worker, outcome)
         error = await until(
-            lambda: [
-                m for m in bot.replies_to(asked) if "Something went wrong" in card_text(m.card)
-            ]
+            lambda: [m for m in bot.replies_to(asked) if "Budget reached" in card_text(m.card)]
         )
         assert "Budget reached: 18/10 tokens" in card_text(error[0].card)
+        (extend,) = [b for b in buttons(error[0].card) if b["action"] == "budget.extend"]
+        assert extend["tokens"] == 100_000
+
+        refused = await bot.click(extend, who=BOB)
+        assert "Owner only" in json.dumps(refused)
+        done = await bot.click(extend)
+        assert done["toast"]["type"] == "success", done
+        rows = bot.hub.state.db.execute("SELECT principal_id, tokens FROM budget_extensions")
+        bob = bot.hub.state.principal_by_name("bob")
+        assert [tuple(r) for r in rows] == [(bob.id, 100_000)]
