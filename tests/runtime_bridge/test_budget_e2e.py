@@ -13,7 +13,7 @@ import pytest
 from runtime_bridge.worker import BUDGET_WARNING
 from tests.conftest import MEMORY_ON
 from tests.fakes.model_server import INPUT_TOKENS, OUTPUT_TOKENS, Answer, CallTool, FakeModelServer
-from tests.runtime_bridge.test_worker import agent_run, start_hub
+from tests.runtime_bridge.test_worker import agent_run, cli, start_hub
 from tests.runtime_bridge.test_worker_codex import start_codex_hub
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -56,3 +56,24 @@ async def test_a_turn_past_its_budget_stops_at_once_as_budget_reached(
     refusals = hub.log_path.read_text(encoding="utf-8").count(REFUSED)
     assert 1 <= refusals <= 3, refusals
     assert took < 60, took
+
+
+async def test_a_spent_day_refuses_the_next_turn_until_the_owner_extends_it(
+    tmp_path: Path,
+) -> None:
+    script = [Answer("First."), Answer("After the extension.")]
+    async with FakeModelServer(script) as model:
+        hub = start_hub(tmp_path, model.base_url, settings={"budget.daily_tokens": CEILING})
+        try:
+            first = await agent_run(hub, "--provider", "claude", "One")
+            spent = await agent_run(hub, "--provider", "claude", "Two")
+            extended = await cli(hub, "usage", "extend", "owner", "--tokens", "1000")
+            third = await agent_run(hub, "--provider", "claude", "Three")
+        finally:
+            await asyncio.to_thread(hub.stop)
+    # The first turn ran within the day's budget and went past it with its one answer.
+    assert first["state"] == "succeeded" and first["text"] == "First.", first
+    assert spent["state"] == "failed" and spent["budget_reached"] is True, spent
+    assert spent["error"] == "budget reached: 0/0 tokens"
+    assert extended.returncode == 0, extended.stderr
+    assert third["state"] == "succeeded" and third["text"] == "After the extension.", third
