@@ -482,6 +482,16 @@ def action_table(management: Management, conversations: Conversations, lang: Lan
         LiveChange.of("agents.approval_timeout", "approval_timeout"),
         management.save_live,
     )
+    table.card(
+        actions.BUDGET_DAILY_SET,
+        LiveChange.of("budget.daily_tokens", "daily_tokens"),
+        management.save_live,
+    )
+    table.card(
+        actions.BUDGET_TURN_SET,
+        LiveChange.of("budget.turn_tokens", "turn_tokens"),
+        management.save_live,
+    )
     table.card(actions.SETTINGS_SAVE, Draft.parse, management.save_settings)
     table.card(actions.RESTART_NOW, no_value, management.restart_now)
     table.card(actions.RESTART_LATER, no_value, management.restart_later)

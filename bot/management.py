@@ -175,6 +175,8 @@ class Management:
         return ManagementView(
             permissions=str(described["agents.permissions"].saved),
             approval_timeout=int(described["agents.approval_timeout"].saved),
+            daily_tokens=int(described["budget.daily_tokens"].saved),
+            turn_tokens=int(described["budget.turn_tokens"].saved),
             identity=Identity(principal.name, principal.id, "user", principal.is_owner),
             memory_scope=memory_scope(principal.id, self._hub.config.isolation),
             memory=Setting(bool(memory.saved), bool(memory.running), draft_memory),

@@ -44,6 +44,9 @@ action                     fields carried in the value
                            permission requests made after it (owner only)
 ``budget.extend``          ``principal_id``, ``tokens``: add that many tokens to the Principal's
                            budget for today, UTC (owner only)
+``budget.daily``           ``daily_tokens`` and the draft: saved at once, for turns started
+                           after it (owner only)
+``budget.turn``            ``turn_tokens`` and the draft: saved at once, likewise (owner only)
 =========================  ======================================================================
 
 The draft is ``memory_enabled``, ``isolation``, ``history_days``, ``max_queued`` and
@@ -81,6 +84,8 @@ RUN_APPROVE: Final = "run.approve"
 PERMISSIONS_SET: Final = "agents.permissions"
 APPROVAL_TIMEOUT_SET: Final = "agents.timeout"
 BUDGET_EXTEND: Final = "budget.extend"
+BUDGET_DAILY_SET: Final = "budget.daily"
+BUDGET_TURN_SET: Final = "budget.turn"
 
 ALL: Final[frozenset[str]] = frozenset(
     {
@@ -110,6 +115,8 @@ ALL: Final[frozenset[str]] = frozenset(
         PERMISSIONS_SET,
         APPROVAL_TIMEOUT_SET,
         BUDGET_EXTEND,
+        BUDGET_DAILY_SET,
+        BUDGET_TURN_SET,
     }
 )
 
@@ -128,6 +135,8 @@ OWNER_ONLY: Final[frozenset[str]] = frozenset(
         PERMISSIONS_SET,
         APPROVAL_TIMEOUT_SET,
         BUDGET_EXTEND,
+        BUDGET_DAILY_SET,
+        BUDGET_TURN_SET,
     }
 )
 

@@ -246,8 +246,10 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "manage.approval_timeout": (
             "**Approval timeout**: an unanswered request is denied after **{timeout}**"
         ),
+        "manage.budget.daily": "**Tokens per person per day** (UTC): **{tokens}**",
+        "manage.budget.turn": "**Tokens per turn**: **{tokens}**",
         "manage.live": (
-            "These two are saved at once and apply to turns started after the change; no restart."
+            "These are saved at once and apply to turns started after the change; no restart."
         ),
         "value.seconds": "{seconds} s",
         "value.minutes": "{minutes} min",
@@ -487,7 +489,9 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "只读：工作区不能被修改。"
         ),
         "manage.approval_timeout": "**授权超时**：无人回答的请求在 **{timeout}** 后被拒绝",
-        "manage.live": "这两项立即保存，对修改之后开始的轮次生效，无需重启。",
+        "manage.budget.daily": "**每人每日 token**（UTC）：**{tokens}**",
+        "manage.budget.turn": "**每轮 token**：**{tokens}**",
+        "manage.live": "这些设置立即保存，对修改之后开始的轮次生效，无需重启。",
         "value.seconds": "{seconds} 秒",
         "value.minutes": "{minutes} 分钟",
         "value.hours": "{hours} 小时",

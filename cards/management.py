@@ -30,6 +30,13 @@ MESSAGES_CHOICES: tuple[int, ...] = (5, 10, 20, 60, 0)
 # The Agents' permission policies, and the approval timeouts offered (seconds).
 PERMISSION_CHOICES: tuple[str, ...] = ("ask", "auto", "read-only")
 TIMEOUT_CHOICES: tuple[int, ...] = (60, 300, 600, 1800, 3600)
+# Token budgets offered (0: no limit); any other saved number is shown as it is.
+DAILY_TOKEN_CHOICES: tuple[int, ...] = (0, 200_000, 1_000_000, 5_000_000, 20_000_000)
+TURN_TOKEN_CHOICES: tuple[int, ...] = (0, 50_000, 200_000, 1_000_000)
+
+
+def _tokens(lang: Lang, tokens: int) -> str:
+    return text(lang, "value.no_limit") if tokens == 0 else f"{tokens:,}"
 
 
 def _on_off(lang: Lang, value: bool) -> str:
@@ -83,6 +90,23 @@ def _agents_section(view: ManagementView, lang: Lang, draft: dict[str, Any]) -> 
             for seconds in TIMEOUT_CHOICES
         )
     )
+    budgets = [
+        row(
+            *(
+                button(
+                    _tokens(lang, tokens),
+                    action,
+                    kind="primary" if tokens == current else "default",
+                    **{**draft, field: tokens},
+                )
+                for tokens in choices
+            )
+        )
+        for action, field, choices, current in (
+            (actions.BUDGET_DAILY_SET, "daily_tokens", DAILY_TOKEN_CHOICES, view.daily_tokens),
+            (actions.BUDGET_TURN_SET, "turn_tokens", TURN_TOKEN_CHOICES, view.turn_tokens),
+        )
+    ]
     policy = _policy(lang, view.permissions)
     timeout = duration(lang, view.approval_timeout)
     return [
@@ -95,6 +119,10 @@ def _agents_section(view: ManagementView, lang: Lang, draft: dict[str, Any]) -> 
         policies,
         markdown(text(lang, "manage.approval_timeout", timeout=timeout)),
         timeouts,
+        markdown(text(lang, "manage.budget.daily", tokens=_tokens(lang, view.daily_tokens))),
+        budgets[0],
+        markdown(text(lang, "manage.budget.turn", tokens=_tokens(lang, view.turn_tokens))),
+        budgets[1],
         markdown(f"*{text(lang, 'manage.live')}*"),
     ]
 

@@ -61,6 +61,9 @@ class ManagementView:
     # policy (ask, auto, read-only) and how long a permission request waits, in seconds.
     permissions: str = "ask"
     approval_timeout: int = 600
+    # Live too: tokens per Principal per UTC day and per turn (0: no limit).
+    daily_tokens: int = 0
+    turn_tokens: int = 0
 
     @property
     def restart_pending(self) -> bool:

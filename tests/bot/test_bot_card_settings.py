@@ -258,6 +258,25 @@ async def test_the_owner_changes_the_permission_policy_and_timeout_at_once_witho
         assert "denied after **1 min**" in card_text(reopened)
 
 
+async def test_the_owner_sets_the_token_budgets_on_the_card_at_once(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        message_id, card = await open_management(bot)
+        assert "**Tokens per turn**: **no limit**" in card_text(card)
+        daily = live_choices(card, "budget.daily", "daily_tokens")
+        changed = await bot.card_after(daily[1_000_000], message_id=message_id)
+        assert bot.hub.config.daily_tokens == 1_000_000, "saved at once"
+        assert "per day** (UTC): **1,000,000**" in card_text(changed)
+        per_turn = live_choices(changed, "budget.turn", "turn_tokens")
+        await bot.card_after(per_turn[50_000], message_id=message_id)
+        assert bot.hub.config.turn_tokens == 50_000
+        refused = await bot.card_after({"action": "budget.turn", "turn_tokens": 0}, who=BOB)
+        assert "Owner only" in card_text(refused)
+        forged = await bot.card_after({"action": "budget.daily", "daily_tokens": -5})
+        assert "Something went wrong" in card_text(forged)
+        assert bot.hub.config.turn_tokens == 50_000
+        assert bot.hub.config.daily_tokens == 1_000_000
+
+
 async def test_a_member_cannot_see_or_change_the_permission_settings(tmp_path: Path) -> None:
     async with running_bot(tmp_path) as bot:
         opened = await bot.say("/amux", BOB)
