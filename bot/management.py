@@ -411,7 +411,7 @@ class Management:
     async def extend_budget(self, principal: Principal, whose: str, tokens: int) -> str:
         """Add ``tokens`` to ``whose`` budget for today; the toast that says so."""
         extended = await self._hub.usage.extend(in_person(principal, "card"), whose, tokens)
-        found = self._hub.state.principal(extended["principal_id"])
+        found = self._hub.people.principal(extended["principal_id"])
         logger.info("a budget extended from Feishu by %s", principal.name)
         return text(
             self.lang,

@@ -72,6 +72,8 @@ class AskingWorker:
     decided: dict[str, Any] = field(default_factory=dict)
     failure: BaseException | None = None
     thread: threading.Thread | None = None
+    # Set once the ask's answer is back: a watcher can show the request before that.
+    asking: threading.Event = field(default_factory=threading.Event)
 
     def rpc(self, method: str, **params: Any) -> Any:
         status, body = self.site.hub.rpc(method, token=self.site.runtime_token, **params)
@@ -95,6 +97,7 @@ class AskingWorker:
             execution = self.execution_id = claimed["execution"]["id"]
             lease = {"execution_id": execution, "worker_id": worker}
             self.asked = self.rpc("executions.ask", **lease, **self.request)
+            self.asking.set()
             decided = self.asked
             while decided["decision"] is None:
                 decided = self.rpc(
@@ -113,6 +116,14 @@ class AskingWorker:
             )
         except BaseException as error:  # handed to the test's thread, which fails with it
             self.failure = error
+            self.asking.set()
+
+    def request_id(self) -> str:
+        """The request's id, once the Hub has answered the ask."""
+        assert self.asking.wait(60), "the worker never asked"
+        if self.failure is not None:
+            raise self.failure
+        return str(self.asked["request_id"])
 
     def join(self) -> None:
         assert self.thread is not None
@@ -312,7 +323,7 @@ def test_a_request_settled_elsewhere_stops_being_asked(site: Site) -> None:
     status, body = site.hub.rpc(
         "executions.approve",
         execution_id=worker.execution_id,
-        request_id=worker.asked["request_id"],
+        request_id=worker.request_id(),
         decision="allow_once",
     )
     assert status == 200, body
