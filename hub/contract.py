@@ -82,6 +82,54 @@ def _optional(wire: Mapping[str, Any], name: str, kind: type | tuple[type, ...])
     return value if isinstance(value, kind) else None
 
 
+ProjectKind = Literal["path", "remote"]
+PROJECT_KINDS: tuple[ProjectKind, ...] = get_args(ProjectKind)
+# How long a conversation's checkout may go unused before a worker removes it (its branch stays).
+DEFAULT_WORKTREE_DAYS = 14
+
+
+@dataclass(frozen=True)
+class ProjectSource:
+    """Where a project's conversations check out from, as a worker needs it."""
+
+    name: str
+    kind: ProjectKind
+    # The absolute path of a git repository on the worker's host, or a remote URL (never with
+    # credentials in it).
+    source: str
+    default_branch: str
+    # A variable of the WORKER's environment holding the remote's token; the value is never
+    # sent to or stored by the Hub.
+    credential_env: str | None = None
+    worktree_days: int = DEFAULT_WORKTREE_DAYS
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "source": self.source,
+            "default_branch": self.default_branch,
+            "credential_env": self.credential_env,
+            "worktree_days": self.worktree_days,
+        }
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> ProjectSource:
+        days = wire.get("worktree_days")
+        return cls(
+            name=_field(wire, "name", str),
+            kind=_known(wire, "kind", PROJECT_KINDS),
+            source=_field(wire, "source", str),
+            default_branch=_field(wire, "default_branch", str),
+            credential_env=_optional(wire, "credential_env", str),
+            worktree_days=(
+                days
+                if isinstance(days, int) and not isinstance(days, bool) and days > 0
+                else DEFAULT_WORKTREE_DAYS
+            ),
+        )
+
+
 @dataclass(frozen=True)
 class Session:
     """A conversation with one Agent: its Principal, provider and frozen memory binding."""
@@ -96,6 +144,9 @@ class Session:
     binding: str | None
     # A shared conversation's own workspace (a group topic's), by key; None: its Principal's.
     workspace: str | None = None
+    # The project whose repository the conversation checks out (its chat's binding when the
+    # Session was created, frozen); None: no project, the Principal's or the topic's workspace.
+    project: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -108,6 +159,7 @@ class Session:
             "memory": self.memory,
             "binding": self.binding,
             "workspace": self.workspace,
+            "project": self.project,
         }
 
     @classmethod
@@ -122,6 +174,83 @@ class Session:
             memory=_field(wire, "memory", str),
             binding=_optional(wire, "binding", str),
             workspace=_optional(wire, "workspace", str),
+            project=_optional(wire, "project", str),
+        )
+
+
+# What a project turn's result carries of its branch at most: files listed, bytes of diff.
+BRANCH_FILES_MAX = 50
+BRANCH_DIFF_MAX = 256 * 1024
+
+
+@dataclass(frozen=True)
+class ChangedFile:
+    """One file a project turn's branch changed against its base; None counts: a binary file."""
+
+    path: str
+    added: int | None
+    removed: int | None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"path": self.path, "added": self.added, "removed": self.removed}
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> ChangedFile:
+        return cls(
+            path=_field(wire, "path", str),
+            added=_count(wire, "added"),
+            removed=_count(wire, "removed"),
+        )
+
+
+def _count(wire: Mapping[str, Any], name: str) -> int | None:
+    value = wire.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class BranchWork:
+    """What a project turn left on its conversation's branch."""
+
+    project: str
+    branch: str  # amux/<short conversation id>
+    base: str  # the default branch it started from
+    commit: str | None  # the branch's head after the turn
+    files: tuple[ChangedFile, ...]  # against base, at most BRANCH_FILES_MAX
+    files_total: int
+    diff: str | None  # unified diff against base, at most BRANCH_DIFF_MAX bytes
+    diff_truncated: bool
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "project": self.project,
+            "branch": self.branch,
+            "base": self.base,
+            "commit": self.commit,
+            "files": [f.to_wire() for f in self.files],
+            "files_total": self.files_total,
+            "diff": self.diff,
+            "diff_truncated": self.diff_truncated,
+        }
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> BranchWork:
+        files = wire.get("files")
+        listed = tuple(
+            ChangedFile.from_wire(f)
+            for f in (files if isinstance(files, list) else [])
+            if isinstance(f, Mapping)
+        )
+        total = _count(wire, "files_total")
+        return cls(
+            project=_field(wire, "project", str),
+            branch=_field(wire, "branch", str),
+            base=_field(wire, "base", str),
+            commit=_optional(wire, "commit", str),
+            files=listed,
+            files_total=total if total is not None else len(listed),
+            diff=_optional(wire, "diff", str),
+            diff_truncated=wire.get("diff_truncated") is True,
         )
 
 
@@ -138,6 +267,8 @@ class TurnResult:
     # reached them, so the gateway refused the rest.
     budget: int | None = None
     budget_reached: bool = False
+    # A project turn's branch: what it changed there; None for every other turn.
+    branch: BranchWork | None = None
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {
@@ -151,6 +282,8 @@ class TurnResult:
             wire["budget"] = self.budget
         if self.budget_reached:
             wire["budget_reached"] = True
+        if self.branch is not None:
+            wire["branch"] = self.branch.to_wire()
         return wire
 
     @classmethod
@@ -158,6 +291,7 @@ class TurnResult:
         warnings = wire.get("warnings")
         usage = wire.get("usage")
         budget = wire.get("budget")
+        branch = wire.get("branch")
         return cls(
             text=_optional(wire, "text", str),
             provider=_optional(wire, "provider", str),
@@ -166,6 +300,7 @@ class TurnResult:
             usage=dict(usage) if isinstance(usage, Mapping) else {},
             budget=budget if isinstance(budget, int) and not isinstance(budget, bool) else None,
             budget_reached=wire.get("budget_reached") is True,
+            branch=BranchWork.from_wire(branch) if isinstance(branch, Mapping) else None,
         )
 
 
@@ -342,6 +477,8 @@ class Claim:
     # Tokens the turn may use (the per-turn ceiling or what is left of its Principal's day,
     # whichever is lower); None when no budget is set.
     budget: int | None = None
+    # The Session's project as the worker checks it out; None when the Session has none.
+    project: ProjectSource | None = None
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {
@@ -357,11 +494,14 @@ class Claim:
         }
         if self.budget is not None:
             wire["budget"] = self.budget
+        if self.project is not None:
+            wire["project"] = self.project.to_wire()
         return wire
 
     @classmethod
     def from_wire(cls, wire: Mapping[str, Any]) -> Claim:
         budget = wire.get("budget")
+        project = wire.get("project")
         execution = _field(wire, "execution", Mapping)
         return cls(
             execution_id=_field(execution, "id", str),
@@ -372,6 +512,7 @@ class Claim:
             request_id=_optional(execution, "request_id", str),
             permissions=_optional(wire, "permissions", str) or "ask",
             budget=budget if isinstance(budget, int) and not isinstance(budget, bool) else None,
+            project=ProjectSource.from_wire(project) if isinstance(project, Mapping) else None,
         )
 
 

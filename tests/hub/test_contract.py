@@ -10,6 +10,7 @@ from hub.contract import (
     Claim,
     Execution,
     ExecutionEvent,
+    ProjectSource,
     Session,
     TurnResult,
     WatchResult,
@@ -50,6 +51,23 @@ def test_every_record_comes_back_from_its_wire_form_unchanged() -> None:
     assert Execution.from_wire(EXECUTION.to_wire()) == EXECUTION
     assert WatchResult.from_wire(watch.to_wire()) == watch
     assert Claim.from_wire(claim.to_wire()) == claim
+
+
+def test_a_project_claim_carries_its_source_and_the_session_its_project_by_name() -> None:
+    source = ProjectSource(
+        "web", "remote", "https://git.example/web.git", "main", "WEB_TOKEN", worktree_days=3
+    )
+    session = Session(**{**SESSION.__dict__, "project": "web"})
+    claim = Claim("e1", "hello", 1, session, 30.0, project=source)
+    wire = claim.to_wire()
+    assert wire["project"]["credential_env"] == "WEB_TOKEN"
+    assert wire["session"]["project"] == "web"
+    assert Claim.from_wire(wire) == claim
+    # A turn without a project says nothing about one, and an older Hub's claim reads as none.
+    plain = Claim("e1", "hello", 1, SESSION, 30.0).to_wire()
+    assert "project" not in plain and Claim.from_wire(plain).project is None
+    with pytest.raises(InvalidArgument, match="kind"):
+        ProjectSource.from_wire({**source.to_wire(), "kind": "svn"})
 
 
 def test_a_watch_answer_keeps_the_rpcs_flat_shape_and_knows_its_last_event() -> None:
