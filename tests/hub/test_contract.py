@@ -7,6 +7,8 @@ import json
 import pytest
 
 from hub.contract import (
+    BranchWork,
+    ChangedFile,
     Claim,
     Execution,
     ExecutionEvent,
@@ -68,6 +70,25 @@ def test_a_project_claim_carries_its_source_and_the_session_its_project_by_name(
     assert "project" not in plain and Claim.from_wire(plain).project is None
     with pytest.raises(InvalidArgument, match="kind"):
         ProjectSource.from_wire({**source.to_wire(), "kind": "svn"})
+
+
+def test_a_project_turns_result_carries_its_branch_and_a_plain_one_says_nothing_of_it() -> None:
+    work = BranchWork(
+        project="web",
+        branch="amux/0123456789ab",
+        base="main",
+        commit="c" * 40,
+        files=(ChangedFile("app.py", 3, 1), ChangedFile("logo.png", None, None)),
+        files_total=2,
+        diff="--- a/app.py\n+++ b/app.py\n",
+        diff_truncated=False,
+    )
+    result = TurnResult(text="Done.", provider="claude", branch=work)
+    wire = result.to_wire()
+    assert wire["branch"]["files"][1] == {"path": "logo.png", "added": None, "removed": None}
+    assert TurnResult.from_wire(wire) == result
+    plain = TurnResult(text="Done.").to_wire()
+    assert "branch" not in plain and TurnResult.from_wire(plain).branch is None
 
 
 def test_a_watch_answer_keeps_the_rpcs_flat_shape_and_knows_its_last_event() -> None:
