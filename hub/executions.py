@@ -278,6 +278,7 @@ class Executions:
             row["memory"],
             row["binding"],
             row["workspace"],
+            row["project"],
         )
 
     def session_by_origin(self, origin: str) -> Session | None:
@@ -291,13 +292,14 @@ class Executions:
         cwd: str | None,
         origin: str | None,
         workspace: str | None = None,
+        project: str | None = None,
     ) -> Session:
         now = self._clock()
         session_id = uuid.uuid4().hex
         self.db.execute(
-            "INSERT INTO sessions (id, principal_id, provider, cwd, origin, workspace, created_at,"
-            " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (session_id, principal_id, provider, cwd, origin, workspace, now, now),
+            "INSERT INTO sessions (id, principal_id, provider, cwd, origin, workspace, project,"
+            " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (session_id, principal_id, provider, cwd, origin, workspace, project, now, now),
         )
         return self.session(session_id)
 
@@ -352,15 +354,19 @@ class Executions:
         session_id: str | None = None,
         origin: str | None = None,
         workspace: str | None = None,
+        project: str | None = None,
     ) -> tuple[Execution, Session]:
         """Queue one turn, in a new Session or resuming one of this Principal's.
 
         A new Session made with a ``workspace`` is a shared conversation (a group topic, which
         only the bot makes): its turns run as whoever ``submitted_by`` names, each its sender.
+        A new Session made with a ``project`` works in a checkout of that project's repository;
+        an existing Session keeps the project it was created with.
 
         Raises:
             InvalidArgument: bad prompt or provider, or a provider change on an existing Session.
             Forbidden: the Session belongs to another Principal.
+            NotFound: no such project.
         """
         if not prompt.strip():
             raise InvalidArgument("the prompt is empty")
@@ -392,7 +398,11 @@ class Executions:
                         f"this conversation runs {session.provider}; start a new one for {provider}"
                     )
             else:
-                session = self._create_session(principal_id, provider, cwd, origin, workspace)
+                if project is not None and not _project_exists(db, project):
+                    raise NotFound("no such project", project=project)
+                session = self._create_session(
+                    principal_id, provider, cwd, origin, workspace, project
+                )
             # Whose share the turn takes: whom it runs as.
             runs_as = session.principal_id if session.workspace is None else submitted_by
             self._check_queued_cap(db, runs_as)
@@ -414,6 +424,10 @@ class Executions:
             )
             if self.connected_workers() == 0:
                 self._insert_event(db, execution_id, STATUS, NO_WORKER)
+            else:
+                home = self._absent_home_worker(db, session.id)
+                if home is not None:
+                    self._insert_event(db, execution_id, STATUS, waits_for_worker(home))
             return session
 
         session = await self._state.write(queue)
@@ -569,10 +583,36 @@ class Executions:
         ).fetchone()
         return None if row is None else str(row["id"])
 
-    def _fair_pick(self) -> tuple[str, str] | None:
+    def _absent_home_worker(self, db: sqlite3.Connection, session_id: str) -> str | None:
+        """The name of the worker holding the Session's checkout when none of that name is
+        connected now; None when the Session has no home worker or it is there."""
+        row = db.execute("SELECT home_worker FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        home = row["home_worker"] if row is not None else None
+        if home is None:
+            return None
+        seen = db.execute(
+            "SELECT 1 FROM workers WHERE name = ? AND last_seen >= ? LIMIT 1",
+            (home, self._clock() - WORKER_FRESH_SECONDS),
+        ).fetchone()
+        return None if seen is not None else str(home)
+
+    def _homed_elsewhere(self, worker_name: str) -> set[str]:
+        """The Sessions with waiting turns whose checkout another worker holds: only that
+        worker may take their turns."""
+        return {
+            str(row["id"])
+            for row in self.db.execute(
+                "SELECT DISTINCT s.id FROM executions e JOIN sessions s ON s.id = e.session_id "
+                "WHERE e.state = ? AND s.home_worker IS NOT NULL AND s.home_worker != ?",
+                (QUEUED, worker_name),
+            )
+        }
+
+    def _fair_pick(self, worker_name: str) -> tuple[str, str] | None:
         """The turn a free slot runs next, and whom it runs as: the oldest claimable turn of
         the Principal with the fewest running turns, then of the one served least recently,
-        then of the one waiting longest.
+        then of the one waiting longest. A project Session's turns go only to the worker named
+        on it (see ``_claim_one``).
 
         Every lookup is a range of the (state, runs_as, created_at) index, so the cost grows
         with the number of Principals waiting, not with the length of their queues.
@@ -585,6 +625,8 @@ class Executions:
         ):
             running[row["runs_as"]] = running.get(row["runs_as"], 0) + 1
             busy.add(row["session_id"])
+        # Not this worker's to take, just as a running Session's next turn is nobody's yet.
+        busy |= self._homed_elsewhere(worker_name)
         candidates: list[tuple[int, int, float, str, str]] = []
         after = ""
         while True:
@@ -628,10 +670,19 @@ class Executions:
         """
         now = self._clock()
         self._touch_worker(worker_id, principal_id)
-        picked = self._fair_pick()
+        worker_name = self._worker_name(worker_id)
+        picked = self._fair_pick(worker_name)
         if picked is None:
             return None
         execution_id, runs_as = picked
+        # A project Session's first claim names its home: the worker that makes its checkout
+        # is the one that has it for every later turn.
+        db.execute(
+            "UPDATE sessions SET home_worker = ? WHERE id = "
+            "(SELECT session_id FROM executions WHERE id = ?) "
+            "AND project IS NOT NULL AND home_worker IS NULL",
+            (worker_name, execution_id),
+        )
         self._claims += 1
         self._served[runs_as] = self._claims
         db.execute(
@@ -640,6 +691,18 @@ class Executions:
             (RUNNING, worker_id, now + self.lease_seconds, now, execution_id),
         )
         return execution_id
+
+    def _worker_name(self, worker_id: str) -> str:
+        row = self.db.execute("SELECT name FROM workers WHERE id = ?", (worker_id,)).fetchone()
+        return str(row["name"]) if row is not None else ""
+
+    def home_worker(self, session_id: str) -> str | None:
+        """The name of the worker holding a project Session's checkout; None before its first
+        claim, and for a Session without a project."""
+        row = self.db.execute(
+            "SELECT home_worker FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        return None if row is None or row["home_worker"] is None else str(row["home_worker"])
 
     def _claim_of(self, execution_id: str) -> Claim:
         execution = self.db.execute(
@@ -835,6 +898,18 @@ class Executions:
             )
             self._append_event(row["id"], STATUS, "failed: no Runtime worker took this turn")
         return len(rows)
+
+
+def waits_for_worker(name: str) -> str:
+    """The status of a turn whose conversation's checkout is on a worker not connected now."""
+    return (
+        f"this conversation's checkout is on worker {name}; "
+        "this turn waits until that worker is connected"
+    )
+
+
+def _project_exists(db: sqlite3.Connection, name: str) -> bool:
+    return db.execute("SELECT 1 FROM projects WHERE name = ?", (name,)).fetchone() is not None
 
 
 def _wake(waiters: Iterable[asyncio.Future[None]]) -> None:

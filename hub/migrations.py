@@ -17,6 +17,8 @@ Each table and the module that owns its rows (the one that writes them; others o
 - ``approvals``, ``session_rules``: ``hub.approvals``
 - ``usage``: ``hub.usage``, written with the completion of each turn the model gateway counted
 - ``budget_extensions``: ``hub.usage``, the tokens the owner added to a Principal's day
+- ``projects``, ``chat_projects``: ``hub.projects``; ``sessions.project`` and
+  ``sessions.home_worker``: ``hub.executions``
 
 Readers outside the owners: ``hub.server`` (readiness and metrics counts), ``hub.rpc_executions``
 (whom a turn runs as), ``hub.history`` (the Sessions and turns of a scope) and ``hub.usage`` (the
@@ -244,6 +246,33 @@ CREATE TABLE budget_extensions (
 );
 """
 
+# Version 10: projects (a git repository conversations check out, with its service Principal
+# whose memory a bound group shares), which chat is bound to which, and on each Session the
+# project it was created in and the name of the worker holding its checkout (see hub.projects).
+_V10_PROJECTS = """
+CREATE TABLE projects (
+    name TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('path', 'remote')),
+    source TEXT NOT NULL,
+    default_branch TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    permissions TEXT CHECK (permissions IN ('ask', 'auto', 'read-only')),
+    credential_env TEXT,
+    principal_id TEXT NOT NULL,
+    created_by TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE chat_projects (
+    chat_id TEXT PRIMARY KEY,
+    project TEXT NOT NULL REFERENCES projects(name),
+    bound_by TEXT NOT NULL,
+    bound_at REAL NOT NULL
+);
+CREATE INDEX chat_projects_by_project ON chat_projects(project);
+ALTER TABLE sessions ADD COLUMN project TEXT;
+ALTER TABLE sessions ADD COLUMN home_worker TEXT;
+"""
+
 MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (1, _V1_IDENTITY_AND_SETTINGS),
     (2, _queue_with_request_ids),
@@ -254,6 +283,7 @@ MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (7, _V7_APPROVALS),
     (8, _V8_USAGE),
     (9, _V9_BUDGET_EXTENSIONS),
+    (10, _V10_PROJECTS),
 )
 
 SCHEMA_VERSION = sqlite.latest(MIGRATIONS)

@@ -114,6 +114,8 @@ ALL_TABLES = {
     "session_rules",
     "usage",
     "budget_extensions",
+    "projects",
+    "chat_projects",
 }
 
 
