@@ -441,7 +441,7 @@ class FeishuClient:
         try:
             async for attempt in retrying:
                 with attempt:
-                    await self._pacer.wait(receiver)
+                    await self._pacer.wait(receiver, api=operation)
                     call = functools.partial(
                         self._call_once,
                         operation,

@@ -1,9 +1,12 @@
 """Client-side pacing under Feishu's documented limits, so bursts wait instead of failing.
 
-Feishu allows about 5 messages per second to one chat (or user) and 50 API calls per second for
-the whole app; beyond that it answers 429 / rate-limit codes. :class:`SlidingWindow` is the pure
-core (the clock is a parameter): it hands out send times so that no window of ``period``
-seconds holds more than ``limit`` calls per key. :class:`Pacer` is the async shell.
+Feishu allows about 5 messages per second to one chat (or user), and each API its own 50 calls
+per second and 1,000 per minute for the whole app; beyond that it answers 429 / rate-limit codes.
+The app-wide windows are per API: replying, creating a card and updating one are counted apart
+by Feishu, so a burst of updates never holds back the first reply of a new turn.
+:class:`SlidingWindow` is the pure core (the clock is a parameter): it hands out send times so
+that no window of ``period`` seconds holds more than ``limit`` calls per key. :class:`Pacer` is
+the async shell.
 """
 
 from __future__ import annotations
@@ -57,22 +60,26 @@ class SlidingWindow:
 
 
 class Pacer:
-    """Waits as long as the app-wide and per-receiver windows require."""
+    """Waits as long as the app-wide (per API) and per-receiver windows require."""
 
     def __init__(
         self,
         per_receiver: SlidingWindow | None = None,
         app_wide: SlidingWindow | None = None,
         clock: Callable[[], float] = time.monotonic,
+        app_per_minute: SlidingWindow | None = None,
     ) -> None:
         self._per_receiver = per_receiver or SlidingWindow(5, 1.0)
         self._app_wide = app_wide or SlidingWindow(50, 1.0)
+        self._app_per_minute = app_per_minute or SlidingWindow(1_000, 60.0)
         self._clock = clock
 
-    async def wait(self, receiver: str = "") -> None:
-        """Return when a call to ``receiver`` (empty: any other API call) may go."""
+    async def wait(self, receiver: str = "", api: str = "") -> None:
+        """Return when a call of ``api`` to ``receiver`` (empty: any other API call) may go."""
         now = self._clock()
-        start = self._app_wide.reserve("app", now)
+        start = max(
+            self._app_wide.reserve(api, now), self._app_per_minute.reserve(api, now)
+        )
         if receiver:
             start = max(start, self._per_receiver.reserve(receiver, now))
         if start > now:

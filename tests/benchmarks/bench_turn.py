@@ -10,7 +10,8 @@ main thread. Each conversation is one member's private chat, every member enroll
 first contact's enrolment is ``bench_feishu``'s row). Memory is on for Claude; off for the
 stand-in, a declared provider that runs without memory, so that no turn of it adds a notice card.
 Each row has a warm-up round, then ``--repeats`` rounds of its conversations posted at once (one
-conversation alone: a few in a row per round). Per conversation:
+conversation alone: a few in a row per round), rounds more than a second apart (the length of
+Feishu's rate windows, which the bot's pacing keeps to). Per conversation:
 
   - event → ack: posting the signed event to its HTTP answer;
   - event → progress card: to the fake's arrival of the bot's reply carrying the card;
@@ -76,6 +77,9 @@ signer = FeishuSigner(encrypt_key="ek_turn", verification_token="vt_turn", app_i
 TURN_AGENT = REPO / "tests" / "fakes" / "turn_agent.sh"
 ANSWER = "The bench answer."
 SAMPLE_SECONDS = 0.05
+# Feishu's rate windows are one second long: rounds start further apart than that, so a round's
+# burst finds them as a burst after a quiet second would, not holding the last round's calls.
+ROUND_GAP_SECONDS = 1.1
 TURN_SECONDS = 300.0
 T = TypeVar("T")
 
@@ -772,6 +776,7 @@ async def run_agent(
             waves = waves_of(agent, level, quick)
             rounds = []
             for rep in range(repeats + 1):  # The first warms caches, sessions and connections.
+                await asyncio.sleep(ROUND_GAP_SECONDS)
                 done = await bench.run_round(service, watch, agent, level, rep, waves, first)
                 print(
                     f"  {agent} × {level}: repeat {rep or 'warm-up'} "

@@ -1,3 +1,4 @@
+import asyncio
 import uuid
 
 import pytest
@@ -62,3 +63,28 @@ async def test_a_burst_to_one_chat_is_paced_under_the_per_chat_limit() -> None:
         for i in range(len(times) - 3):
             assert times[i + 3] - times[i] >= period * 0.8
         assert times[-1] - times[0] >= 2 * period * 0.8
+
+
+async def test_a_burst_of_one_api_never_holds_back_another() -> None:
+    # Feishu counts each API apart: a flood of card updates leaves a new turn's reply free to go.
+    pacer = Pacer(per_receiver=SlidingWindow(100, 60.0), app_wide=SlidingWindow(2, 60.0))
+    for chat in ("oc_a", "oc_b"):
+        await pacer.wait(chat, api="update_card")
+    await asyncio.wait_for(pacer.wait("om_new", api="reply"), 5.0)
+    # The third update of the same minute waits for its own window (60 s here).
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(pacer.wait("oc_c", api="update_card"), 0.05)
+
+
+async def test_an_api_is_held_to_a_thousand_calls_a_minute() -> None:
+    now = [0.0]
+    pacer = Pacer(
+        per_receiver=SlidingWindow(10_000, 1.0),
+        app_wide=SlidingWindow(10_000, 1.0),
+        clock=lambda: now[0],
+        app_per_minute=SlidingWindow(3, 60.0),
+    )
+    for _ in range(3):
+        await pacer.wait(api="reply")
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(pacer.wait(api="reply"), 0.05)
