@@ -41,6 +41,11 @@ def _remove_entry(parent: int, name: str) -> None:
         os.unlink(name, dir_fd=parent)
 
 
+def remove_entry(parent: int, name: str) -> None:
+    """Remove whatever ``name`` is in ``parent``, if anything, without following it."""
+    _remove_entry(parent, name)
+
+
 def _open_child_dir(parent: int, name: str, owner: Owner) -> int:
     """The directory ``name`` in ``parent``, created (0700) or recreated if it is not one."""
     if name in ("", ".", "..") or "/" in name:

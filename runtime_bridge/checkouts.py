@@ -1,0 +1,616 @@
+"""A project's repository and its conversations' checkouts on a worker's host: pure git work.
+
+Layout, under ``<work_dir>/projects/<name>/``:
+
+    repo.git/            a remote project's bare clone (a path project uses the operator's repo)
+    checkouts/<key>/     one conversation's checkout, its own clone (``git clone --shared``) on
+                         branch ``amux/<key>``, owned by the Agent's uid
+    saved/<key>.config   the worker's copy of that checkout's ``.git/config`` (and ``.alternates``)
+    used/<key>           when the worker last used that checkout (seconds since the epoch)
+
+Each checkout borrows the project repository's objects through alternates; the sandbox binds that
+objects directory read-only, so an Agent can read history but change neither the project's
+objects nor its refs, and another conversation's checkout is not in its sandbox at all. Only the
+worker writes the project repository: after each turn it commits what the Agent left and fetches
+``amux/<key>`` (that ref only) from the checkout.
+
+A checkout is the Agent's: its ``.git`` may name programs (``core.fsmonitor``, hooks, filter and
+diff drivers, includes) or point git at another repository (``commondir``, a ``.git`` file). So
+before any git command of its own there the worker puts back its own copy of ``.git/config``,
+the alternates and ``HEAD``, drops ``commondir``, and runs git with hooks and fsmonitor off, no
+system or global config, an empty HOME and, on a root worker, as the Agent's uid (never root).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hub.contract import (
+    BRANCH_DIFF_MAX,
+    BRANCH_FILES_MAX,
+    BranchWork,
+    ChangedFile,
+    ProjectSource,
+)
+from hub.errors import InvalidArgument, Unavailable
+from runtime_bridge.providers.confined import Owner, open_dir, open_root, remove_entry, write_file
+
+SHORT_ID_LENGTH = 12
+BRANCH_PREFIX = "amux/"
+AGENT_NAME = "amux Agent"
+AGENT_EMAIL = "agent@amux.invalid"
+# The user name a remote's token goes with in HTTP basic authentication.
+TOKEN_USER = "x-access-token"
+GIT_TIMEOUT_SECONDS = 600.0
+DAY_SECONDS = 86400.0
+PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+HEX_ID = re.compile(r"[0-9a-f]{16,}")
+# Options on every git command the worker runs: nothing a repository's config names runs.
+SAFE_OPTIONS = (
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "commit.gpgSign=false",
+    "-c",
+    "protocol.ext.allow=never",
+)
+
+
+def short_id(session_id: str) -> str:
+    """A conversation's key in paths and its branch name: a prefix of its Session id (a hash's,
+    for an id that is not hex), stable and long enough that two conversations never share one."""
+    if HEX_ID.fullmatch(session_id):
+        return session_id[:SHORT_ID_LENGTH]
+    return hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:SHORT_ID_LENGTH]
+
+
+def branch_of(session_id: str) -> str:
+    return BRANCH_PREFIX + short_id(session_id)
+
+
+def check_project_name(name: str) -> None:
+    """Raises: InvalidArgument: ``name`` cannot name a directory of the worker's."""
+    if not PROJECT_NAME.fullmatch(name) or name in (".", ".."):
+        raise InvalidArgument(f"{name!r} is not a project name")
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """One conversation's checkout, as a launch and the end of its turn need it."""
+
+    project: ProjectSource
+    key: str
+    path: Path
+    repository: Path  # the project repository's git directory (written only by the worker)
+    objects: Path  # its objects directory: what the checkout borrows, read-only in the sandbox
+
+    @property
+    def branch(self) -> str:
+        return BRANCH_PREFIX + self.key
+
+
+class Projects:
+    """The projects of one worker's work dir. ``env`` is the worker's own environment, where a
+    remote's credential is read (never a launch's)."""
+
+    def __init__(self, work_dir: Path, env: Mapping[str, str]) -> None:
+        self.root = work_dir / "projects"
+        self.env = env
+
+    def project_dir(self, name: str) -> Path:
+        check_project_name(name)
+        return self.root / name
+
+    def checkout_path(self, name: str, session_id: str) -> Path:
+        """Where a conversation's checkout is (or will be), without making anything."""
+        return self.project_dir(name) / "checkouts" / short_id(session_id)
+
+    # -- the project repository -------------------------------------------------------------
+
+    def _git(
+        self,
+        args: Sequence[str],
+        *,
+        cwd: Path | None = None,
+        owner: Owner = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = True,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run git with nothing of the user's or system's config, hooks or fsmonitor; on a root
+        worker as ``owner`` when given. A failure is ``Unavailable`` with git's own words."""
+        home = self.root / ".home"
+        home.mkdir(parents=True, exist_ok=True)
+        home.chmod(0o755)
+        run_env = {
+            "PATH": self.env.get("PATH", os.defpath),
+            "HOME": str(home),
+            "LANG": "C.UTF-8",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_ASKPASS": "/bin/false",
+            "GIT_AUTHOR_NAME": AGENT_NAME,
+            "GIT_AUTHOR_EMAIL": AGENT_EMAIL,
+            "GIT_COMMITTER_NAME": AGENT_NAME,
+            "GIT_COMMITTER_EMAIL": AGENT_EMAIL,
+            **(env or {}),
+        }
+        as_other = owner is not None and os.geteuid() == 0
+        try:
+            done = subprocess.run(
+                ["git", *SAFE_OPTIONS, *args],
+                cwd=cwd,
+                env=run_env,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=GIT_TIMEOUT_SECONDS,
+                check=False,
+                user=owner[0] if as_other and owner else None,
+                group=owner[1] if as_other and owner else None,
+                extra_groups=[] if as_other else None,
+            )
+        except subprocess.TimeoutExpired as error:
+            raise Unavailable(f"git {_command(args)} took too long") from error
+        if check and done.returncode != 0:
+            said = [line for line in done.stderr.splitlines() if line.strip()]
+            reason = said[0].removeprefix("fatal: ") if said else f"status {done.returncode}"
+            raise Unavailable(f"git {_command(args)} failed: {reason}")
+        return done
+
+    def _credential_env(self, source: ProjectSource) -> dict[str, str]:
+        """The remote's token for this git process only: an HTTP header through the process
+        environment, never argv, a URL or a file."""
+        if source.kind != "remote" or not source.credential_env:
+            return {}
+        token = self.env.get(source.credential_env)
+        if not token:
+            raise InvalidArgument(
+                f"the project {source.name}'s credential variable {source.credential_env} is "
+                "not set in the worker's environment"
+            )
+        basic = base64.b64encode(f"{TOKEN_USER}:{token}".encode()).decode("ascii")
+        return {
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "http.extraHeader",
+            "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
+        }
+
+    def repository(self, source: ProjectSource, warnings: list[str]) -> tuple[Path, Path]:
+        """The project repository's git directory and objects directory, a remote one cloned
+        (once) or fetched (its default branch) first; a failed fetch is a warning when a copy
+        exists.
+
+        Raises:
+            InvalidArgument: the path is not a git repository here, or the credential is unset.
+            Unavailable: the remote cannot be cloned.
+        """
+        if source.kind == "path":
+            path = Path(source.source)
+            if not path.is_absolute() or not path.is_dir():
+                raise InvalidArgument(
+                    f"the project {source.name}'s repository {source.source} does not exist on "
+                    "this worker's host"
+                )
+            found = self._git(
+                [
+                    "-c",
+                    "safe.directory=*",
+                    "rev-parse",
+                    "--path-format=absolute",
+                    "--git-common-dir",
+                ],
+                cwd=path,
+                check=False,
+            )
+            if found.returncode != 0:
+                raise InvalidArgument(
+                    f"the project {source.name}'s path {source.source} is not a git repository"
+                )
+            git_dir = Path(found.stdout.strip())
+            return git_dir, git_dir / "objects"
+        if "://" in source.source and "@" in source.source.split("://", 1)[1].split("/", 1)[0]:
+            raise InvalidArgument("a project's remote URL must not carry credentials")
+        git_dir = self.project_dir(source.name) / "repo.git"
+        auth = self._credential_env(source)
+        if not (git_dir / "HEAD").is_file():
+            partial = git_dir.with_name(f".repo.{os.getpid()}.git")
+            shutil.rmtree(partial, ignore_errors=True)
+            git_dir.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self._git(
+                    ["clone", "--bare", "--quiet", "--", source.source, str(partial)], env=auth
+                )
+            except Unavailable as error:
+                shutil.rmtree(partial, ignore_errors=True)
+                raise Unavailable(
+                    f"the project {source.name}'s remote cannot be cloned ({error.message})"
+                ) from error
+            os.replace(partial, git_dir)
+        else:
+            ref = f"+refs/heads/{source.default_branch}:refs/heads/{source.default_branch}"
+            fetched = self._git(
+                ["--git-dir", str(git_dir), "fetch", "--quiet", "--no-tags", "origin", ref],
+                env=auth,
+                check=False,
+            )
+            if fetched.returncode != 0:
+                warnings.append(
+                    f"the project {source.name}'s remote could not be fetched; this "
+                    "conversation starts from the copy fetched before"
+                )
+        return git_dir, git_dir / "objects"
+
+    @contextlib.contextmanager
+    def _locked(self, name: str) -> Iterator[None]:
+        """One worker process at a time on a project's repository (clone, fetch, publish)."""
+        directory = self.project_dir(name)
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    # -- a conversation's checkout ----------------------------------------------------------
+
+    def prepare(
+        self, source: ProjectSource, session_id: str, owner: Owner, warnings: list[str]
+    ) -> Checkout:
+        """The conversation's checkout, ready for a turn: made on ``amux/<key>`` from the
+        default branch (or from its branch, when it was pruned), else restored to the worker's
+        config. Checkouts of the project unused for its ``worktree_days`` are removed first.
+
+        Raises:
+            InvalidArgument, Unavailable: the repository cannot be had, or git refused.
+        """
+        key = short_id(session_id)
+        directory = self.project_dir(source.name)
+        with self._locked(source.name):
+            self._ready_directories(directory, owner)
+            repository, objects = self.repository(source, warnings)
+            self.prune(source, keep=key)
+            checkout = Checkout(source, key, directory / "checkouts" / key, repository, objects)
+            if not self._sound(checkout):
+                self._create(checkout, owner)
+            else:
+                self._restore(checkout, owner)
+            self._record_use(checkout)
+        return checkout
+
+    def _ready_directories(self, directory: Path, owner: Owner) -> None:
+        for path in (
+            self.root,
+            directory,
+            directory / "checkouts",
+            directory / "saved",
+            directory / "used",
+        ):
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if owner is not None and os.geteuid() == 0:
+            # An Agent's uid passes through to its own checkout and reads the objects it
+            # borrows; it lists nothing here.
+            for path in (self.root, directory, directory / "checkouts"):
+                path.chmod(0o711)
+
+    def _sound(self, checkout: Checkout) -> bool:
+        """Whether the checkout is one the worker made: a directory whose ``.git`` is a
+        directory (a link or a ``.git`` file could send git to another repository)."""
+        try:
+            fd = os.open(checkout.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            return False
+        try:
+            info = os.stat(".git", dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        return stat.S_ISDIR(info.st_mode) and self._saved(checkout, "config").is_file()
+
+    def _saved(self, checkout: Checkout, what: str) -> Path:
+        return self.project_dir(checkout.project.name) / "saved" / f"{checkout.key}.{what}"
+
+    def _has_branch(self, repository: Path, branch: str) -> bool:
+        found = self._git(
+            [
+                "-c",
+                "safe.directory=*",
+                "--git-dir",
+                str(repository),
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                f"refs/heads/{branch}^{{commit}}",
+            ],
+            check=False,
+        )
+        return found.returncode == 0
+
+    def _create(self, checkout: Checkout, owner: Owner) -> None:
+        """Clone the checkout afresh as the worker, save its config, then hand it to the
+        Agent's uid (nobody else has reached it yet, so nothing in it is followed)."""
+        shutil.rmtree(checkout.path, ignore_errors=True)
+        branch = checkout.branch
+        base = checkout.project.default_branch
+        resumed = self._has_branch(checkout.repository, branch)
+        start = branch if resumed else base
+        if not resumed and not self._has_branch(checkout.repository, base):
+            raise InvalidArgument(
+                f"the project {checkout.project.name} has no branch {base!r} to start from"
+            )
+        self._git(
+            [
+                "-c",
+                "safe.directory=*",
+                "clone",
+                "--quiet",
+                "--shared",
+                "--no-tags",
+                "--branch",
+                start,
+                "--",
+                str(checkout.repository),
+                str(checkout.path),
+            ]
+        )
+        git_dir = checkout.path / ".git"
+        if not resumed:
+            self._git(
+                [
+                    "--git-dir",
+                    str(git_dir),
+                    "--work-tree",
+                    str(checkout.path),
+                    "switch",
+                    "--quiet",
+                    "-c",
+                    branch,
+                ],
+                cwd=checkout.path,
+            )
+        # The checkout never reaches back into the project repository by a remote.
+        self._git(["--git-dir", str(git_dir), "remote", "remove", "origin"])
+        self._saved(checkout, "config").write_bytes((git_dir / "config").read_bytes())
+        alternates = git_dir / "objects" / "info" / "alternates"
+        self._saved(checkout, "alternates").write_bytes(alternates.read_bytes())
+        if owner is not None and os.geteuid() == 0:
+            for path in (checkout.path, *checkout.path.rglob("*")):
+                os.lchown(path, *owner)
+
+    def _restore(self, checkout: Checkout, owner: Owner) -> None:
+        """Put back the worker's own ``.git/config``, alternates and ``HEAD`` and drop what
+        would send git elsewhere, each written without following anything the Agent left."""
+        grant = owner if os.geteuid() == 0 else None
+        with open_root(checkout.path) as root, open_dir(root, Path(".git"), grant) as git_fd:
+            config = self._saved(checkout, "config").read_bytes()
+            write_file(git_fd, "config", config, 0o644, grant)
+            write_file(
+                git_fd, "HEAD", f"ref: refs/heads/{checkout.branch}\n".encode(), 0o644, grant
+            )
+            for name in ("commondir", "config.worktree"):
+                remove_entry(git_fd, name)
+            with open_dir(git_fd, Path("objects") / "info", grant) as info:
+                alternates = self._saved(checkout, "alternates").read_bytes()
+                write_file(info, "alternates", alternates, 0o644, grant)
+
+    def _record_use(self, checkout: Checkout) -> None:
+        record = self.project_dir(checkout.project.name) / "used" / checkout.key
+        partial = record.with_name(f".{checkout.key}.{os.getpid()}")
+        partial.write_text(f"{time.time():.3f}\n")
+        os.replace(partial, record)
+
+    def finish(
+        self, checkout: Checkout, turn: str, owner: Owner, warnings: list[str]
+    ) -> BranchWork:
+        """After a turn: commit what the Agent left on its branch (as the Agent's uid, under the
+        worker's config), publish that branch alone into the project repository, and sum up
+        what the branch changed against the default branch."""
+        with self._locked(checkout.project.name):
+            if self._sound(checkout):
+                self._restore(checkout, owner)
+                self._commit(checkout, turn, owner)
+                self._publish(checkout)
+            else:
+                warnings.append(
+                    "the Agent replaced its checkout's .git, so this turn's changes were not "
+                    "kept; the next turn starts again from the conversation's branch"
+                )
+                shutil.rmtree(checkout.path, ignore_errors=True)
+            self._record_use(checkout)
+            return self.summary(checkout)
+
+    def _in_checkout(self, checkout: Checkout, args: Sequence[str], owner: Owner) -> str:
+        git_dir = checkout.path / ".git"
+        done = self._git(
+            ["--git-dir", str(git_dir), "--work-tree", str(checkout.path), *args],
+            cwd=checkout.path,
+            owner=owner,
+        )
+        return done.stdout
+
+    def _commit(self, checkout: Checkout, turn: str, owner: Owner) -> None:
+        self._in_checkout(checkout, ["add", "--all"], owner)
+        staged = self._git(
+            [
+                "--git-dir",
+                str(checkout.path / ".git"),
+                "--work-tree",
+                str(checkout.path),
+                "diff",
+                "--cached",
+                "--quiet",
+            ],
+            cwd=checkout.path,
+            owner=owner,
+            check=False,
+        )
+        if staged.returncode != 0:
+            self._in_checkout(
+                checkout, ["commit", "--quiet", "--no-verify", "-m", f"amux: turn {turn}"], owner
+            )
+
+    def _publish(self, checkout: Checkout) -> None:
+        ref = f"refs/heads/{checkout.branch}"
+        # A local fetch hands its other end none of its -c options: the checkout's side (a
+        # repository of the Agent's uid) gets them, and is named safe, on its own command line.
+        upload_pack = shlex.join(
+            ["git", *SAFE_OPTIONS, "-c", f"safe.directory={checkout.path / '.git'}", "upload-pack"]
+        )
+        self._git(
+            [
+                "-c",
+                "safe.directory=*",
+                "--git-dir",
+                str(checkout.repository),
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--upload-pack",
+                upload_pack,
+                str(checkout.path / ".git"),
+                f"+{ref}:{ref}",
+            ]
+        )
+
+    def summary(self, checkout: Checkout) -> BranchWork:
+        """What the conversation's branch holds against the default branch, from the project
+        repository (the worker's, whatever the checkout now says)."""
+        repo = ["-c", "safe.directory=*", "--git-dir", str(checkout.repository)]
+        branch = f"refs/heads/{checkout.branch}"
+        base = checkout.project.default_branch
+        head = self._git([*repo, "rev-parse", "--verify", "--quiet", branch], check=False)
+        commit = head.stdout.strip() or None if head.returncode == 0 else None
+        if commit is None:
+            return BranchWork(
+                checkout.project.name, checkout.branch, base, None, (), 0, None, False
+            )
+        span = f"refs/heads/{base}...{branch}"
+        numstat = self._git(
+            [
+                *repo,
+                "diff",
+                "--numstat",
+                "-z",
+                "--no-renames",
+                "--no-ext-diff",
+                "--no-textconv",
+                span,
+            ]
+        ).stdout
+        files = _changed_files(numstat)
+        diff, truncated = self._bounded_diff(
+            [*repo, "diff", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames", span]
+        )
+        return BranchWork(
+            project=checkout.project.name,
+            branch=checkout.branch,
+            base=base,
+            commit=commit,
+            files=tuple(files[:BRANCH_FILES_MAX]),
+            files_total=len(files),
+            diff=diff or None,
+            diff_truncated=truncated,
+        )
+
+    def _bounded_diff(self, args: Sequence[str]) -> tuple[str, bool]:
+        """The diff's first ``BRANCH_DIFF_MAX`` bytes (cut at a line's end) and whether more
+        followed; git is stopped rather than read to its end."""
+        home = self.root / ".home"
+        env = {
+            "PATH": self.env.get("PATH", os.defpath),
+            "HOME": str(home),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+        }
+        with subprocess.Popen(
+            ["git", *SAFE_OPTIONS, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        ) as process:
+            assert process.stdout is not None
+            data = process.stdout.read(BRANCH_DIFF_MAX + 1)
+            truncated = len(data) > BRANCH_DIFF_MAX
+            if truncated:
+                process.kill()
+                data = data[:BRANCH_DIFF_MAX]
+                data = data[: data.rfind(b"\n") + 1] if b"\n" in data else data
+            else:
+                process.wait(timeout=GIT_TIMEOUT_SECONDS)
+        return data.decode("utf-8", errors="replace"), truncated
+
+    # -- pruning ----------------------------------------------------------------------------
+
+    def prune(
+        self, source: ProjectSource, keep: str | None = None, now: float | None = None
+    ) -> list[str]:
+        """Remove the project's checkouts unused for ``worktree_days`` (their branches stay in
+        the project repository); the keys removed."""
+        directory = self.project_dir(source.name)
+        used = directory / "used"
+        limit = (time.time() if now is None else now) - source.worktree_days * DAY_SECONDS
+        removed: list[str] = []
+        if not used.is_dir():
+            return removed
+        for record in sorted(used.iterdir()):
+            key = record.name
+            if key == keep or key.startswith("."):
+                continue
+            try:
+                last = float(record.read_text().strip() or 0)
+            except (OSError, ValueError):
+                last = 0.0
+            if last >= limit:
+                continue
+            shutil.rmtree(directory / "checkouts" / key, ignore_errors=True)
+            for what in ("config", "alternates"):
+                (directory / "saved" / f"{key}.{what}").unlink(missing_ok=True)
+            record.unlink(missing_ok=True)
+            removed.append(key)
+        return removed
+
+
+def _command(args: Sequence[str]) -> str:
+    """The git subcommand among ``args`` (past ``-c`` and ``--git-dir`` options), for errors."""
+    words = iter(args)
+    for word in words:
+        if word in ("-c", "--git-dir", "--work-tree", "-C"):
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return "command"
+
+
+def _changed_files(numstat: str) -> list[ChangedFile]:
+    """``git diff --numstat -z --no-renames`` as files: ``-`` counts (a binary file) are None."""
+    files: list[ChangedFile] = []
+    for entry in numstat.split("\0"):
+        if not entry:
+            continue
+        added, removed, path = entry.split("\t", 2)
+        files.append(
+            ChangedFile(
+                path=path,
+                added=int(added) if added != "-" else None,
+                removed=int(removed) if removed != "-" else None,
+            )
+        )
+    return files

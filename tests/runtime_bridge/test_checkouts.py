@@ -1,0 +1,294 @@
+"""A project's checkouts on a worker's host: one clone and branch per conversation, published
+by the worker alone, summed up against the default branch, pruned, and never a way for an
+Agent to make the worker run a program of its choosing.
+
+Real git throughout; a remote project is served by ``git http-backend`` on loopback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hub.contract import BRANCH_DIFF_MAX, ProjectSource
+from hub.errors import InvalidArgument, Unavailable
+from runtime_bridge.checkouts import Projects, branch_of, short_id
+from runtime_bridge.providers.confined import Owner
+from tests.fakes.git_server import git_server
+
+FIRST = "0123456789abcdef0123456789abcdef"
+SECOND = "fedcba9876543210fedcba9876543210"
+TOKEN = "remote-token-must-stay-outside-9f8e"
+
+
+def git(*args: str, cwd: Path | None = None) -> str:
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": "/nonexistent",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_AUTHOR_NAME": "operator",
+        "GIT_AUTHOR_EMAIL": "operator@example.invalid",
+        "GIT_COMMITTER_NAME": "operator",
+        "GIT_COMMITTER_EMAIL": "operator@example.invalid",
+    }
+    done = subprocess.run(
+        ["git", "-c", "safe.directory=*", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+@pytest.fixture
+def area() -> Iterator[Path]:
+    """A directory an Agent's uid can pass through (a root worker runs git there as that uid)."""
+    with tempfile.TemporaryDirectory(prefix="amux-projects-") as made:
+        os.chmod(made, 0o755)
+        yield Path(made)
+
+
+@pytest.fixture
+def owner() -> Owner:
+    return (65534, 65534) if os.geteuid() == 0 else None
+
+
+def operator_repo(area: Path) -> Path:
+    repo = area / "web"
+    repo.mkdir()
+    git("init", "--quiet", "--initial-branch", "main", cwd=repo)
+    (repo / "app.py").write_text("print('hello')\n")
+    (repo / "README").write_text("web\n")
+    git("add", ".", cwd=repo)
+    git("commit", "--quiet", "-m", "start", cwd=repo)
+    return repo
+
+
+def path_project(repo: Path, **options: object) -> ProjectSource:
+    return ProjectSource("web", "path", str(repo), "main", **options)  # type: ignore[arg-type]
+
+
+def test_each_conversation_works_on_its_own_branch_and_the_result_sums_it_up(
+    area: Path, owner: Owner
+) -> None:
+    repo = operator_repo(area)
+    projects = Projects(area / "work", os.environ)
+    source = path_project(repo)
+    warnings: list[str] = []
+    first = projects.prepare(source, FIRST, owner, warnings)
+    second = projects.prepare(source, SECOND, owner, warnings)
+    assert first.path != second.path and first.branch == branch_of(FIRST)
+    assert first.branch == f"amux/{short_id(FIRST)}" and short_id(FIRST) != short_id(SECOND)
+    assert (first.path / "app.py").read_text() == "print('hello')\n"
+    if owner is not None:
+        assert first.path.stat().st_uid == owner[0]
+
+    (first.path / "app.py").write_text("print('hello, team')\nprint('again')\n")
+    (first.path / "logo.png").write_bytes(b"\x89PNG\0\0\x01binary")
+    (second.path / "NOTES").write_text("second only\n")
+    work = projects.finish(first, "e-first", owner, warnings)
+    other = projects.finish(second, "e-second", owner, warnings)
+    assert warnings == []
+
+    assert work.branch == first.branch and work.base == "main" and work.project == "web"
+    assert {f.path: (f.added, f.removed) for f in work.files} == {
+        "app.py": (2, 1),
+        "logo.png": (None, None),
+    }
+    assert work.files_total == 2 and not work.diff_truncated
+    assert work.diff is not None and "+print('hello, team')" in work.diff
+    assert work.commit == git("rev-parse", first.branch, cwd=repo).strip()
+    assert [f.path for f in other.files] == ["NOTES"]
+    # Each change is on its own branch only, and the default branch is untouched.
+    assert "app.py" in git("diff", "--name-only", f"main...{first.branch}", cwd=repo)
+    assert "NOTES" not in git("ls-tree", "-r", "--name-only", first.branch, cwd=repo)
+    assert "app.py" not in git("diff", "--name-only", f"main...{second.branch}", cwd=repo)
+    assert git("log", "-1", "--format=%an|%s", first.branch, cwd=repo).strip() == (
+        "amux Agent|amux: turn e-first"
+    )
+    assert git("rev-list", "--count", "main", cwd=repo).strip() == "1"
+
+    # The next turn of the conversation picks up where it left off.
+    again = projects.prepare(source, FIRST, owner, warnings)
+    assert (again.path / "logo.png").exists()
+    assert projects.finish(again, "e-third", owner, warnings).commit == work.commit
+
+
+def test_a_hostile_checkout_config_runs_nothing_of_the_agents_in_the_worker(
+    area: Path, owner: Owner
+) -> None:
+    repo = operator_repo(area)
+    projects = Projects(area / "work", os.environ)
+    source = path_project(repo)
+    checkout = projects.prepare(source, FIRST, owner, [])
+    marker = area / "ran"
+    program = area / "evil.sh"
+    program.write_text(f"#!/bin/sh\ntouch {marker}\ncat\n")
+    program.chmod(0o755)
+    hooks = checkout.path / "hooks"
+    hooks.mkdir()
+    for hook in ("pre-commit", "post-commit", "commit-msg", "pre-auto-gc"):
+        (hooks / hook).write_text(f"#!/bin/sh\ntouch {marker}\n")
+        (hooks / hook).chmod(0o755)
+        (checkout.path / ".git" / "hooks" / hook).write_text(f"#!/bin/sh\ntouch {marker}\n")
+        (checkout.path / ".git" / "hooks" / hook).chmod(0o755)
+    with (checkout.path / ".git" / "config").open("a") as config:
+        config.write(
+            f"[core]\n\tfsmonitor = {program}\n\thooksPath = {hooks}\n"
+            f'[filter "evil"]\n\tclean = {program}\n\tsmudge = {program}\n'
+            f'[diff "evil"]\n\ttextconv = {program}\n\tcommand = {program}\n'
+            f"[include]\n\tpath = {area / 'more.config'}\n"
+        )
+    (checkout.path / ".gitattributes").write_text("* filter=evil diff=evil\n")
+    (checkout.path / ".git" / "commondir").write_text(str(repo / ".git") + "\n")
+    (checkout.path / "app.py").write_text("changed\n")
+
+    work = projects.finish(checkout, "e-hostile", owner, [])
+    assert not marker.exists()
+    assert {f.path for f in work.files} == {
+        "app.py",
+        ".gitattributes",
+        "hooks/pre-commit",
+        "hooks/post-commit",
+        "hooks/commit-msg",
+        "hooks/pre-auto-gc",
+    }
+    # The worker's own config is back; the Agent's lines are gone.
+    assert "fsmonitor" not in (checkout.path / ".git" / "config").read_text()
+    assert not (checkout.path / ".git" / "commondir").exists()
+    assert git("rev-list", "--count", "main", cwd=repo).strip() == "1"
+
+
+def test_a_git_file_pointing_at_another_conversation_is_not_followed(
+    area: Path, owner: Owner
+) -> None:
+    repo = operator_repo(area)
+    projects = Projects(area / "work", os.environ)
+    source = path_project(repo)
+    mine = projects.prepare(source, FIRST, owner, [])
+    theirs = projects.prepare(source, SECOND, owner, [])
+    (theirs.path / "theirs.txt").write_text("theirs\n")
+    projects.finish(theirs, "e-theirs", owner, [])
+    before = git("rev-parse", theirs.branch, cwd=repo)
+    subprocess.run(["rm", "-rf", str(mine.path / ".git")], check=True)
+    (mine.path / ".git").write_text(f"gitdir: {theirs.path / '.git'}\n")
+    (mine.path / "app.py").write_text("planted\n")
+    warnings: list[str] = []
+    work = projects.finish(mine, "e-planted", owner, warnings)
+    assert "replaced its checkout's .git" in warnings[0]
+    assert work.files == ()
+    assert git("rev-parse", theirs.branch, cwd=repo) == before
+    assert git("status", "--porcelain", cwd=theirs.path) == ""
+    # The next turn starts again, cleanly, from its own branch.
+    again = projects.prepare(source, FIRST, owner, [])
+    assert (again.path / "app.py").read_text() == "print('hello')\n"
+
+
+def test_an_old_checkout_is_pruned_its_branch_stays_and_the_next_turn_recreates_it(
+    area: Path, owner: Owner
+) -> None:
+    repo = operator_repo(area)
+    work_dir = area / "work"
+    projects = Projects(work_dir, os.environ)
+    source = path_project(repo, worktree_days=3)
+    checkout = projects.prepare(source, FIRST, owner, [])
+    (checkout.path / "feature.txt").write_text("kept on the branch\n")
+    commit = projects.finish(checkout, "e-one", owner, []).commit
+    record = work_dir / "projects" / "web" / "used" / checkout.key
+    record.write_text(f"{float(record.read_text()) - 4 * 86400}\n")
+
+    assert projects.prune(source) == [checkout.key]
+    assert not checkout.path.exists()
+    assert f"amux/{checkout.key}" in git("branch", "--list", "amux/*", cwd=repo)
+    assert git("rev-parse", checkout.branch, cwd=repo).strip() == commit
+
+    again = projects.prepare(source, FIRST, owner, [])
+    assert again.path == checkout.path
+    assert (again.path / "feature.txt").read_text() == "kept on the branch\n"
+    assert git("--git-dir", str(again.path / ".git"), "branch", "--show-current").strip() == (
+        checkout.branch
+    )
+
+
+def test_a_checkout_used_recently_is_kept(area: Path, owner: Owner) -> None:
+    repo = operator_repo(area)
+    projects = Projects(area / "work", os.environ)
+    source = path_project(repo, worktree_days=3)
+    checkout = projects.prepare(source, FIRST, owner, [])
+    assert projects.prune(source) == []
+    assert checkout.path.is_dir()
+
+
+def test_a_path_that_is_not_a_repository_is_refused_and_nothing_is_made(
+    area: Path, owner: Owner
+) -> None:
+    plain = area / "plain"
+    plain.mkdir()
+    projects = Projects(area / "work", os.environ)
+    with pytest.raises(InvalidArgument, match="is not a git repository"):
+        projects.prepare(path_project(plain), FIRST, owner, [])
+    with pytest.raises(InvalidArgument, match="does not exist"):
+        projects.prepare(path_project(area / "missing"), FIRST, owner, [])
+    assert list((area / "work" / "projects" / "web" / "checkouts").iterdir()) == []
+
+
+def test_a_large_diff_is_cut_and_said_to_be(area: Path, owner: Owner) -> None:
+    repo = operator_repo(area)
+    projects = Projects(area / "work", os.environ)
+    checkout = projects.prepare(path_project(repo), FIRST, owner, [])
+    for n in range(60):
+        (checkout.path / f"file{n:02}.txt").write_text(f"line {n}\n" * 800)
+    work = projects.finish(checkout, "e-big", owner, [])
+    assert work.files_total == 60 and len(work.files) == 50
+    assert work.diff is not None and work.diff_truncated
+    assert len(work.diff.encode()) <= BRANCH_DIFF_MAX and work.diff.endswith("\n")
+
+
+def test_a_remote_project_is_cloned_with_the_workers_token_which_no_file_keeps(
+    area: Path, owner: Owner
+) -> None:
+    served = area / "served"
+    served.mkdir()
+    upstream = operator_repo(area)
+    git("clone", "--quiet", "--bare", str(upstream), str(served / "web.git"))
+    work_dir = area / "work"
+    env = {**os.environ, "WEB_TOKEN": TOKEN}
+    projects = Projects(work_dir, env)
+    with git_server(served, TOKEN) as server:
+        source = ProjectSource("web", "remote", f"{server.url}/web.git", "main", "WEB_TOKEN")
+        warnings: list[str] = []
+        checkout = projects.prepare(source, FIRST, owner, warnings)
+        assert warnings == []
+        assert any(server.accepts(header) for header in server.authorizations)
+        assert (checkout.path / "app.py").is_file()
+        (checkout.path / "app.py").write_text("remote change\n")
+        work = projects.finish(checkout, "e-remote", owner, warnings)
+        assert [f.path for f in work.files] == ["app.py"]
+        repo = work_dir / "projects" / "web" / "repo.git"
+        assert git("--git-dir", str(repo), "rev-parse", checkout.branch).strip() == work.commit
+
+        # Without the token the remote refuses: cloning fails clearly and leaves nothing.
+        anonymous = Projects(area / "other-work", {**os.environ, "WEB_TOKEN": "wrong"})
+        with pytest.raises(Unavailable, match="cannot be cloned"):
+            anonymous.prepare(source, FIRST, owner, [])
+        assert not (area / "other-work" / "projects" / "web" / "repo.git").exists()
+
+    # The server is gone: the next conversation starts from the copy fetched before, warned.
+    later = projects.prepare(source, SECOND, owner, warnings)
+    assert "could not be fetched" in warnings[0]
+    assert (later.path / "app.py").read_text() == "print('hello')\n"
+    for root in (work_dir,):
+        for path in root.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                assert TOKEN.encode() not in path.read_bytes(), path
+
+    unset = Projects(area / "third-work", os.environ)
+    with pytest.raises(InvalidArgument, match="WEB_TOKEN is not set"):
+        unset.prepare(source, FIRST, owner, [])
