@@ -512,6 +512,7 @@ def config_text(described: Mapping[str, Mapping[str, Any]]) -> str:
 # What a change of a live setting reaches, as `config set` tells it.
 LIVE_SCOPE = {
     "agents.permissions": "turns started from now on",
+    "projects.worktree_days": "turns workers take from now on",
     "agents.approval_timeout": "permission requests made from now on",
 }
 
@@ -668,6 +669,122 @@ def usage_text(report: UsageReport) -> str:
     total = ["total", "", "", *(str(report.total(figure)) for figure in USAGE_FIGURES)]
     headers = ["DAY", "PRINCIPAL", "PROVIDER", "INPUT", "OUTPUT", "REQUESTS", "TURNS"]
     return table(headers, [*rows, total])
+
+
+# -- amux project ---------------------------------------------------------------------------------
+
+project_app = typer.Typer(
+    help="Projects: git repositories Feishu chats are bound to (the owner only).",
+    no_args_is_help=True,
+)
+
+
+@project_app.command("add")
+def project_add(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The project's name: a-z, 0-9 and -, up to 32."),
+    path: str | None = typer.Option(
+        None, "--path", help="The absolute path of a git repository on the worker's host."
+    ),
+    remote: str | None = typer.Option(
+        None, "--remote", help="A git remote URL (no credentials in it) the worker clones once."
+    ),
+    credential_env: str | None = typer.Option(
+        None,
+        "--credential-env",
+        help="The worker's environment variable holding the remote's token (never its value).",
+    ),
+    branch: str = typer.Option("main", "--branch", help="The default branch checkouts start from."),
+    provider: str = typer.Option("claude", "--provider", help="The Agent its conversations run."),
+    permissions: str | None = typer.Option(
+        None,
+        "--permissions",
+        help="ask, auto or read-only for its conversations (default: agents.permissions).",
+    ),
+    as_json: JsonOutput = False,
+) -> None:
+    """Add a project (the owner only); the repository is checked before anything is saved."""
+    if (path is None) == (remote is None):
+        fail(InvalidArgument("give exactly one of --path and --remote"))
+    env = env_of(ctx)
+    added = run(
+        with_client(
+            env,
+            lambda hub: hub.project_add(
+                name,
+                path=path,
+                remote=remote,
+                credential_env=credential_env,
+                branch=branch,
+                provider=provider,
+                permissions=permissions,
+            ),
+        )
+    )
+    emit(added, as_json, lambda a: f"added project {a['project']['name']}")
+
+
+@project_app.command("list")
+def project_list(ctx: typer.Context, as_json: JsonOutput = False) -> None:
+    """The projects and how many chats each is bound to."""
+    env = env_of(ctx)
+    projects = run(with_client(env, lambda hub: hub.project_list()))
+    emit({"projects": projects}, as_json, lambda _: project_table(projects))
+    if not as_json and not projects:
+        note("no projects; add one with amux project add")
+
+
+def project_table(projects: Sequence[Mapping[str, Any]]) -> str:
+    if not projects:
+        return ""
+    rows = [
+        [
+            str(p["name"]),
+            str(p["kind"]),
+            str(p["source"]),
+            str(p["default_branch"]),
+            str(p["provider"]),
+            str(p.get("permissions") or "-"),
+            str(len(p.get("chats") or [])),
+        ]
+        for p in projects
+    ]
+    headers = ["NAME", "KIND", "SOURCE", "BRANCH", "PROVIDER", "PERMISSIONS", "CHATS"]
+    return table(headers, rows)
+
+
+@project_app.command("show")
+def project_show(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The project's name."),
+    as_json: JsonOutput = False,
+) -> None:
+    """One project and the chats bound to it."""
+    env = env_of(ctx)
+    shown = run(with_client(env, lambda hub: hub.project_show(name)))
+    emit(shown, as_json, project_text)
+
+
+def project_text(shown: Mapping[str, Any]) -> str:
+    project = dict(shown["project"])
+    project.pop("principal_id", None)
+    project["created_at"] = iso_time(float(project["created_at"]))
+    chats = shown.get("chats") or []
+    project["chats"] = ", ".join(str(c["chat_id"]) for c in chats) or "none"
+    return fields_text(project)
+
+
+@project_app.command("remove")
+def project_remove(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The project's name."),
+    as_json: JsonOutput = False,
+) -> None:
+    """Remove a project no chat is bound to (unbind its chats first). Its branches stay in its
+    repository and its memory with its service Principal."""
+    env = env_of(ctx)
+    removed = run(with_client(env, lambda hub: hub.project_remove(name)))
+    emit(removed, as_json, lambda r: f"removed project {r['project']['name']}")
 
 
 # -- amux principal / amux token (local administration) -------------------------------------------

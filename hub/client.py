@@ -100,13 +100,22 @@ class Registered:
 
 @dataclass(frozen=True)
 class Heartbeat:
-    """``executions.heartbeat``: whether the turn's user asked to cancel it."""
+    """``executions.heartbeat``: whether the turn's user asked to cancel it, and, for a worker
+    that reported its gateway's count, the turn's allowance now (``budget``; None: unlimited)."""
 
     cancel_requested: bool
+    budget_given: bool = False
+    budget: int | None = None
 
     @classmethod
     def from_wire(cls, wire: Mapping[str, Any]) -> Heartbeat:
-        return cls(bool(wire.get("cancel_requested")))
+        budget = wire.get("budget")
+        given = "budget" in wire and (budget is None or _whole(budget))
+        return cls(bool(wire.get("cancel_requested")), given, budget if given else None)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 @dataclass(frozen=True)
@@ -354,6 +363,44 @@ class HubClient:
         """Add ``tokens`` to a Principal's budget for today (the owner only)."""
         return await self.call("usage.extend", principal=principal, tokens=tokens)
 
+    # -- projects (the owner only)
+
+    async def project_add(
+        self,
+        name: str,
+        *,
+        path: str | None = None,
+        remote: str | None = None,
+        credential_env: str | None = None,
+        branch: str = "main",
+        provider: str = "claude",
+        permissions: str | None = None,
+    ) -> dict[str, Any]:
+        """Add a project from a repository ``path`` on the Hub's host or a ``remote`` URL;
+        ``credential_env`` names the worker's variable holding the remote's token."""
+        return await self.call(
+            "projects.add",
+            name=name,
+            path=path,
+            remote=remote,
+            credential_env=credential_env,
+            branch=branch,
+            provider=provider,
+            permissions=permissions,
+        )
+
+    async def project_list(self) -> list[dict[str, Any]]:
+        projects = (await self.call("projects.list")).get("projects")
+        return [p for p in projects if isinstance(p, dict)] if isinstance(projects, list) else []
+
+    async def project_show(self, name: str) -> dict[str, Any]:
+        """The project and the chats bound to it."""
+        return await self.call("projects.show", name=name)
+
+    async def project_remove(self, name: str) -> dict[str, Any]:
+        """Remove a project no chat is bound to; its memory stays with its service Principal."""
+        return await self.call("projects.remove", name=name)
+
     # -- credentials
 
     async def delegate_credential(
@@ -448,10 +495,13 @@ class HubClient:
         answer = await self.call("executions.claim", worker_id=worker_id, wait_seconds=wait_seconds)
         return Claim.from_wire(answer) if answer else None
 
-    async def heartbeat(self, execution_id: str, worker_id: str | None) -> Heartbeat:
-        return Heartbeat.from_wire(
-            await self.call("executions.heartbeat", execution_id=execution_id, worker_id=worker_id)
-        )
+    async def heartbeat(
+        self, execution_id: str, worker_id: str | None, used_tokens: int | None = None
+    ) -> Heartbeat:
+        params: dict[str, Any] = {"execution_id": execution_id, "worker_id": worker_id}
+        if used_tokens is not None:
+            params["used_tokens"] = used_tokens
+        return Heartbeat.from_wire(await self.call("executions.heartbeat", **params))
 
     async def add_event(
         self, execution_id: str, worker_id: str | None, kind: str, text: str

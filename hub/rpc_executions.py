@@ -172,12 +172,8 @@ async def executions_claim(call: Call, params: ClaimParams) -> dict[str, Any]:
     row = hub.executions.db.execute(
         "SELECT runs_as FROM executions WHERE id = ?", (claimed.execution_id,)
     ).fetchone()
-    budget = usage.ceiling(
-        hub.executions.db,
-        row["runs_as"],
-        hub.config.daily_tokens,
-        hub.config.turn_tokens,
-        hub.usage.clock(),
+    budget = hub.usage.turn_budget(
+        claimed.execution_id, row["runs_as"], hub.config.daily_tokens, hub.config.turn_tokens
     )
     return dataclasses.replace(claimed, permissions=hub.config.permissions, budget=budget).to_wire()
 
@@ -187,10 +183,30 @@ class LeaseParams(Params):
     worker_id: str = text_field(ID_CHARS)
 
 
-async def executions_heartbeat(call: Call, params: LeaseParams) -> dict[str, Any]:
+class HeartbeatParams(LeaseParams):
+    # What the turn's model gateway has counted so far; absent from a worker without one.
+    used_tokens: int | None = Field(None, ge=0, le=usage.MAX_FIGURE)
+
+
+async def executions_heartbeat(call: Call, params: HeartbeatParams) -> dict[str, Any]:
     require_service(call.actor)
-    cancel = await call.hub.executions.heartbeat(params.execution_id, params.worker_id)
-    return {"cancel_requested": cancel}
+    hub = call.hub
+    cancel = await hub.executions.heartbeat(params.execution_id, params.worker_id)
+    answer: dict[str, Any] = {"cancel_requested": cancel}
+    if params.used_tokens is not None:
+        row = hub.executions.db.execute(
+            "SELECT runs_as FROM executions WHERE id = ?", (params.execution_id,)
+        ).fetchone()
+        # The turn's whole allowance as of now: its Principal's other running turns have
+        # spent part of the same day since it was claimed, or the owner extended it.
+        answer["budget"] = hub.usage.turn_budget(
+            params.execution_id,
+            row["runs_as"],
+            hub.config.daily_tokens,
+            hub.config.turn_tokens,
+            params.used_tokens,
+        )
+    return answer
 
 
 class EventParams(LeaseParams):
@@ -221,6 +237,7 @@ async def executions_complete(call: Call, params: CompleteParams) -> dict[str, A
         native_id=params.native_id,
     )
     completed = await call.hub.executions.complete(params.execution_id, params.worker_id, outcome)
+    call.hub.usage.finished(params.execution_id)
     return completed.to_wire()
 
 
@@ -395,7 +412,7 @@ EXECUTION_METHODS: Methods = MappingProxyType(
         "sessions.get": Method(SessionParams, sessions_get),
         "workers.register": Method(RegisterParams, workers_register),
         "executions.claim": Method(ClaimParams, executions_claim),
-        "executions.heartbeat": Method(LeaseParams, executions_heartbeat),
+        "executions.heartbeat": Method(HeartbeatParams, executions_heartbeat),
         "executions.event": Method(EventParams, executions_event),
         "executions.complete": Method(CompleteParams, executions_complete),
         "sessions.memory": Method(MemoryParams, sessions_memory),

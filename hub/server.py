@@ -34,6 +34,7 @@ from hub.rpc import (
     rpc_handler,
 )
 from hub.rpc_executions import EXECUTION_METHODS
+from hub.rpc_projects import PROJECT_METHODS
 from hub.services import Hub
 
 logger = logging.getLogger("amux.hub")
@@ -76,6 +77,7 @@ HUB_METHODS = combine(
     USAGE_METHODS,
     IDENTITY_METHODS,
     EXECUTION_METHODS,
+    PROJECT_METHODS,
 )
 
 

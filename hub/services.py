@@ -18,6 +18,7 @@ from hub.identity import Actor, Authenticator, require_owner
 from hub.memory import Memory
 from hub.people import People
 from hub.preferences import ChatPreferences, RestartCards
+from hub.projects import Projects
 from hub.rootlock import RootLock
 from hub.state import State
 from hub.store import MemoryStore
@@ -70,6 +71,8 @@ class Hub:
     restart_cards: RestartCards
     # Model usage per Principal per day; each turn's is recorded as it completes.
     usage: Usage
+    # The git repositories chats are bound to, and those bindings.
+    projects: Projects
     restart_requested: asyncio.Event = field(default_factory=asyncio.Event)
     # Hooks other packages register to extend ``system.capabilities`` (e.g. connected workers).
     capability_hooks: list[Callable[[], dict[str, object]]] = field(default_factory=list)
@@ -127,6 +130,7 @@ class Hub:
                 ChatPreferences(state, lambda: executions.providers),
                 RestartCards(state),
                 usage,
+                Projects(state, executions.providers),
             )
             hub._bootstrap_owner()
         except BaseException:

@@ -2,9 +2,9 @@
 
 A change takes effect only when the Hub restarts, so every running Runtime and conversation sees
 one consistent policy; cards and the CLI show both values and whether a restart is pending.
-The Agents' permission settings and the token budgets are the exception: they apply to every
-turn started after the change (a turn reads them when a worker takes it), so they never wait for
-a restart.
+The Agents' permission settings, the token budgets and how long project checkouts are kept are
+the exception: they apply to every turn started after the change (a turn reads them when a worker
+takes it), so they never wait for a restart.
 """
 
 from __future__ import annotations
@@ -106,6 +106,18 @@ def _parse_approval_timeout(raw: object) -> int:
     return seconds
 
 
+MAX_WORKTREE_DAYS = 3650
+
+
+def _parse_worktree_days(raw: object) -> int:
+    """Days from 1 to MAX_WORKTREE_DAYS: a checkout in use is never removed."""
+    if isinstance(raw, str) and raw.strip().isdigit():
+        raw = int(raw.strip())
+    if isinstance(raw, int) and not isinstance(raw, bool) and 1 <= raw <= MAX_WORKTREE_DAYS:
+        return raw
+    raise InvalidArgument(f"expected a whole number of days from 1 to {MAX_WORKTREE_DAYS}")
+
+
 @dataclass(frozen=True)
 class SettingSpec:
     key: str
@@ -202,6 +214,14 @@ SPECS: dict[str, SettingSpec] = {
             "(0: no limit; applies to turns started after the change)",
             live=True,
         ),
+        SettingSpec(
+            "projects.worktree_days",
+            14,
+            _parse_worktree_days,
+            "days a project conversation's checkout may go unused before its worker removes it "
+            "(its branch stays; applies from the next turn a worker takes)",
+            live=True,
+        ),
     )
 }
 
@@ -251,6 +271,10 @@ class SystemConfig:
     @property
     def turn_tokens(self) -> int:
         return int(self._live("budget.turn_tokens"))
+
+    @property
+    def worktree_days(self) -> int:
+        return int(self._live("projects.worktree_days"))
 
     def save(self, key: object, value: object) -> SettingView:
         """Validate and save one setting; the running value is untouched until restart.

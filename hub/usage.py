@@ -9,9 +9,14 @@ non-negative whole number of a plausible size is left out, with a warning in the
 Each Principal may see their own usage; the owner everyone's.
 
 Budgets (``budget.daily_tokens``, ``budget.turn_tokens``) are enforced by the gateway; the Hub
-hands each turn its ceiling as the worker claims it (``ceiling``). The owner may add tokens to a
+hands each turn its ceiling as the worker claims it, and again with each heartbeat
+(``Usage.turn_budget``). One Principal's turns running at once share one day: each heartbeat
+reports what the turn's gateway has counted so far, and every other running turn of that
+Principal is allowed only what the day has left after it, so together they stay within the
+daily budget (to within what they spend between two heartbeats). The owner may add tokens to a
 Principal's day (``extend``, the ``budget_extensions`` table): they raise that day's allowance,
-or with no daily budget set, the per-turn ceiling of that Principal's turns that day.
+or with no daily budget set, the per-turn ceiling of that Principal's turns that day; a running
+turn gets them at its next heartbeat.
 """
 
 from __future__ import annotations
@@ -97,9 +102,15 @@ def record(
 
 
 def ceiling(
-    db: sqlite3.Connection, principal_id: str, daily_tokens: int, turn_tokens: int, at: float
+    db: sqlite3.Connection,
+    principal_id: str,
+    daily_tokens: int,
+    turn_tokens: int,
+    at: float,
+    in_flight: int = 0,
 ) -> int | None:
-    """The tokens a turn of ``principal_id`` started at ``at`` may use; None when unlimited."""
+    """The tokens a turn of ``principal_id`` at ``at`` may use, while its other running turns
+    have counted ``in_flight`` not yet recorded; None when unlimited."""
     day = day_of(at)
     row = db.execute(
         "SELECT COALESCE(SUM(tokens), 0) AS n FROM budget_extensions"
@@ -114,7 +125,7 @@ def ceiling(
             " WHERE principal_id = ? AND day = ?",
             (principal_id, day),
         ).fetchone()
-        limits.append(max(0, daily_tokens + extended - int(used["n"])))
+        limits.append(max(0, daily_tokens + extended - int(used["n"]) - in_flight))
     if turn_tokens:
         limits.append(turn_tokens + (0 if daily_tokens else extended))
     return min(limits) if limits else None
@@ -132,6 +143,42 @@ class Usage:
     # Called with the provider and the count once a completion that recorded one is committed
     # (the metrics); never with a Principal, whose name is theirs.
     listeners: list[Listener] = field(default_factory=list)
+    # Running turns' counts so far, by execution: (whom it runs as, tokens), from heartbeats.
+    # Held in memory only: after a restart each running turn's next heartbeat brings it back.
+    _running: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def turn_budget(
+        self,
+        execution_id: str,
+        runs_as: str,
+        daily_tokens: int,
+        turn_tokens: int,
+        used_so_far: int | None = None,
+    ) -> int | None:
+        """The tokens one running turn may use in all, given its Principal's other running
+        turns; ``used_so_far`` is what its own gateway has counted (from its heartbeat)."""
+        db = self.state.db
+        running = {
+            row["id"]
+            for row in db.execute(
+                "SELECT id FROM executions WHERE runs_as = ? AND state = 'running'", (runs_as,)
+            )
+        }
+        for stale in [e for e, (who, _) in self._running.items() if who == runs_as]:
+            if stale not in running:
+                del self._running[stale]
+        if used_so_far is not None and execution_id in running:
+            self._running[execution_id] = (runs_as, used_so_far)
+        in_flight = sum(
+            tokens
+            for other, (who, tokens) in self._running.items()
+            if who == runs_as and other != execution_id
+        )
+        return ceiling(db, runs_as, daily_tokens, turn_tokens, self.clock(), in_flight)
+
+    def finished(self, execution_id: str) -> None:
+        """Forget a turn's running count: its completion recorded the whole of it."""
+        self._running.pop(execution_id, None)
 
     def recorded(self, provider: str, counted: Counted) -> None:
         for listener in self.listeners:

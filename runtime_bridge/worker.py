@@ -113,6 +113,8 @@ class Worker:
         self._registering = asyncio.Lock()
         # Failures in a row across every slot, so an outage is logged once, not once per slot.
         self._failures = 0
+        # Each running turn's gateway grant, by execution: its heartbeats report the count.
+        self._grants: dict[str, Grant] = {}
 
     async def register(self) -> str:
         self.worker_id = (await self.hub.register_worker(self.settings.name)).worker_id
@@ -239,7 +241,16 @@ class Worker:
         while True:
             await asyncio.sleep(interval)
             try:
-                beat = await self.hub.heartbeat(claimed.execution_id, self.worker_id)
+                grant = self._grants.get(claimed.execution_id)
+                beat = await self.hub.heartbeat(
+                    claimed.execution_id,
+                    self.worker_id,
+                    grant.used if grant is not None else None,
+                )
+                if grant is not None and beat.budget_given:
+                    # The Principal's other running turns spent part of the same day since the
+                    # claim (or the owner extended it): this turn's allowance follows.
+                    grant.budget = beat.budget
             except (Conflict, NotFound):
                 # Gone elsewhere, or gone with a state the Hub no longer has: stop the Agent
                 # either way rather than leave it running beside this slot's next turn.
@@ -272,6 +283,7 @@ class Worker:
                 ),
                 claimed.budget,
             )
+            self._grants[claimed.execution_id] = grant
             run_as = site.identity_of(session)
             self._prepare(site, session, claimed.execution_id, run_as)
             memory, credential_id = await self._memory(claimed, provider, run_dir, warnings, run_as)
@@ -368,6 +380,7 @@ class Worker:
         finally:
             if grant is not None:
                 grant.close()
+            self._grants.pop(claimed.execution_id, None)
             shutil.rmtree(run_dir, ignore_errors=True)
             if credential_id is not None:
                 with contextlib.suppress(AmuxError):

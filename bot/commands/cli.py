@@ -19,6 +19,7 @@ from hub.cli import (
     fail,
     memory_app,
     principal_app,
+    project_app,
     system_app,
     token_app,
     usage_app,
@@ -210,6 +211,7 @@ def doctor(as_json: JsonOutput = False) -> None:
 
 
 app.add_typer(usage_app, name="usage")
+app.add_typer(project_app, name="project")
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ DEFAULTS = {
     "agents.approval_timeout": 600,
     "budget.daily_tokens": 0,
     "budget.turn_tokens": 0,
+    "projects.worktree_days": 14,
 }
 
 

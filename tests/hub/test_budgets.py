@@ -89,3 +89,66 @@ def test_budgets_are_live_owner_settings_and_each_turn_is_claimed_with_what_is_l
     ok(hub.cli("system", "config", "set", "budget.daily_tokens", "0"))
     # With no daily budget, the day's extension raises the per-turn ceiling.
     assert claimed_budget(hub, alice, runtime, used=0) == 1100
+
+
+def test_turns_running_at_once_share_their_senders_day(hub: HubProcess) -> None:
+    alice = tokens_of(hub, "alice")["alice"][1]
+    runtime = tokens_of(hub, "runtime-share", service=True)["runtime-share"][1]
+    ok(hub.cli("system", "config", "set", "budget.daily_tokens", "1000"))
+    status, registered = hub.rpc("workers.register", token=runtime, name="share-worker")
+    assert status == 200, registered
+    worker = registered["worker_id"]
+
+    def start() -> Claim:
+        status, submitted = hub.rpc(
+            "executions.submit", token=alice, provider="claude", prompt="a turn of its own"
+        )
+        assert status == 200, submitted
+        status, wire = hub.rpc("executions.claim", token=runtime, worker_id=worker, wait_seconds=5)
+        assert status == 200, wire
+        return Claim.from_wire(wire)
+
+    def beat(claim: Claim, used: int) -> int | None:
+        status, answer = hub.rpc(
+            "executions.heartbeat",
+            token=runtime,
+            execution_id=claim.execution_id,
+            worker_id=worker,
+            used_tokens=used,
+        )
+        assert status == 200, answer
+        assert answer["cancel_requested"] is False
+        budget = answer["budget"]
+        assert budget is None or isinstance(budget, int)
+        return budget
+
+    first, second = start(), start()
+    assert (first.budget, second.budget) == (1000, 1000)
+    # Each may use only what the day has left after what the other has spent so far.
+    assert beat(first, 600) == 1000
+    assert beat(second, 100) == 400
+    assert beat(first, 650) == 900
+    # A turn claimed now starts with what both running turns have left of the day.
+    assert start().budget == 250
+    ok(hub.cli("usage", "extend", "alice", "--tokens", "500"))
+    assert beat(second, 100) == 1500 - 650
+    usage = {"gateway": {"input_tokens": 650, "output_tokens": 0}}
+    status, done = hub.rpc(
+        "executions.complete",
+        token=runtime,
+        execution_id=first.execution_id,
+        worker_id=worker,
+        succeeded=True,
+        result={"text": "done", "usage": usage},
+    )
+    assert status == 200, done
+    # The finished turn's figure is recorded now, counted once.
+    assert beat(second, 100) == 1500 - 650
+    status, refused = hub.rpc(
+        "executions.heartbeat",
+        token=runtime,
+        execution_id=second.execution_id,
+        worker_id=worker,
+        used_tokens=-5,
+    )
+    assert status == 400 and refused["error"]["code"] == "invalid_argument", refused

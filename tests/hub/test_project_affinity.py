@@ -3,23 +3,30 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from hub.contract import TurnOutcome
+from hub.client import HubClient
+from hub.contract import ProjectSource, TurnOutcome
 from hub.errors import NotFound
 from hub.executions import Executions
+from hub.projects import Projects
+from hub.rpc import HUB
+from hub.services import Hub
 from hub.state import State
+from tests.hub.conftest import ServeHub
 
 
-def add_project_row(state: State, name: str, principal_id: str) -> None:
-    with state.transaction() as db:
-        db.execute(
-            "INSERT INTO projects (name, kind, source, default_branch, provider, principal_id,"
-            " created_by, created_at) VALUES (?, 'path', '/srv/repo', 'main', 'claude', ?, ?, 0)",
-            (name, principal_id, principal_id),
-        )
+def make_repo(path: Path) -> Path:
+    path.mkdir(parents=True)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=path, check=True)
+    (path / "README.md").write_text("hello\n")
+    subprocess.run([*git, "add", "README.md"], cwd=path, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "first"], cwd=path, check=True)
+    return path
 
 
 async def test_the_second_turn_of_a_project_session_waits_for_the_worker_named_on_it(
@@ -30,7 +37,7 @@ async def test_the_second_turn_of_a_project_session_waits_for_the_worker_named_o
         executions = Executions(state, providers=("claude",))
         alice = state.add_principal("alice")
         runtime = state.add_principal("runtime", "service")
-        add_project_row(state, "web", alice.id)
+        await Projects(state).add("web", by=alice.id, path=str(make_repo(tmp_path / "repo")))
         first_worker = executions.register_worker("host-a", runtime.id)
         other_worker = executions.register_worker("host-b", runtime.id)
 
@@ -91,3 +98,44 @@ async def test_a_turn_naming_an_unknown_project_is_refused_and_queues_nothing(
             assert db.execute("SELECT COUNT(*) FROM executions").fetchone()[0] == 0
     finally:
         state.close()
+
+
+async def test_over_rpc_the_claim_carries_the_project_and_only_its_home_worker_gets_the_next_turn(
+    serve_hub: ServeHub, tmp_path: Path
+) -> None:
+    client, ids = await serve_hub("owner", "alice")
+    hub: Hub = client.server.app[HUB]
+    repo = make_repo(tmp_path / "repo")
+    url = str(client.make_url(""))
+    async with (
+        HubClient(url, ids["owner-token"]) as owner,
+        HubClient(url, ids["runtime-token"]) as runtime,
+    ):
+        await owner.project_add("web", path=str(repo), permissions="auto")
+        await owner.config_set("projects.worktree_days", "3")
+        host_a = (await runtime.register_worker("host-a")).worker_id
+        host_b = (await runtime.register_worker("host-b")).worker_id
+        first, session = await hub.executions.submit(
+            principal_id=ids["alice"],
+            submitted_by=ids["alice"],
+            provider="claude",
+            prompt="one",
+            project="web",
+        )
+        claim = await runtime.claim(host_a, wait_seconds=5)
+        assert claim is not None and claim.execution_id == first.id
+        assert claim.project == ProjectSource("web", "path", str(repo), "main", None, 3)
+        assert claim.permissions == "auto" and claim.session.project == "web"
+        await runtime.complete(first.id, host_a, TurnOutcome(True, None))
+
+        second, _ = await hub.executions.submit(
+            principal_id=ids["alice"],
+            submitted_by=ids["alice"],
+            provider="claude",
+            prompt="two",
+            session_id=session.id,
+        )
+        assert await runtime.claim(host_b, wait_seconds=0) is None
+        again = await runtime.claim(host_a, wait_seconds=5)
+        assert again is not None and again.execution_id == second.id
+        assert again.project is not None and again.project.name == "web"
