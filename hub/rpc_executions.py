@@ -175,7 +175,16 @@ async def executions_claim(call: Call, params: ClaimParams) -> dict[str, Any]:
     budget = hub.usage.turn_budget(
         claimed.execution_id, row["runs_as"], hub.config.daily_tokens, hub.config.turn_tokens
     )
-    return dataclasses.replace(claimed, permissions=hub.config.permissions, budget=budget).to_wire()
+    permissions = hub.config.permissions
+    source = None
+    project = hub.projects.find(claimed.session.project) if claimed.session.project else None
+    if project is not None:
+        # A project's own policy, when it has one, is the one its conversations run under.
+        permissions = project.permissions or permissions
+        source = project.source_for_worker(hub.config.worktree_days)
+    return dataclasses.replace(
+        claimed, permissions=permissions, budget=budget, project=source
+    ).to_wire()
 
 
 class LeaseParams(Params):
@@ -286,8 +295,10 @@ async def sessions_memory(call: Call, params: MemoryParams) -> dict[str, Any]:
 
 def _runs_as(hub: Hub, session: Session, execution_id: str | None) -> str:
     """Whom a launch's credential is for: in a shared conversation (a group topic) the sender
-    of the turn, when the turn is one of this Session's; else the Session's Principal."""
-    if session.workspace is not None and execution_id is not None:
+    of the turn, when the turn is one of this Session's; else the Session's Principal. A bound
+    group's conversation is its project's service Principal's, and so is its memory: its
+    credential is that Principal's, whoever sent the turn."""
+    if session.workspace is not None and session.project is None and execution_id is not None:
         with contextlib.suppress(NotFound):
             execution = hub.executions.describe(execution_id)
             if execution.session_id == session.id and execution.submitted_by:
