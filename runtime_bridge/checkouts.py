@@ -34,7 +34,7 @@ import shutil
 import stat
 import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,13 +104,21 @@ class Checkout:
         return BRANCH_PREFIX + self.key
 
 
+# The command prefix a worker's git command in a checkout runs under, given the checkout, the
+# objects it borrows and the Agent's uid: a sandbox showing only those two (see
+# ``LaunchSite.git_sandbox``), so no link the Agent left there leads git anywhere else.
+Jail = Callable[[Path, Path, Owner], tuple[str, ...]]
+
+
 class Projects:
     """The projects of one worker's work dir. ``env`` is the worker's own environment, where a
-    remote's credential is read (never a launch's)."""
+    remote's credential is read (never a launch's). Without a ``jail`` (the sandbox off) git in
+    a checkout runs as the Agent's uid directly."""
 
-    def __init__(self, work_dir: Path, env: Mapping[str, str]) -> None:
+    def __init__(self, work_dir: Path, env: Mapping[str, str], jail: Jail | None = None) -> None:
         self.root = work_dir / "projects"
         self.env = env
+        self.jail = jail
 
     def project_dir(self, name: str) -> Path:
         check_project_name(name)
@@ -130,9 +138,11 @@ class Projects:
         owner: Owner = None,
         env: Mapping[str, str] | None = None,
         check: bool = True,
+        prefix: tuple[str, ...] = (),
     ) -> subprocess.CompletedProcess[str]:
-        """Run git with nothing of the user's or system's config, hooks or fsmonitor; on a root
-        worker as ``owner`` when given. A failure is ``Unavailable`` with git's own words."""
+        """Run git with nothing of the user's or system's config, hooks or fsmonitor; under
+        ``prefix`` (a jail, which switches to the Agent's uid itself) or on a root worker as
+        ``owner`` when given. A failure is ``Unavailable`` with git's own words."""
         home = self.root / ".home"
         home.mkdir(parents=True, exist_ok=True)
         home.chmod(0o755)
@@ -150,10 +160,10 @@ class Projects:
             "GIT_COMMITTER_EMAIL": AGENT_EMAIL,
             **(env or {}),
         }
-        as_other = owner is not None and os.geteuid() == 0
+        as_other = owner is not None and os.geteuid() == 0 and not prefix
         try:
             done = subprocess.run(
-                ["git", *SAFE_OPTIONS, *args],
+                [*prefix, "git", *SAFE_OPTIONS, *args],
                 cwd=cwd,
                 env=run_env,
                 capture_output=True,
@@ -426,7 +436,7 @@ class Projects:
             if self._sound(checkout):
                 self._restore(checkout, owner)
                 self._commit(checkout, turn, owner)
-                self._publish(checkout)
+                self._publish(checkout, owner)
             else:
                 warnings.append(
                     "the Agent replaced its checkout's .git, so this turn's changes were not "
@@ -436,42 +446,36 @@ class Projects:
             self._record_use(checkout)
             return self.summary(checkout)
 
-    def _in_checkout(self, checkout: Checkout, args: Sequence[str], owner: Owner) -> str:
+    def _jail(self, checkout: Checkout, owner: Owner) -> tuple[str, ...]:
+        return self.jail(checkout.path, checkout.objects, owner) if self.jail else ()
+
+    def _in_checkout(
+        self, checkout: Checkout, args: Sequence[str], owner: Owner, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         git_dir = checkout.path / ".git"
-        done = self._git(
+        return self._git(
             ["--git-dir", str(git_dir), "--work-tree", str(checkout.path), *args],
             cwd=checkout.path,
             owner=owner,
+            check=check,
+            prefix=self._jail(checkout, owner),
         )
-        return done.stdout
 
     def _commit(self, checkout: Checkout, turn: str, owner: Owner) -> None:
         self._in_checkout(checkout, ["add", "--all"], owner)
-        staged = self._git(
-            [
-                "--git-dir",
-                str(checkout.path / ".git"),
-                "--work-tree",
-                str(checkout.path),
-                "diff",
-                "--cached",
-                "--quiet",
-            ],
-            cwd=checkout.path,
-            owner=owner,
-            check=False,
-        )
+        staged = self._in_checkout(checkout, ["diff", "--cached", "--quiet"], owner, check=False)
         if staged.returncode != 0:
-            self._in_checkout(
-                checkout, ["commit", "--quiet", "--no-verify", "-m", f"amux: turn {turn}"], owner
-            )
+            message = f"amux: turn {turn}"
+            self._in_checkout(checkout, ["commit", "--quiet", "--no-verify", "-m", message], owner)
 
-    def _publish(self, checkout: Checkout) -> None:
+    def _publish(self, checkout: Checkout, owner: Owner) -> None:
         ref = f"refs/heads/{checkout.branch}"
         # A local fetch hands its other end none of its -c options: the checkout's side (a
         # repository of the Agent's uid) gets them, and is named safe, on its own command line.
+        # Jailed like every other command there: the Agent's links lead nowhere.
+        safe = f"safe.directory={checkout.path / '.git'}"
         upload_pack = shlex.join(
-            ["git", *SAFE_OPTIONS, "-c", f"safe.directory={checkout.path / '.git'}", "upload-pack"]
+            [*self._jail(checkout, owner), "git", *SAFE_OPTIONS, "-c", safe, "upload-pack"]
         )
         self._git(
             [

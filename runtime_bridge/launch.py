@@ -30,11 +30,12 @@ from hub.errors import InvalidArgument
 from runtime_bridge import agent_exec
 from runtime_bridge.agent_users import AgentUsers, Identity, configured_user, worker_is_root
 from runtime_bridge.approvals import AUTO, READ_ONLY
+from runtime_bridge.checkouts import Projects
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.providers import LaunchPlan, LaunchRequest, MemoryAttachment
 from runtime_bridge.providers.errors import ExecutableMissing
 from runtime_bridge.providers.plan import GatewayPass
-from runtime_bridge.providers.process import resolve_executable
+from runtime_bridge.providers.process import resolve_executable, user_switch
 from runtime_bridge.sandbox import (
     bwrap_argv,
     check_workspace,
@@ -177,13 +178,19 @@ class LaunchSite:
     def workspaces(self) -> Path:
         return self.work_dir / "workspaces"
 
+    @property
+    def projects(self) -> Projects:
+        return Projects(self.work_dir, {})
+
     def workspace(self, session: Session | Workplace) -> Path:
-        """The Session's chosen directory, the operator's shared one, a shared conversation's
-        own, or the Principal's own.
+        """A project Session's own checkout, the Session's chosen directory, the operator's
+        shared one, a shared conversation's own, or the Principal's own.
 
         Raises:
-            InvalidArgument: the Session names a workspace key that is not one.
+            InvalidArgument: the Session names a workspace key or project that is not one.
         """
+        if isinstance(session, Session) and session.project is not None:
+            return self.projects.checkout_path(session.project, session.id)
         if session.cwd:
             return Path(session.cwd)
         if self.settings.default_cwd is not None:
@@ -294,10 +301,49 @@ class LaunchSite:
             gateway=gateway,
         )
 
+    def git_sandbox(
+        self, checkout: Path, objects: Path, run_as: Identity | None
+    ) -> tuple[str, ...]:
+        """The prefix of the worker's own git commands in a project checkout: a sandbox showing
+        only that checkout (read-write) and the objects it borrows (read-only), switching to the
+        Agent's uid on a root worker; () with the sandbox off.
+
+        Raises:
+            ExecutableMissing: bwrap, git or setpriv is not installed.
+        """
+        if not self.sandboxed:
+            return ()
+        tools = {name: shutil.which(name) for name in ("bwrap", "git", "setpriv")}
+        for name, found in tools.items():
+            if found is None and (name != "setpriv" or run_as is not None):
+                raise ExecutableMissing(
+                    f"{name} is needed to work in a project's checkouts", executable=name
+                )
+        layout = sandbox_layout(
+            cwd=checkout,
+            writable=(checkout,),
+            read_only=(objects,),
+            sockets=(),
+            executables=(str(tools["git"]),),
+            env={"PATH": os.environ.get("PATH", os.defpath)},
+            hidden=self.hidden(),
+            switch_user=run_as is not None,
+            seccomp_fd=None,
+        )
+        prefix = bwrap_argv(str(tools["bwrap"]), layout)
+        if run_as is not None:
+            prefix += user_switch(str(tools["setpriv"]), *run_as)
+        return prefix
+
     def check_workspace(self, cwd: Path) -> None:
         """Raises: InvalidArgument: ``cwd`` would expose what the sandbox hides."""
         roots = [self.work_dir, *([self.amux_home] if self.amux_home else [])]
-        check_workspace(cwd, self.hidden(), roots, self.workspaces)
+        checkouts = cwd.parent
+        # A project conversation's checkout is a workspace of the work dir too, one a project's.
+        is_checkout = checkouts.name == "checkouts" and checkouts.parent.parent == (
+            self.work_dir / "projects"
+        )
+        check_workspace(cwd, self.hidden(), roots, checkouts if is_checkout else self.workspaces)
 
     def sandbox(
         self,
@@ -305,9 +351,11 @@ class LaunchSite:
         request: LaunchRequest,
         sockets: tuple[Path, ...] = (),
         extra_executables: tuple[str, ...] = (),
+        borrowed_objects: tuple[Path, ...] = (),
     ) -> LaunchPlan:
         """``plan`` run inside the sandbox, after ``agent_exec`` (only that when the sandbox is
-        off; the worker adds the launch's cgroups to it).
+        off; the worker adds the launch's cgroups to it). ``borrowed_objects``: a project
+        checkout's project repository objects, which it reads and never writes.
 
         Raises:
             ExecutableMissing: bwrap, or an executable the launch needs, is not installed.
@@ -349,7 +397,12 @@ class LaunchSite:
         layout = sandbox_layout(
             cwd=plan.cwd,
             writable=tuple(dict.fromkeys(writable)),
-            read_only=(*((plan.cwd,) if read_only_workspace else ()), request.run_dir, *files),
+            read_only=(
+                *((plan.cwd,) if read_only_workspace else ()),
+                request.run_dir,
+                *files,
+                *borrowed_objects,
+            ),
             sockets=sockets,
             executables=(plan.argv[0], *extra_executables, *commands),
             env=plan.env,

@@ -28,6 +28,7 @@ from hub.requestid import REQUEST_ID
 from runtime_bridge.agent_users import configured_user
 from runtime_bridge.bounds import bounds_from_settings
 from runtime_bridge.cgroups import LaunchGroup, rlimits
+from runtime_bridge.checkouts import Checkout, Projects
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.gateway import Gateway, Grant, launch_routes, operator_upstreams
 from runtime_bridge.hub_approver import HubApprover
@@ -97,6 +98,8 @@ class Worker:
         self.work_dir = work_dir
         self.site = LaunchSite(settings, work_dir, amux_home)
         self.base_env = dict(os.environ if base_env is None else base_env)
+        # A remote project's credential is read from the worker's own environment, never a launch's.
+        self.projects = Projects(work_dir, self.base_env, self.site.git_sandbox)
         self.amux = settings.amux or default_amux_executable()
         self.worker_id: str | None = None
         self.bounds = bounds_from_settings(settings)
@@ -286,6 +289,7 @@ class Worker:
             self._grants[claimed.execution_id] = grant
             run_as = site.identity_of(session)
             self._prepare(site, session, claimed.execution_id, run_as)
+            checkout = await self._checkout(claimed, run_as, warnings)
             memory, credential_id = await self._memory(claimed, provider, run_dir, warnings, run_as)
             request = site.request(
                 provider=provider,
@@ -303,7 +307,11 @@ class Worker:
             plan = dataclasses.replace(build_plan(request), run_as=run_as)
             mcp_argv = memory.mcp_argv if memory is not None else ()
             plan = site.sandbox(
-                plan, request, warm_socket(mcp_argv), (*mcp_argv[:1], *request.amux_argv)
+                plan,
+                request,
+                warm_socket(mcp_argv),
+                (*mcp_argv[:1], *request.amux_argv),
+                borrowed_objects=(checkout.objects,) if checkout is not None else (),
             )
             for warning in plan.warnings:
                 if warning not in warnings:
@@ -366,6 +374,8 @@ class Worker:
                 budget=grant.budget,
                 budget_reached=grant.budget_reached,
             )
+            if checkout is not None:
+                result = await self._keep_branch(claimed, checkout, run_as, result)
             if failure is not None or text is None:
                 error = failure or "the Agent ended without an answer"
                 return TurnOutcome(False, result, error, native_id)
@@ -385,6 +395,55 @@ class Worker:
             if credential_id is not None:
                 with contextlib.suppress(AmuxError):
                     await self.hub.revoke_credential(credential_id)
+
+    async def _checkout(
+        self, claimed: Claim, run_as: tuple[int, int] | None, warnings: list[str]
+    ) -> Checkout | None:
+        """A project Session's checkout, ready for this turn (made, or restored to the worker's
+        own git config); None for any other Session.
+
+        Raises:
+            InvalidArgument, Unavailable: the project is unknown here, or its repository or the
+                checkout cannot be had.
+        """
+        session = claimed.session
+        if session.project is None:
+            return None
+        source = claimed.project
+        if source is None or source.name != session.project:
+            raise InvalidArgument(
+                f"the Hub sent no source for this conversation's project {session.project}"
+            )
+        said: list[str] = []
+        checkout = await asyncio.to_thread(self.projects.prepare, source, session.id, run_as, said)
+        for warning in said:
+            warnings.append(warning)
+            await self._event(claimed, WARNING, warning)
+        return checkout
+
+    async def _keep_branch(
+        self,
+        claimed: Claim,
+        checkout: Checkout,
+        run_as: tuple[int, int] | None,
+        result: TurnResult,
+    ) -> TurnResult:
+        """``result`` with what the turn left on its conversation's branch, committed and
+        published by the worker; a failure to keep it is a warning, not the turn's failure."""
+        said: list[str] = []
+        try:
+            branch = await asyncio.to_thread(
+                self.projects.finish, checkout, claimed.execution_id, run_as, said
+            )
+        except AmuxError as error:
+            branch = None
+            kept = f"this turn's changes could not be kept on {checkout.branch}"
+            said.append(f"{kept}: {error.message}")
+        for warning in said:
+            with contextlib.suppress(AmuxError):
+                await self._event(claimed, WARNING, warning)
+        warnings = (*result.warnings, *said)
+        return dataclasses.replace(result, warnings=warnings, branch=branch)
 
     async def _bounds_reached(
         self, claimed: Claim, reached: tuple[str, ...], failure: str | None, warnings: list[str]
@@ -450,6 +509,8 @@ class Worker:
         with open_root(site.work_dir / "sessions") as sessions:
             with open_dir(sessions, Path(session_id) / SESSION_HOME, owner):
                 pass
+        if session.project is not None:
+            return  # Its checkout is made by ``Projects.prepare``, under the project's lock.
         cwd = site.workspace(session)
         if session.cwd:
             # The owner's own directory, as named: never made here, nor anything put in its place.

@@ -7,9 +7,10 @@ Real git throughout; a remote project is served by ``git http-backend`` on loopb
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ import pytest
 from hub.contract import BRANCH_DIFF_MAX, ProjectSource
 from hub.errors import InvalidArgument, Unavailable
 from runtime_bridge.checkouts import Projects, branch_of, short_id
+from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.launch import LaunchSite
 from runtime_bridge.providers.confined import Owner
 from tests.fakes.git_server import git_server
 
@@ -60,6 +63,13 @@ def owner() -> Owner:
     return (65534, 65534) if os.geteuid() == 0 else None
 
 
+def projects_in(work_dir: Path, env: Mapping[str, str] = os.environ) -> Projects:
+    """The worker's projects, its git in a checkout jailed as a sandboxed worker's is."""
+    sandbox = "bwrap" if shutil.which("bwrap") else "off"
+    site = LaunchSite(RuntimeSettings(sandbox=sandbox, work_dir=work_dir), work_dir)
+    return Projects(work_dir, env, site.git_sandbox)
+
+
 def operator_repo(area: Path) -> Path:
     repo = area / "web"
     repo.mkdir()
@@ -79,7 +89,7 @@ def test_each_conversation_works_on_its_own_branch_and_the_result_sums_it_up(
     area: Path, owner: Owner
 ) -> None:
     repo = operator_repo(area)
-    projects = Projects(area / "work", os.environ)
+    projects = projects_in(area / "work")
     source = path_project(repo)
     warnings: list[str] = []
     first = projects.prepare(source, FIRST, owner, warnings)
@@ -125,7 +135,7 @@ def test_a_hostile_checkout_config_runs_nothing_of_the_agents_in_the_worker(
     area: Path, owner: Owner
 ) -> None:
     repo = operator_repo(area)
-    projects = Projects(area / "work", os.environ)
+    projects = projects_in(area / "work")
     source = path_project(repo)
     checkout = projects.prepare(source, FIRST, owner, [])
     marker = area / "ran"
@@ -170,7 +180,7 @@ def test_a_git_file_pointing_at_another_conversation_is_not_followed(
     area: Path, owner: Owner
 ) -> None:
     repo = operator_repo(area)
-    projects = Projects(area / "work", os.environ)
+    projects = projects_in(area / "work")
     source = path_project(repo)
     mine = projects.prepare(source, FIRST, owner, [])
     theirs = projects.prepare(source, SECOND, owner, [])
@@ -191,12 +201,36 @@ def test_a_git_file_pointing_at_another_conversation_is_not_followed(
     assert (again.path / "app.py").read_text() == "print('hello')\n"
 
 
+def test_a_ref_linked_to_another_conversations_branch_publishes_nothing_of_theirs(
+    area: Path, owner: Owner
+) -> None:
+    repo = operator_repo(area)
+    projects = projects_in(area / "work")
+    source = path_project(repo)
+    mine = projects.prepare(source, FIRST, owner, [])
+    theirs = projects.prepare(source, SECOND, owner, [])
+    (theirs.path / "secret.txt").write_text("theirs only\n")
+    their_commit = projects.finish(theirs, "e-theirs", owner, []).commit
+    ref = mine.path / ".git" / "refs" / "heads" / mine.branch
+    ref.unlink()
+    ref.symlink_to(theirs.path / ".git" / "refs" / "heads" / theirs.branch)
+    (mine.path / "mine.txt").write_text("mine\n")
+    try:
+        projects.finish(mine, "e-linked", owner, [])
+    except Unavailable:
+        pass  # Refusing the turn's commit is as good as keeping it apart.
+    assert git("rev-parse", theirs.branch, cwd=repo).strip() == their_commit
+    mine_now = git("rev-parse", mine.branch, cwd=repo).strip()
+    assert mine_now != their_commit
+    assert "secret.txt" not in git("ls-tree", "-r", "--name-only", mine_now, cwd=repo)
+
+
 def test_an_old_checkout_is_pruned_its_branch_stays_and_the_next_turn_recreates_it(
     area: Path, owner: Owner
 ) -> None:
     repo = operator_repo(area)
     work_dir = area / "work"
-    projects = Projects(work_dir, os.environ)
+    projects = projects_in(work_dir)
     source = path_project(repo, worktree_days=3)
     checkout = projects.prepare(source, FIRST, owner, [])
     (checkout.path / "feature.txt").write_text("kept on the branch\n")
@@ -219,7 +253,7 @@ def test_an_old_checkout_is_pruned_its_branch_stays_and_the_next_turn_recreates_
 
 def test_a_checkout_used_recently_is_kept(area: Path, owner: Owner) -> None:
     repo = operator_repo(area)
-    projects = Projects(area / "work", os.environ)
+    projects = projects_in(area / "work")
     source = path_project(repo, worktree_days=3)
     checkout = projects.prepare(source, FIRST, owner, [])
     assert projects.prune(source) == []
@@ -231,7 +265,7 @@ def test_a_path_that_is_not_a_repository_is_refused_and_nothing_is_made(
 ) -> None:
     plain = area / "plain"
     plain.mkdir()
-    projects = Projects(area / "work", os.environ)
+    projects = projects_in(area / "work")
     with pytest.raises(InvalidArgument, match="is not a git repository"):
         projects.prepare(path_project(plain), FIRST, owner, [])
     with pytest.raises(InvalidArgument, match="does not exist"):
@@ -241,7 +275,7 @@ def test_a_path_that_is_not_a_repository_is_refused_and_nothing_is_made(
 
 def test_a_large_diff_is_cut_and_said_to_be(area: Path, owner: Owner) -> None:
     repo = operator_repo(area)
-    projects = Projects(area / "work", os.environ)
+    projects = projects_in(area / "work")
     checkout = projects.prepare(path_project(repo), FIRST, owner, [])
     for n in range(60):
         (checkout.path / f"file{n:02}.txt").write_text(f"line {n}\n" * 800)
@@ -260,7 +294,7 @@ def test_a_remote_project_is_cloned_with_the_workers_token_which_no_file_keeps(
     git("clone", "--quiet", "--bare", str(upstream), str(served / "web.git"))
     work_dir = area / "work"
     env = {**os.environ, "WEB_TOKEN": TOKEN}
-    projects = Projects(work_dir, env)
+    projects = projects_in(work_dir, env)
     with git_server(served, TOKEN) as server:
         source = ProjectSource("web", "remote", f"{server.url}/web.git", "main", "WEB_TOKEN")
         warnings: list[str] = []
@@ -275,7 +309,7 @@ def test_a_remote_project_is_cloned_with_the_workers_token_which_no_file_keeps(
         assert git("--git-dir", str(repo), "rev-parse", checkout.branch).strip() == work.commit
 
         # Without the token the remote refuses: cloning fails clearly and leaves nothing.
-        anonymous = Projects(area / "other-work", {**os.environ, "WEB_TOKEN": "wrong"})
+        anonymous = projects_in(area / "other-work", {**os.environ, "WEB_TOKEN": "wrong"})
         with pytest.raises(Unavailable, match="cannot be cloned"):
             anonymous.prepare(source, FIRST, owner, [])
         assert not (area / "other-work" / "projects" / "web" / "repo.git").exists()
@@ -289,6 +323,6 @@ def test_a_remote_project_is_cloned_with_the_workers_token_which_no_file_keeps(
             if path.is_file() and not path.is_symlink():
                 assert TOKEN.encode() not in path.read_bytes(), path
 
-    unset = Projects(area / "third-work", os.environ)
+    unset = projects_in(area / "third-work")
     with pytest.raises(InvalidArgument, match="WEB_TOKEN is not set"):
         unset.prepare(source, FIRST, owner, [])
