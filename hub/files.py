@@ -38,6 +38,12 @@ class WalkedFile:
     # ``data.lower()`` when the walk was asked to fold: kept beside the cached bytes, so a
     # search repeats neither the read nor the case folding of an unchanged document.
     lowered: bytes | None = None
+    # How many names the file has: an edit through a name elsewhere is not seen here.
+    names: int = 1
+
+
+# Called with each directory a walk lists, open as the descriptor, before it is listed.
+OnDirectory = Callable[[int, tuple[str, ...]], None]
 
 
 class WalkStop(Exception):
@@ -293,6 +299,27 @@ class MemoryFiles:
             os.fsync(dir_fd)
         return True
 
+    def visit_path(self, parts: tuple[str, ...], visit: OnDirectory) -> bool:
+        """Call ``visit`` with the root and each directory down to ``root/parts``, walked
+        without following links; False when one of them is missing or not a directory."""
+        with guarded(self.disk, self.root):
+            fd = os.open(self.root, _DIR_FLAGS)
+            try:
+                visit(fd, ())
+                for index, name in enumerate(parts):
+                    try:
+                        child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                    except OSError as err:
+                        if is_storage_errno(err.errno):
+                            raise
+                        return False
+                    os.close(fd)
+                    fd = child
+                    visit(fd, parts[: index + 1])
+            finally:
+                os.close(fd)
+        return True
+
     def names(self, parts: tuple[str, ...]) -> list[str] | None:
         """The entries of the directory ``root/parts``, or None when it does not exist."""
         with guarded(self.disk, self.root), self._directory(parts, create=False) as dir_fd:
@@ -342,6 +369,7 @@ class MemoryFiles:
         admit: Callable[[int], bool] = lambda _size: True,
         max_entries: int = 1 << 30,
         fold: bool = False,
+        on_directory: OnDirectory | None = None,
     ) -> Generator[WalkedFile, None, None]:
         """Yield visible ``.md`` documents of a scope in path order, never following links.
 
@@ -349,6 +377,7 @@ class MemoryFiles:
         before each document is read; a False answer, or more than ``max_entries`` directory
         entries, ends the walk with ``WalkStop`` so the caller can report the scan as incomplete.
         With ``fold``, each document comes with its ASCII-lower-cased bytes as well.
+        ``on_directory`` is called with every directory walked, before it is listed.
         """
         base = scope_parts + prefix
         with self._directory(scope_parts, create=False) as scope_fd:
@@ -372,7 +401,9 @@ class MemoryFiles:
             return
         try:
             if dir_fd is not None:
-                yield from self._walk_fd(dir_fd, scope_parts, prefix, admit, [max_entries], fold)
+                yield from self._walk_fd(
+                    dir_fd, scope_parts, prefix, admit, [max_entries], fold, on_directory
+                )
         finally:
             directory.__exit__(None, None, None)
 
@@ -384,7 +415,10 @@ class MemoryFiles:
         admit: Callable[[int], bool],
         entries_left: list[int],
         fold: bool,
+        on_directory: OnDirectory | None = None,
     ) -> Iterator[WalkedFile]:
+        if on_directory is not None:
+            on_directory(dir_fd, scope_parts + rel)
         with os.scandir(dir_fd) as scan:
             entries = sorted(scan, key=lambda entry: entry.name)
         entries_left[0] -= len(entries)
@@ -402,7 +436,7 @@ class MemoryFiles:
                     continue
                 try:
                     yield from self._walk_fd(
-                        child, scope_parts, rel + (name,), admit, entries_left, fold
+                        child, scope_parts, rel + (name,), admit, entries_left, fold, on_directory
                     )
                 finally:
                     os.close(child)
@@ -422,7 +456,7 @@ class MemoryFiles:
                     if fold and lowered is None:
                         lowered = data.lower()
                         self._cache.put(key, _stamp(listed), data, lowered)
-                    yield WalkedFile(rel + (name,), data, lowered)
+                    yield WalkedFile(rel + (name,), data, lowered, listed.st_nlink)
                     continue
                 try:
                     fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
@@ -440,7 +474,7 @@ class MemoryFiles:
                     os.close(fd)
                 lowered = data.lower() if fold else None
                 self._cache.put(key, _stamp(info), data, lowered)
-                yield WalkedFile(rel + (name,), data, lowered)
+                yield WalkedFile(rel + (name,), data, lowered, info.st_nlink)
 
     def sweep_temp_files(self) -> int:
         """Remove temp files a crash left behind; only safe while holding the root lock."""

@@ -8,6 +8,7 @@ tokenizer, regular expression, glob or index: what the Agent typed is what is lo
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -165,7 +166,7 @@ def match_document(
         # The title is the text's first line, so only a keyword found in the text can be in it.
         if found and not in_heading:
             if title_low is None:
-                title_low = _title(data).lower()
+                title_low = title_of(data).lower()
             in_heading = term in title_low
         if not found and not in_heading:
             continue
@@ -183,14 +184,18 @@ def match_document(
     )
 
 
-def _title(data: bytes) -> str:
-    """The text of a leading Markdown heading, if the first non-empty line is one."""
-    head = data[:4096].lstrip()
-    if not head.startswith(b"#"):
+_HEADING = re.compile(rb"\s*(#[^\n]*)")
+_HEAD_BYTES = 4096
+
+
+def title_of(data: bytes) -> str:
+    """The text of a leading Markdown heading, if the first non-empty line is one (looked for
+    in the first 4 KiB)."""
+    # Matched in place: slicing and stripping the head would copy it for every document.
+    heading = _HEADING.match(data, 0, _HEAD_BYTES)
+    if heading is None:
         return ""
-    end = head.find(b"\n")
-    line = head if end < 0 else head[:end]
-    return line.lstrip(b"#").strip().decode("utf-8", "replace")
+    return heading.group(1).lstrip(b"#").strip().decode("utf-8", "replace")
 
 
 def _line_bytes(data: bytes, number: int) -> bytes:

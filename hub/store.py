@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import heapq
 import re
 import time
 from collections.abc import Callable
@@ -11,11 +12,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hub import paging
+from hub.corpus import Corpora, Corpus
 from hub.errors import Conflict, InvalidArgument, QuotaExceeded
-from hub.files import MemoryFiles, WalkStop
+from hub.files import MemoryFiles, WalkedFile, WalkStop
 from hub.limits import DEFAULT_LIMITS, ENTRY_NAME, Limits
 from hub.paths import check_new_path, name_fold, scope_directory, validate_path, validate_prefix
-from hub.search import Query, Ranking, encoded_size, match_document, parse_limit, parse_query
+from hub.search import (
+    Candidate,
+    Query,
+    Ranking,
+    encoded_size,
+    match_document,
+    parse_limit,
+    parse_query,
+)
 
 ABSENT = "absent"
 _REVISION = re.compile(r"^[0-9a-f]{64}$")
@@ -153,6 +163,26 @@ class _Usage:
     bytes: int
 
 
+def _rank_keys(
+    corpus: Corpus, query: Query, within: range
+) -> list[tuple[int, int, tuple[str, ...], int]]:
+    """``Candidate.rank_key`` and the index of every document within ``within`` that matches:
+    a keyword in its text, or in its path or (found in the text) its heading."""
+    in_text = corpus.text_hits(query, within)
+    in_path = [{i for i in within if term in corpus.paths[i]} for term in query.folded]
+    keys = []
+    for index in sorted(set().union(*in_text, *in_path)):
+        distinct = path_title = 0
+        for term, text_hits, path_hits in zip(query.folded, in_text, in_path, strict=True):
+            found = index in text_hits
+            heading = index in path_hits or (found and term in corpus.titles[index])
+            if found or heading:
+                distinct += 1
+                path_title += heading
+        keys.append((-distinct, -path_title, corpus.documents[index].parts, index))
+    return keys
+
+
 class MemoryStore:
     """One Hub's memory root. The Hub is its only online writer (see ``RootLock``)."""
 
@@ -161,8 +191,11 @@ class MemoryStore:
         root: Path,
         limits: Limits = DEFAULT_LIMITS,
         clock: Callable[[], float] = time.monotonic,
+        max_watches: int = 8192,
     ) -> None:
         self.files = MemoryFiles(root)
+        # Whole scopes as the last search saw them, while the watch saw nothing change.
+        self.corpora = Corpora(self.files, max_watches=max_watches)
         self.limits = limits
         self._clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
@@ -175,6 +208,10 @@ class MemoryStore:
         """Create the root and clear temp files an earlier crash left behind."""
         self.files.ensure_root()
         self.files.sweep_temp_files()
+
+    def close(self) -> None:
+        """Stop watching the root for searches."""
+        self.corpora.close()
 
     def _lock(self, scope: str) -> asyncio.Lock:
         lock = self._locks.get(scope)
@@ -218,27 +255,42 @@ class MemoryStore:
         return await asyncio.to_thread(self._search, scope, parsed, prefix, wanted)
 
     def _search(self, scope: str, query: Query, prefix: tuple[str, ...], wanted: int) -> Found:
+        scope_parts = scope_directory(scope)
+        corpus = self.corpora.current(scope_parts)
+        if corpus is not None and (corpus.complete or not prefix):
+            return self._search_kept(corpus, query, prefix, wanted)
         limits = self.limits
         deadline = self._clock() + limits.scan_seconds
         scanned_files = 0
         scanned_bytes = 0
+        timed_out = False
         ranking = Ranking(wanted)
 
         def admit(size: int) -> bool:
-            return (
-                scanned_files < limits.scan_files
-                and scanned_bytes + size <= limits.scan_bytes
-                and self._clock() < deadline
-            )
+            nonlocal timed_out
+            if scanned_files >= limits.scan_files or scanned_bytes + size > limits.scan_bytes:
+                return False
+            timed_out = self._clock() >= deadline
+            return not timed_out
 
+        # Only a whole-scope walk is kept: a narrowed one has a budget of its own.
+        build = None if prefix else self.corpora.begin(scope_parts)
+        scanned: list[WalkedFile] = []
         incomplete = False
         walk = self.files.walk(
-            scope_directory(scope), prefix, admit, limits.scan_entries, query.folds_ascii
+            scope_parts,
+            prefix,
+            admit,
+            limits.scan_entries,
+            query.folds_ascii or build is not None,
+            None if build is None else self.corpora.on_directory(build),
         )
         try:
             for document in walk:
                 scanned_files += 1
                 scanned_bytes += len(document.data)
+                if build is not None:
+                    scanned.append(document)
                 candidate = match_document(
                     document.parts, document.data, query, limits, document.lowered
                 )
@@ -248,16 +300,60 @@ class MemoryStore:
             incomplete = True
         finally:
             walk.close()
+            if build is not None:
+                if timed_out:
+                    self.corpora.abandon(build)
+                else:
+                    self.corpora.keep(build, scanned, complete=not incomplete)
+        return self._found(ranking, incomplete, scanned_files, lambda c: revision_of(c.data))
 
+    def _search_kept(
+        self, corpus: Corpus, query: Query, prefix: tuple[str, ...], wanted: int
+    ) -> Found:
+        """The search the walk that kept ``corpus`` would give, without reading a file."""
+        within = corpus.under(prefix)
+        ranking = Ranking(wanted)
+        revisions: dict[int, str] = {}
+
+        def score(index: int) -> None:
+            document = corpus.documents[index]
+            candidate = match_document(
+                document.parts, document.data, query, self.limits, document.lowered
+            )
+            if candidate is not None:
+                revisions[id(candidate)] = corpus.revision(index)
+                ranking.offer(candidate)
+
+        if any(needle is None for needle in query.needles):
+            # A keyword with cased non-ASCII letters is matched on decoded text, one document
+            # at a time.
+            for index in within:
+                score(index)
+        else:
+            # Ranked by the same key as ``match_document``'s, from where each keyword occurs;
+            # only the best are scored in full (for their line and snippet).
+            keys = _rank_keys(corpus, query, within)
+            for *_key, index in heapq.nsmallest(wanted, keys):
+                score(index)
+            ranking.matched = len(keys)
+        return self._found(ranking, not corpus.complete, len(within), lambda c: revisions[id(c)])
+
+    def _found(
+        self,
+        ranking: Ranking,
+        incomplete: bool,
+        scanned_files: int,
+        revision: Callable[[Candidate], str],
+    ) -> Found:
         empty = Found((), incomplete, scanned_files, False)
-        budget = limits.response_bytes - encoded_size(empty.to_wire())
+        budget = self.limits.response_bytes - encoded_size(empty.to_wire())
         matches: list[Match] = []
         for candidate in ranking.ranked():
             match = Match(
                 "/".join(candidate.parts),
                 candidate.line,
                 candidate.snippet,
-                revision_of(candidate.data),
+                revision(candidate),
                 candidate.snippet_truncated,
             )
             size = encoded_size(match.to_wire()) + (1 if matches else 0)
