@@ -1,0 +1,27 @@
+#!/bin/sh
+# A stand-in Agent for project turns, run in its conversation's checkout. Prompt lines:
+#   write NAME TEXT   writes TEXT (one line) to NAME in the checkout
+#   hold              touches .held, waits (up to 120 s) until .open exists, removes both
+#   try PATH          tries to create PATH and answers "reached PATH" or "refused PATH"
+# Then it runs git in the checkout and answers with its branch and last commit's subject.
+while IFS= read -r line || [ -n "$line" ]; do
+  case "$line" in
+    "write "*)
+      set -- $line
+      name=$2; shift 2
+      mkdir -p "$(dirname "$name")" && echo "$*" > "$name" ;;
+    hold)
+      touch .held
+      i=0
+      while [ ! -e .open ]; do
+        i=$((i + 1))
+        [ "$i" -gt 1200 ] && exit 1
+        sleep 0.1
+      done
+      rm -f .held .open ;;
+    "try "*)
+      path=${line#try }
+      if (echo planted > "$path") 2>/dev/null; then echo "reached $path"; else echo "refused $path"; fi ;;
+  esac
+done
+echo "on $(git branch --show-current) after: $(git log -1 --format=%s)"

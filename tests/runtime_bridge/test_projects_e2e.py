@@ -1,0 +1,227 @@
+"""Project turns through the whole service: the Hub's queue, its in-process worker, the real
+sandbox and real git. The Agent is the stand-in ``tests/fakes/project_agent.sh``: it edits files
+in its checkout, can be held on a gate file there, tries paths it must not reach, and runs git.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from bot.service.app import create_app
+from hub.config import HubSettings
+from hub.contract import Execution, Session
+from hub.rpc import HUB
+from hub.services import Hub
+from runtime_bridge.checkouts import short_id
+from runtime_bridge.config import RuntimeSettings
+from tests.conftest import AMUX, free_port, until
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap (bubblewrap) is not installed"),
+]
+
+AGENT = Path(__file__).resolve().parents[1] / "fakes" / "project_agent.sh"
+
+
+def git(*args: str, cwd: Path) -> str:
+    done = subprocess.run(
+        ["git", "-c", "safe.directory=*", *args],
+        cwd=cwd,
+        env={**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+def operator_repo(path: Path) -> Path:
+    path.mkdir()
+    git("init", "--quiet", "--initial-branch", "main", cwd=path)
+    (path / "app.py").write_text("print('hello')\n")
+    git("add", ".", cwd=path)
+    git(
+        "-c",
+        "user.name=op",
+        "-c",
+        "user.email=op@example.invalid",
+        "commit",
+        "-qm",
+        "start",
+        cwd=path,
+    )
+    return path
+
+
+@dataclass
+class Service:
+    hub: Hub
+    home: Path
+    work_dir: Path
+    url: str
+    repo: Path
+
+    async def submit(self, prompt: str, session_id: str | None = None) -> tuple[str, Session]:
+        owner = self.hub.state.owner()
+        assert owner is not None
+        execution, session = await self.hub.executions.submit(
+            principal_id=owner.id,
+            submitted_by=owner.id,
+            provider="edit",
+            prompt=prompt,
+            session_id=session_id,
+            project=None if session_id else "web",
+        )
+        return execution.id, session
+
+    def checkout(self, session: Session) -> Path:
+        return self.work_dir / "projects" / "web" / "checkouts" / short_id(session.id)
+
+    def execution(self, execution_id: str) -> Execution:
+        return self.hub.executions.describe(execution_id)
+
+    async def finished(self, execution_id: str) -> Execution:
+        await until(lambda: self.execution(execution_id).finished, seconds=120)
+        return self.execution(execution_id)
+
+
+@asynccontextmanager
+async def serving(tmp_path: Path) -> AsyncIterator[Service]:
+    home = tmp_path / "amux-home"
+    work_dir = home / "runtime"
+    runtime = RuntimeSettings(
+        slots=2, providers={"edit": str(AGENT)}, sandbox="bwrap", work_dir=work_dir
+    )
+    port = free_port()
+    app = create_app(
+        HubSettings(home=home),
+        runtime_settings=runtime,
+        worker_url=f"http://127.0.0.1:{port}",
+    )
+    async with TestClient(TestServer(app, host="127.0.0.1", port=port)):
+        hub = app[HUB]
+        owner = hub.state.owner()
+        assert owner is not None
+        repo = operator_repo(tmp_path / "web")
+        await hub.projects.add("web", by=owner.id, path=str(repo), provider="edit")
+        yield Service(hub, home, work_dir, f"http://127.0.0.1:{port}", repo)
+
+
+async def test_two_conversations_of_one_project_run_at_once_each_on_its_own_branch(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path) as service:
+        objects = service.repo / ".git" / "objects"
+        first, a = await service.submit("write app.py print('from a')\nhold\n")
+        # B tries A's checkout and the project repository's objects and refs.
+        a_path = service.checkout(a)
+        second, b = await service.submit(
+            "write notes/b.txt from b\nhold\n"
+            f"try {a_path}/planted.txt\ntry {objects}/planted\n"
+            f"try {service.repo}/.git/refs/heads/planted\n"
+        )
+        b_path = service.checkout(b)
+        # Both Agents are inside their turns at the same time, each in its own checkout.
+        await until(lambda: (a_path / ".held").exists() and (b_path / ".held").exists(), 120)
+        assert service.execution(first).state == service.execution(second).state == "running"
+        (a_path / ".open").touch()
+        (b_path / ".open").touch()
+        done_a, done_b = await service.finished(first), await service.finished(second)
+
+        assert done_a.state == "succeeded", done_a.error
+        assert done_b.state == "succeeded", done_b.error
+        branch_a, branch_b = f"amux/{short_id(a.id)}", f"amux/{short_id(b.id)}"
+        assert done_a.result is not None and done_b.result is not None
+        assert done_a.result.text is not None and done_b.result.text is not None
+        # git ran inside the sandbox, on the conversation's branch, over the borrowed objects.
+        assert f"on {branch_a} after: start" in done_a.result.text
+        text_b = done_b.result.text
+        assert f"refused {a_path}/planted.txt" in text_b
+        assert f"refused {objects}/planted" in text_b
+        assert f"refused {service.repo}/.git/refs/heads/planted" in text_b
+        assert "reached" not in text_b
+
+        work_a, work_b = done_a.result.branch, done_b.result.branch
+        assert work_a is not None and work_b is not None
+        assert (work_a.branch, work_a.base, work_a.project) == (branch_a, "main", "web")
+        assert [(f.path, f.added, f.removed) for f in work_a.files] == [("app.py", 1, 1)]
+        assert work_a.diff is not None and "+print('from a')" in work_a.diff
+        assert [f.path for f in work_b.files] == ["notes/b.txt"]
+        assert work_b.branch == branch_b
+
+        # Each change is on its own branch of the operator's repository, and only there.
+        repo = service.repo
+        assert git("rev-parse", branch_a, cwd=repo).strip() == work_a.commit
+        assert git("show", f"{branch_a}:app.py", cwd=repo) == "print('from a')\n"
+        assert "notes/b.txt" not in git("ls-tree", "-r", "--name-only", branch_a, cwd=repo)
+        assert git("show", f"{branch_b}:app.py", cwd=repo) == "print('hello')\n"
+        assert git("show", "main:app.py", cwd=repo) == "print('hello')\n"
+        assert not (a_path / "planted.txt").exists()
+        assert "planted" not in git("branch", "--list", cwd=repo)
+
+        # The conversation's next turn works in the same checkout, on top of its last change.
+        third, _ = await service.submit("write more.txt again\n", session_id=a.id)
+        done = await service.finished(third)
+        assert done.state == "succeeded", done.error
+        assert done.result is not None and done.result.branch is not None
+        assert {f.path for f in done.result.branch.files} == {"app.py", "more.txt"}
+        assert git("log", "-1", "--format=%an: %s", branch_a, cwd=repo).strip() == (
+            f"amux Agent: amux: turn {third}"
+        )
+
+        # `amux runtime plan` shows that checkout as the conversation's working directory.
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("AMUX_")},
+            "AMUX_HOME": str(service.home),
+            "AMUX_HUB_URL": service.url,
+            "AMUX_RUNTIME_SANDBOX": "bwrap",
+            "AMUX_RUNTIME_PROVIDERS": json.dumps({"edit": str(AGENT)}),
+        }
+        process = await asyncio.create_subprocess_exec(
+            AMUX,
+            "runtime",
+            "plan",
+            "--json",
+            "--provider",
+            "edit",
+            "--session",
+            a.id,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await process.communicate()
+        assert process.returncode == 0, err.decode()
+        assert json.loads(out)["cwd"] == str(a_path)
+
+
+async def test_a_plain_conversation_beside_a_project_keeps_its_own_workspace(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path) as service:
+        owner = service.hub.state.owner()
+        assert owner is not None
+        execution, session = await service.hub.executions.submit(
+            principal_id=owner.id, submitted_by=owner.id, provider="edit", prompt="write x.txt x\n"
+        )
+        done = await service.finished(execution.id)
+        assert done.result is not None and done.result.branch is None
+        assert session.project is None
+        # Its Agent worked where it always has: the Principal's own workspace, not a checkout.
+        assert not (service.work_dir / "projects" / "web" / "checkouts").exists() or not any(
+            (service.work_dir / "projects" / "web" / "checkouts").iterdir()
+        )
+        assert list((service.work_dir / "workspaces").glob("*/x.txt"))
