@@ -5,13 +5,14 @@ up on, and the turn ends as 'budget reached' with what it used."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
 import pytest
 
 from runtime_bridge.worker import BUDGET_WARNING
-from tests.conftest import MEMORY_ON
+from tests.conftest import MEMORY_ON, until
 from tests.fakes.model_server import INPUT_TOKENS, OUTPUT_TOKENS, Answer, CallTool, FakeModelServer
 from tests.runtime_bridge.test_worker import agent_run, cli, start_hub
 from tests.runtime_bridge.test_worker_codex import start_codex_hub
@@ -77,3 +78,49 @@ async def test_a_spent_day_refuses_the_next_turn_until_the_owner_extends_it(
     assert spent["error"] == "budget reached: 0/0 tokens"
     assert extended.returncode == 0, extended.stderr
     assert third["state"] == "succeeded" and third["text"] == "After the extension.", third
+
+
+SPEND_AGENT = Path(__file__).resolve().parents[1] / "fakes" / "spend_agent.py"
+HEARTBEAT = "POST /rpc/v1/executions.heartbeat 200"
+
+
+async def test_a_running_turn_gets_the_owners_extension_at_its_next_heartbeat(
+    tmp_path: Path,
+) -> None:
+    used = INPUT_TOKENS + OUTPUT_TOKENS
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    # A root worker runs the Agent as a uid of its own, which must see the gate appear.
+    gates.chmod(0o1777)
+    gate = gates / "go"
+    env = {
+        "AMUX_RUNTIME_PROVIDERS": json.dumps({"spend": str(SPEND_AGENT)}),
+        "AMUX_RUNTIME_DEFAULT_CWD": str(gates),
+        "AMUX_LEASE_SECONDS": "0.6",
+    }
+    async with FakeModelServer([Answer("one"), Answer("two")]) as model:
+        # The day holds one answer: the second request is refused unless the budget grows.
+        hub = start_hub(tmp_path, model.base_url, settings={"budget.daily_tokens": used}, **env)
+        try:
+            running = asyncio.create_task(
+                agent_run(hub, "--provider", "spend", f"spend\nwait {gate}\nspend\n")
+            )
+            await until(lambda: len(model.requests) == 1 or running.done(), seconds=120)
+            assert not running.done(), running.result()
+            extended = await cli(hub, "usage", "extend", "owner", "--tokens", str(10 * used))
+            assert extended.returncode == 0, extended.stderr
+            log = hub.log_path
+            assert log is not None
+            beats = log.read_text(encoding="utf-8").count(HEARTBEAT)
+            # Two heartbeats after the extension: the first one's answer was applied before the
+            # second was sent.
+            await until(
+                lambda: log.read_text(encoding="utf-8").count(HEARTBEAT) >= beats + 2, seconds=30
+            )
+            gate.write_text("go\n")
+            done = await running
+        finally:
+            await asyncio.to_thread(hub.stop)
+    assert done["state"] == "succeeded", done
+    assert done["text"].splitlines() == ["spent 200", "spent 200"], done
+    assert len(model.requests) == 2
