@@ -5,13 +5,12 @@ day's figure outlives a restart, and the owner's extension of one Principal's da
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from hub.contract import Claim
 from tests.conftest import HubProcess, running_hub
-from tests.hub.test_usage import ok, tokens_of
+from tests.hub.test_usage import completed_turn, ok, tokens_of
 
 pytestmark = pytest.mark.e2e
 
@@ -26,30 +25,8 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
 
 def claimed_budget(hub: HubProcess, sender: str, runtime: str, used: int) -> int | None:
     """The budget one turn of ``sender``'s is claimed with; it completes having used ``used``."""
-    status, submitted = hub.rpc(
-        "executions.submit", token=sender, provider="claude", prompt="within budget?"
-    )
-    assert status == 200, submitted
-    status, registered = hub.rpc("workers.register", token=runtime, name="budget-worker")
-    assert status == 200, registered
-    worker = registered["worker_id"]
-    status, wire = hub.rpc("executions.claim", token=runtime, worker_id=worker, wait_seconds=5)
-    assert status == 200, wire
-    claim = Claim.from_wire(wire)
-    assert claim.execution_id == submitted["execution"]["id"]
-    usage: dict[str, Any] = {
-        "gateway": {"input_tokens": used - used // 4, "output_tokens": used // 4}
-    }
-    status, done = hub.rpc(
-        "executions.complete",
-        token=runtime,
-        execution_id=claim.execution_id,
-        worker_id=worker,
-        succeeded=True,
-        result={"text": "done", "usage": usage},
-    )
-    assert status == 200, done
-    return claim.budget
+    usage = {"gateway": {"input_tokens": used - used // 4, "output_tokens": used // 4}}
+    return completed_turn(hub, sender, runtime, usage).budget
 
 
 def test_budgets_are_live_owner_settings_and_each_turn_is_claimed_with_what_is_left(

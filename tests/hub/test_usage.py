@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from hub.config import HubSettings
+from hub.contract import Claim
 from hub.state import State
 from tests.conftest import CliResult, HubProcess, running_hub
 
@@ -58,8 +59,9 @@ def usage_of(hub: HubProcess, token: str | None, *args: str) -> CliResult:
     return hub.cli("usage", *args, env={"AMUX_TOKEN": token} if token else None)
 
 
-def completed_turn(hub: HubProcess, sender: str, runtime: str, usage: Any) -> None:
-    """One turn of ``sender``'s, claimed and completed by a worker reporting ``usage``."""
+def completed_turn(hub: HubProcess, sender: str, runtime: str, usage: Any) -> Claim:
+    """One turn of ``sender``'s, claimed and completed by a worker reporting ``usage``; the
+    claim it was leased with."""
     status, submitted = hub.rpc(
         "executions.submit", token=sender, provider="claude", prompt="count me"
     )
@@ -67,17 +69,20 @@ def completed_turn(hub: HubProcess, sender: str, runtime: str, usage: Any) -> No
     status, registered = hub.rpc("workers.register", token=runtime, name="usage-worker")
     assert status == 200, registered
     worker = registered["worker_id"]
-    status, claimed = hub.rpc("executions.claim", token=runtime, worker_id=worker, wait_seconds=5)
-    assert status == 200 and claimed["execution"]["id"] == submitted["execution"]["id"], claimed
+    status, wire = hub.rpc("executions.claim", token=runtime, worker_id=worker, wait_seconds=5)
+    assert status == 200, wire
+    claim = Claim.from_wire(wire)
+    assert claim.execution_id == submitted["execution"]["id"]
     status, done = hub.rpc(
         "executions.complete",
         token=runtime,
-        execution_id=claimed["execution"]["id"],
+        execution_id=claim.execution_id,
         worker_id=worker,
         succeeded=True,
         result={"text": "done", "usage": usage},
     )
     assert status == 200 and done["state"] == "succeeded", done
+    return claim
 
 
 def today() -> str:
