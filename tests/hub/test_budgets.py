@@ -10,7 +10,7 @@ import pytest
 
 from hub.contract import Claim
 from tests.conftest import HubProcess, running_hub
-from tests.hub.test_usage import completed_turn, ok, tokens_of
+from tests.hub.test_usage import claimed_turn, complete, completed_turn, ok, tokens_of
 
 pytestmark = pytest.mark.e2e
 
@@ -72,25 +72,19 @@ def test_turns_running_at_once_share_their_senders_day(hub: HubProcess) -> None:
     alice = tokens_of(hub, "alice")["alice"][1]
     runtime = tokens_of(hub, "runtime-share", service=True)["runtime-share"][1]
     ok(hub.cli("system", "config", "set", "budget.daily_tokens", "1000"))
-    status, registered = hub.rpc("workers.register", token=runtime, name="share-worker")
-    assert status == 200, registered
-    worker = registered["worker_id"]
+    workers: dict[str, str] = {}
 
     def start() -> Claim:
-        status, submitted = hub.rpc(
-            "executions.submit", token=alice, provider="claude", prompt="a turn of its own"
-        )
-        assert status == 200, submitted
-        status, wire = hub.rpc("executions.claim", token=runtime, worker_id=worker, wait_seconds=5)
-        assert status == 200, wire
-        return Claim.from_wire(wire)
+        claim, worker = claimed_turn(hub, alice, runtime)
+        workers[claim.execution_id] = worker
+        return claim
 
     def beat(claim: Claim, used: int) -> int | None:
         status, answer = hub.rpc(
             "executions.heartbeat",
             token=runtime,
             execution_id=claim.execution_id,
-            worker_id=worker,
+            worker_id=workers[claim.execution_id],
             used_tokens=used,
         )
         assert status == 200, answer
@@ -109,23 +103,14 @@ def test_turns_running_at_once_share_their_senders_day(hub: HubProcess) -> None:
     assert start().budget == 250
     ok(hub.cli("usage", "extend", "alice", "--tokens", "500"))
     assert beat(second, 100) == 1500 - 650
-    usage = {"gateway": {"input_tokens": 650, "output_tokens": 0}}
-    status, done = hub.rpc(
-        "executions.complete",
-        token=runtime,
-        execution_id=first.execution_id,
-        worker_id=worker,
-        succeeded=True,
-        result={"text": "done", "usage": usage},
-    )
-    assert status == 200, done
+    complete(hub, runtime, first, workers[first.execution_id], {"gateway": {"input_tokens": 650}})
     # The finished turn's figure is recorded now, counted once.
     assert beat(second, 100) == 1500 - 650
     status, refused = hub.rpc(
         "executions.heartbeat",
         token=runtime,
         execution_id=second.execution_id,
-        worker_id=worker,
+        worker_id=workers[second.execution_id],
         used_tokens=-5,
     )
     assert status == 400 and refused["error"]["code"] == "invalid_argument", refused

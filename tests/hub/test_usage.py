@@ -59,9 +59,8 @@ def usage_of(hub: HubProcess, token: str | None, *args: str) -> CliResult:
     return hub.cli("usage", *args, env={"AMUX_TOKEN": token} if token else None)
 
 
-def completed_turn(hub: HubProcess, sender: str, runtime: str, usage: Any) -> Claim:
-    """One turn of ``sender``'s, claimed and completed by a worker reporting ``usage``; the
-    claim it was leased with."""
+def claimed_turn(hub: HubProcess, sender: str, runtime: str) -> tuple[Claim, str]:
+    """One turn of ``sender``'s, submitted and claimed: its claim, and the worker holding it."""
     status, submitted = hub.rpc(
         "executions.submit", token=sender, provider="claude", prompt="count me"
     )
@@ -73,6 +72,11 @@ def completed_turn(hub: HubProcess, sender: str, runtime: str, usage: Any) -> Cl
     assert status == 200, wire
     claim = Claim.from_wire(wire)
     assert claim.execution_id == submitted["execution"]["id"]
+    return claim, worker
+
+
+def complete(hub: HubProcess, runtime: str, claim: Claim, worker: str, usage: Any) -> None:
+    """The claimed turn done, its worker reporting ``usage``."""
     status, done = hub.rpc(
         "executions.complete",
         token=runtime,
@@ -82,6 +86,13 @@ def completed_turn(hub: HubProcess, sender: str, runtime: str, usage: Any) -> Cl
         result={"text": "done", "usage": usage},
     )
     assert status == 200 and done["state"] == "succeeded", done
+
+
+def completed_turn(hub: HubProcess, sender: str, runtime: str, usage: Any) -> Claim:
+    """One turn of ``sender``'s, claimed and completed by a worker reporting ``usage``; the
+    claim it was leased with."""
+    claim, worker = claimed_turn(hub, sender, runtime)
+    complete(hub, runtime, claim, worker, usage)
     return claim
 
 
