@@ -251,6 +251,18 @@ def test_an_old_checkout_is_pruned_its_branch_stays_and_the_next_turn_recreates_
     )
 
 
+def test_the_next_claim_of_the_project_prunes_its_old_checkouts(area: Path, owner: Owner) -> None:
+    repo = operator_repo(area)
+    work_dir = area / "work"
+    projects = projects_in(work_dir)
+    source = path_project(repo, worktree_days=1)
+    old = projects.prepare(source, FIRST, owner, [])
+    record = work_dir / "projects" / "web" / "used" / old.key
+    record.write_text(f"{float(record.read_text()) - 2 * 86400}\n")
+    projects.prepare(source, SECOND, owner, [])
+    assert not old.path.exists()
+
+
 def test_a_checkout_used_recently_is_kept(area: Path, owner: Owner) -> None:
     repo = operator_repo(area)
     projects = projects_in(area / "work")
