@@ -201,10 +201,12 @@ class Projects:
             "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
         }
 
-    def repository(self, source: ProjectSource, warnings: list[str]) -> tuple[Path, Path]:
+    def repository(
+        self, source: ProjectSource, warnings: list[str], refresh: bool = True
+    ) -> tuple[Path, Path]:
         """The project repository's git directory and objects directory, a remote one cloned
-        (once) or fetched (its default branch) first; a failed fetch is a warning when a copy
-        exists.
+        (once) or, with ``refresh``, fetched (its default branch) first; a failed fetch is a
+        warning when a copy exists.
 
         Raises:
             InvalidArgument: the path is not a git repository here, or the credential is unset.
@@ -252,7 +254,7 @@ class Projects:
                     f"the project {source.name}'s remote cannot be cloned ({error.message})"
                 ) from error
             os.replace(partial, git_dir)
-        else:
+        elif refresh:
             ref = f"+refs/heads/{source.default_branch}:refs/heads/{source.default_branch}"
             fetched = self._git(
                 ["--git-dir", str(git_dir), "fetch", "--quiet", "--no-tags", "origin", ref],
@@ -285,7 +287,8 @@ class Projects:
     ) -> Checkout:
         """The conversation's checkout, ready for a turn: made on ``amux/<key>`` from the
         default branch (or from its branch, when it was pruned), else restored to the worker's
-        config. Checkouts of the project unused for its ``worktree_days`` are removed first.
+        config. Checkouts of the project unused for its ``worktree_days`` are removed first; a
+        remote project is fetched before a checkout is made, not before every turn.
 
         Raises:
             InvalidArgument, Unavailable: the repository cannot be had, or git refused.
@@ -294,10 +297,12 @@ class Projects:
         directory = self.project_dir(source.name)
         with self._locked(source.name):
             self._ready_directories(directory, owner)
-            repository, objects = self.repository(source, warnings)
+            path = directory / "checkouts" / key
+            fresh = not self._sound(source, key, path)
+            repository, objects = self.repository(source, warnings, refresh=fresh)
             self.prune(source, keep=key)
-            checkout = Checkout(source, key, directory / "checkouts" / key, repository, objects)
-            if not self._sound(checkout):
+            checkout = Checkout(source, key, path, repository, objects)
+            if fresh:
                 self._create(checkout, owner)
             else:
                 self._restore(checkout, owner)
@@ -319,11 +324,11 @@ class Projects:
             for path in (self.root, directory, directory / "checkouts"):
                 path.chmod(0o711)
 
-    def _sound(self, checkout: Checkout) -> bool:
-        """Whether the checkout is one the worker made: a directory whose ``.git`` is a
-        directory (a link or a ``.git`` file could send git to another repository)."""
+    def _sound(self, source: ProjectSource, key: str, path: Path) -> bool:
+        """Whether the checkout at ``path`` is one the worker made: a directory whose ``.git``
+        is a directory (a link or a ``.git`` file could send git to another repository)."""
         try:
-            fd = os.open(checkout.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError:
             return False
         try:
@@ -332,7 +337,8 @@ class Projects:
             return False
         finally:
             os.close(fd)
-        return stat.S_ISDIR(info.st_mode) and self._saved(checkout, "config").is_file()
+        saved = self.project_dir(source.name) / "saved" / f"{key}.config"
+        return stat.S_ISDIR(info.st_mode) and saved.is_file()
 
     def _saved(self, checkout: Checkout, what: str) -> Path:
         return self.project_dir(checkout.project.name) / "saved" / f"{checkout.key}.{what}"
@@ -433,7 +439,7 @@ class Projects:
         worker's config), publish that branch alone into the project repository, and sum up
         what the branch changed against the default branch."""
         with self._locked(checkout.project.name):
-            if self._sound(checkout):
+            if self._sound(checkout.project, checkout.key, checkout.path):
                 self._restore(checkout, owner)
                 self._commit(checkout, turn, owner)
                 self._publish(checkout, owner)

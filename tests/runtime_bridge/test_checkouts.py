@@ -318,6 +318,10 @@ def test_a_remote_project_is_cloned_with_the_workers_token_which_no_file_keeps(
         work = projects.finish(checkout, "e-remote", owner, warnings)
         assert [f.path for f in work.files] == ["app.py"]
         repo = work_dir / "projects" / "web" / "repo.git"
+        # The conversation's next turn works in its checkout without asking the remote again.
+        asked = len(server.authorizations)
+        projects.prepare(source, FIRST, owner, warnings)
+        assert len(server.authorizations) == asked and warnings == []
         assert git("--git-dir", str(repo), "rev-parse", checkout.branch).strip() == work.commit
 
         # Without the token the remote refuses: cloning fails clearly and leaves nothing.
