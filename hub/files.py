@@ -164,14 +164,23 @@ class MemoryFiles:
             os.close(parent)
 
     @contextlib.contextmanager
-    def _directory(self, parts: tuple[str, ...], *, create: bool) -> Iterator[int | None]:
+    def _directory(
+        self,
+        parts: tuple[str, ...],
+        *,
+        create: bool,
+        on_directory: OnDirectory | None = None,
+    ) -> Iterator[int | None]:
         """Yield an fd of ``root/parts`` (None when it does not exist and ``create`` is false).
 
         With ``create``, for a write: missing directories are made, and every directory on the
         way has its entry synced into its parent before the first write through it.
+        ``on_directory`` is called with the root and every directory on the way as it is reached.
         """
         fd = os.open(self.root, _DIR_FLAGS)
         try:
+            if on_directory is not None:
+                on_directory(fd, ())
             for index, name in enumerate(parts):
                 here = parts[: index + 1]
                 try:
@@ -188,6 +197,8 @@ class MemoryFiles:
                 except OSError as err:
                     raise _refuse(err, parts, index, fd) from err
                 parent, fd = fd, child
+                if on_directory is not None:
+                    on_directory(fd, here)
                 try:
                     if create and here not in self._durable:
                         # Existing is not enough: a crash between an earlier mkdir and its
@@ -200,14 +211,20 @@ class MemoryFiles:
         finally:
             os.close(fd)
 
-    def read(self, parts: tuple[str, ...]) -> bytes | None:
-        """The document's bytes, or None when it does not exist.
+    def read(
+        self, parts: tuple[str, ...], on_directory: OnDirectory | None = None
+    ) -> bytes | None:
+        """The document's bytes, or None when it does not exist. ``on_directory`` is called with
+        the root and each directory on the way, before the document is opened.
 
         Raises:
             InvalidPath: a component is a link, or a file stands where a directory should.
             StorageUnavailable: the disk failed to read.
         """
-        with guarded(self.disk, self.root), self._directory(parts[:-1], create=False) as dir_fd:
+        with (
+            guarded(self.disk, self.root),
+            self._directory(parts[:-1], create=False, on_directory=on_directory) as dir_fd,
+        ):
             if dir_fd is None:
                 return None
             try:

@@ -17,6 +17,7 @@ from hub.errors import Conflict, InvalidArgument, QuotaExceeded
 from hub.files import MemoryFiles, WalkedFile, WalkStop
 from hub.limits import DEFAULT_LIMITS, ENTRY_NAME, Limits
 from hub.paths import check_new_path, name_fold, scope_directory, validate_path, validate_prefix
+from hub.readcache import Kept, Reads
 from hub.search import (
     Candidate,
     Query,
@@ -52,6 +53,16 @@ def encode_content(content: object) -> bytes:
         return content.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidArgument("content is not valid UTF-8 text") from None
+
+
+_PAGES_KEPT = 8
+
+
+def _revision(kept: Kept) -> str:
+    revision = kept.derived.get("revision")
+    if not isinstance(revision, str):
+        revision = kept.derived["revision"] = revision_of(kept.data)
+    return revision
 
 
 def count_lines(data: bytes) -> int:
@@ -196,6 +207,8 @@ class MemoryStore:
         self.files = MemoryFiles(root)
         # Whole scopes as the last search saw them, while the watch saw nothing change.
         self.corpora = Corpora(self.files, max_watches=max_watches)
+        # Documents as ``get`` and ``upsert`` last read them, on the same terms.
+        self.reads = Reads(self.files, max_watches=max_watches)
         self.limits = limits
         self._clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
@@ -212,6 +225,7 @@ class MemoryStore:
     def close(self) -> None:
         """Stop watching the root for searches."""
         self.corpora.close()
+        self.reads.close()
 
     def _lock(self, scope: str) -> asyncio.Lock:
         lock = self._locks.get(scope)
@@ -233,17 +247,27 @@ class MemoryStore:
         parts = validate_path(path, self.limits)
         start, end, off = paging.parse_range(start_line, end_line, offset)
         logical = "/".join(parts)
-        data = self.files.read(scope_directory(scope) + parts)
-        if data is None:
+        kept = self.reads.read(scope_directory(scope) + parts)
+        if kept is None:
             return Document(logical, False, ABSENT, "", False, None)
-        revision = revision_of(data)
+        # The same path (so the same scope and logical path) and range give the same answer
+        # while the document is unchanged.
+        page = (start, end, off)
+        document = kept.derived.get(page)
+        if isinstance(document, Document):
+            return document
+        data = kept.data
+        revision = _revision(kept)
         # The widest next_offset a page can carry, so the answer fits whatever the page is.
         envelope = Document(logical, True, revision, "", False, 10**12)
         budget = self.limits.response_bytes - encoded_size(envelope.to_wire())
         fragment = paging.select(data, start, end, off, budget)
-        return Document(
+        document = Document(
             logical, True, revision, fragment.content, fragment.truncated, fragment.next_offset
         )
+        if len(kept.derived) < _PAGES_KEPT:
+            kept.derived[page] = document
+        return document
 
     async def search(
         self, scope: str, query: object, path_prefix: object = None, limit: object = None
@@ -386,8 +410,9 @@ class MemoryStore:
         self, scope: str, parts: tuple[str, ...], logical: str, data: bytes, expected: str
     ) -> Written:
         full = scope_directory(scope) + parts
-        current = self.files.read(full)
-        observed = ABSENT if current is None else revision_of(current)
+        kept = self.reads.read(full)
+        current = None if kept is None else kept.data
+        observed = ABSENT if kept is None else _revision(kept)
         if observed != expected:
             raise Conflict(
                 f"'{logical}' changed since it was read; reread it and merge",
