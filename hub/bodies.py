@@ -97,6 +97,16 @@ async def _read(request: web.Request, limit: int, seconds: float) -> bytes:
     declared = request.content_length
     if declared is not None and declared > limit:
         raise PayloadTooLarge(f"request body is over {limit} bytes")
+    content = request.content
+    if content.is_eof():
+        # The whole body came with the headers (most calls are small): nothing to wait for.
+        try:
+            whole = content.read_nowait()
+        except (ConnectionError, HttpProcessingError):
+            raise InvalidArgument("request body was cut off or malformed") from None
+        if len(whole) > limit:
+            raise PayloadTooLarge(f"request body is over {limit} bytes")
+        return whole
     reads = request.app.get(BODY_READS)
     body = bytearray()
     try:
