@@ -172,8 +172,12 @@ def error_response(error: AmuxError) -> web.Response:
     )
 
 
+# Made once: json.dumps and json.loads with options build a new encoder or decoder per call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def dumps(value: object) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return _ENCODER.encode(value).encode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -269,12 +273,16 @@ def _finite_float(text: str) -> float:
     return value
 
 
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
 def parse_body(raw: bytes) -> dict[str, Any]:
     """A call's JSON object; anything else, however malformed, is ``invalid_argument``."""
     if not raw.strip():
         return {}
     try:
-        body = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
+        # As json.loads reads bytes: UTF-8, -16 or -32, by their first bytes.
+        body = _DECODER.decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))
     except RecursionError:
         raise InvalidArgument("request body is nested too deeply") from None
     except (UnicodeDecodeError, json.JSONDecodeError):

@@ -271,6 +271,9 @@ class Ranking:
         return self.best[: self.limit]
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def encoded_size(value: object) -> int:
     """Bytes of ``value`` as the Hub writes JSON (UTF-8, not ASCII-escaped)."""
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    return len(_ENCODER.encode(value).encode("utf-8"))
