@@ -345,16 +345,18 @@ class Execution:
         )
 
 
-# The kinds of ExecutionEvent: a worker reports the first three; the Hub adds ``memory`` when the
-# turn's delegated credential reads or changes memory.
-EventKind = Literal["progress", "warning", "status", "memory", "approval"]
+# The kinds of ExecutionEvent: a worker reports progress, warning, status and egress (a network
+# host its Agent was refused); the Hub adds ``memory`` when the turn's delegated credential reads
+# or changes memory.
+EventKind = Literal["progress", "warning", "status", "memory", "approval", "egress"]
 PROGRESS: Final = "progress"
 WARNING: Final = "warning"
 STATUS: Final = "status"
 MEMORY: Final = "memory"
 APPROVAL: Final = "approval"
+EGRESS: Final = "egress"
 EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
-WORKER_EVENT_KINDS = frozenset({PROGRESS, WARNING, STATUS})
+WORKER_EVENT_KINDS = frozenset({PROGRESS, WARNING, STATUS, EGRESS})
 MemoryOp = Literal["read", "searched", "saved", "forgot"]
 MEMORY_OPS: tuple[MemoryOp, ...] = get_args(MemoryOp)
 

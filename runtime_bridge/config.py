@@ -17,6 +17,7 @@ from hub.contract import provider_name_problem
 from hub.errors import InvalidArgument
 from runtime_bridge.bounds import MIN_CPU, MemorySetting, WorkspaceSetting, host_cpus
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
+from runtime_bridge.network import AllowList, parse_allow_list
 from runtime_bridge.providers import ADAPTERS
 from runtime_bridge.providers.plan import MEMORY_SERVER
 
@@ -86,6 +87,17 @@ class RuntimeSettings(BaseSettings):
         description="Where the worker's model gateway sends OpenAI requests (with /v1). Unset: "
         "the worker's OPENAI_BASE_URL, else https://api.openai.com/v1.",
     )
+    network: Literal["isolated", "host"] = Field(
+        default="isolated",
+        description="isolated: each sandboxed launch has a network namespace of its own and "
+        "reaches only the model gateway, the Hub and the egress proxy, through its doors; "
+        "host: Agents share this host's network (warned in every plan).",
+    )
+    egress_allow: str = Field(
+        default="",
+        description="Hosts an isolated launch may reach through its egress proxy, "
+        "comma-separated: host, host:port or *.example.com. Unset: none.",
+    )
     # Per-run files and per-session agent homes; default: <AMUX_HOME>/runtime.
     work_dir: AbsolutePath | None = None
     # Where Agents work when a conversation names no directory; default: a workspace of each
@@ -143,6 +155,15 @@ class RuntimeSettings(BaseSettings):
             raise ValueError(f"{value!r} is not an http:// or https:// URL")
         return value
 
+    @field_validator("egress_allow")
+    @classmethod
+    def _egress_allow(cls, value: str) -> str:
+        try:
+            parse_allow_list(value)
+        except InvalidArgument as error:
+            raise ValueError(error.message) from None
+        return value
+
     @field_validator("providers")
     @classmethod
     def _declared_providers(cls, value: dict[str, str]) -> dict[str, str]:
@@ -165,6 +186,13 @@ class RuntimeSettings(BaseSettings):
             f"AMUX_RUNTIME_SANDBOX=off: Agents run with {who} file access and see its processes; "
             "set AMUX_RUNTIME_SANDBOX=bwrap to confine each one to its own workspace"
         )
+
+    def isolated(self) -> bool:
+        """Whether each launch gets a network namespace of its own (only inside the sandbox)."""
+        return self.sandbox == "bwrap" and self.network == "isolated"
+
+    def allow_list(self) -> AllowList:
+        return AllowList.parse(self.egress_allow)
 
     def work_dir_beside(self, home: Path) -> Path:
         """Where a worker sharing the Hub's AMUX_HOME keeps runs, sessions and workspaces."""

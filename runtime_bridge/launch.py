@@ -32,6 +32,16 @@ from runtime_bridge.agent_users import AgentUsers, Identity, configured_user, wo
 from runtime_bridge.approvals import AUTO, READ_ONLY
 from runtime_bridge.checkouts import Projects
 from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.network import (
+    HOST_NETWORK_WARNING,
+    HUB,
+    MODEL,
+    UNSANDBOXED_NETWORK_WARNING,
+    door_env,
+    door_url,
+    launch_doors,
+    relay_argv,
+)
 from runtime_bridge.providers import LaunchPlan, LaunchRequest, MemoryAttachment
 from runtime_bridge.providers.errors import ExecutableMissing
 from runtime_bridge.providers.plan import GatewayPass
@@ -218,6 +228,20 @@ class LaunchSite:
     def sandboxed(self) -> bool:
         return self.settings.sandbox == "bwrap"
 
+    @property
+    def isolated(self) -> bool:
+        """Whether launches have a network of their own, reaching out only through doors."""
+        return self.settings.isolated()
+
+    def agent_hub_url(self, hub_url: str) -> str:
+        """The Hub's URL as a launch's Agent reaches it: its hub door when isolated."""
+        return door_url(HUB) if self.isolated else hub_url
+
+    def agent_gateway(self, gateway: GatewayPass) -> GatewayPass:
+        """The gateway as a launch's Agent reaches it: its model door when isolated (each CLI's
+        base URL names it)."""
+        return dataclasses.replace(gateway, url=door_url(MODEL)) if self.isolated else gateway
+
     def agent_identity(self, principal_id: str, allocate: bool = True) -> Identity | None:
         """Who ``principal_id``'s Agents (or a shared workspace's) run as: the configured user,
         else on a root worker a uid of their own (of the shared directory's, when one is set),
@@ -276,6 +300,8 @@ class LaunchSite:
             InvalidArgument: the provider is not accepted here.
         """
         self.check_provider(provider)
+        if gateway is not None:
+            gateway = self.agent_gateway(gateway)
         env = dict(base_env)
         if own_home:
             env["HOME"] = str(self.session_home(session.id))
@@ -352,22 +378,30 @@ class LaunchSite:
         sockets: tuple[Path, ...] = (),
         extra_executables: tuple[str, ...] = (),
         borrowed_objects: tuple[Path, ...] = (),
+        isolate: bool | None = None,
     ) -> LaunchPlan:
         """``plan`` run inside the sandbox, after ``agent_exec`` (only that when the sandbox is
         off; the worker adds the launch's cgroups to it). ``borrowed_objects``: a project
         checkout's project repository objects, which it reads and never writes.
+
+        An isolated launch (``isolate``; by default a launch whose gateway pass names the model
+        door, see ``agent_gateway``) gets a network namespace of its own and the relay to its doors,
+        which whoever runs it serves (``runtime_bridge.doors``).
 
         Raises:
             ExecutableMissing: bwrap, or an executable the launch needs, is not installed.
             InvalidArgument: the working directory would expose what the sandbox hides, or a
                 root worker's plan names no other user to run the Agent as.
         """
+        if isolate is None:
+            # Planned for the namespace: its CLI reaches the gateway through the model door.
+            isolate = request.gateway is not None and request.gateway.url == door_url(MODEL)
         if worker_is_root() and plan.run_as is None:
             raise InvalidArgument(
                 "a root worker never runs an Agent as root; the plan names no uid"
             )
         if not self.sandboxed:
-            warnings = plan.warnings
+            warnings = (*plan.warnings, UNSANDBOXED_NETWORK_WARNING)
             if plan.permissions == READ_ONLY:
                 warnings += (READ_ONLY_UNSANDBOXED,)
             return dataclasses.replace(plan, confine=self.confinement(), warnings=warnings)
@@ -409,8 +443,18 @@ class LaunchSite:
             hidden=self.hidden(),
             switch_user=plan.run_as is not None,
             seccomp_fd=agent_exec.SECCOMP_FD if agent_exec.seccomp_filter() else None,
+            own_network=isolate,
         )
         env = {**plan.env, "TMPDIR": "/tmp"}
-        return dataclasses.replace(
+        sandboxed = dataclasses.replace(
             plan, sandbox=bwrap_argv(bwrap, layout), env=env, confine=self.confinement()
+        )
+        if not isolate:
+            if self.settings.network == "host":
+                warnings = (*plan.warnings, HOST_NETWORK_WARNING)
+                return dataclasses.replace(sandboxed, warnings=warnings)
+            return sandboxed
+        doors = launch_doors(request.run_dir)
+        return dataclasses.replace(
+            sandboxed, env={**env, **door_env(doors)}, relay=relay_argv(doors), doors=doors
         )

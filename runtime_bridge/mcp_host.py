@@ -33,7 +33,7 @@ from mcp.types import jsonrpc_message_adapter
 from runtime_bridge import mcp_server
 from runtime_bridge.launch_env import NO_OWNER_TOKEN
 from runtime_bridge.mcp_paging import CONTINUE_TOOL
-from runtime_bridge.mcp_shim import FORWARDED
+from runtime_bridge.mcp_shim import FORWARDED, HOST_HUB_URL
 
 HEADER_LIMIT = 64 * 1024
 READY = "ready"
@@ -76,6 +76,9 @@ def _child(conn: socket.socket, built: tuple[MCPServer, mcp_server.BridgeSlot]) 
         for key in FORWARDED:
             os.environ.pop(key, None)
         os.environ.update(header)
+        own_hub = os.environ.get(HOST_HUB_URL)
+        if own_hub:
+            os.environ["AMUX_HUB_URL"] = own_hub
         # Whoever reaches the socket (any sandboxed Agent of this worker) speaks only with the
         # credential it sends: never with a token file the host's user could read.
         os.environ.pop("AMUX_HOME", None)

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from runtime_bridge.launch_env import NO_OWNER_TOKEN
+from runtime_bridge.mcp_shim import HOST_HUB_URL
 
 logger = logging.getLogger("amux.worker")
 
@@ -33,9 +34,12 @@ def warm_socket(mcp_argv: tuple[str, ...]) -> tuple[Path, ...]:
 class WarmMcp:
     """One ``runtime_bridge.mcp_host`` process listening on a private socket."""
 
-    def __init__(self, amux: str) -> None:
+    def __init__(self, amux: str, hub_url: str | None = None) -> None:
         self._directory: Path | None = None
         self._amux = amux
+        # The Hub its servers reach, whatever URL a launch sends (an Agent with a network of
+        # its own knows the Hub by its door, which is nothing outside its namespace).
+        self._hub_url = hub_url
         self._process: asyncio.subprocess.Process | None = None
         self._ready = False
 
@@ -60,6 +64,7 @@ class WarmMcp:
                     **{k: v for k, v in os.environ.items() if k in HOST_ENV},
                     # Its servers answer with each launch's credential or not at all.
                     **NO_OWNER_TOKEN,
+                    **({HOST_HUB_URL: self._hub_url} if self._hub_url else {}),
                 },
             )
             assert self._process.stdout is not None

@@ -23,6 +23,9 @@ FORWARDED = (
     "AMUX_TIMEOUT",
 )
 CHUNK = 65536
+# The Hub URL the worker gives its host: the host's servers use it instead of the one a launch
+# sends (inside a network namespace of its own, the Agent knows the Hub only by its door).
+HOST_HUB_URL = "AMUX_MCP_HOST_HUB_URL"
 
 
 def _write_all(fd: int, data: bytes) -> None:

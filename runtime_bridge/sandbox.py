@@ -18,7 +18,9 @@ worker's other launches, or processes outside its turn. The sandbox gives it:
 - never uid 0: a root worker runs bwrap as root (so it can mount what the worker can read) and
   switches to the Agent's own unprivileged uid inside, keeping only the capabilities that switch
   needs until then; a worker that is not root builds the sandbox in a user namespace of its own;
-- the network, because it needs its model provider and the Hub's RPC.
+- a network namespace of its own (``--unshare-net``, unless the operator chose the host's
+  network): only its loopback, where the relay's doors lead to the model gateway, the Hub and the
+  egress proxy (``runtime_bridge/network.py``).
 
 ``bwrap_argv`` is pure, so ``amux runtime plan`` shows the exact sandbox a launch gets;
 ``sandbox_layout`` finds what to mount (executables on PATH, interpreters named by ``#!`` lines).
@@ -99,6 +101,8 @@ class SandboxLayout:
     user_namespace: bool = True
     # The descriptor bwrap reads the seccomp filter from (``agent_exec`` opens it); None: none.
     seccomp_fd: int | None = None
+    # A network namespace of its own (only loopback); False: the host's network.
+    own_network: bool = False
 
 
 def _within(path: Path, root: Path) -> bool:
@@ -167,6 +171,7 @@ def bwrap_argv(bwrap: str, layout: SandboxLayout) -> tuple[str, ...]:
         "--unshare-ipc",
         "--unshare-uts",
         "--unshare-cgroup-try",
+        *(("--unshare-net",) if layout.own_network else ()),
         "--die-with-parent",
         "--new-session",
         "--hostname",
@@ -420,6 +425,7 @@ def sandbox_layout(
     hidden: tuple[Path, ...],
     switch_user: bool,
     seccomp_fd: int | None,
+    own_network: bool = False,
 ) -> SandboxLayout:
     """The sandbox of one launch (reads the file system to find installations).
 
@@ -441,4 +447,5 @@ def sandbox_layout(
         switch_user=switch_user,
         user_namespace=os.geteuid() != 0,
         seccomp_fd=seccomp_fd,
+        own_network=own_network,
     )

@@ -22,14 +22,17 @@ from pathlib import Path
 from typing import Any
 
 from hub.client import HubClient
-from hub.contract import PROGRESS, WARNING, Claim, Session, TurnOutcome, TurnResult
+from hub.contract import EGRESS, PROGRESS, WARNING, Claim, Session, TurnOutcome, TurnResult
 from hub.errors import AmuxError, Conflict, InvalidArgument, NotFound, Unavailable
 from hub.requestid import REQUEST_ID
 from runtime_bridge.agent_users import configured_user
+from runtime_bridge.approvals import ASK
 from runtime_bridge.bounds import bounds_from_settings
 from runtime_bridge.cgroups import LaunchGroup, rlimits
 from runtime_bridge.checkouts import Checkout, Projects
 from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.doors import LaunchDoors
+from runtime_bridge.egress import Egress
 from runtime_bridge.gateway import Gateway, Grant, launch_routes, operator_upstreams
 from runtime_bridge.hub_approver import HubApprover
 from runtime_bridge.launch import SESSION_HOME, LaunchSite, write_seccomp_file
@@ -38,6 +41,7 @@ from runtime_bridge.mcp_launcher import WarmMcp, warm_socket
 from runtime_bridge.providers import (
     MEMORY_PROVIDERS,
     Failure,
+    LaunchPlan,
     MemoryAttachment,
     Progress,
     Result,
@@ -108,7 +112,8 @@ class Worker:
         if settings.run_as:
             # Refused at start, with the reason, rather than at every turn.
             configured_user(settings.run_as)
-        self.warm_mcp = WarmMcp(self.amux)
+        # Its servers reach the Hub at the worker's own URL, never one a launch's Agent names.
+        self.warm_mcp = WarmMcp(self.amux, hub_url)
         # Provider credentials are read here, once, and live only in the gateway from now on.
         self.gateway = Gateway(
             operator_upstreams(self.base_env, settings.anthropic_base_url, settings.openai_base_url)
@@ -336,18 +341,20 @@ class Worker:
             try:
                 assert self.worker_id is not None
                 approver = HubApprover(self.hub, claimed.execution_id, self.worker_id)
-                async for event in run(plan, approver):
-                    if grant.warn_due():
-                        warnings.append(BUDGET_WARNING)
-                        await self._event(claimed, WARNING, BUDGET_WARNING)
-                    if isinstance(event, Progress):
-                        await self._event(claimed, PROGRESS, plan.mask(event.text))
-                    elif isinstance(event, Result):
-                        text = plan.mask(event.text)
-                        native_id = event.native_session_id
-                        usage = dict(event.usage)
-                    elif isinstance(event, Failure):
-                        failure = plan.mask(event.message)
+                doors = await self._doors(claimed, plan, approver)
+                async with doors or contextlib.nullcontext():
+                    async for event in run(plan, approver):
+                        if grant.warn_due():
+                            warnings.append(BUDGET_WARNING)
+                            await self._event(claimed, WARNING, BUDGET_WARNING)
+                        if isinstance(event, Progress):
+                            await self._event(claimed, PROGRESS, plan.mask(event.text))
+                        elif isinstance(event, Result):
+                            text = plan.mask(event.text)
+                            native_id = event.native_session_id
+                            usage = dict(event.usage)
+                        elif isinstance(event, Failure):
+                            failure = plan.mask(event.message)
             finally:
                 if grant.warn_due():
                     warnings.append(BUDGET_WARNING)
@@ -395,6 +402,30 @@ class Worker:
             if credential_id is not None:
                 with contextlib.suppress(AmuxError):
                     await self.hub.revoke_credential(credential_id)
+
+    async def _doors(
+        self, claimed: Claim, plan: LaunchPlan, approver: HubApprover
+    ) -> LaunchDoors | None:
+        """The worker's side of the launch's doors, for a launch with a network of its own."""
+        if not plan.doors:
+            return None
+
+        async def report(host: str, port: int, reason: str) -> None:
+            with contextlib.suppress(AmuxError):
+                await self._event(claimed, EGRESS, plan.mask(reason))
+
+        egress = Egress(
+            self.settings.allow_list(),
+            report,
+            approver if claimed.permissions == ASK else None,
+        )
+        return LaunchDoors(
+            plan.doors,
+            gateway_url=self.gateway.url,
+            hub_url=self.hub_url,
+            egress=egress,
+            owner=plan.run_as,
+        )
 
     async def _checkout(
         self, claimed: Claim, run_as: tuple[int, int] | None, warnings: list[str]
@@ -592,7 +623,7 @@ class Worker:
         unavailable: str | None = None,
     ) -> MemoryAttachment:
         attachment = MemoryAttachment(
-            hub_url=self.hub_url,
+            hub_url=self.site.agent_hub_url(self.hub_url),
             credential=token,
             binding=binding,
             mcp_argv=self._mcp_argv(),

@@ -21,6 +21,7 @@ from hub.contract import (
     ALLOW_SESSION,
     APPROVAL,
     DENY,
+    EGRESS,
     MEMORY,
     STATUS,
     SUCCEEDED,
@@ -281,7 +282,9 @@ async def follow(
                 if use is not None:
                     typer.echo(memory_line(use), err=True)
                     continue
-                prefix = {WARNING: "warning: ", STATUS: "status: "}.get(event.kind, "")
+                prefix = {WARNING: "warning: ", STATUS: "status: ", EGRESS: "network: "}.get(
+                    event.kind, ""
+                )
                 typer.echo(f"{prefix}{event.text}", err=True)
             if answer.execution.finished:
                 return answer
@@ -445,7 +448,7 @@ def runtime_plan(
         memory = None
         if binding is not None:
             memory = MemoryAttachment(
-                hub_url=client_settings.hub_url,
+                hub_url=site.agent_hub_url(client_settings.hub_url),
                 credential="<delegated at launch>",
                 binding=binding,
                 mcp_argv=(amux, "mcp"),
@@ -467,7 +470,8 @@ def runtime_plan(
         launch = dataclasses.replace(build_plan(request), run_as=identity)
         # The sandbox is shown as a worker would build it; what it binds is found on this host.
         try:
-            launch = site.sandbox(launch, request, (), (amux,))
+            # A worker's launch goes through its gateway, so it is isolated when the site is.
+            launch = site.sandbox(launch, request, (), (amux,), isolate=site.isolated)
         except ExecutableMissing as error:
             warnings.append(f"sandbox not shown: {error.message}")
         plan = launch.to_json(mask_secrets=True)
@@ -484,8 +488,8 @@ def runtime_plan(
 def plan_text(plan: dict[str, Any]) -> str:
     """A launch plan for people: the command line as a shell would take it, then where it runs,
     as whom, with which environment and files."""
-    # The confinement prefix runs first, then the sandbox, then the Agent itself.
-    prefix = [str(arg) for key in ("confine", "sandbox") for arg in plan.get(key) or []]
+    # The confinement prefix runs first, then the sandbox, the relay, then the Agent itself.
+    prefix = [str(arg) for key in ("confine", "sandbox", "relay") for arg in plan.get(key) or []]
     run_as = plan.get("run_as")
     lines = [
         f"provider     {plan['provider']}",
@@ -498,6 +502,9 @@ def plan_text(plan: dict[str, Any]) -> str:
         "environment",
         *(f"  {key}={value}" for key, value in sorted((plan.get("env") or {}).items())),
     ]
+    doors = plan.get("doors") or []
+    lines.append("network      " + ("own namespace, doors:" if doors else "the host's"))
+    lines += [f"  {door['name']:<7} {door['listen']} -> {door['socket']}" for door in doors]
     files = plan.get("files") or []
     if files:
         lines.append("files")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV, MEMORY_UNAVAILABLE, NO_OWNER_TOKEN
+from runtime_bridge.network import Door
 
 MEMORY_SERVER = "memory"
 """The MCP server name memory tools are published under (``mcp__memory__…`` to the model)."""
@@ -207,6 +208,10 @@ class LaunchPlan:
     # (None: nothing in the sandbox asks).
     permissions: str = "auto"
     approval_socket: Path | None = None
+    # The relay's words after the user switch (the launch's doors; runtime_bridge.network), and
+    # the doors it opens; empty: the launch shares the host's network.
+    relay: tuple[str, ...] = ()
+    doors: tuple[Door, ...] = ()
 
     def mask(self, text: str) -> str:
         """``text`` with every secret of this plan (its credential, secret-named variables of its
@@ -246,6 +251,8 @@ class LaunchPlan:
             "resume_id": self.resume_id,
             "permissions": self.permissions,
             "approval_socket": str(self.approval_socket) if self.approval_socket else None,
+            "relay": list(self.relay),
+            "doors": [d.to_json() for d in self.doors],
         }
         if self.codex is not None:
             out["codex"] = {

@@ -115,14 +115,15 @@ def _user_switch(plan: LaunchPlan) -> tuple[str, ...]:
 
 
 def launch_command(plan: LaunchPlan, argv: list[str]) -> list[str]:
-    """The full command of a launch: sandbox, user switch and death signal, then ``argv``.
+    """The full command of a launch: sandbox, user switch and death signal, the relay of a
+    launch with a network of its own, then ``argv``.
 
     The agent runs in a session of its own (so it can be stopped as a group), which also cuts it
     loose from the worker: if the worker is killed, the kernel must stop the agent too. bwrap's
     ``--die-with-parent`` does that for a sandboxed launch; otherwise ``setpriv --pdeathsig``.
     """
     if plan.sandbox:
-        return [*plan.confine, *plan.sandbox, *_user_switch(plan), *argv]
+        return [*plan.confine, *plan.sandbox, *_user_switch(plan), *plan.relay, *argv]
     if plan.run_as is not None:
         return [*plan.confine, *_user_switch(plan), *argv]
     setpriv = shutil.which("setpriv")

@@ -16,6 +16,8 @@ import pytest
 
 from runtime_bridge.approvals import AUTO
 from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.doors import LaunchDoors
+from runtime_bridge.egress import Egress
 from runtime_bridge.gateway import (
     PLACEHOLDER_PREFIX,
     Gateway,
@@ -25,6 +27,7 @@ from runtime_bridge.gateway import (
     operator_upstreams,
 )
 from runtime_bridge.launch import LaunchSite
+from runtime_bridge.network import MODEL, AllowList, door_url
 from runtime_bridge.providers import Event, Result, build_plan, run
 from tests.fakes.model_server import (
     INPUT_TOKENS,
@@ -112,12 +115,30 @@ async def launch_through(
     routes = launch_routes(provider, gateway.defaults, env, settings.home_source(provider))
     with gateway.open(routes) as grant:
         bare, request = sandboxed_launch(settings, provider, dict(env), AUTO)
-        request = dataclasses.replace(request, gateway=grant.access)
         assert settings.work_dir is not None
         site = LaunchSite(settings, settings.work_dir, amux_home=settings.work_dir.parent / "h")
+        # In a network namespace of its own, the CLI reaches the gateway through its door.
+        request = dataclasses.replace(request, gateway=site.agent_gateway(grant.access))
         plan = dataclasses.replace(build_plan(request), run_as=bare.run_as)
         plan = site.sandbox(plan, request)
-        events = await collect(run(plan))
+        assert "--unshare-net" in plan.sandbox and plan.doors
+
+        refused: list[str] = []
+
+        async def nowhere(host: str, port: int, reason: str) -> None:
+            refused.append(f"{host}:{port}")
+
+        doors = LaunchDoors(
+            plan.doors,
+            gateway_url=gateway.url,
+            hub_url="http://127.0.0.1:9",
+            egress=Egress(AllowList(), nowhere),
+            owner=plan.run_as,
+        )
+        async with doors:
+            events = await collect(run(plan))
+        # Telemetry and update checks are off in a launch: nothing else was reached for.
+        assert refused == []
         shown = plan.to_json(mask_secrets=False)
     return events, grant, shown
 
@@ -157,7 +178,7 @@ async def test_the_real_cli_reaches_the_model_with_the_operators_key_and_holds_o
             ((_, seen),) = model.tool_results
             assert PLACEHOLDER_PREFIX in seen
             if provider != "codex":  # Codex is given the gateway's URL in its argv.
-                assert gateway.url in seen
+                assert door_url(MODEL) in seen
             assert any(key in seen for key in grant.keys.values())
             for key in OPERATOR_KEYS:
                 assert key not in seen

@@ -11,6 +11,7 @@ import pytest
 
 from runtime_bridge.launch_env import NO_OWNER_TOKEN
 from runtime_bridge.memoryprotocol import protocol_text
+from runtime_bridge.network import EGRESS, HUB, door_url
 from runtime_bridge.providers.plan import MASK
 from tests.conftest import HubProcess, free_port, save_settings
 
@@ -82,7 +83,13 @@ def test_a_bound_claude_plan_shows_argv_env_files_and_binding_with_secrets_maske
     server = json.loads(mcp_file["content"])["mcpServers"]["memory"]
     assert server["args"] == ["mcp"]
     assert server["env"]["AMUX_MEMORY_BINDING"] == "global"
-    assert server["env"]["AMUX_HUB_URL"] == hub.url
+    # In its network namespace, the Agent reaches the Hub through its door; the rest goes
+    # through the egress proxy's.
+    assert server["env"]["AMUX_HUB_URL"] == door_url(HUB)
+    assert "--unshare-net" in shown["sandbox"]
+    assert [door["name"] for door in shown["doors"]] == ["model", "hub", "egress"]
+    assert shown["relay"][-1] == "--"
+    assert env["HTTPS_PROXY"] == door_url(EGRESS)
     assert server["env"]["AMUX_TOKEN"] == MASK
     # Neither the operator's token nor the provider key is anywhere in the output.
     assert hub.owner_token not in raw
