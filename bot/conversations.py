@@ -76,6 +76,7 @@ from hub.contract import (
 )
 from hub.errors import AmuxError, Conflict, Forbidden, NotFound
 from hub.principals import Principal
+from hub.projects import Project
 from hub.services import Hub
 from runtime_bridge.launch import Workplace
 
@@ -102,6 +103,12 @@ def topic_workspace(topic: str) -> str:
     """A group topic's own workspace key: the same across its New conversations, so its files
     stay with the topic; nobody's personal workspace."""
     return "topic-" + hashlib.sha256(topic.encode("utf-8")).hexdigest()[:32]
+
+
+def is_team(session: Session) -> bool:
+    """Whether ``session`` is a bound group's conversation: the project's, which any member of
+    the group may continue."""
+    return session.project is not None and session.workspace is not None
 
 
 def request_card_key(execution_id: str, request_id: str) -> str:
@@ -158,7 +165,8 @@ class Conversations:
     async def renew(self, topic: str, by: Principal) -> bool:
         """Make ``topic``'s next message start a new conversation; False when not theirs."""
         session = self._hub.executions.session_by_origin(self._origin(topic))
-        if session is not None and session.principal_id != by.id and not by.is_owner:
+        mine = session is None or session.principal_id == by.id or is_team(session)
+        if not mine and not by.is_owner:
             return False
         if self._seen is None:
             return False
@@ -174,14 +182,23 @@ class Conversations:
         # A group topic is a shared conversation with a workspace of its own; a private chat
         # works in its Principal's personal workspace.
         workspace = None if event.is_private else topic_workspace(topic)
-        if session is not None and session.principal_id != sender.id:
+        # A chat bound to a project works in checkouts of its repository. A bound group's
+        # conversations are the project's service Principal's, so the group shares the
+        # project's memory and nobody's own; a bound private chat keeps its person's memory.
+        project = self._hub.projects.binding_of(event.chat_id) if session is None else None
+        if session is not None and session.principal_id != sender.id and not is_team(session):
             if self._hub.config.isolation or session.workspace is None:
                 # Under isolation a topic runs with its starter's memory only; and a topic whose
                 # conversation works in its starter's personal workspace stays the starter's.
                 await self._client.reply(event.message_id, card=own_topic_card(self._lang))
                 return None
         # The Session keeps its starter (who may stop or renew it); each turn runs as its sender.
-        principal_id = session.principal_id if session is not None else sender.id
+        if session is not None:
+            principal_id = session.principal_id
+        elif project is not None and not event.is_private:
+            principal_id = project.principal_id
+        else:
+            principal_id = sender.id
         prompt = event.text.strip()
         if event.attachments:
             prompt = await self._bring_in(event, principal_id, session, prompt, workspace)
@@ -194,10 +211,11 @@ class Conversations:
             submitted, session = await executions.submit(
                 principal_id=principal_id,
                 submitted_by=sender.id,
-                provider=session.provider if session else self._provider_of(event.chat_id),
+                provider=self._provider_for(event.chat_id, session, project),
                 prompt=with_context(with_sender(prompt, sender), context),
                 origin=origin,
                 workspace=workspace,
+                project=project.name if project is not None else None,
             )
         except AmuxError as error:
             card = refusal_card(error, self._lang)
@@ -237,6 +255,15 @@ class Conversations:
         self._outbox.follow(followed)
         await self._follow(followed)
         return Turn(submitted.id, session.id, progress_message_id)
+
+    def _provider_for(self, chat_id: str, session: Session | None, project: Project | None) -> str:
+        """A conversation keeps its Agent; a new one runs the chat's choice, else its project's
+        Agent, else the bot's default."""
+        if session is not None:
+            return session.provider
+        if project is not None and self._hub.chats.provider(chat_id) is None:
+            return project.provider
+        return self._provider_of(chat_id)
 
     async def _bring_in(
         self,
@@ -560,8 +587,11 @@ class Conversations:
     async def cancel(self, execution_id: str, by: Principal) -> bool:
         """Cancel a turn for its topic's owner (or the Hub owner); False when not theirs."""
         executions = self._hub.executions
-        session = executions.session(executions.describe(execution_id).session_id)
-        if session.principal_id != by.id and not by.is_owner:
+        execution = executions.describe(execution_id)
+        session = executions.session(execution.session_id)
+        # In a bound group's conversation, each turn is its sender's to stop.
+        sent = is_team(session) and execution.submitted_by == by.id
+        if session.principal_id != by.id and not sent and not by.is_owner:
             return False
         await executions.cancel(execution_id)
         return True

@@ -148,6 +148,37 @@ class Management:
         """Remember whose private chat this is (learned from a signed message event)."""
         self._hub.people.note_private_chat(chat_id, principal)
 
+    async def bind_chat(self, chat_id: str, name: str, by: Principal, *, group: bool) -> str:
+        """Bind the chat to project ``name`` (the caller checked ``by`` is the owner); what
+        the chat is told.
+
+        Raises: NotFound: no such project. Conflict: the chat is bound already.
+        """
+        project = await self._hub.projects.bind(chat_id, name, by.id)
+        logger.info("chat bound to project %s by %s", project.name, by.name)
+        memory = text(self.lang, "project.memory.group" if group else "project.memory.private")
+        return text(
+            self.lang,
+            "project.bound",
+            project=project.name,
+            branch=project.default_branch,
+            memory=memory,
+        )
+
+    async def unbind_chat(self, chat_id: str, by: Principal) -> str:
+        """Raises: NotFound: the chat is bound to no project."""
+        project = await self._hub.projects.unbind(chat_id)
+        logger.info("chat unbound from project %s by %s", project.name, by.name)
+        return text(self.lang, "project.unbound", project=project.name)
+
+    def chat_binding_text(self, chat_id: str) -> str:
+        project = self._hub.projects.binding_of(chat_id)
+        if project is None:
+            return text(self.lang, "project.none")
+        return text(
+            self.lang, "project.current", project=project.name, branch=project.default_branch
+        )
+
     def may_choose_provider(self, principal: Principal, chat_id: str) -> bool:
         """The owner chooses for any chat; others only for their own private chat."""
         if principal.is_owner:

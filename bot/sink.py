@@ -92,6 +92,9 @@ class BotSink:
         if rest.startswith("provider"):
             await self._provider_command(event, rest[len("provider") :].strip())
             return
+        if rest == "project" or rest.startswith("project "):
+            await self._project_command(event, rest[len("project") :].split())
+            return
         if not event.is_private:
             await self._client.reply(
                 event.message_id,
@@ -141,6 +144,31 @@ class BotSink:
         self._management.set_provider(event.chat_id, provider)
         message = catalogue_text(self._lang, "provider.set", provider=provider)
         await self._client.reply(event.message_id, text=message, in_thread=False)
+
+    async def _project_command(self, event: MessageEvent, words: list[str]) -> None:
+        """``/amux project bind NAME`` / ``unbind`` in the chat to bind (the owner only), and
+        ``/amux project`` to see the chat's binding."""
+        principal = await self._enrolled(event)
+        if principal is None:
+            return
+        if words and not principal.is_owner:
+            # A binding decides whose memory and which repository everyone in the chat gets.
+            await self._client.reply(
+                event.message_id, card=owner_only_card(self._lang), in_thread=False
+            )
+            return
+        match words:
+            case ["bind", name]:
+                said = await self._management.bind_chat(
+                    event.chat_id, name, principal, group=not event.is_private
+                )
+            case ["unbind"]:
+                said = await self._management.unbind_chat(event.chat_id, principal)
+            case []:
+                said = self._management.chat_binding_text(event.chat_id)
+            case _:
+                said = catalogue_text(self._lang, "project.usage")
+        await self._client.reply(event.message_id, text=said, in_thread=False)
 
     async def on_card_action(self, action: CardAction) -> CardResponse | None:
         if not self._identities.admits(action.tenant_key, action.app_id, action.operator):

@@ -164,6 +164,40 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "Please write your request as text (text, rich text, images and files are read)."
         ),
         "provider.set": "New conversations in this chat now run {provider}.",
+        "project.bound": (
+            "This chat is now bound to project **{project}**: each new conversation works on a "
+            "branch of its own from {branch}. {memory}"
+        ),
+        "project.memory.group": (
+            "Turns here share the project's memory; nobody's own memory enters them."
+        ),
+        "project.memory.private": "Turns here keep your own memory.",
+        "project.unbound": (
+            "This chat is no longer bound to project **{project}**; new conversations work as "
+            "before (existing ones keep their branches)."
+        ),
+        "project.current": "This chat is bound to project **{project}** (from {branch}).",
+        "project.none": (
+            "This chat is bound to no project. The owner binds one with /amux project bind NAME."
+        ),
+        "project.usage": "Use /amux project bind NAME, or /amux project unbind.",
+        "progress.project": "Project **{project}** · branch `{branch}`",
+        "result.branch": "**Branch** `{branch}` from {base}: {count} file(s) changed",
+        "result.branch.none": "**Branch** `{branch}` from {base}: no change",
+        "result.branch.more": "… and {more} more",
+        "result.branch.binary": "binary",
+        "result.diff_file": "The diff against {base} follows as a file.",
+        "result.diff_truncated": "The diff was cut at 256 KiB.",
+        "manage.projects": "**Projects**",
+        "manage.projects.none": "No projects yet; the owner adds one with `amux project add`.",
+        "manage.projects.line": "**{name}**: `{source}` from {branch}, {chats} chat(s)",
+        "manage.projects.chat": "This chat is bound to **{project}**.",
+        "manage.projects.chat_none": "This chat is bound to no project.",
+        "manage.projects.bind": "Bind this chat to {project}",
+        "manage.projects.unbind": "Unbind this chat",
+        "manage.worktree_days": (
+            "**Checkouts kept unused**: **{days}** days (their branches stay)"
+        ),
         "provider.choose": "choose one of {providers}",
         "provider.no_chat": "this card does not name a chat",
         "claim.refused.wrong": "That claim code is not valid.",
@@ -416,6 +450,33 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "command.private_only": "请在与机器人的私聊中发送 /amux。",
         "command.text_only": "请用文字描述你的请求（读取文字、富文本、图片和文件消息）。",
         "provider.set": "本会话的新对话将使用 {provider}。",
+        "project.bound": (
+            "本会话已绑定到项目 **{project}**：每个新对话都在从 {branch} 创建的独立分支上"
+            "工作。{memory}"
+        ),
+        "project.memory.group": "这里的轮次共享项目的记忆，不会带入任何人自己的记忆。",
+        "project.memory.private": "这里的轮次使用你自己的记忆。",
+        "project.unbound": (
+            "本会话已不再绑定项目 **{project}**；新对话恢复原样（已有对话保留其分支）。"
+        ),
+        "project.current": "本会话绑定的项目是 **{project}**（基于 {branch}）。",
+        "project.none": "本会话未绑定项目。所有者可发送 /amux project bind NAME 进行绑定。",
+        "project.usage": "请使用 /amux project bind NAME 或 /amux project unbind。",
+        "progress.project": "项目 **{project}** · 分支 `{branch}`",
+        "result.branch": "**分支** `{branch}`（基于 {base}）：{count} 个文件有改动",
+        "result.branch.none": "**分支** `{branch}`（基于 {base}）：没有改动",
+        "result.branch.more": "… 另有 {more} 个",
+        "result.branch.binary": "二进制",
+        "result.diff_file": "相对 {base} 的差异以文件形式随后发送。",
+        "result.diff_truncated": "差异在 256 KiB 处被截断。",
+        "manage.projects": "**项目**",
+        "manage.projects.none": "还没有项目；所有者可用 `amux project add` 添加。",
+        "manage.projects.line": "**{name}**：`{source}`，基于 {branch}，{chats} 个会话",
+        "manage.projects.chat": "本会话绑定到 **{project}**。",
+        "manage.projects.chat_none": "本会话未绑定项目。",
+        "manage.projects.bind": "将本会话绑定到 {project}",
+        "manage.projects.unbind": "解除本会话的绑定",
+        "manage.worktree_days": "**未使用的检出保留**：**{days}** 天（分支会保留）",
         "provider.choose": "请选择其中之一：{providers}",
         "provider.no_chat": "此卡片没有指明会话",
         "claim.refused.wrong": "认领码无效。",

@@ -1,0 +1,129 @@
+"""Chats bound to projects, as Feishu users notice them: the owner binds a chat with
+``/amux project bind``; a bound group's turns share the project's memory and never a member's
+own; the same member's private chat keeps theirs. The real ``claude`` CLI saves and reads through
+the real ``amux mcp`` against the scripted model; the repository is a real git repository."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hub.errors import Conflict
+from hub.history import Author
+from hub.paths import principal_scope
+from tests.bot.test_bot_flows import ALICE, BOB, GROUP, Bot, card_text, running_bot
+from tests.bot.test_bot_turns import claude_worker
+from tests.conftest import until
+from tests.fakes.model_server import Answer, CallTool, FakeModelServer
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+TEAM_NOTE = "team/deploy.md"
+TEAM_TEXT = "# Deploy\nthe team ships on Tuesdays\n"
+OWN_NOTE = "me/secret.md"
+OWN_TEXT = "# Mine\nBob's own reminder: dentist at four\n"
+GET = "mcp__memory__amux_memory_get"
+UPSERT = "mcp__memory__amux_memory_upsert"
+
+
+def make_repo(path: Path) -> Path:
+    path.mkdir(parents=True)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=path, check=True)
+    (path / "README.md").write_text("hello\n")
+    subprocess.run([*git, "add", "README.md"], cwd=path, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "first"], cwd=path, check=True)
+    return path
+
+
+async def said(bot: Bot, text: str, who: dict[str, str], *, group: bool) -> str:
+    """What the bot answered to ``text`` as plain text or a card's text."""
+    asked = await bot.say(text, who, group=group, mention=group)
+    reply = await bot.reply_to(asked)
+    return reply.text if reply.card is None else card_text(reply.card)
+
+
+async def test_the_owner_binds_a_chat_and_bad_bindings_are_refused_readably(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        await bot.hub.projects.add("web", by=bot.ids["alice"], path=str(make_repo(tmp_path / "r")))
+        assert "bound to no project" in await said(bot, "/amux project", BOB, group=True)
+
+        refused = await said(bot, "/amux project bind web", BOB, group=True)
+        assert "Owner only" in refused or "owner" in refused
+        assert bot.hub.projects.binding_of(GROUP) is None
+
+        unknown = await said(bot, "/amux project bind nope", ALICE, group=True)
+        assert "not_found" in unknown and "no project named 'nope'" in unknown
+        assert bot.hub.projects.binding_of(GROUP) is None
+
+        bound = await said(bot, "/amux project bind web", ALICE, group=True)
+        assert "bound to project **web**" in bound and "share the project's memory" in bound
+        again = await said(bot, "/amux project bind web", ALICE, group=True)
+        assert "conflict" in again and "bound to project 'web'; unbind it first" in again
+        assert "bound to project **web**" in await said(bot, "/amux project", BOB, group=True)
+
+        # A project a chat is bound to cannot be removed; the refusal names the chat.
+        with pytest.raises(Conflict, match=GROUP):
+            await bot.hub.projects.remove("web")
+
+        assert "no longer bound" in await said(bot, "/amux project unbind", ALICE, group=True)
+        assert bot.hub.projects.binding_of(GROUP) is None
+        assert "not_found" in await said(bot, "/amux project unbind", ALICE, group=True)
+
+
+async def test_a_bound_groups_turn_keeps_the_projects_memory_apart_from_its_members_own(
+    tmp_path: Path,
+) -> None:
+    script = [
+        # Bob's turn in the bound group: his own note is not there; the team's is saved.
+        CallTool(GET, {"path": OWN_NOTE}),
+        CallTool(UPSERT, {"path": TEAM_NOTE, "content": TEAM_TEXT, "expected_revision": "absent"}),
+        Answer("Noted for the team."),
+        # Bob's private chat: the team's note is not in his memory.
+        CallTool(GET, {"path": TEAM_NOTE}),
+        Answer("Nothing about deploys here."),
+    ]
+    async with (
+        FakeModelServer(script) as model,
+        running_bot(tmp_path, memory=True, isolation=True) as bot,
+        claude_worker(bot, tmp_path, model),
+    ):
+        bob = bot.ids["bob"]
+        await bot.hub.history.upsert(
+            principal_scope(bob), OWN_NOTE, OWN_TEXT, "absent", Author(bob, "cli")
+        )
+        project = await bot.hub.projects.add(
+            "web", by=bot.ids["alice"], path=str(make_repo(tmp_path / "repo"))
+        )
+        assert "bound to project" in await said(bot, "/amux project bind web", ALICE, group=True)
+
+        asked = await bot.say("Remember: we ship on Tuesdays", BOB, group=True, mention=True)
+        progress = await bot.reply_to(asked)
+        await until(lambda: "Noted for the team." in card_text(progress.card), seconds=120)
+        team_scope = principal_scope(project.principal_id)
+        saved = await bot.hub.store.get(team_scope, TEAM_NOTE)
+        assert saved.content == TEAM_TEXT
+        assert not (await bot.hub.store.get(principal_scope(bob), TEAM_NOTE)).exists
+        session = bot.session_of(asked)
+        assert session is not None
+        assert (session.principal_id, session.project) == (project.principal_id, "web")
+        (turn,) = bot.executions_of(session.id)
+        # Quotas, approvals and audit still name the real sender.
+        assert turn.submitted_by == bob
+
+        private = await bot.say("What do you know about deploys?", BOB)
+        reply = await bot.reply_to(private)
+        await until(lambda: "Nothing about deploys here." in card_text(reply.card), seconds=120)
+        private_session = bot.session_of(private)
+        assert private_session is not None and private_session.principal_id == bob
+
+        await until(lambda: all(e.finished for e in bot.executions_of(private_session.id)))
+        results = [text for _, text in model.tool_results]
+        assert len(results) == 3, results
+        group_read, _, private_read = results
+        assert "dentist" not in group_read
+        assert "Tuesdays" not in private_read
