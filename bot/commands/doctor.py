@@ -868,6 +868,13 @@ async def diagnose(
         if settings.runtime.in_process:
             checks.append(check_agent_user(settings.runtime))
             checks.append(check_bounds(settings.runtime))
+        # Beside the sandbox checks it builds on (it imports their helpers from here).
+        from bot.commands.doctor_network import check_egress, check_network, check_upstreams
+
+        checks += await check_network(settings.runtime)
+        if settings.runtime.in_process:
+            checks.append(await check_upstreams(settings.runtime))
+        checks.append(check_egress(settings.runtime))
         if hub_ok:
             checks.append(await check_workers(hub))
         else:
