@@ -17,14 +17,21 @@
    directly, and through the worker's gateway (placeholder swapped, usage counted), interleaved
    on kept-alive connections as a CLI makes them; p50 and p99 per round, the median of the
    rounds with their spread.
-5. CLI start: ``amux --version`` to its exit, and ``amux mcp`` and ``amux permission-prompt``
+5. Network: what a launch's own network namespace and its relay add. Per launch, the same
+   sandboxed spawn of ``/bin/true`` with ``--unshare-net``, the relay binding its doors and the
+   worker serving them (open and close), against the same sandbox sharing the host's network;
+   per model request, a streamed answer read by a client inside the namespace through the model
+   door (relay, Unix socket, worker) to the gateway, against the same client outside it straight
+   to the gateway, interleaved round by round.
+6. CLI start: ``amux --version`` to its exit, and ``amux mcp`` and ``amux permission-prompt``
    from spawn until they answer ``initialize`` and ``tools/list`` through the real MCP client
    SDK (what a Claude launch waits for before its first model request), against a bare
    ``python -c pass``.
 
-Run: .venv/bin/python tests/benchmarks/bench_bridge.py [--samples N] [--only gateway|cli]
+Run: .venv/bin/python tests/benchmarks/bench_bridge.py [--samples N] [--only gateway|network|cli]
 Targets: < 100 ms added per launch, < 30 ms of it the sandbox's, < 20 ms added per memory call,
-< 2 ms added per model request at p50.
+< 2 ms added per model request at p50; the network namespace and relay < 30 ms per launch and
+< 2 ms per model request at p50.
 """
 
 from __future__ import annotations
@@ -61,10 +68,13 @@ from runtime_bridge import cgroups
 from runtime_bridge.bounds import bounds_from_settings
 from runtime_bridge.cgroups import LaunchGroup
 from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.doors import LaunchDoors
+from runtime_bridge.egress import Egress
 from runtime_bridge.gateway import Gateway, operator_upstreams
 from runtime_bridge.launch import LaunchSite, write_seccomp_file
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
-from runtime_bridge.providers import build_plan
+from runtime_bridge.network import MODEL, AllowList, door_url
+from runtime_bridge.providers import LaunchPlan, build_plan
 from runtime_bridge.providers.process import launch_command
 from runtime_bridge.worker import Worker
 from tests.benchmarks.harness import (
@@ -96,6 +106,29 @@ SANDBOX_TARGET_MS = 30.0
 CALL_TARGET_MS = 20.0
 GATEWAY_TARGET_MS = 2.0
 GATEWAY_REQUESTS = 300
+NETWORK_LAUNCH_TARGET_MS = 30.0
+NETWORK_REQUEST_TARGET_MS = 2.0
+NETWORK_REQUESTS = 100
+# A stand-in Agent for the per-request figure: N streamed model requests on one kept-alive
+# connection (stdlib only, as fast to start inside the sandbox as outside), each one's seconds.
+REQUEST_CLIENT = """
+import http.client, json, sys, time, urllib.parse
+url, key, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+parts = urllib.parse.urlsplit(url)
+message = {"role": "user", "content": "hi"}
+body = json.dumps({"model": "fake", "stream": True, "messages": [message]})
+connection = http.client.HTTPConnection(parts.hostname, parts.port)
+took = []
+for _ in range(count):
+    start = time.perf_counter()
+    connection.request("POST", "/v1/messages?beta=true", body, {"x-api-key": key,
+        "content-type": "application/json"})
+    answer = connection.getresponse()
+    answer.read()
+    assert answer.status == 200, answer.status
+    took.append(time.perf_counter() - start)
+print(json.dumps(took))
+"""
 CLI_SAMPLES = 7
 
 
@@ -564,6 +597,127 @@ async def gateway_cost(rounds: int) -> None:
     print(f"  usage counted for {counted} of {GATEWAY_REQUESTS * (rounds + 1)} gateway requests")
 
 
+async def network_cost(root: Path, samples: int, rounds: int) -> None:
+    if shutil.which("bwrap") is None:
+        print("\nnetwork: bwrap is not installed; skipped")
+        return
+    work_dir = root / "network-runtime"
+    settings = RuntimeSettings(name="bench", claude=find_agent_cli("claude"), work_dir=work_dir)
+    site = LaunchSite(settings, work_dir, amux_home=root / "network-home")
+    session = Session("s1", "p1", "claude", None, None, None, "unbound", None)
+    for directory in (site.workspace(session), site.session_home("s1"), site.run_dir("e1")):
+        directory.mkdir(parents=True)
+    write_seccomp_file(work_dir)
+    run_as = site.agent_identity("p1")
+    async with FakeModelServer() as model:
+        env = {"ANTHROPIC_BASE_URL": model.base_url, "ANTHROPIC_API_KEY": "sk-operator-bench"}
+        async with Gateway(operator_upstreams(env)) as gateway:
+            grant = gateway.open()
+            request = site.request(
+                provider="claude",
+                prompt="",
+                session=session,
+                execution_id="e1",
+                memory=None,
+                base_env=dict(os.environ),
+                own_home=True,
+                gateway=grant.access,
+            )
+            plain = dataclasses.replace(build_plan(request), run_as=run_as)
+
+            async def nothing(host: str, port: int, reason: str) -> None:
+                return None
+
+            def doors(plan: LaunchPlan) -> LaunchDoors:
+                egress = Egress(AllowList(), nothing)
+                return LaunchDoors(
+                    plan.doors,
+                    gateway_url=gateway.url,
+                    hub_url="http://127.0.0.1:9",
+                    egress=egress,
+                    owner=plan.run_as,
+                )
+
+            shared: list[float] = []
+            isolated: list[float] = []
+            for n in range(samples + 1):  # The first round warms caches and is dropped.
+                start = time.perf_counter()
+                host = site.sandbox(plain, request, isolate=False)
+                await spawn_seconds(launch_command(host, ["/bin/true"]), dict(host.env))
+                host_took = time.perf_counter() - start
+                start = time.perf_counter()
+                own = site.sandbox(plain, request, isolate=True)
+                async with doors(own):
+                    await spawn_seconds(launch_command(own, ["/bin/true"]), dict(own.env))
+                own_took = time.perf_counter() - start
+                if n:
+                    shared.append(host_took)
+                    isolated.append(own_took)
+            added = [i - h for i, h in zip(isolated, shared, strict=True)]
+            own = site.sandbox(plain, request, isolate=True)
+            key = grant.keys["anthropic"]
+            client = [sys.executable, "-I", "-S", "-c", REQUEST_CLIENT]
+            stats: dict[str, list[float]] = {
+                "direct p50": [],
+                "direct p99": [],
+                "relay p50": [],
+                "relay p99": [],
+            }
+            request_added: list[float] = []
+            async with doors(own):
+                for n in range(rounds + 1):
+                    direct = await client_timings(
+                        [*client, gateway.url, key, str(NETWORK_REQUESTS)], dict(own.env)
+                    )
+                    through = await client_timings(
+                        launch_command(own, [*client, door_url(MODEL), key, str(NETWORK_REQUESTS)]),
+                        dict(own.env),
+                    )
+                    if n == 0:
+                        continue
+                    for name, measured in (("direct", direct), ("relay", through)):
+                        stats[f"{name} p50"].append(percentile(measured, 0.5))
+                        stats[f"{name} p99"].append(percentile(measured, 0.99))
+                    request_added.append(percentile(through, 0.5) - percentile(direct, 0.5))
+            grant.close()
+    launch_ms = statistics.median(added) * 1000
+    launch_verdict = "met" if launch_ms < NETWORK_LAUNCH_TARGET_MS else "missed"
+    request_verdict = (
+        "met" if statistics.median(request_added) * 1000 < NETWORK_REQUEST_TARGET_MS else "missed"
+    )
+    print(
+        f"\nnetwork: a sandboxed spawn of /bin/true with its own namespace, relay and doors vs "
+        f"sharing the host's network, {samples} interleaved launches (median, min–max)"
+    )
+    print(f"  sandboxed, host network      {spread(shared)}")
+    print(f"  sandboxed, own namespace     {spread(isolated)}")
+    print(
+        f"  added per launch             {spread(added)} target < "
+        f"{NETWORK_LAUNCH_TARGET_MS:.0f} ms: {launch_verdict}"
+    )
+    print(
+        f"  a streamed /v1/messages answer, {NETWORK_REQUESTS} requests per round each way, "
+        f"{rounds} rounds ({rounds * NETWORK_REQUESTS} per way; median of rounds, min–max)"
+    )
+    for name, measured in stats.items():
+        print(f"  {name:28} {spread(measured)}")
+    print(
+        f"  added per request at p50     {spread(request_added)} target < "
+        f"{NETWORK_REQUEST_TARGET_MS:.0f} ms: {request_verdict}"
+    )
+
+
+async def client_timings(argv: list[str], env: dict[str, str]) -> list[float]:
+    """The per-request seconds the stand-in client printed."""
+    process = await asyncio.create_subprocess_exec(
+        *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"the request client failed: {err.decode(errors='replace')[-500:]}")
+    return [float(seconds) for seconds in json.loads(out)]
+
+
 async def tools_listed_seconds(args: list[str], env: dict[str, str], errlog: TextIO) -> float:
     """Seconds from spawning ``amux ARGS`` until it has answered initialize and tools/list."""
     params = StdioServerParameters(command=AMUX, args=args, env=env, cwd=REPO)
@@ -610,7 +764,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=3)
     parser.add_argument(
-        "--only", choices=("launch", "calls", "sandbox", "gateway", "cli"), default=None
+        "--only",
+        choices=("launch", "calls", "sandbox", "gateway", "network", "cli"),
+        default=None,
     )
     parser.add_argument("--providers", default=",".join(PROVIDERS))
     args = parser.parse_args()
@@ -623,6 +779,8 @@ async def main() -> None:
             await gateway_cost(max(args.samples, 5))
         if args.only in (None, "sandbox"):
             await sandbox_cost(root, max(args.samples, 15))
+        if args.only in (None, "network"):
+            await network_cost(root, max(args.samples, 15), max(args.samples, 3))
         if args.only in (None, "calls"):
             await memory_calls(root)
         if args.only in (None, "launch"):
