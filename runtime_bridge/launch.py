@@ -36,6 +36,7 @@ from runtime_bridge.network import (
     HOST_NETWORK_WARNING,
     HUB,
     MODEL,
+    QUIET_ENV,
     UNSANDBOXED_NETWORK_WARNING,
     door_env,
     door_url,
@@ -456,5 +457,8 @@ class LaunchSite:
             return sandboxed
         doors = launch_doors(request.run_dir)
         return dataclasses.replace(
-            sandboxed, env={**env, **door_env(doors)}, relay=relay_argv(doors), doors=doors
+            sandboxed,
+            env={**QUIET_ENV, **env, **door_env(doors)},
+            relay=relay_argv(doors),
+            doors=doors,
         )

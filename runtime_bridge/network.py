@@ -87,6 +87,19 @@ def relay_argv(doors: tuple[Door, ...]) -> tuple[str, ...]:
     )
 
 
+# What each CLI would otherwise reach for on its own (telemetry, error reports, update and
+# version checks): off in an isolated launch, where each attempt would be a refused host on the
+# turn's card. Claude honours the proxy variables; Pi's start-up fetches do not go through them.
+QUIET_ENV: dict[str, str] = {
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "PI_OFFLINE": "1",
+    "PI_TELEMETRY": "0",
+}
+
+
 def door_env(doors: tuple[Door, ...]) -> dict[str, str]:
     """The proxy variables that send the Agent's other requests to the egress door (both
     spellings: tools read one or the other), and loopback past it to its own doors."""

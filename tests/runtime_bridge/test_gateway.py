@@ -73,8 +73,6 @@ def worker_env(tmp_path: Path, model: FakeModelServer) -> dict[str, str]:
         "CLAUDE_CODE_OAUTH_TOKEN": OAUTH_TOKEN,
         "OPENAI_API_KEY": OPENAI_KEY,
         "OPERATOR_PI_KEY": PI_KEY,
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "PI_OFFLINE": "1",
     }
 
 
