@@ -182,6 +182,20 @@ async def test_two_conversations_of_one_project_run_at_once_each_on_its_own_bran
             f"amux Agent: amux: turn {third}"
         )
 
+        # Unused past projects.worktree_days, A's checkout goes at the project's next claim;
+        # its branch stays, and A's next turn gets it back with its changes.
+        record = service.work_dir / "projects" / "web" / "used" / short_id(a.id)
+        record.write_text(f"{float(record.read_text()) - 15 * 86400}\n")
+        fourth, _ = await service.submit("write notes/b2.txt again\n", session_id=b.id)
+        assert (await service.finished(fourth)).state == "succeeded"
+        assert not a_path.exists()
+        assert git("rev-parse", branch_a, cwd=repo).strip() == done.result.branch.commit
+        fifth, _ = await service.submit("write later.txt later\n", session_id=a.id)
+        again = await service.finished(fifth)
+        assert again.state == "succeeded", again.error
+        assert (a_path / "more.txt").read_text() == "again\n"
+        assert (a_path / "app.py").read_text() == "print('from a')\n"
+
         # `amux runtime plan` shows that checkout as the conversation's working directory.
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("AMUX_")},
