@@ -19,12 +19,14 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from bot.service.app import create_app
+from hub.client import HubClient
 from hub.config import HubSettings
 from hub.contract import Execution, Session
 from hub.rpc import HUB
 from hub.services import Hub
 from runtime_bridge.checkouts import short_id
 from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.worker import Worker
 from tests.conftest import AMUX, free_port, until
 
 pytestmark = [
@@ -239,3 +241,84 @@ async def test_a_plain_conversation_beside_a_project_keeps_its_own_workspace(
             (service.work_dir / "projects" / "web" / "checkouts").iterdir()
         )
         assert list((service.work_dir / "workspaces").glob("*/x.txt"))
+
+
+@asynccontextmanager
+async def two_workers(tmp_path: Path) -> AsyncIterator[tuple[Service, list[Path]]]:
+    """The Hub with no worker of its own and two workers beside it, as `amux runtime worker`
+    runs on two hosts: each its own name, work dir and one slot."""
+    home = tmp_path / "amux-home"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    # The Hub accepts the workers' provider; without a worker URL it runs no worker itself.
+    app = create_app(HubSettings(home=home), RuntimeSettings(providers={"edit": str(AGENT)}))
+    async with TestClient(TestServer(app, host="127.0.0.1", port=port)):
+        hub = app[HUB]
+        owner = hub.state.owner()
+        assert owner is not None
+        repo = operator_repo(tmp_path / "web")
+        await hub.projects.add("web", by=owner.id, path=str(repo), provider="edit")
+        stop = asyncio.Event()
+        clients: list[HubClient] = []
+        tasks: list[asyncio.Task[None]] = []
+        work_dirs: list[Path] = []
+        for name in ("host-a", "host-b"):
+            service = hub.state.add_principal(name, "service")
+            token, _ = hub.state.issue_credential(service.id, "cli", label=name)
+            work_dir = tmp_path / name
+            settings = RuntimeSettings(
+                name=name,
+                slots=1,
+                providers={"edit": str(AGENT)},
+                sandbox="bwrap",
+                work_dir=work_dir,
+            )
+            client = HubClient(url, token, timeout=60)
+            clients.append(client)
+            work_dirs.append(work_dir)
+            tasks.append(
+                asyncio.create_task(Worker(client, url, settings, work_dir).run_forever(stop))
+            )
+        try:
+            yield Service(hub, home, work_dirs[0], url, repo), work_dirs
+        finally:
+            stop.set()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for client in clients:
+                await client.close()
+
+
+async def test_a_project_conversations_later_turn_runs_on_the_worker_holding_its_checkout(
+    tmp_path: Path,
+) -> None:
+    async with two_workers(tmp_path) as (service, work_dirs):
+        first, session = await service.submit("write app.py print('first')\n")
+        assert (await service.finished(first)).state == "succeeded"
+        key = short_id(session.id)
+        holders = [w for w in work_dirs if (w / "projects" / "web" / "checkouts" / key).is_dir()]
+        assert len(holders) == 1
+        (home,) = holders
+        (other,) = [w for w in work_dirs if w != home]
+        checkout = home / "projects" / "web" / "checkouts" / key
+
+        # Its next turn waits for that worker even while the other has nothing to do; held
+        # there, it keeps that worker busy, so a plain turn goes to the other one.
+        second, _ = await service.submit("write b.txt second\nhold\n", session_id=session.id)
+        await until(lambda: (checkout / ".held").exists(), 120)
+        owner = service.hub.state.owner()
+        assert owner is not None
+        plain, _ = await service.hub.executions.submit(
+            principal_id=owner.id, submitted_by=owner.id, provider="edit", prompt="hold\n"
+        )
+        await until(lambda: list((other / "workspaces").glob("*/.held")), 120)
+        assert not (other / "projects" / "web" / "checkouts" / key).exists()
+        (checkout / ".open").touch()
+        for held in (other / "workspaces").glob("*/.held"):
+            held.with_name(".open").touch()
+        done = await service.finished(second)
+        assert done.state == "succeeded", done.error
+        assert done.result is not None and done.result.branch is not None
+        assert {f.path for f in done.result.branch.files} == {"app.py", "b.txt"}
+        assert (await service.finished(plain.id)).state == "succeeded"
