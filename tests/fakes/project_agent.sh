@@ -3,6 +3,8 @@
 #   write NAME TEXT   writes TEXT (one line) to NAME in the checkout
 #   hold              touches .held, waits (up to 120 s) until .open exists, removes both
 #   try PATH          tries to create PATH and answers "reached PATH" or "refused PATH"
+#   show PATH         answers with PATH's content, or "unreadable PATH"
+#   env               answers with its whole environment
 # Then it runs git in the checkout and answers with its branch and last commit's subject.
 while IFS= read -r line || [ -n "$line" ]; do
   case "$line" in
@@ -22,6 +24,10 @@ while IFS= read -r line || [ -n "$line" ]; do
     "try "*)
       path=${line#try }
       if (echo planted > "$path") 2>/dev/null; then echo "reached $path"; else echo "refused $path"; fi ;;
+    "show "*)
+      path=${line#show }
+      cat "$path" 2>/dev/null || echo "unreadable $path" ;;
+    env) env ;;
   esac
 done
 echo "on $(git branch --show-current) after: $(git log -1 --format=%s)"

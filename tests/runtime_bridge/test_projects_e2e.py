@@ -28,6 +28,7 @@ from runtime_bridge.checkouts import short_id
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.worker import Worker
 from tests.conftest import AMUX, free_port, until
+from tests.fakes.git_server import git_server
 
 pytestmark = [
     pytest.mark.e2e,
@@ -241,6 +242,49 @@ async def test_a_plain_conversation_beside_a_project_keeps_its_own_workspace(
             (service.work_dir / "projects" / "web" / "checkouts").iterdir()
         )
         assert list((service.work_dir / "workspaces").glob("*/x.txt"))
+
+
+async def test_a_remote_projects_token_stays_with_the_worker_and_out_of_the_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = "remote-token-9d1c-must-stay-with-the-worker"
+    monkeypatch.setenv("WEB_TOKEN", token)
+    served = tmp_path / "served"
+    served.mkdir()
+    upstream = operator_repo(tmp_path / "upstream")
+    git("clone", "--quiet", "--bare", str(upstream), str(served / "web.git"), cwd=tmp_path)
+    home = tmp_path / "amux-home"
+    work_dir = home / "runtime"
+    runtime = RuntimeSettings(providers={"edit": str(AGENT)}, sandbox="bwrap", work_dir=work_dir)
+    port = free_port()
+    app = create_app(HubSettings(home=home), runtime, worker_url=f"http://127.0.0.1:{port}")
+    with git_server(served, token) as server:
+        async with TestClient(TestServer(app, host="127.0.0.1", port=port)):
+            hub = app[HUB]
+            owner = hub.state.owner()
+            assert owner is not None
+            await hub.projects.add(
+                "web", by=owner.id, remote=f"{server.url}/web.git", credential_env="WEB_TOKEN",
+                provider="edit",
+            )  # fmt: skip
+            bare = work_dir / "projects" / "web" / "repo.git"
+            service = Service(hub, home, work_dir, "", bare)
+            execution, _ = await service.submit(
+                f"write app.py print('remote')\nenv\nshow {bare}/config\n"
+            )
+            done = await service.finished(execution)
+        assert done.state == "succeeded", done.error
+        assert any(server.accepts(header) for header in server.authorizations)
+    assert done.result is not None and done.result.text is not None
+    assert done.result.branch is not None and [f.path for f in done.result.branch.files] == [
+        "app.py"
+    ]
+    # Neither the Agent's environment nor anything it could read holds the token.
+    assert token not in done.result.text
+    assert f"unreadable {bare}/config" in done.result.text
+    for path in [*work_dir.rglob("*"), *home.glob("*")]:
+        if path.is_file() and not path.is_symlink():
+            assert token.encode() not in path.read_bytes(), path
 
 
 @asynccontextmanager
