@@ -55,6 +55,9 @@ AGENT_EMAIL = "agent@amux.invalid"
 # The user name a remote's token goes with in HTTP basic authentication.
 TOKEN_USER = "x-access-token"
 GIT_TIMEOUT_SECONDS = 600.0
+# The chat's files in and out of a conversation (the bot's ``inbox/`` and ``outbox/`` in its
+# working directory) are not the project's changes: never committed to its branch.
+CHAT_FILES = b"/inbox/\n/outbox/\n"
 DAY_SECONDS = 86400.0
 PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 HEX_ID = re.compile(r"[0-9a-f]{16,}")
@@ -304,8 +307,7 @@ class Projects:
             checkout = Checkout(source, key, path, repository, objects)
             if fresh:
                 self._create(checkout, owner)
-            else:
-                self._restore(checkout, owner)
+            self._restore(checkout, owner)
             self._record_use(checkout)
         return checkout
 
@@ -425,6 +427,8 @@ class Projects:
             with open_dir(git_fd, Path("objects") / "info", grant) as info:
                 alternates = self._saved(checkout, "alternates").read_bytes()
                 write_file(info, "alternates", alternates, 0o644, grant)
+            with open_dir(git_fd, Path("info"), grant) as info:
+                write_file(info, "exclude", CHAT_FILES, 0o644, grant)
 
     def _record_use(self, checkout: Checkout) -> None:
         record = self.project_dir(checkout.project.name) / "used" / checkout.key

@@ -103,6 +103,10 @@ def test_each_conversation_works_on_its_own_branch_and_the_result_sums_it_up(
     (first.path / "app.py").write_text("print('hello, team')\nprint('again')\n")
     (first.path / "logo.png").write_bytes(b"\x89PNG\0\0\x01binary")
     (second.path / "NOTES").write_text("second only\n")
+    # What the chat sent in and what the Agent leaves for the chat stay off the branch.
+    for chat_dir in ("inbox/m1", "outbox"):
+        (first.path / chat_dir).mkdir(parents=True)
+        (first.path / chat_dir / "screenshot.png").write_bytes(b"\x89PNG")
     work = projects.finish(first, "e-first", owner, warnings)
     other = projects.finish(second, "e-second", owner, warnings)
     assert warnings == []
