@@ -244,6 +244,20 @@ async def test_a_plain_conversation_beside_a_project_keeps_its_own_workspace(
         assert list((service.work_dir / "workspaces").glob("*/x.txt"))
 
 
+async def test_a_project_whose_repository_is_gone_fails_its_turn_saying_so(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path) as service:
+        shutil.rmtree(service.repo)
+        execution, session = await service.submit("write app.py gone\n")
+        done = await service.finished(execution)
+        assert done.state == "failed"
+        assert done.error == (
+            f"the project web's repository {service.repo} does not exist on this worker's host"
+        )
+        assert not service.checkout(session).exists()
+
+
 async def test_a_remote_projects_token_stays_with_the_worker_and_out_of_the_sandbox(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
