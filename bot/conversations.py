@@ -64,6 +64,7 @@ from hub.contract import (
     APPROVAL,
     BY_RULE,
     CANCELLED,
+    EGRESS,
     MEMORY,
     RUNNING,
     SUCCEEDED,
@@ -360,6 +361,11 @@ class Conversations:
                 elif event.kind == WARNING:
                     warnings.append(event.text)
                     lines.append("⚠ " + event.text)
+                elif event.kind == EGRESS:
+                    # Kept for the result too, once each however often the Agent retried.
+                    if event.text not in warnings:
+                        warnings.append(event.text)
+                    lines.append("⛔ " + event.text)
                 else:
                     lines.append(event.text)
             if streaming is not None:

@@ -26,12 +26,13 @@ from bot.feishu.events import MessageEvent, UserIds
 from bot.service.app import create_app
 from bot.service.feishu_app import FEISHU
 from hub.config import HubSettings
-from hub.contract import Execution, Session, TurnOutcome, TurnResult
+from hub.contract import EGRESS, Execution, Session, TurnOutcome, TurnResult
 from hub.paths import principal_scope
 from hub.rpc import HUB
 from hub.services import Hub
 from hub.state import State
 from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.egress import refusal_text
 from tests.conftest import free_port, until
 from tests.fakes.feishu import FakeFeishu, StoredMessage
 from tests.fakes.feishu_events import FeishuSigner
@@ -595,3 +596,33 @@ async def test_a_turn_that_reached_its_budget_says_so_and_the_owner_may_extend_t
         rows = bot.hub.state.db.execute("SELECT principal_id, tokens FROM budget_extensions")
         bob = bot.hub.state.principal_by_name("bob")
         assert [tuple(r) for r in rows] == [(bob.id, 100_000)]
+
+
+async def test_a_refused_network_host_shows_while_the_turn_runs_and_once_with_its_answer(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        asked = await bot.say("fetch the page", BOB)
+        progress = await bot.reply_to(asked)
+        (cancel,) = [b for b in buttons(progress.card) if b["action"] == "run.cancel"]
+        executions = bot.hub.executions
+        runtime = bot.hub.state.add_principal("runtime-egress", "service")
+        worker = executions.register_worker("egress-worker", runtime.id)
+        claimed = await executions.claim(worker, runtime.id, 0)
+        assert claimed is not None and claimed.execution_id == cancel["run_id"]
+        refusal = refusal_text("github.com:443")
+        # The Agent retried: one refusal per attempt.
+        for _ in range(3):
+            await executions.add_event(claimed.execution_id, worker, EGRESS, refusal)
+        await until(lambda: refusal in card_text(progress.card))
+        outcome = TurnOutcome(True, TurnResult(text="The page is out of reach."), None)
+        await executions.complete(claimed.execution_id, worker, outcome)
+        await until(lambda: "The page is out of reach." in card_text(progress.card))
+        # A notice of its own beside the answer (the card's markdown escapes the setting's _).
+        said = "amux refused github.com:443: it is not on AMUX"
+        shown = await until(
+            lambda: [
+                m for m in bot.replies_to(asked) if m is not progress and said in card_text(m.card)
+            ]
+        )
+    assert len(shown) == 1
