@@ -17,7 +17,12 @@ from hub.contract import provider_name_problem
 from hub.errors import InvalidArgument
 from runtime_bridge.bounds import MIN_CPU, MemorySetting, WorkspaceSetting, host_cpus
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
-from runtime_bridge.network import AllowList, parse_allow_list
+from runtime_bridge.network import (
+    HOST_NETWORK_WARNING,
+    UNSANDBOXED_NETWORK_WARNING,
+    AllowList,
+    parse_allow_list,
+)
 from runtime_bridge.providers import ADAPTERS
 from runtime_bridge.providers.plan import MEMORY_SERVER
 
@@ -190,6 +195,14 @@ class RuntimeSettings(BaseSettings):
     def isolated(self) -> bool:
         """Whether each launch gets a network namespace of its own (only inside the sandbox)."""
         return self.sandbox == "bwrap" and self.network == "isolated"
+
+    def network_warning(self) -> str | None:
+        """What a plan and a worker's start say when launches share the host's network."""
+        if self.sandbox == "off":
+            return UNSANDBOXED_NETWORK_WARNING
+        if self.network == "host":
+            return HOST_NETWORK_WARNING
+        return None
 
     def allow_list(self) -> AllowList:
         return AllowList.parse(self.egress_allow)

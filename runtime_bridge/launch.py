@@ -33,11 +33,9 @@ from runtime_bridge.approvals import AUTO, READ_ONLY
 from runtime_bridge.checkouts import Projects
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.network import (
-    HOST_NETWORK_WARNING,
     HUB,
     MODEL,
     QUIET_ENV,
-    UNSANDBOXED_NETWORK_WARNING,
     door_env,
     door_url,
     launch_doors,
@@ -402,7 +400,7 @@ class LaunchSite:
                 "a root worker never runs an Agent as root; the plan names no uid"
             )
         if not self.sandboxed:
-            warnings = (*plan.warnings, UNSANDBOXED_NETWORK_WARNING)
+            warnings = plan.warnings
             if plan.permissions == READ_ONLY:
                 warnings += (READ_ONLY_UNSANDBOXED,)
             return dataclasses.replace(plan, confine=self.confinement(), warnings=warnings)
@@ -451,9 +449,6 @@ class LaunchSite:
             plan, sandbox=bwrap_argv(bwrap, layout), env=env, confine=self.confinement()
         )
         if not isolate:
-            if self.settings.network == "host":
-                warnings = (*plan.warnings, HOST_NETWORK_WARNING)
-                return dataclasses.replace(sandboxed, warnings=warnings)
             return sandboxed
         doors = launch_doors(request.run_dir)
         return dataclasses.replace(

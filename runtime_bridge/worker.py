@@ -109,6 +109,10 @@ class Worker:
         self.bounds = bounds_from_settings(settings)
         if self.site.sandboxed:
             write_seccomp_file(work_dir)
+            # Said once at start (and in every plan), not on every turn's card.
+            shared_network = settings.network_warning()
+            if shared_network is not None:
+                logger.warning(shared_network)
         if settings.run_as:
             # Refused at start, with the reason, rather than at every turn.
             configured_user(settings.run_as)

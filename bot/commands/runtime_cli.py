@@ -475,6 +475,9 @@ def runtime_plan(
         except ExecutableMissing as error:
             warnings.append(f"sandbox not shown: {error.message}")
         plan = launch.to_json(mask_secrets=True)
+        shared_network = settings.network_warning()
+        if shared_network is not None:
+            warnings.append(shared_network)
         plan["warnings"] = warnings + list(plan["warnings"])
         return plan
 

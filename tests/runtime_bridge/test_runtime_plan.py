@@ -185,3 +185,25 @@ def test_a_session_plan_shows_its_frozen_binding_after_the_policy_changes(
     assert other.returncode == 1
     assert "runs claude" in other.stderr
     assert "Traceback" not in other.stderr
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ({"AMUX_RUNTIME_NETWORK": "host"}, "AMUX_RUNTIME_NETWORK=host: Agents share this host's"),
+        ({"AMUX_RUNTIME_SANDBOX": "off"}, "the sandbox is off, so the Agent has no network"),
+    ],
+)
+def test_a_plan_on_the_hosts_network_has_no_doors_and_says_so(
+    hub: HubProcess, setting: dict[str, str], said: str
+) -> None:
+    env = {"AMUX_TOKEN": hub.owner_token, **setting}
+    done = hub.cli("runtime", "plan", "--json", "--provider", "claude", env=env)
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert any(warning.startswith(said) for warning in shown["warnings"]), shown["warnings"]
+    assert shown["doors"] == [] and shown["relay"] == []
+    assert "--unshare-net" not in shown["sandbox"]
+    assert "HTTPS_PROXY" not in shown["env"]
+    text = hub.cli("runtime", "plan", "--provider", "claude", env=env)
+    assert "network      the host's" in text.stdout
