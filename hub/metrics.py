@@ -133,6 +133,9 @@ class Metrics:
         )
         self._state = _StateCollector()
         r.register(self._state)
+        # Method names are the served table's (or one label for unknown ones), statuses and
+        # error codes the Hub's own: a bounded set of keys.
+        self._rpc_series: dict[tuple[str, int, str | None], tuple[Histogram, Counter | None]] = {}
 
     def set_snapshot_source(self, source: SnapshotSource | None) -> None:
         """Where scrape-time gauges come from; None while the Hub is not open."""
@@ -142,11 +145,25 @@ class Metrics:
         self, method: str, status: int, seconds: float, error_code: str | None, body: bytes
     ) -> None:
         """Record one finished RPC call (``body`` is the JSON answer, read for search results)."""
-        self.rpc_seconds.labels(method, str(status)).observe(seconds)
-        if not method.startswith("memory."):
+        # The labelled series are looked up once each: a lookup costs as much as the count.
+        key = (method, status, error_code)
+        series = self._rpc_series.get(key)
+        if series is None:
+            outcome = error_code or OK
+            counted = (
+                self.memory_operations.labels(method, outcome)
+                if method.startswith("memory.")
+                else None
+            )
+            series = self._rpc_series[key] = (
+                self.rpc_seconds.labels(method, str(status)),
+                counted,
+            )
+        series[0].observe(seconds)
+        if series[1] is None:
             return
         outcome = error_code or OK
-        self.memory_operations.labels(method, outcome).inc()
+        series[1].inc()
         if outcome == "conflict":
             self.memory_conflicts.labels(method).inc()
         if method == "memory.search" and outcome == OK and _incomplete(body):
