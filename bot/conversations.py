@@ -44,8 +44,10 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
+from bot.diffs import BranchDiffs
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import MessageEvent
 from bot.files import Refused, Saved, TurnFiles, with_files
@@ -56,7 +58,16 @@ from bot.topic_context import SeenTopics, TopicContext, TopicReader, with_contex
 from cards.approvals import approval_card, outcome, request_line
 from cards.catalogue import text as catalogue_text
 from cards.controls import finished_card
-from cards.models import ApprovalView, Lang, MemoryNote, ProgressView, TurnApprovals, TurnMemory
+from cards.models import (
+    ApprovalView,
+    BranchView,
+    ChangedFileView,
+    Lang,
+    MemoryNote,
+    ProgressView,
+    TurnApprovals,
+    TurnMemory,
+)
 from cards.notices import budget_card, error_card, own_topic_card, warning_card
 from cards.progress import progress_card, result_cards
 from cards.streaming import stream_text
@@ -70,6 +81,7 @@ from hub.contract import (
     SUCCEEDED,
     WARNING,
     Approval,
+    BranchWork,
     Execution,
     MemoryUse,
     Session,
@@ -79,6 +91,7 @@ from hub.errors import AmuxError, Conflict, Forbidden, NotFound
 from hub.principals import Principal
 from hub.projects import Project
 from hub.services import Hub
+from runtime_bridge.checkouts import branch_of
 from runtime_bridge.launch import Workplace
 
 logger = logging.getLogger("amux.bot")
@@ -104,6 +117,25 @@ def topic_workspace(topic: str) -> str:
     """A group topic's own workspace key: the same across its New conversations, so its files
     stay with the topic; nobody's personal workspace."""
     return "topic-" + hashlib.sha256(topic.encode("utf-8")).hexdigest()[:32]
+
+
+def project_of(session: Session) -> tuple[str, str]:
+    """What a progress card shows of a project conversation: its project and branch (empty
+    for any other conversation)."""
+    if session.project is None:
+        return "", ""
+    return session.project, branch_of(session.id)
+
+
+def branch_view(work: BranchWork, diff_attached: bool) -> BranchView:
+    return BranchView(
+        branch=work.branch,
+        base=work.base,
+        files=tuple(ChangedFileView(f.path, f.added, f.removed) for f in work.files),
+        files_total=work.files_total,
+        diff_attached=diff_attached,
+        diff_truncated=work.diff_truncated,
+    )
 
 
 def is_team(session: Session) -> bool:
@@ -145,9 +177,11 @@ class Conversations:
         topics: TopicReader | None = None,
         seen: SeenTopics | None = None,
         files: TurnFiles | None = None,
+        diffs: BranchDiffs | None = None,
     ) -> None:
         self._hub = hub
         self._files = files
+        self._diffs = diffs
         self._topics = topics
         self._seen = seen
         self._stream_interval = stream_interval
@@ -228,7 +262,14 @@ class Conversations:
         if context.unavailable is not None:
             note = catalogue_text(self._lang, "context.unavailable", reason=context.unavailable)
         title = prompt.splitlines()[0][:TITLE_CHARS]
-        view = ProgressView(title=title, status="queued", run_id=submitted.id)
+        project_name, branch = project_of(session)
+        view = ProgressView(
+            title=title,
+            status="queued",
+            run_id=submitted.id,
+            project=project_name,
+            branch=branch,
+        )
         card_id = ""
         try:
             opened = await open_streaming(self._client, event.message_id, view, self._lang)
@@ -393,6 +434,7 @@ class Conversations:
                 elapsed,
                 followed.execution_id,
                 tuple(self._approval_view(a) for a in requests.values()),
+                *project_of(executions.session(answer.execution.session_id)),
             )
             if streaming is not None:
                 streaming.push(stream_text(lines))
@@ -497,6 +539,8 @@ class Conversations:
         text = execution.result.text if execution.result is not None else None
         owed: list[Owed] = []
         approvals = self._turn_approvals(execution)
+        work = execution.result.branch if execution.result is not None else None
+        diff_file = await self._save_diff(execution.id, work)
         if state == SUCCEEDED and text is not None:
             parts = result_cards(
                 text,
@@ -504,6 +548,7 @@ class Conversations:
                 title=title,
                 memory=self._turn_memory(execution, memory or []),
                 approvals=approvals,
+                branch=branch_view(work, diff_file is not None) if work is not None else None,
             )
             usage = execution.result.usage if execution.result is not None else {}
             first = finished_card(
@@ -551,8 +596,20 @@ class Conversations:
             )
             owed.extend(Owed.file(str(path)) for path in chosen)
             warnings = warnings + [f"not posted: {r.name} ({r.reason})" for r in skipped]
+        if diff_file is not None:
+            owed.append(Owed.file(str(diff_file)))
         owed.extend(Owed("reply", warning_card(warning, self._lang)) for warning in warnings)
         self._outbox.owe(followed, owed)
+
+    async def _save_diff(self, execution_id: str, work: BranchWork | None) -> Path | None:
+        """The turn's diff saved to be posted after its answer; None when it has none."""
+        if work is None or not work.diff or self._diffs is None:
+            return None
+        try:
+            return await self._diffs.save(execution_id, work.branch, work.diff)
+        except OSError as error:
+            logger.warning("the diff of %s was not saved: %s", execution_id, error.strerror)
+            return None
 
     def _turn_memory(self, execution: Execution, uses: list[MemoryUse]) -> TurnMemory | None:
         """What the result card shows of the turn's memory; None when it ran without memory."""

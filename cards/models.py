@@ -178,6 +178,9 @@ class ProgressView:
     run_id: str | None = None
     # The turn's permission requests so far, oldest first: pending ones with their buttons.
     approvals: tuple[ApprovalView, ...] = ()
+    # A project conversation's project and branch; empty for any other.
+    project: str = ""
+    branch: str = ""
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,28 @@ class MemoryNote:
     path: str
     revision: str | None = None
     previous_revision: str | None = None
+
+
+@dataclass(frozen=True)
+class ChangedFileView:
+    """One file a project turn's branch changed; None counts: a binary file."""
+
+    path: str
+    added: int | None
+    removed: int | None
+
+
+@dataclass(frozen=True)
+class BranchView:
+    """What a project turn left on its conversation's branch, as its result card shows it."""
+
+    branch: str
+    base: str
+    files: tuple[ChangedFileView, ...]
+    files_total: int
+    # Whether the diff follows as a file in the topic, and whether it was cut short.
+    diff_attached: bool = False
+    diff_truncated: bool = False
 
 
 @dataclass(frozen=True)

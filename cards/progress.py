@@ -15,12 +15,21 @@ from cards.elements import (
     Template,
     button,
     card,
+    code,
     defuse_mentions,
+    escape,
     markdown,
     plain,
     row,
 )
-from cards.models import Lang, MemoryNote, ProgressView, TurnApprovals, TurnMemory
+from cards.models import (
+    BranchView,
+    Lang,
+    MemoryNote,
+    ProgressView,
+    TurnApprovals,
+    TurnMemory,
+)
 
 # One result card holds one markdown element of at most this many JSON-encoded bytes, leaving
 # room under CARD_MAX_BYTES for the header and code-fence repairs.
@@ -40,7 +49,7 @@ _STATUS_TEMPLATE: dict[str, Template] = {
 def progress_card(view: ProgressView, lang: Lang) -> Card:
     """The card updated in place while an Agent works (the caller throttles updates), with the
     turn's permission requests: pending ones with their buttons while it runs."""
-    elements: list[Element] = []
+    elements = project_line(view, lang)
     lines = [line[:PROGRESS_LINE_CHARS] for line in view.lines[-PROGRESS_LINES:]]
     if lines:
         elements.append(plain("\n".join(lines)))
@@ -59,6 +68,14 @@ def progress_card(view: ProgressView, lang: Lang) -> Card:
         elements,
         subtitle=view.title[:120],
     )
+
+
+def project_line(view: ProgressView, lang: Lang) -> list[Element]:
+    """A project conversation's project and branch, as its progress cards show them."""
+    if not view.project:
+        return []
+    shown = text(lang, "progress.project", project=escape(view.project), branch=code(view.branch))
+    return [markdown(shown)]
 
 
 def cancel_row(run_id: str, lang: Lang) -> Element:
@@ -176,12 +193,46 @@ def _change_row(note: MemoryNote, principal_id: str, lang: Lang) -> Element:
     return row(markdown(label), undo)
 
 
+# Files a result card lists of a branch; the rest are counted, and the diff file has them all.
+BRANCH_FILES_SHOWN = 20
+
+
+def _change_counts(added: int | None, removed: int | None, lang: Lang) -> str:
+    if added is None or removed is None:
+        return text(lang, "result.branch.binary")
+    return f"+{added} −{removed}"
+
+
+def branch_section(branch: BranchView, lang: Lang) -> list[Element]:
+    """A project turn's branch: its name and base, the files it changed with their lines
+    added and removed, and whether the diff follows as a file."""
+    name, base = code(branch.branch), escape(branch.base)
+    if not branch.files_total:
+        return [markdown(text(lang, "result.branch.none", branch=name, base=base))]
+    heading = text(lang, "result.branch", branch=name, base=base, count=branch.files_total)
+    shown = branch.files[:BRANCH_FILES_SHOWN]
+    lines = [f"- {_code(code(f.path))} {_change_counts(f.added, f.removed, lang)}" for f in shown]
+    more = branch.files_total - len(shown)
+    if more > 0:
+        lines.append(text(lang, "result.branch.more", more=more))
+    elements: list[Element] = [markdown(heading + "\n" + "\n".join(lines))]
+    notes = []
+    if branch.diff_attached:
+        notes.append(text(lang, "result.diff_file", base=base))
+    if branch.diff_truncated:
+        notes.append(text(lang, "result.diff_truncated"))
+    if notes:
+        elements.append(markdown(f"*{' '.join(notes)}*"))
+    return elements
+
+
 def result_cards(
     value: str,
     lang: Lang,
     title: str = "",
     memory: TurnMemory | None = None,
     approvals: TurnApprovals | None = None,
+    branch: BranchView | None = None,
 ) -> list[Card]:
     """The Agent's result as one or more cards, split cleanly under Feishu's size limit. A turn
     bound to memory shows what it did with it on the first card, and a turn that asked for
@@ -196,6 +247,8 @@ def result_cards(
             else text(lang, "result.title")
         )
         elements = [markdown(piece)]
+        if branch is not None and index == 1:
+            elements += branch_section(branch, lang)
         if memory is not None and index == 1:
             elements += memory_section(memory, lang)
         if approvals is not None and index == 1:

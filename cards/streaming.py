@@ -12,7 +12,7 @@ from __future__ import annotations
 from cards.catalogue import text
 from cards.elements import Card, Element, card, defuse_mentions
 from cards.models import Lang, ProgressView
-from cards.progress import cancel_row
+from cards.progress import cancel_row, project_line
 
 STREAM_ELEMENT = "stream"
 STREAM_CHARS = 8_000
@@ -29,7 +29,8 @@ def stream_text(lines: tuple[str, ...] | list[str]) -> str:
 def streaming_card(view: ProgressView, lang: Lang) -> Card:
     """The card entity a turn starts with; ``streaming_mode`` makes Feishu type updates out."""
     elements: list[Element] = [
-        {"tag": "markdown", "element_id": STREAM_ELEMENT, "content": stream_text(view.lines)}
+        *project_line(view, lang),
+        {"tag": "markdown", "element_id": STREAM_ELEMENT, "content": stream_text(view.lines)},
     ]
     if view.run_id:
         elements.append(cancel_row(view.run_id, lang))

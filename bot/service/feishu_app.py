@@ -10,6 +10,7 @@ from aiohttp import web
 
 from bot.config import FeishuSettings
 from bot.conversations import Conversations
+from bot.diffs import DIFFS_DIR, BranchDiffs
 from bot.feishu.adapter import FeishuAdapter
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
@@ -103,12 +104,16 @@ def add_feishu(
         if runtime is not None:
             work_dir = runtime.work_dir_beside(hub_settings.home)
             files = TurnFiles(client, LaunchSite(runtime, work_dir, hub_settings.home))
+        # Project turns' diffs, and the workspace's outbox files when the worker is ours.
+        diffs = BranchDiffs(
+            hub_settings.home / DIFFS_DIR, client, files.post if files is not None else None
+        )
         outbox = Outbox(
             hub_settings.home / OUTBOX_FILE,
             adapter.cards.finish,
             lambda reply_to, card, key: client.reply(reply_to, card=card, idempotency_key=key),
             client.finish_card_entity,
-            post_file=files.post if files is not None else None,
+            post_file=diffs.post,
             dropped=metrics.feishu_gave_up if metrics is not None else lambda reason: None,
         )
         conversations = Conversations(
@@ -122,6 +127,7 @@ def add_feishu(
             topics=TopicReader(client),
             seen=seen,
             files=files,
+            diffs=diffs,
         )
         limit = SenderLimit(hub.config.messages_per_minute)
         sink.target = BotSink(adapter.client, identities, management, conversations, lang, limit)

@@ -5,14 +5,18 @@ the real ``amux mcp`` against the scripted model; the repository is a real git r
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from hub.client import HubClient
+from hub.contract import BranchWork, ChangedFile, TurnOutcome, TurnResult
 from hub.errors import Conflict
 from hub.history import Author
 from hub.paths import principal_scope
+from runtime_bridge.checkouts import branch_of
 from tests.bot.test_bot_flows import ALICE, BOB, GROUP, Bot, card_text, running_bot
 from tests.bot.test_bot_turns import claude_worker
 from tests.conftest import until
@@ -24,6 +28,10 @@ TEAM_NOTE = "team/deploy.md"
 TEAM_TEXT = "# Deploy\nthe team ships on Tuesdays\n"
 OWN_NOTE = "me/secret.md"
 OWN_TEXT = "# Mine\nBob's own reminder: dentist at four\n"
+DIFF = (
+    "diff --git a/CHANGELOG.md b/CHANGELOG.md\nnew file mode 100644\n--- /dev/null\n"
+    "+++ b/CHANGELOG.md\n@@ -0,0 +1,3 @@\n+# Changelog\n+\n+- first\n"
+)
 GET = "mcp__memory__amux_memory_get"
 UPSERT = "mcp__memory__amux_memory_upsert"
 
@@ -127,3 +135,50 @@ async def test_a_bound_groups_turn_keeps_the_projects_memory_apart_from_its_memb
         group_read, _, private_read = results
         assert "dentist" not in group_read
         assert "Tuesdays" not in private_read
+
+
+async def test_a_project_turns_result_shows_its_branch_and_files_and_posts_the_diff(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        await bot.hub.projects.add("web", by=bot.ids["alice"], path=str(make_repo(tmp_path / "r")))
+        assert "bound to project" in await said(bot, "/amux project bind web", ALICE, group=True)
+        state = bot.hub.state
+        service = state.add_principal("remote-runtime", "service")
+        token, _ = state.issue_credential(service.id, "cli", label="remote worker")
+        async with HubClient(bot.url, token) as worker:
+            registered = await worker.register_worker("host-a")
+            asked = await bot.say("Add a changelog", BOB, group=True, mention=True)
+            progress = await bot.reply_to(asked)
+            claim = await worker.claim(registered.worker_id, wait_seconds=10)
+            assert claim is not None and claim.project is not None
+            branch = branch_of(claim.session.id)
+            # The chat's cards show the binding while the turn runs.
+            assert f"Project **web** · branch `{branch}`" in card_text(progress.card)
+            work = BranchWork(
+                project="web",
+                branch=branch,
+                base="main",
+                commit="0" * 40,
+                files=(ChangedFile("CHANGELOG.md", 3, 0), ChangedFile("logo.png", None, None)),
+                files_total=2,
+                diff=DIFF,
+                diff_truncated=False,
+            )
+            result = TurnResult(text="Added a changelog.", provider="claude", branch=work)
+            await worker.complete(
+                claim.execution_id, registered.worker_id, TurnOutcome(True, result)
+            )
+
+            await until(lambda: "Added a changelog." in card_text(progress.card))
+            shown = card_text(progress.card)
+            assert f"**Branch** `{branch}` from main: 2 file(s) changed" in shown
+            assert "`CHANGELOG.md` +3 −0" in shown and "`logo.png` binary" in shown
+            assert "The diff against main follows as a file." in shown
+            posted = await until(lambda: [m for m in bot.replies_to(asked) if m.msg_type == "file"])
+            file_key = json.loads(posted[0].content)["file_key"]
+            name = branch.replace("/", "-") + ".diff"
+            assert bot.feishu.uploads[file_key] == (name, DIFF.encode())
+            # Posted once, the bot's copy is gone.
+            diffs = bot.hub.settings.home / "diffs"
+            await until(lambda: not any(diffs.rglob("*.diff")))
