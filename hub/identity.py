@@ -88,8 +88,10 @@ class Authenticator:
     """``authenticate`` with a short-lived cache of known credentials.
 
     Every RPC authenticates, and the lookup is the largest fixed cost of a small read. A cached
-    credential is still checked for expiry on each call; a revocation through this Hub applies at
-    once, one made directly in the database by another process within ``ttl`` seconds.
+    credential is still checked for expiry on each call, and a revocation applies to the very next
+    call: one through this Hub bumps its count, one committed to the database by another process
+    (``amux token revoke`` on the Hub's host) changes SQLite's data version, and either empties
+    the cache. ``ttl`` bounds how long anything else about a credential is trusted unread.
     """
 
     def __init__(
@@ -105,12 +107,12 @@ class Authenticator:
         self._clock = clock
         self._wall_clock = wall_clock
         self._max_entries = max_entries
-        self._cache: dict[str, tuple[Actor, float, int]] = {}
+        self._cache: dict[str, tuple[Actor, float, tuple[int, int]]] = {}
 
     def __call__(self, token: str) -> Actor:
         """Raises: Unauthenticated: unknown, revoked or expired credential."""
         now = self._clock()
-        generation = self._state.credential_changes
+        generation = (self._state.credential_changes, self._state.commits_elsewhere())
         hit = self._cache.get(token)
         if hit is not None and now - hit[1] < self._ttl and hit[2] == generation:
             actor = hit[0]

@@ -194,7 +194,9 @@ class LeaseParams(Params):
 
 class HeartbeatParams(LeaseParams):
     # What the turn's model gateway has counted so far; absent from a worker without one.
-    used_tokens: int | None = Field(None, ge=0, le=usage.MAX_FIGURE)
+    used_tokens: int | None = Field(
+        None, ge=0, le=usage.MAX_FIGURE, description=f"an integer from 0 to {usage.MAX_FIGURE}"
+    )
 
 
 async def executions_heartbeat(call: Call, params: HeartbeatParams) -> dict[str, Any]:

@@ -126,6 +126,11 @@ class State:
     def close(self) -> None:
         self.db.close()
 
+    def commits_elsewhere(self) -> int:
+        """A number that changes whenever another connection (another process, such as a local
+        ``amux token revoke``) commits to this database; one pragma, no table read."""
+        return self.db.execute("PRAGMA data_version").fetchone()[0]  # type: ignore[no-any-return]
+
     async def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` in a transaction shared with the other writes queued this moment.
 
