@@ -18,13 +18,12 @@ import bisect
 import ctypes
 import ctypes.util
 import hashlib
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from hub.files import MemoryFiles, OnDirectory, WalkedFile
 from hub.search import Query, title_of
-from hub.watch import WATCH, Listener, Parts, TreeWatch
+from hub.watch import WATCH, Parts, TreeWatch
+from hub.watchedcache import Pending, WatchedStore
 
 # Documents are joined with a byte no keyword can straddle unnoticed: a hit is kept only when it
 # lies within one document.
@@ -145,22 +144,10 @@ class Corpus:
         return known
 
 
-def _related(one: Parts, other: Parts) -> bool:
-    """Whether either path is inside the other (or they are the same)."""
-    width = min(len(one), len(other))
-    return one[:width] == other[:width]
+Build = Pending
 
 
-@dataclass(eq=False)
-class Build:
-    """One walk whose documents may be kept, and whether that is still allowed."""
-
-    scope: Parts
-    watched: bool = True
-    stale: bool = False
-
-
-class Corpora(Listener):
+class Corpora(WatchedStore[Corpus]):
     """The scopes kept for one memory root, bounded in bytes (least recently searched go)."""
 
     def __init__(
@@ -170,48 +157,13 @@ class Corpora(Listener):
         max_watches: int = 8192,
         watch: TreeWatch = WATCH,
     ) -> None:
+        super().__init__(max_bytes, max_watches, watch, size=lambda corpus: corpus.size)
         self._files = files
-        self._max_bytes = max_bytes
-        self._max_watches = max_watches
-        self._watch = watch
-        self._lock = threading.Lock()
-        self._kept: OrderedDict[Parts, Corpus] = OrderedDict()
-        self._bytes = 0
-        self._building: list[Build] = []
-        self._watched: set[Parts] = set()
-
-    # -- the watch's listener --------------------------------------------------------------------
-
-    def changed(self, path: Parts) -> None:
-        with self._lock:
-            for scope in [s for s in self._kept if _related(s, path)]:
-                self._drop(scope)
-            for build in self._building:
-                if _related(build.scope, path):
-                    build.stale = True
-
-    def overflowed(self) -> None:
-        with self._lock:
-            for scope in list(self._kept):
-                self._drop(scope)
-            for build in self._building:
-                build.stale = True
-
-    def _drop(self, scope: Parts) -> None:
-        corpus = self._kept.pop(scope)
-        self._bytes -= corpus.size
-
-    # -- searches --------------------------------------------------------------------------------
 
     def current(self, scope: Parts) -> Corpus | None:
         """The scope as kept, if nothing in it changed since; every change made before this call
         returned is taken into account."""
-        self._watch.drain()
-        with self._lock:
-            corpus = self._kept.get(scope)
-            if corpus is not None:
-                self._kept.move_to_end(scope)
-            return corpus
+        return self.lookup(scope)
 
     def kept(self, scope: Parts) -> bool:
         """Whether the next search of ``scope`` can use what was kept (for tests and metrics)."""
@@ -222,63 +174,30 @@ class Corpora(Listener):
         (then the walk checks every file, as it must)."""
         if self._max_bytes <= 0:
             return None
-        build = Build(scope)
-        with self._lock:
-            self._building.append(build)
-        ancestors = scope[:-1]
-        if not self._files.visit_path(ancestors, lambda fd, path: self._add(build, fd, path)):
+        build = self.start(scope)
+        if not self._files.visit_path(scope[:-1], self.watcher(build)):
             build.watched = False
         if not build.watched:
-            self._end(build)
+            self.finish(build)
             return None
         return build
 
     def on_directory(self, build: Build) -> OnDirectory:
-        return lambda fd, path: self._add(build, fd, path)
-
-    def _add(self, build: Build, dir_fd: int, path: Parts) -> None:
-        if not build.watched:
-            return
-        if path not in self._watched and len(self._watched) >= self._max_watches:
-            build.watched = False
-            return
-        if self._watch.add(self, dir_fd, path):
-            self._watched.add(path)
-        else:
-            build.watched = False
+        return self.watcher(build)
 
     def keep(self, build: Build, documents: list[WalkedFile], complete: bool) -> None:
         """Keep what ``build``'s walk scanned, unless something changed meanwhile."""
-        self._watch.drain()
         try:
+            # Building the haystack is skipped when the result could not be kept anyway.
+            self._watch.drain()
             if not build.watched or build.stale:
                 return
             if any(document.names != 1 for document in documents):
                 return
-            corpus = Corpus.of(documents, complete)
-            with self._lock:
-                if build.stale or corpus.size > self._max_bytes:
-                    return
-                if build.scope in self._kept:
-                    self._drop(build.scope)
-                self._kept[build.scope] = corpus
-                self._bytes += corpus.size
-                while self._bytes > self._max_bytes:
-                    self._drop(next(iter(self._kept)))
+            self.store(build, Corpus.of(documents, complete))
         finally:
-            self._end(build)
+            self.finish(build)
 
     def abandon(self, build: Build) -> None:
-        self._end(build)
-
-    def _end(self, build: Build) -> None:
-        with self._lock:
-            if build in self._building:
-                self._building.remove(build)
-
-    def close(self) -> None:
-        self._watch.forget(self)
-        with self._lock:
-            self._kept.clear()
-            self._bytes = 0
+        self.finish(build)
 

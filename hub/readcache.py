@@ -11,14 +11,12 @@ directory on the way cannot be watched, nothing of that read is kept.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from hub.files import MemoryFiles
-from hub.watch import WATCH, Listener, Parts, TreeWatch
+from hub.watch import WATCH, Parts, TreeWatch
+from hub.watchedcache import WatchedStore
 
 
 @dataclass
@@ -29,14 +27,7 @@ class Kept:
     derived: dict[Any, Any] = field(default_factory=dict)
 
 
-@dataclass(eq=False)
-class _Pending:
-    path: Parts
-    watched: bool = True
-    stale: bool = False
-
-
-class Reads(Listener):
+class Reads(WatchedStore[Kept]):
     """Kept documents of one memory root, bounded in bytes (least recently read go first)."""
 
     def __init__(
@@ -46,38 +37,8 @@ class Reads(Listener):
         max_watches: int = 8192,
         watch: TreeWatch = WATCH,
     ) -> None:
+        super().__init__(max_bytes, max_watches, watch, size=lambda kept: len(kept.data))
         self._files = files
-        self._max_bytes = max_bytes
-        self._max_watches = max_watches
-        self._watch = watch
-        self._lock = threading.Lock()
-        self._kept: OrderedDict[Parts, Kept] = OrderedDict()
-        self._bytes = 0
-        self._pending: list[_Pending] = []
-        self._watched: set[Parts] = set()
-
-    # -- the watch's listener --------------------------------------------------------------------
-
-    def changed(self, path: Parts) -> None:
-        width = len(path)
-        with self._lock:
-            for key in [k for k in self._kept if k[:width] == path]:
-                self._drop(key)
-            for pending in self._pending:
-                if pending.path[:width] == path:
-                    pending.stale = True
-
-    def overflowed(self) -> None:
-        with self._lock:
-            self._kept.clear()
-            self._bytes = 0
-            for pending in self._pending:
-                pending.stale = True
-
-    def _drop(self, key: Parts) -> None:
-        self._bytes -= len(self._kept.pop(key).data)
-
-    # -- reads -----------------------------------------------------------------------------------
 
     def read(self, path: Parts) -> Kept | None:
         """The document at ``path`` (below the root), from memory when nothing changed since it
@@ -85,55 +46,21 @@ class Reads(Listener):
 
         Raises: what ``MemoryFiles.read`` raises.
         """
-        self._watch.drain()
-        with self._lock:
-            kept = self._kept.get(path)
-            if kept is not None:
-                self._kept.move_to_end(path)
-                return kept
-            pending = _Pending(path)
-            self._pending.append(pending)
+        kept = self.lookup(path)
+        if kept is not None:
+            return kept
+        pending = self.start(path)
         try:
-            data = self._files.read(path, self._on_directory(pending))
+            data = self._files.read(path, self.watcher(pending))
             if data is None:
                 return None
             kept = Kept(data)
-            # Events of changes made while it was read are queued by now.
-            self._watch.drain()
-            with self._lock:
-                if pending.watched and not pending.stale and len(data) <= self._max_bytes // 8:
-                    if path in self._kept:
-                        self._drop(path)
-                    self._kept[path] = kept
-                    self._bytes += len(data)
-                    while self._bytes > self._max_bytes:
-                        self._drop(next(iter(self._kept)))
+            # One large document must not push out the many small ones most reads are.
+            self.store(pending, kept, limit=self._max_bytes // 8)
             return kept
         finally:
-            with self._lock:
-                self._pending.remove(pending)
-
-    def _on_directory(self, pending: _Pending) -> Callable[[int, Parts], None]:
-        def watch(dir_fd: int, path: Parts) -> None:
-            if not pending.watched:
-                return
-            if path not in self._watched and len(self._watched) >= self._max_watches:
-                pending.watched = False
-            elif self._watch.add(self, dir_fd, path):
-                self._watched.add(path)
-            else:
-                pending.watched = False
-
-        return watch
+            self.finish(pending)
 
     def kept(self, path: Parts) -> bool:
         """Whether the next read of ``path`` answers from memory (for tests)."""
-        self._watch.drain()
-        with self._lock:
-            return path in self._kept
-
-    def close(self) -> None:
-        self._watch.forget(self)
-        with self._lock:
-            self._kept.clear()
-            self._bytes = 0
+        return self.lookup(path) is not None
