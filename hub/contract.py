@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal, TypeVar, get_args
 
 from hub.errors import InvalidArgument
@@ -643,16 +643,7 @@ class UsageRow:
     turns: int
 
     def to_wire(self) -> dict[str, Any]:
-        return {
-            "day": self.day,
-            "principal_id": self.principal_id,
-            "principal": self.principal,
-            "provider": self.provider,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "requests": self.requests,
-            "turns": self.turns,
-        }
+        return asdict(self)
 
     @classmethod
     def from_wire(cls, wire: Mapping[str, Any]) -> UsageRow:

@@ -28,7 +28,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -140,12 +140,7 @@ class Binding:
     bound_at: float
 
     def to_wire(self) -> dict[str, Any]:
-        return {
-            "chat_id": self.chat_id,
-            "project": self.project,
-            "bound_by": self.bound_by,
-            "bound_at": self.bound_at,
-        }
+        return asdict(self)
 
 
 def _project(row: sqlite3.Row) -> Project:

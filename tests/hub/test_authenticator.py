@@ -28,12 +28,18 @@ def state(tmp_path: Path) -> State:
     state.close()
 
 
-def test_a_revocation_through_the_hub_applies_to_the_very_next_call(state: State) -> None:
+def cached_alice(state: State) -> tuple[Authenticator, str, str]:
+    """An authenticator that has just answered for alice's token: it, the token and its id."""
     principal = state.add_principal("alice")
     token, credential = state.issue_credential(principal.id)
     auth = Authenticator(state, ttl=60, clock=Clock())
     assert auth(token).principal.name == "alice"
-    state.revoke_credential(credential.id)
+    return auth, token, credential.id
+
+
+def test_a_revocation_through_the_hub_applies_to_the_very_next_call(state: State) -> None:
+    auth, token, credential_id = cached_alice(state)
+    state.revoke_credential(credential_id)
     with pytest.raises(Unauthenticated):
         auth(token)
 
@@ -41,13 +47,10 @@ def test_a_revocation_through_the_hub_applies_to_the_very_next_call(state: State
 def test_a_revocation_by_another_process_applies_to_the_very_next_call(
     state: State, tmp_path: Path
 ) -> None:
-    principal = state.add_principal("alice")
-    token, credential = state.issue_credential(principal.id)
-    auth = Authenticator(state, ttl=60, clock=Clock())
-    auth(token)
+    auth, token, credential_id = cached_alice(state)
     other = sqlite3.connect(tmp_path / "state.sqlite3")
     other.execute(
-        "UPDATE credentials SET revoked_at = ? WHERE id = ?", (time.time(), credential.id)
+        "UPDATE credentials SET revoked_at = ? WHERE id = ?", (time.time(), credential_id)
     )
     other.commit()
     other.close()
@@ -77,15 +80,10 @@ def test_unknown_tokens_are_never_cached(state: State) -> None:
     assert auth(token).principal.name == "bob"
 
 
-def test_a_cached_credential_is_not_read_again_while_nothing_changed(
-    state: State, tmp_path: Path
-) -> None:
-    principal = state.add_principal("alice")
-    token, credential = state.issue_credential(principal.id)
-    auth = Authenticator(state, ttl=60, clock=Clock())
-    auth(token)
+def test_a_cached_credential_is_not_read_again_while_nothing_changed(state: State) -> None:
+    auth, token, credential_id = cached_alice(state)
     # A change the cache cannot see (same connection, not through revoke_credential) shows that
     # the second call answered from the cache rather than from the database.
-    state.db.execute("UPDATE credentials SET revoked_at = 1 WHERE id = ?", (credential.id,))
+    state.db.execute("UPDATE credentials SET revoked_at = 1 WHERE id = ?", (credential_id,))
     state.db.commit()
     assert auth(token).principal.name == "alice"
