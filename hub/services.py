@@ -139,6 +139,9 @@ class Hub:
         return hub
 
     def close(self) -> None:
+        # The file-system watch is the process's own and outlives this Hub (an in-place restart
+        # opens another), so what this Hub's store watched is given back first.
+        self.store.close()
         self.state.close()
         self.root_lock.release()
 

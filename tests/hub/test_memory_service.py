@@ -213,3 +213,26 @@ async def test_a_revision_prefix_naming_two_kept_copies_is_refused(hub: Hub) -> 
         alice, None, RestoreRequest(PATH, revision(first)[:20], revision(third)), "cli"
     )
     assert restored.revision == revision(first)
+
+
+def inotify_watches() -> int:
+    """The directories this process has an inotify watch on, as the kernel lists them."""
+    count = 0
+    for fdinfo in Path("/proc/self/fdinfo").iterdir():
+        try:
+            count += fdinfo.read_text().count("inotify wd:")
+        except OSError:
+            continue
+    return count
+
+
+async def test_a_closed_hub_gives_back_what_its_memory_watched(tmp_path: Path) -> None:
+    # The watch belongs to the process, which opens another Hub on an in-place restart.
+    before = inotify_watches()
+    opened = open_hub(tmp_path)
+    await opened.store.upsert("global", PATH, BODY, "absent")
+    found = await opened.store.search("global", "friday", None, 5)
+    assert [match.path for match in found.matches] == [PATH]
+    assert inotify_watches() > before
+    opened.close()
+    assert inotify_watches() == before
