@@ -101,6 +101,8 @@ class TreeWatch:
         self._by_wd: dict[int, _Watched] = {}
         self._listeners: weakref.WeakSet[Listener] = weakref.WeakSet()
         self.overflows = 0
+        # A refusal is said once per reason: at the limit every search and read would repeat it.
+        self._refusals_told: set[int] = set()
 
     def _open(self) -> bool:
         if self._fd >= 0:
@@ -138,13 +140,29 @@ class TreeWatch:
             name = f"/proc/self/fd/{dir_fd}".encode()
             wd = self._calls.add_watch(self._fd, name, WATCHED | IN_ONLYDIR)
             if wd < 0:
-                number = ctypes.get_errno()
-                logger.warning("memory watch refused (%s)", os.strerror(number))
+                self._tell_refusal(ctypes.get_errno())
                 return False
             watched = self._by_wd.setdefault(wd, _Watched())
             watched.listeners[id(listener)] = (weakref.ref(listener), path)
             self._listeners.add(listener)
             return True
+
+    def _tell_refusal(self, number: int) -> None:
+        if number in self._refusals_told:
+            logger.debug("memory watch refused (%s)", os.strerror(number))
+            return
+        self._refusals_told.add(number)
+        fix = (
+            "; raise the sysctl fs.inotify.max_user_watches to watch more"
+            if number == errno.ENOSPC
+            else ""
+        )
+        logger.warning(
+            "memory watch refused (%s): reads below an unwatched directory check every file "
+            "(said once)%s",
+            os.strerror(number),
+            fix,
+        )
 
     def forget(self, listener: Listener) -> None:
         """Stop telling ``listener``; directories nobody else listens to are no longer watched."""

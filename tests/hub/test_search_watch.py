@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from hub.limits import DEFAULT_LIMITS
 from hub.store import MemoryStore
-from hub.watch import WATCH
+from hub.watch import WATCH, Listener, TreeWatch
 
 SCOPE = "global"
 SCOPE_PARTS = ("global",)
@@ -244,3 +244,21 @@ async def test_a_kept_scope_answers_exactly_as_the_walk_does(
                 assert (await store.search(SCOPE, text, prefix, 20)).to_wire() == kept
         finally:
             store.close()
+
+
+def test_a_refused_watch_is_logged_once_not_on_every_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    watch = TreeWatch()
+    listener = Listener()
+    # The kernel refuses a watch on what is not a directory, as it refuses one past its limit.
+    not_a_directory = tmp_path / "plain.md"
+    not_a_directory.write_text("x")
+    fd = os.open(not_a_directory, os.O_RDONLY)
+    try:
+        with caplog.at_level("WARNING", logger="amux.hub.watch"):
+            assert [watch.add(listener, fd, ("plain.md",)) for _ in range(5)] == [False] * 5
+    finally:
+        os.close(fd)
+    told = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(told) == 1 and "memory watch refused (Not a directory)" in told[0]
