@@ -57,7 +57,11 @@ from cards.models import (
     SearchHit,
     Setting,
 )
-from cards.notices import memory_disabled_card, owner_only_card
+from cards.notices import (
+    memory_disabled_card,
+    owner_only_card,
+    project_memory_owner_only_card,
+)
 from hub.errors import InvalidArgument, MemoryDisabled
 from hub.identity import Actor, in_person
 from hub.memory import (
@@ -74,6 +78,7 @@ from hub.memory import (
 from hub.paths import memory_scope
 from hub.preferences import RestartCard
 from hub.principals import Principal
+from hub.projects import Project
 from hub.services import Hub
 
 logger = logging.getLogger("amux.bot")
@@ -308,25 +313,60 @@ class Management:
 
     # -- My memory: every action but the erase ones needs memory on ----------------------------
 
-    def _reader(self, click: Click) -> tuple[Actor, str] | None:
-        """The clicker, held to the rules the Hub applies to their own CLI calls, and the scope
-        they see; None while memory is off."""
-        actor = in_person(click.principal, "card")
+    def _card_project(self, click: Click) -> Project | None:
+        """The project whose memory a memory card in this chat shows: a bound group's, under
+        isolation. A memory card's update is seen by everyone in its chat, so in a group it
+        must never show a member's own memory. Without isolation the project's memory is the
+        one global memory, which the clicker's own cards show anyway."""
+        chat_id = click.chat_id
+        if not chat_id or not self._hub.config.isolation:
+            return None
+        if self._hub.people.private_chat_holder(chat_id) is not None:
+            return None  # A bound private chat keeps its person's own memory.
+        return self._hub.projects.binding_of(chat_id)
+
+    def _card_actor(self, click: Click) -> tuple[Actor, str]:
+        """Whom a memory card acts for, and the project's name when it is a project's: in a
+        bound group, the project's Principal; elsewhere the clicker."""
+        project = self._card_project(click)
+        if project is None:
+            return in_person(click.principal, "card"), ""
+        principal = self._hub.projects.principal_of(project.name)
+        return in_person(principal, "card"), project.name
+
+    def _changer(self, click: Click) -> Actor | Card:
+        """Whom a memory change from a card acts for; the refusal card when the clicker may not
+        make it: in a bound group only the owner changes the project's memory from a card (any
+        member's turn there may still save to it)."""
+        actor, project = self._card_actor(click)
+        if project and not click.principal.is_owner:
+            logger.warning(
+                "refused a change of project %s's memory from %s", project, click.principal.name
+            )
+            return project_memory_owner_only_card(project, self.lang)
+        return actor
+
+    def _reader(self, click: Click) -> tuple[Actor, str, str] | None:
+        """Whom the card reads for (the clicker, or a bound group's project), held to the rules
+        the Hub applies to their own CLI calls, the scope they see and the project's name (empty
+        for the clicker's own); None while memory is off."""
+        actor, project = self._card_actor(click)
         try:
-            return actor, self._hub.memory.checked_scope(actor)
+            return actor, self._hub.memory.checked_scope(actor), project
         except MemoryDisabled:
             return None
 
     async def memory_list(self, click: Click, request: ListRequest) -> Card:
-        """``memory.list``: the clicker's documents under the prefix."""
+        """``memory.list``: the clicker's (or a bound group's project's) documents under the
+        prefix."""
         reader = self._reader(click)
         if reader is None:
             return memory_disabled_card(self.lang)
-        actor, scope = reader
+        actor, scope, project = reader
         prefix = request.path_prefix
         listed = await self._hub.memory.list_documents(actor, None, prefix, LIST_LIMIT)
         items = tuple(MemoryItem(d.path, d.revision, d.size_bytes) for d in listed.documents)
-        view = MemoryList(scope, items, prefix or "", listed.truncated)
+        view = MemoryList(scope, items, prefix or "", listed.truncated, project)
         return memory_list_card(view, self.lang)
 
     async def memory_search(self, click: Click, _: None) -> Card:
@@ -334,7 +374,7 @@ class Management:
         reader = self._reader(click)
         if reader is None:
             return memory_disabled_card(self.lang)
-        actor, scope = reader
+        actor, scope, _project = reader
         query = SearchForm.parse(click.form).query
         if not query:
             raise InvalidArgument(text(self.lang, "memory.search_empty"))
@@ -347,7 +387,7 @@ class Management:
         reader = self._reader(click)
         if reader is None:
             return memory_disabled_card(self.lang)
-        actor, _ = reader
+        actor = reader[0]
         path, offset = request.path, request.offset
         got = await self._hub.memory.get(actor, None, GetRequest(path, offset=offset))
         if not got.exists:
@@ -361,14 +401,18 @@ class Management:
         """``memory.forget.ask``: the confirmation, nothing forgotten yet."""
         if self._reader(click) is None:
             return memory_disabled_card(self.lang)
+        actor = self._changer(click)
+        if not isinstance(actor, Actor):
+            return actor  # No confirmation the click after it would refuse.
         return forget_confirm_card(ref.path, ref.revision, self.lang)
 
     async def forget_confirm(self, click: Click, ref: DocumentRef) -> Card:
         """``memory.forget.confirm``: the document deleted if it is still at the revision shown."""
-        reader = self._reader(click)
-        if reader is None:
+        if self._reader(click) is None:
             return memory_disabled_card(self.lang)
-        actor, _ = reader
+        actor = self._changer(click)
+        if not isinstance(actor, Actor):
+            return actor
         request = ForgetRequest(ref.path, ref.revision)
         forgotten = await self._hub.memory.forget(actor, None, request, "card")
         logger.info("memory document forgotten from Feishu by %s", click.principal.name)
@@ -379,16 +423,16 @@ class Management:
         reader = self._reader(click)
         if reader is None:
             return memory_disabled_card(self.lang)
-        actor, _ = reader
-        changes = await self._changes(actor, target.path, HISTORY_CHANGES)
+        changes = await self._changes(reader[0], target.path, HISTORY_CHANGES)
         return memory_history_card(changes, self.lang)
 
     async def restore(self, click: Click, request: Restore) -> Card:
         """``memory.restore``: a kept earlier version back, if the document is as shown."""
-        reader = self._reader(click)
-        if reader is None:
+        if self._reader(click) is None:
             return memory_disabled_card(self.lang)
-        actor, _ = reader
+        actor = self._changer(click)
+        if not isinstance(actor, Actor):
+            return actor
         wanted = RestoreRequest(request.path, request.revision, request.expected_revision)
         restored = await self._hub.memory.restore(actor, None, wanted, "card")
         logger.info("a memory document restored from Feishu by %s", click.principal.name)
@@ -396,14 +440,18 @@ class Management:
 
     async def erase_ask(self, click: Click, target: MemoryTarget) -> Card:
         """``memory.erase.ask``: what an erase would remove (works while memory is off)."""
-        actor = in_person(click.principal, "card")
+        actor = self._changer(click)
+        if not isinstance(actor, Actor):
+            return actor
         preview = await self._hub.memory.preview_erase(actor, None, target.path)
         return erase_confirm_card(_erase_view(target.path, preview), self.lang)
 
     async def erase_confirm(self, click: Click, target: MemoryTarget) -> Card:
         """``memory.erase.confirm``: the document(s) and their history erased (works while
         memory is off)."""
-        actor = in_person(click.principal, "card")
+        actor = self._changer(click)
+        if not isinstance(actor, Actor):
+            return actor
         receipt = await self._hub.memory.erase(actor, None, target.path, "card")
         logger.info("memory erased from Feishu by %s", click.principal.name)
         return erased_card(_erase_view(target.path, receipt), self.lang)

@@ -151,6 +151,9 @@ class BotSink:
         principal = await self._enrolled(event)
         if principal is None:
             return
+        if event.is_private:
+            # A bound private chat keeps its person's memory on cards too: known as theirs.
+            self._management.note_private_chat(event.chat_id, principal)
         if words and not principal.is_owner:
             # A binding decides whose memory and which repository everyone in the chat gets.
             await self._client.reply(

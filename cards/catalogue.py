@@ -82,6 +82,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "restart.deferred": "Not restarted. The saved values stay pending until the next restart.",
         "memory.title": "My memory",
         "memory.scope": "Scope `{scope}`",
+        "memory.project": "The memory of project **{project}**, shared by this group's turns.",
         "memory.empty": "No memory documents here yet.",
         "memory.truncated": "More documents exist; narrow the prefix or search.",
         "memory.open": "Open",
@@ -309,6 +310,10 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         ),
         "notice.owner_only.title": "Owner only",
         "notice.owner_only": "Only the owner of this Hub can change its settings.",
+        "notice.project_memory": (
+            "This group shares the memory of project **{project}**: only the owner of this Hub "
+            "changes or erases it from a card. Turns in this group still read and save it."
+        ),
         "notice.stale_card": "This card is out of date. Open /amux again.",
         "notice.try_later.title": "Try again later",
         "notice.try_later.messages": (
@@ -377,6 +382,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "restart.deferred": "未重启。已保存的值将在下次重启时生效。",
         "memory.title": "我的记忆",
         "memory.scope": "范围 `{scope}`",
+        "memory.project": "项目 **{project}** 的记忆，由本群的轮次共享。",
         "memory.empty": "这里还没有记忆文档。",
         "memory.truncated": "还有更多文档；请缩小前缀或使用搜索。",
         "memory.open": "打开",
@@ -571,6 +577,10 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         ),
         "notice.owner_only.title": "仅限所有者",
         "notice.owner_only": "只有本 Hub 的所有者可以修改设置。",
+        "notice.project_memory": (
+            "本群共享项目 **{project}** 的记忆：只有本 Hub 的所有者可以通过卡片修改或删除它。"
+            "本群的轮次仍可读取和保存它。"
+        ),
         "notice.stale_card": "此卡片已过期，请重新打开 /amux。",
         "notice.try_later.title": "请稍后再试",
         "notice.try_later.messages": (

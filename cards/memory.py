@@ -51,6 +51,8 @@ def _search(lang: Lang) -> Element:
 def memory_list_card(view: MemoryList, lang: Lang) -> Card:
     """The caller's documents, each with an Open button, and a search form."""
     elements: list[Element] = [markdown(text(lang, "memory.scope", scope=code(view.scope)))]
+    if view.project:
+        elements.append(markdown(text(lang, "memory.project", project=escape(view.project))))
     if not view.items:
         elements.append(markdown(text(lang, "memory.empty")))
     for item in view.items:

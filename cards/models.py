@@ -108,6 +108,8 @@ class MemoryList:
     items: tuple[MemoryItem, ...]
     path_prefix: str = ""
     truncated: bool = False
+    # The project whose memory this is (a bound group's); empty for the viewer's own.
+    project: str = ""
 
 
 @dataclass(frozen=True)

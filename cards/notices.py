@@ -79,6 +79,12 @@ def owner_only_card(lang: Lang) -> Card:
     return _notice("notice.owner_only", lang)
 
 
+def project_memory_owner_only_card(project: str, lang: Lang) -> Card:
+    """A member's change of a bound group's project memory from a card, refused."""
+    body = text(lang, "notice.project_memory", project=escape(project))
+    return card(text(lang, "notice.owner_only.title"), "yellow", [markdown(body)])
+
+
 def stale_card(lang: Lang) -> Card:
     """Replaces a card whose callback no longer matches the Hub's state."""
     return card(
