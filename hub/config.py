@@ -76,6 +76,11 @@ class HubSettings(BaseSettings):
     lease_seconds: float = 30.0
     # A turn no worker takes within this long fails visibly instead of waiting forever.
     queue_seconds: float = 900.0
+    # A project conversation's turns wait for the worker holding its checkout; once that worker
+    # has not been seen for this long (while the Hub runs) another worker takes them and makes
+    # the checkout again from the conversation's branch. Below queue_seconds, so a waiting turn
+    # moves before it would fail.
+    home_worker_seconds: float = Field(default=300.0, ge=10)
     # How long an Agent's delegated credential lives unless revoked first (a finished turn's is
     # revoked at once); bounds what a leaked one can do.
     delegated_credential_seconds: int = 6 * 3600

@@ -481,6 +481,10 @@ class Claim:
     budget: int | None = None
     # The Session's project as the worker checks it out; None when the Session has none.
     project: ProjectSource | None = None
+    # The worker that held the project Session's checkout when this claim took the Session
+    # from it (that worker was gone): the claiming worker makes the checkout again from the
+    # conversation's branch. None when the Session stays where it was.
+    moved_from: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {
@@ -498,6 +502,8 @@ class Claim:
             wire["budget"] = self.budget
         if self.project is not None:
             wire["project"] = self.project.to_wire()
+        if self.moved_from is not None:
+            wire["moved_from"] = self.moved_from
         return wire
 
     @classmethod
@@ -515,6 +521,7 @@ class Claim:
             permissions=_optional(wire, "permissions", str) or "ask",
             budget=budget if isinstance(budget, int) and not isinstance(budget, bool) else None,
             project=ProjectSource.from_wire(project) if isinstance(project, Mapping) else None,
+            moved_from=_optional(wire, "moved_from", str),
         )
 
 

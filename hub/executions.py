@@ -4,6 +4,9 @@ A Session is one native Agent conversation. Its memory binding is frozen at its 
 and reused by every resume; an unbound Session stays unbound. An execution is one turn: queued,
 claimed by a worker under a lease kept alive by heartbeats, and finished with a result. A worker
 that stops heart-beating loses its lease; the turn is retried once elsewhere, then failed visibly.
+A project Session's turns go to the worker holding its checkout (its home, named at its first
+claim); a home not seen for ``home_worker_seconds`` while the Hub runs is gone, and the next
+worker to claim such a turn becomes the Session's home, making its checkout from its branch.
 
 A free worker slot gets the oldest claimable turn of the Principal with the fewest running
 turns, and among Principals alike in that, of the one served least recently: Principals with
@@ -94,6 +97,7 @@ class Executions:
         providers: Iterable[str] = (),
         max_queued_per_principal: int = 0,
         usage: Usage | None = None,
+        home_worker_seconds: float = 300.0,
     ) -> None:
         # The Agents turns may name (the composition root knows its workers' adapters); a turn
         # naming any other is refused, so no caller picks a program for a worker to run.
@@ -102,7 +106,11 @@ class Executions:
         self._state = state
         self.lease_seconds = lease_seconds
         self.queue_seconds = queue_seconds
+        self.home_worker_seconds = home_worker_seconds
         self._clock = clock
+        # A worker's absence counts only from this process's start: while the Hub was down no
+        # worker could be seen, and none of them is gone for that.
+        self._started = clock()
         # Opening the State brought these tables up to date (see hub.migrations).
         self._changed = asyncio.Condition()
         self._version = 0
@@ -427,7 +435,8 @@ class Executions:
             else:
                 home = self._absent_home_worker(db, session.id)
                 if home is not None:
-                    self._insert_event(db, execution_id, STATUS, waits_for_worker(home))
+                    waits = waits_for_worker(home, self.home_worker_seconds)
+                    self._insert_event(db, execution_id, STATUS, waits)
             return session
 
         session = await self._state.write(queue)
@@ -559,7 +568,7 @@ class Executions:
                         )
                     )
                     if claimed is not None:
-                        return self._claim_of(claimed)
+                        return self._claim_of(*claimed)
                     seen_at = loop.time()
                 elif seen_at is None or loop.time() - seen_at >= TOUCH_SECONDS:
                     self._touch_worker(worker_id, principal_id)
@@ -598,13 +607,20 @@ class Executions:
 
     def _homed_elsewhere(self, worker_name: str) -> set[str]:
         """The Sessions with waiting turns whose checkout another worker holds: only that
-        worker may take their turns."""
+        worker may take their turns, until it is gone (not seen for ``home_worker_seconds``
+        while this Hub ran)."""
+        cutoff = self._clock() - self.home_worker_seconds
+        if self._started > cutoff:
+            # The Hub has not run long enough to call any worker gone.
+            cutoff = float("-inf")
         return {
             str(row["id"])
             for row in self.db.execute(
                 "SELECT DISTINCT s.id FROM executions e JOIN sessions s ON s.id = e.session_id "
-                "WHERE e.state = ? AND s.home_worker IS NOT NULL AND s.home_worker != ?",
-                (QUEUED, worker_name),
+                "WHERE e.state = ? AND s.home_worker IS NOT NULL AND s.home_worker != ? "
+                "AND EXISTS (SELECT 1 FROM workers w WHERE w.name = s.home_worker "
+                "AND w.last_seen >= ?)",
+                (QUEUED, worker_name, cutoff),
             )
         }
 
@@ -612,7 +628,7 @@ class Executions:
         """The turn a free slot runs next, and whom it runs as: the oldest claimable turn of
         the Principal with the fewest running turns, then of the one served least recently,
         then of the one waiting longest. A project Session's turns go only to the worker named
-        on it (see ``_claim_one``).
+        on it while that worker is not gone (see ``_homed_elsewhere``, ``_claim_one``).
 
         Every lookup is a range of the (state, runs_as, created_at) index, so the cost grows
         with the number of Principals waiting, not with the length of their queues.
@@ -663,8 +679,11 @@ class Executions:
         *_, execution_id, who = min(candidates)
         return execution_id, who
 
-    def _claim_one(self, db: sqlite3.Connection, worker_id: str, principal_id: str) -> str | None:
-        """Lease the next turn (see ``_fair_pick``) to the worker; returns its id.
+    def _claim_one(
+        self, db: sqlite3.Connection, worker_id: str, principal_id: str
+    ) -> tuple[str, str | None] | None:
+        """Lease the next turn (see ``_fair_pick``) to the worker; returns its id, and the
+        name of the gone worker its project Session moves from, if it moves.
 
         Raises: NotFound: the worker is unknown (register again).
         """
@@ -675,14 +694,21 @@ class Executions:
         if picked is None:
             return None
         execution_id, runs_as = picked
-        # A project Session's first claim names its home: the worker that makes its checkout
-        # is the one that has it for every later turn.
-        db.execute(
-            "UPDATE sessions SET home_worker = ? WHERE id = "
-            "(SELECT session_id FROM executions WHERE id = ?) "
-            "AND project IS NOT NULL AND home_worker IS NULL",
-            (worker_name, execution_id),
-        )
+        row = db.execute(
+            "SELECT s.id, s.home_worker FROM executions e JOIN sessions s ON s.id = e.session_id "
+            "WHERE e.id = ? AND s.project IS NOT NULL",
+            (execution_id,),
+        ).fetchone()
+        moved_from: str | None = None
+        if row is not None and row["home_worker"] != worker_name:
+            # A project Session's first claim names its home: the worker that makes its
+            # checkout is the one that has it for every later turn. A turn picked for another
+            # worker means its home is gone (see ``_homed_elsewhere``): it moves, and says so.
+            if row["home_worker"] is not None:
+                moved_from = str(row["home_worker"])
+                moved = moves_to_worker(moved_from, worker_name, self.home_worker_seconds)
+                self._insert_event(db, execution_id, STATUS, moved)
+            db.execute("UPDATE sessions SET home_worker = ? WHERE id = ?", (worker_name, row["id"]))
         self._claims += 1
         self._served[runs_as] = self._claims
         db.execute(
@@ -690,7 +716,7 @@ class Executions:
             "lease_expires_at = ?, updated_at = ? WHERE id = ?",
             (RUNNING, worker_id, now + self.lease_seconds, now, execution_id),
         )
-        return execution_id
+        return execution_id, moved_from
 
     def _worker_name(self, worker_id: str) -> str:
         row = self.db.execute("SELECT name FROM workers WHERE id = ?", (worker_id,)).fetchone()
@@ -704,7 +730,7 @@ class Executions:
         ).fetchone()
         return None if row is None or row["home_worker"] is None else str(row["home_worker"])
 
-    def _claim_of(self, execution_id: str) -> Claim:
+    def _claim_of(self, execution_id: str, moved_from: str | None = None) -> Claim:
         execution = self.db.execute(
             "SELECT * FROM executions WHERE id = ?", (execution_id,)
         ).fetchone()
@@ -715,6 +741,7 @@ class Executions:
             session=self.session(execution["session_id"]),
             lease_seconds=self.lease_seconds,
             request_id=execution["request_id"],
+            moved_from=moved_from,
         )
 
     def _owned(self, execution_id: str, worker_id: str) -> sqlite3.Row:
@@ -900,12 +927,26 @@ class Executions:
         return len(rows)
 
 
-def waits_for_worker(name: str) -> str:
+def waits_for_worker(name: str, gone_seconds: float) -> str:
     """The status of a turn whose conversation's checkout is on a worker not connected now."""
     return (
-        f"this conversation's checkout is on worker {name}; "
-        "this turn waits until that worker is connected"
+        f"this conversation's checkout is on worker {name}; this turn waits until that worker "
+        f"is connected, or until it has been away {_duration(gone_seconds)}, when another "
+        "worker takes it from the conversation's branch"
     )
+
+
+def moves_to_worker(gone: str, taker: str, gone_seconds: float) -> str:
+    """The status of a turn whose conversation moves from its gone worker to another."""
+    return (
+        f"worker {gone}, which held this conversation's checkout, has not been seen for "
+        f"{_duration(gone_seconds)}; worker {taker} takes this turn and makes the checkout "
+        "again from the conversation's branch"
+    )
+
+
+def _duration(seconds: float) -> str:
+    return f"{round(seconds / 60)} min" if seconds >= 120 else f"{round(seconds)} s"
 
 
 def _project_exists(db: sqlite3.Connection, name: str) -> bool:

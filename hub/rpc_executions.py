@@ -84,6 +84,9 @@ class SubmitParams(Params):
     session_id: str | None = text_field(ID_CHARS, None)
     origin: str | None = text_field(512, None)
     principal_id: str | None = text_field(4096, None)
+    # A new conversation in a checkout of this project (the owner only; a Feishu chat's come
+    # from its binding).
+    project: str | None = text_field(64, None)
 
 
 async def executions_submit(call: Call, params: SubmitParams) -> dict[str, Any]:
@@ -99,6 +102,15 @@ async def executions_submit(call: Call, params: SubmitParams) -> dict[str, Any]:
     if params.cwd is not None and not params.cwd.startswith("/"):
         # Whether it exists is the worker's to say: it may run on another host.
         raise InvalidArgument(f"cwd {params.cwd!r} is not an absolute path")
+    if params.project is not None:
+        if not call.actor.principal.is_owner:
+            # A project's checkouts and branches are the owner's to hand out, as its chats are.
+            raise Forbidden("only the owner may start a conversation in a project")
+        if params.session_id is not None or params.cwd is not None:
+            raise InvalidArgument(
+                "a project starts a new conversation in its own checkout: "
+                "leave out session_id and cwd"
+            )
     if params.session_id is not None:
         # Someone else's conversation answers as an unknown one; the service and the owner,
         # who see every Session, hear below that it belongs to someone else.
@@ -111,6 +123,7 @@ async def executions_submit(call: Call, params: SubmitParams) -> dict[str, Any]:
         cwd=params.cwd,
         session_id=params.session_id,
         origin=params.origin,
+        project=params.project,
     )
     return {"execution": execution.to_wire(), "session": session.to_wire()}
 

@@ -107,6 +107,7 @@ class Hub:
                 state,
                 lease_seconds=settings.lease_seconds,
                 queue_seconds=settings.queue_seconds,
+                home_worker_seconds=settings.home_worker_seconds,
                 providers=providers,
                 max_queued_per_principal=config.max_queued_per_principal,
                 usage=usage,

@@ -7,12 +7,14 @@ Layout, under ``<work_dir>/projects/<name>/``:
                          branch ``amux/<key>``, owned by the Agent's uid
     saved/<key>.config   the worker's copy of that checkout's ``.git/config`` (and ``.alternates``)
     used/<key>           when the worker last used that checkout (seconds since the epoch)
+    saved/<key>.unpushed the conversation's branch could not be pushed (a remote project)
 
 Each checkout borrows the project repository's objects through alternates; the sandbox binds that
 objects directory read-only, so an Agent can read history but change neither the project's
 objects nor its refs, and another conversation's checkout is not in its sandbox at all. Only the
 worker writes the project repository: after each turn it commits what the Agent left and fetches
-``amux/<key>`` (that ref only) from the checkout.
+``amux/<key>`` (that ref only) from the checkout; a remote project's worker then pushes that
+branch to the remote, where another worker finds it when the conversation moves there.
 
 A checkout is the Agent's: its ``.git`` may name programs (``core.fsmonitor``, hooks, filter and
 diff drivers, includes) or point git at another repository (``commondir``, a ``.git`` file). So
@@ -205,11 +207,17 @@ class Projects:
         }
 
     def repository(
-        self, source: ProjectSource, warnings: list[str], refresh: bool = True
+        self,
+        source: ProjectSource,
+        warnings: list[str],
+        refresh: bool = True,
+        branch: str | None = None,
     ) -> tuple[Path, Path]:
         """The project repository's git directory and objects directory, a remote one cloned
-        (once) or, with ``refresh``, fetched (its default branch) first; a failed fetch is a
-        warning when a copy exists.
+        (once) or, with ``refresh``, fetched first: its default branch, and ``branch`` (a
+        conversation's, where a worker that ran its earlier turns pushed it) as
+        ``refs/remotes/origin/<branch>`` when the remote has it (see ``_take_remote_branch``).
+        A failed fetch is a warning when a copy exists.
 
         Raises:
             InvalidArgument: the path is not a git repository here, or the credential is unset.
@@ -258,9 +266,12 @@ class Projects:
                 ) from error
             os.replace(partial, git_dir)
         elif refresh:
-            ref = f"+refs/heads/{source.default_branch}:refs/heads/{source.default_branch}"
+            refs = [f"+refs/heads/{source.default_branch}:refs/heads/{source.default_branch}"]
+            if branch is not None:
+                # A pattern: a branch the remote lacks (a new conversation's) is no error.
+                refs.append(f"+refs/heads/{branch}*:refs/remotes/origin/{branch}*")
             fetched = self._git(
-                ["--git-dir", str(git_dir), "fetch", "--quiet", "--no-tags", "origin", ref],
+                ["--git-dir", str(git_dir), "fetch", "--quiet", "--no-tags", "origin", *refs],
                 env=auth,
                 check=False,
             )
@@ -286,12 +297,21 @@ class Projects:
     # -- a conversation's checkout ----------------------------------------------------------
 
     def prepare(
-        self, source: ProjectSource, session_id: str, owner: Owner, warnings: list[str]
+        self,
+        source: ProjectSource,
+        session_id: str,
+        owner: Owner,
+        warnings: list[str],
+        moved_from: str | None = None,
     ) -> Checkout:
         """The conversation's checkout, ready for a turn: made on ``amux/<key>`` from the
         default branch (or from its branch, when it was pruned), else restored to the worker's
         config. Checkouts of the project unused for its ``worktree_days`` are removed first; a
-        remote project is fetched before a checkout is made, not before every turn.
+        remote project is fetched (its default branch and the conversation's) before a
+        checkout is made, not before every turn.
+
+        ``moved_from`` names the worker the conversation comes from (the Hub found it gone):
+        any checkout of it here is older than its branch, so it is made again from the branch.
 
         Raises:
             InvalidArgument, Unavailable: the repository cannot be had, or git refused.
@@ -301,15 +321,48 @@ class Projects:
         with self._locked(source.name):
             self._ready_directories(directory, owner)
             path = directory / "checkouts" / key
-            fresh = not self._sound(source, key, path)
-            repository, objects = self.repository(source, warnings, refresh=fresh)
+            fresh = moved_from is not None or not self._sound(source, key, path)
+            repository, objects = self.repository(
+                source, warnings, refresh=fresh, branch=BRANCH_PREFIX + key
+            )
             self.prune(source, keep=key)
             checkout = Checkout(source, key, path, repository, objects)
             if fresh:
+                if source.kind == "remote":
+                    self._take_remote_branch(checkout, warnings)
+                if moved_from is not None and not self._has_branch(repository, checkout.branch):
+                    warnings.append(
+                        f"this conversation's branch {checkout.branch} is not in the project "
+                        f"{source.name}'s repository on this worker (its checkout was on worker "
+                        f"{moved_from}); this turn starts again from {source.default_branch}"
+                    )
                 self._create(checkout, owner)
             self._restore(checkout, owner)
             self._record_use(checkout)
         return checkout
+
+    def _take_remote_branch(self, checkout: Checkout, warnings: list[str]) -> None:
+        """Move the conversation's branch here up to the remote's copy when that one is ahead
+        (another worker ran its later turns). A copy here that is ahead (its push failed) is
+        kept; one that went another way than the remote's is kept too, and said."""
+        repo = ["-c", "safe.directory=*", "--git-dir", str(checkout.repository)]
+        local, remote = f"refs/heads/{checkout.branch}", f"refs/remotes/origin/{checkout.branch}"
+        if not self._has_ref(checkout.repository, remote):
+            return
+        if self._has_branch(checkout.repository, checkout.branch):
+            ahead = self._git([*repo, "merge-base", "--is-ancestor", local, remote], check=False)
+            if ahead.returncode != 0:
+                behind = self._git(
+                    [*repo, "merge-base", "--is-ancestor", remote, local], check=False
+                )
+                if behind.returncode != 0:
+                    warnings.append(
+                        f"this conversation's branch {checkout.branch} on the project "
+                        f"{checkout.project.name}'s remote went another way than this worker's "
+                        "copy; this turn continues from this worker's copy"
+                    )
+                return
+        self._git([*repo, "update-ref", local, remote])
 
     def _ready_directories(self, directory: Path, owner: Owner) -> None:
         for path in (
@@ -346,6 +399,9 @@ class Projects:
         return self.project_dir(checkout.project.name) / "saved" / f"{checkout.key}.{what}"
 
     def _has_branch(self, repository: Path, branch: str) -> bool:
+        return self._has_ref(repository, f"refs/heads/{branch}")
+
+    def _has_ref(self, repository: Path, ref: str) -> bool:
         found = self._git(
             [
                 "-c",
@@ -355,7 +411,7 @@ class Projects:
                 "rev-parse",
                 "--verify",
                 "--quiet",
-                f"refs/heads/{branch}^{{commit}}",
+                f"{ref}^{{commit}}",
             ],
             check=False,
         )
@@ -447,6 +503,8 @@ class Projects:
                 self._restore(checkout, owner)
                 self._commit(checkout, turn, owner)
                 self._publish(checkout, owner)
+                if checkout.project.kind == "remote":
+                    self._push(checkout, warnings)
             else:
                 warnings.append(
                     "the Agent replaced its checkout's .git, so this turn's changes were not "
@@ -503,6 +561,37 @@ class Projects:
                 f"+{ref}:{ref}",
             ]
         )
+
+    def _push(self, checkout: Checkout, warnings: list[str]) -> None:
+        """Push the conversation's branch from the worker's clone to the project's remote, so
+        that it can be reviewed there and another worker can continue the conversation from it.
+        Never forced: a branch someone else moved on the remote is not overwritten. A failure
+        is said once, until a push succeeds again."""
+        ref = f"refs/heads/{checkout.branch}"
+        pushed = self._git(
+            [
+                "--git-dir",
+                str(checkout.repository),
+                "push",
+                "--quiet",
+                "--no-verify",
+                "origin",
+                f"{ref}:{ref}",
+            ],
+            env=self._credential_env(checkout.project),
+            check=False,
+        )
+        marker = self._saved(checkout, "unpushed")
+        if pushed.returncode == 0:
+            marker.unlink(missing_ok=True)
+            return
+        if not marker.exists():
+            marker.write_text(_first_line(pushed.stderr) + "\n")
+            warnings.append(
+                f"this conversation's branch {checkout.branch} could not be pushed to the "
+                f"project {checkout.project.name}'s remote ({_first_line(pushed.stderr)}); it "
+                "stays on this worker, and no other worker can continue this conversation"
+            )
 
     def summary(self, checkout: Checkout) -> BranchWork:
         """What the conversation's branch holds against the default branch, from the project
@@ -595,11 +684,17 @@ class Projects:
             if last >= limit:
                 continue
             shutil.rmtree(directory / "checkouts" / key, ignore_errors=True)
-            for what in ("config", "alternates"):
+            for what in ("config", "alternates", "unpushed"):
                 (directory / "saved" / f"{key}.{what}").unlink(missing_ok=True)
             record.unlink(missing_ok=True)
             removed.append(key)
         return removed
+
+
+def _first_line(stderr: str) -> str:
+    """What git said first, for a warning."""
+    said = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return said[0].removeprefix("fatal: ").removeprefix("error: ") if said else "no reason given"
 
 
 def _command(args: Sequence[str]) -> str:

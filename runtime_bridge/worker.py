@@ -450,7 +450,9 @@ class Worker:
                 f"the Hub sent no source for this conversation's project {session.project}"
             )
         said: list[str] = []
-        checkout = await asyncio.to_thread(self.projects.prepare, source, session.id, run_as, said)
+        checkout = await asyncio.to_thread(
+            self.projects.prepare, source, session.id, run_as, said, claimed.moved_from
+        )
         for warning in said:
             warnings.append(warning)
             await self._event(claimed, WARNING, warning)

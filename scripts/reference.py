@@ -51,6 +51,10 @@ MEANINGS: dict[str, str] = {
     "retried elsewhere (once) or failed visibly.",
     "AMUX_QUEUE_SECONDS": "A turn no Runtime worker takes within this many seconds fails with a "
     "clear error instead of waiting forever.",
+    "AMUX_HOME_WORKER_SECONDS": "A project conversation's turns wait for the worker holding its "
+    "checkout; once that worker has not been seen for this many seconds while the Hub runs, "
+    "another worker takes them and makes the checkout again from the conversation's branch (at "
+    "least 10).",
     "AMUX_DRAIN_SECONDS": "A restart starts no new turns and waits this long for running ones to "
     "finish; those still running are handed back and run again after it (a stop hands back at "
     "once).",

@@ -7,6 +7,10 @@ that speaks its stream-json output; a prompt containing ``hold`` makes it wait f
 in its working directory, which lets the test pin one turn on each worker, then kill one worker
 mid-turn and watch the Hub hand the turn to the surviving worker.
 
+A project test adds a git host beside the Hub (``git daemon`` in the Hub's namespace): the
+workers share no disk, each clones the project's remote into its own work dir, and a
+conversation's branch travels between them only through that remote.
+
 Needs root and iproute2; skipped with the reason otherwise.
 """
 
@@ -21,12 +25,15 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hub.executions import moves_to_worker
+from runtime_bridge.checkouts import short_id
 from tests.conftest import AMUX, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -228,8 +235,14 @@ class Cluster:
         )
 
 
-@pytest.fixture
-def cluster(network: Network, tmp_path: Path) -> Iterator[Cluster]:
+@contextmanager
+def running_cluster(
+    network: Network,
+    tmp_path: Path,
+    hub_env: dict[str, str] | None = None,
+    worker_env: dict[str, str] | None = None,
+) -> Iterator[Cluster]:
+    """`amux serve` in the Hub's namespace and `amux runtime worker` in each worker's."""
     home = tmp_path / "hub-home"
     fake = tmp_path / "fake-claude"
     fake.write_text(FAKE_CLAUDE.format(python=sys.executable))
@@ -242,6 +255,7 @@ def cluster(network: Network, tmp_path: Path) -> Iterator[Cluster]:
             AMUX_LEASE_SECONDS=LEASE_SECONDS,
             AMUX_RUNTIME_IN_PROCESS="false",
             AMUX_LOG_FORMAT="json",
+            **(hub_env or {}),
         ),
         tmp_path / "hub.log",
     )
@@ -277,6 +291,7 @@ def cluster(network: Network, tmp_path: Path) -> Iterator[Cluster]:
                     AMUX_RUNTIME_CLAUDE=str(fake),
                     # One turn at a time per host, so two held turns land on both hosts.
                     AMUX_RUNTIME_SLOTS="1",
+                    **(worker_env or {}),
                 ),
                 tmp_path / f"worker-{i}.log",
             )
@@ -287,6 +302,12 @@ def cluster(network: Network, tmp_path: Path) -> Iterator[Cluster]:
     finally:
         for host in [*cluster.workers, hub]:
             host.stop()
+
+
+@pytest.fixture
+def cluster(network: Network, tmp_path: Path) -> Iterator[Cluster]:
+    with running_cluster(network, tmp_path) as running:
+        yield running
 
 
 def submit(cluster: Cluster, prompt: str) -> str:
@@ -342,3 +363,168 @@ def test_workers_on_two_hosts_run_turns_and_a_killed_workers_turn_is_retried_on_
     third = wait_until(lambda: finished(cluster, after), 30)
     assert third["state"] == "succeeded"
     assert third["result"]["text"].startswith("done: a third conversation @ ")
+
+
+AGENT = Path(__file__).resolve().parent / "fakes" / "project_agent.sh"
+GIT_PORT = 9418
+# Short, so that the test sees a gone worker's conversation move; far above how often a live
+# worker is seen (every few seconds).
+HOME_WORKER_SECONDS = 15
+
+
+def git(*args: str, cwd: Path) -> str:
+    done = subprocess.run(
+        ["git", "-c", "safe.directory=*", *args],
+        cwd=cwd,
+        env={**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+def served_repository(served: Path) -> Path:
+    """The project's repository as its git host keeps it: bare, with ``main``."""
+    work = served.parent / "upstream"
+    work.mkdir()
+    git("init", "--quiet", "--initial-branch", "main", cwd=work)
+    (work / "app.py").write_text("print('hello')\n")
+    git("add", ".", cwd=work)
+    git("-c", "user.name=op", "-c", "user.email=op@example.invalid", "commit", "-qm", "start",
+        cwd=work)  # fmt: skip
+    served.mkdir()
+    git("clone", "--quiet", "--bare", str(work), str(served / "web.git"), cwd=served)
+    return served / "web.git"
+
+
+@dataclass
+class ProjectCluster:
+    cluster: Cluster
+    remote: Path  # the git host's bare repository
+
+    def submit(self, prompt: str, session_id: str | None = None) -> tuple[str, str]:
+        extra: dict[str, Any] = {"session_id": session_id} if session_id else {"project": "web"}
+        status, body = self.cluster.rpc(
+            "executions.submit", provider="edit", prompt=prompt, **extra
+        )
+        assert status == 200, body
+        return str(body["execution"]["id"]), str(body["session"]["id"])
+
+    def plain(self, prompt: str) -> str:
+        status, body = self.cluster.rpc("executions.submit", provider="edit", prompt=prompt)
+        assert status == 200, body
+        return str(body["execution"]["id"])
+
+    def finished(self, execution_id: str, seconds: float = 90) -> dict[str, Any]:
+        try:
+            return dict(wait_until(lambda: finished(self.cluster, execution_id), seconds))
+        except AssertionError:
+            raise AssertionError(f"{execution_id} did not finish:\n{self.cluster.logs()}") from None
+
+    def state(self, execution_id: str) -> str:
+        status, body = self.cluster.rpc("executions.watch", execution_id=execution_id, after=0)
+        assert status == 200, body
+        return str(body["state"])
+
+    def checkout(self, host: int, session_id: str) -> Path:
+        key = short_id(session_id)
+        return self.cluster.work_dirs[host] / "projects" / "web" / "checkouts" / key
+
+    def held(self, host: int) -> list[Path]:
+        return sorted((self.cluster.work_dirs[host] / "workspaces").glob("*/.held"))
+
+
+@pytest.fixture
+def project_cluster(network: Network, tmp_path: Path) -> Iterator[ProjectCluster]:
+    remote = served_repository(tmp_path / "served")
+    daemon = Host(
+        network.hub_ns,
+        [
+            "git", "daemon", "--reuseaddr", "--export-all", "--enable=receive-pack",
+            f"--base-path={remote.parent}", f"--listen={network.hub_address}",
+            f"--port={GIT_PORT}", str(remote.parent),
+        ],
+        clean_env(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null"),
+        tmp_path / "git-daemon.log",
+    )  # fmt: skip
+    daemon.start()
+    try:
+        url = f"git://{network.hub_address}:{GIT_PORT}/web.git"
+        listed = [IP or "ip", "netns", "exec", network.worker_ns(1), "git", "ls-remote", url]
+        wait_until(
+            lambda: subprocess.run(listed, capture_output=True, timeout=30).returncode == 0, 30
+        )
+        providers = json.dumps({"edit": str(AGENT)})
+        with running_cluster(
+            network,
+            tmp_path,
+            hub_env={
+                "AMUX_RUNTIME_PROVIDERS": providers,
+                "AMUX_HOME_WORKER_SECONDS": str(HOME_WORKER_SECONDS),
+            },
+            worker_env={"AMUX_RUNTIME_PROVIDERS": providers},
+        ) as cluster:
+            status, body = cluster.rpc("projects.add", name="web", remote=url, provider="edit")
+            assert status == 200, body
+            yield ProjectCluster(cluster, remote)
+    finally:
+        daemon.stop()
+
+
+def test_a_project_conversation_follows_its_checkout_to_its_host_and_moves_by_its_branch_when_that_host_is_gone(  # noqa: E501
+    project_cluster: ProjectCluster,
+) -> None:
+    project = project_cluster
+    first, session = project.submit("write app.py print('first')\n")
+    assert project.finished(first)["state"] == "succeeded"
+    branch = f"amux/{short_id(session)}"
+    (home,) = [i for i in (0, 1) if project.checkout(i, session).is_dir()]
+    other = 1 - home
+    # The branch is on the git host, where any worker can fetch it; the other host has no
+    # checkout of the conversation.
+    assert git("show", f"{branch}:app.py", cwd=project.remote) == "print('first')\n"
+    assert not project.checkout(other, session).exists()
+
+    # Keep the home host busy with a held plain turn, and the other host idle.
+    held = project.plain("hold\n")
+    wait_until(lambda: project.held(0) or project.held(1), 60)
+    if project.held(other):
+        pinned = project.plain("hold\n")  # the other host is busy: this one goes home
+        wait_until(lambda: project.held(home), 60)
+        (project.held(other)[0].parent / ".open").touch()
+        assert project.finished(held)["state"] == "succeeded"
+        held = pinned
+    # The conversation's next turn waits for its home host, although the other one is idle:
+    # a plain turn submitted after it runs there and finishes first.
+    second, _ = project.submit("write b.txt second\n", session)
+    plain = project.plain("write plain.txt plain\n")
+    assert project.finished(plain)["state"] == "succeeded"
+    assert list((project.cluster.work_dirs[other] / "workspaces").glob("*/plain.txt"))
+    assert project.state(second) == "queued"
+    assert not project.checkout(other, session).exists()
+    (project.held(home)[0].parent / ".open").touch()
+    assert project.finished(held)["state"] == "succeeded"
+    done = project.finished(second)
+    assert done["state"] == "succeeded", done
+    assert {f["path"] for f in done["result"]["branch"]["files"]} == {"app.py", "b.txt"}
+    assert project.checkout(home, session).joinpath("b.txt").read_text() == "second\n"
+
+    # The home host dies for good. Once it has not been seen for AMUX_HOME_WORKER_SECONDS, the
+    # other host takes the conversation's next turn in a checkout made from the branch the
+    # git host has: the Agent finds both earlier turns' work, and its own change is pushed.
+    project.cluster.workers[home].kill()
+    third, _ = project.submit("write c.txt third\nshow b.txt\n", session)
+    moved = project.finished(third, 120)
+    assert moved["state"] == "succeeded", (moved, project.cluster.logs())
+    texts = [event["text"] for event in moved["events"]]
+    gone, taker = f"host-{home + 1}", f"host-{other + 1}"
+    assert moves_to_worker(gone, taker, HOME_WORKER_SECONDS) in texts
+    answer = moved["result"]["text"]
+    assert "second" in answer and f"on {branch} after: amux: turn {second}" in answer
+    assert {f["path"] for f in moved["result"]["branch"]["files"]} == {"app.py", "b.txt", "c.txt"}
+    assert project.checkout(other, session).joinpath("app.py").read_text() == "print('first')\n"
+    assert git("show", f"{branch}:c.txt", cwd=project.remote) == "third\n"
+    assert git("log", "-1", "--format=%s", branch, cwd=project.remote).strip() == (
+        f"amux: turn {third}"
+    )

@@ -1,5 +1,6 @@
 """A git smart-HTTP server on loopback: real ``git http-backend`` behind a tiny CGI bridge that
-answers 401 unless the request carries the expected token, and records what it was sent."""
+answers 401 unless the request carries the expected token (then it may fetch and push), and
+records what it was sent."""
 
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ def _handler(server: GitServer) -> type[BaseHTTPRequestHandler]:
                 "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding") or "",
                 "GIT_PROTOCOL": self.headers.get("Git-Protocol") or "",
                 "REMOTE_ADDR": "127.0.0.1",
+                # An authenticated caller may push, as on a forge (http-backend's own rule).
+                "REMOTE_USER": "amux",
             }
             done = subprocess.run(
                 ["git", "http-backend"], input=body, env=env, capture_output=True, check=False

@@ -10,8 +10,8 @@ import pytest
 
 from hub.client import HubClient
 from hub.contract import ProjectSource, TurnOutcome
-from hub.errors import NotFound
-from hub.executions import Executions
+from hub.errors import Forbidden, InvalidArgument, NotFound
+from hub.executions import Executions, moves_to_worker, waits_for_worker
 from hub.projects import Projects
 from hub.rpc import HUB
 from hub.services import Hub
@@ -78,6 +78,80 @@ async def test_the_second_turn_of_a_project_session_waits_for_the_worker_named_o
         state.close()
 
 
+async def test_a_project_sessions_turns_move_once_its_worker_has_been_gone_long_enough(
+    tmp_path: Path,
+) -> None:
+    now = [1000.0]
+    state = State(tmp_path / "state.sqlite3")
+    try:
+        executions = Executions(
+            state, providers=("claude",), clock=lambda: now[0], home_worker_seconds=300
+        )
+        alice = state.add_principal("alice")
+        runtime = state.add_principal("runtime", "service")
+        await Projects(state).add("web", by=alice.id, path=str(make_repo(tmp_path / "repo")))
+        host_a = executions.register_worker("host-a", runtime.id)
+        host_b = executions.register_worker("host-b", runtime.id)
+
+        async def turn(prompt: str, session_id: str | None = None) -> str:
+            submitted, session = await executions.submit(
+                principal_id=alice.id,
+                submitted_by=alice.id,
+                provider="claude",
+                prompt=prompt,
+                session_id=session_id,
+                project=None if session_id else "web",
+            )
+            return submitted.id if session_id else session.id
+
+        session_id = await turn("one")
+        first = await executions.claim(host_a, runtime.id, 0)
+        assert first is not None and first.moved_from is None
+        await executions.complete(first.execution_id, host_a, TurnOutcome(True, None))
+
+        # host-a stops being seen. For a while its conversation's turn waits for it, and says
+        # how long it will wait.
+        now[0] += 200
+        assert await executions.claim(host_b, runtime.id, 0) is None  # host-b is seen
+        second = await turn("two", session_id)
+        texts = [e.text for e in executions.events(second)]
+        assert texts == [waits_for_worker("host-a", 300)]
+        assert "until it has been away 5 min" in texts[0]
+        assert await executions.claim(host_b, runtime.id, 0) is None
+
+        # Gone past home_worker_seconds: host-b takes the turn, and the Session is its now.
+        now[0] += 101
+        moved = await executions.claim(host_b, runtime.id, 0)
+        assert moved is not None and moved.execution_id == second
+        assert moved.moved_from == "host-a"
+        assert executions.home_worker(session_id) == "host-b"
+        assert executions.events(second)[-1].text == moves_to_worker("host-a", "host-b", 300)
+        await executions.complete(second, host_b, TurnOutcome(True, None))
+
+        # host-a coming back does not take it back: the next turn is host-b's, not moved.
+        host_a = executions.register_worker("host-a", runtime.id)
+        third = await turn("three", session_id)
+        assert await executions.claim(host_a, runtime.id, 0) is None
+        stays = await executions.claim(host_b, runtime.id, 0)
+        assert stays is not None and stays.execution_id == third and stays.moved_from is None
+        await executions.complete(third, host_b, TurnOutcome(True, None))
+
+        # While the Hub was down nobody could be seen: after a restart, absence counts from it.
+        now[0] += 3600
+        restarted = Executions(
+            state, providers=("claude",), clock=lambda: now[0], home_worker_seconds=300
+        )
+        fourth = await turn("four", session_id)
+        host_a = restarted.register_worker("host-a", runtime.id)
+        assert await restarted.claim(host_a, runtime.id, 0) is None
+        now[0] += 301
+        taken = await restarted.claim(host_a, runtime.id, 0)
+        assert taken is not None and taken.execution_id == fourth
+        assert taken.moved_from == "host-b"
+    finally:
+        state.close()
+
+
 async def test_a_turn_naming_an_unknown_project_is_refused_and_queues_nothing(
     tmp_path: Path,
 ) -> None:
@@ -139,3 +213,31 @@ async def test_over_rpc_the_claim_carries_the_project_and_only_its_home_worker_g
         again = await runtime.claim(host_a, wait_seconds=5)
         assert again is not None and again.execution_id == second.id
         assert again.project is not None and again.project.name == "web"
+
+
+async def test_the_owner_may_start_a_project_conversation_over_rpc_and_nobody_else(
+    serve_hub: ServeHub, tmp_path: Path
+) -> None:
+    client, ids = await serve_hub("owner", "alice")
+    url = str(client.make_url(""))
+    async with (
+        HubClient(url, ids["owner-token"]) as owner,
+        HubClient(url, ids["alice-token"]) as alice,
+    ):
+        await owner.project_add("web", path=str(make_repo(tmp_path / "repo")))
+        started = await owner.call(
+            "executions.submit", provider="claude", prompt="one", project="web"
+        )
+        assert started["session"]["project"] == "web"
+        with pytest.raises(Forbidden, match="only the owner may start a conversation in a"):
+            await alice.call("executions.submit", provider="claude", prompt="one", project="web")
+        with pytest.raises(InvalidArgument, match="leave out session_id"):
+            await owner.call(
+                "executions.submit",
+                provider="claude",
+                prompt="two",
+                project="web",
+                session_id=started["session"]["id"],
+            )
+        with pytest.raises(NotFound, match="no such project"):
+            await owner.call("executions.submit", provider="claude", prompt="x", project="nope")

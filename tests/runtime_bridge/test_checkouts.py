@@ -346,3 +346,77 @@ def test_a_remote_project_is_cloned_with_the_workers_token_which_no_file_keeps(
     unset = projects_in(area / "third-work")
     with pytest.raises(InvalidArgument, match="WEB_TOKEN is not set"):
         unset.prepare(source, FIRST, owner, [])
+
+
+def test_a_conversation_moved_between_workers_continues_from_the_branch_its_remote_holds(
+    area: Path, owner: Owner
+) -> None:
+    operator_repo(area)
+    remote = area / "remote.git"
+    git("clone", "--quiet", "--bare", str(area / "web"), str(remote))
+    source = ProjectSource("web", "remote", f"file://{remote}", "main")
+    host_a, host_b = projects_in(area / "a"), projects_in(area / "b")
+    warnings: list[str] = []
+    on_a = host_a.prepare(source, FIRST, owner, warnings)
+    (on_a.path / "one.txt").write_text("one\n")
+    host_a.finish(on_a, "e-1", owner, warnings)
+    assert git("--git-dir", str(remote), "show", f"{on_a.branch}:one.txt") == "one\n"
+
+    # Host b takes the conversation over: its checkout comes from the branch on the remote.
+    on_b = host_b.prepare(source, FIRST, owner, warnings, moved_from="host-a")
+    assert (on_b.path / "one.txt").read_text() == "one\n"
+    (on_b.path / "two.txt").write_text("two\n")
+    host_b.finish(on_b, "e-2", owner, warnings)
+    # Back on host a, its old checkout is not reused: it lacks host b's turn.
+    again = host_a.prepare(source, FIRST, owner, warnings, moved_from="host-b")
+    assert (again.path / "two.txt").read_text() == "two\n"
+    assert warnings == []
+
+    # A push the remote refuses is said once, and the branch is kept on the worker.
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'pushes are closed' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    (again.path / "three.txt").write_text("three\n")
+    work = host_a.finish(again, "e-3", owner, warnings)
+    assert len(warnings) == 1 and "could not be pushed" in warnings[0]
+    assert "no other worker can continue this conversation" in warnings[0]
+    assert "three.txt" in {f.path for f in work.files}
+    (again.path / "four.txt").write_text("four\n")
+    host_a.finish(again, "e-4", owner, warnings)
+    assert len(warnings) == 1
+    assert "three.txt" not in git("--git-dir", str(remote), "ls-tree", "--name-only", on_a.branch)
+    # Made again on this worker later, its copy ahead of the remote's is kept, not fetched over.
+    hook.unlink()
+    kept = host_a.prepare(source, FIRST, owner, warnings, moved_from="host-b")
+    assert (kept.path / "four.txt").read_text() == "four\n"
+    assert len(warnings) == 1
+    # A reviewer adds a commit to the branch on the remote: a worker whose copy is behind
+    # takes it up; this one, whose copy went another way, goes on from its own and says so.
+    elsewhere = area / "elsewhere"
+    git("clone", "--quiet", "--branch", on_a.branch, str(remote), str(elsewhere))
+    (elsewhere / "reviewer.txt").write_text("fix\n")
+    git("add", ".", cwd=elsewhere)
+    git("commit", "--quiet", "-m", "review", cwd=elsewhere)
+    git("push", "--quiet", "origin", on_a.branch, cwd=elsewhere)
+    behind = host_b.prepare(source, FIRST, owner, warnings, moved_from="host-a")
+    assert (behind.path / "reviewer.txt").read_text() == "fix\n"
+    assert len(warnings) == 1
+    diverged = host_a.prepare(source, FIRST, owner, warnings, moved_from="host-b")
+    assert "went another way" in warnings[-1]
+    assert not (diverged.path / "reviewer.txt").exists()
+    assert (diverged.path / "four.txt").read_text() == "four\n"
+
+
+def test_a_path_project_moved_to_a_host_without_its_branch_starts_again_and_says_so(
+    area: Path, owner: Owner
+) -> None:
+    source = path_project(operator_repo(area))
+    warnings: list[str] = []
+    checkout = projects_in(area / "work").prepare(
+        source, FIRST, owner, warnings, moved_from="host-a"
+    )
+    assert warnings == [
+        f"this conversation's branch {checkout.branch} is not in the project web's repository "
+        "on this worker (its checkout was on worker host-a); this turn starts again from main"
+    ]
+    assert (checkout.path / "app.py").read_text() == "print('hello')\n"

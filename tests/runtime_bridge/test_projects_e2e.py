@@ -293,6 +293,10 @@ async def test_a_remote_projects_token_stays_with_the_worker_and_out_of_the_sand
     assert done.result.branch is not None and [f.path for f in done.result.branch.files] == [
         "app.py"
     ]
+    # The worker pushed the conversation's branch to the remote, with the same token.
+    branch = done.result.branch.branch
+    assert git("show", f"{branch}:app.py", cwd=served / "web.git") == "print('remote')\n"
+    assert done.result.warnings == ()
     # Neither the Agent's environment nor anything it could read holds the token.
     assert token not in done.result.text
     assert f"unreadable {bare}/config" in done.result.text
