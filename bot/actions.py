@@ -313,6 +313,23 @@ class LiveChange:
         return parse
 
 
+@dataclass(frozen=True)
+class UnbindRequest:
+    """``project.unbind``: the chat to unbind from the project the card showed, and the draft
+    the card carries beside it."""
+
+    chat_id: str
+    project: str
+    draft: Draft
+
+    @classmethod
+    def parse(cls, value: Value) -> UnbindRequest:
+        """Raises: InvalidArgument: a draft value the setting would refuse."""
+        return cls(
+            str(value.get("chat_id") or ""), str(value.get("project") or ""), Draft.parse(value)
+        )
+
+
 # -- the table --------------------------------------------------------------------------------
 
 
@@ -492,6 +509,13 @@ def action_table(management: Management, conversations: Conversations, lang: Lan
         LiveChange.of("budget.turn_tokens", "turn_tokens"),
         management.save_live,
     )
+    table.card(
+        actions.WORKTREE_DAYS_SET,
+        LiveChange.of("projects.worktree_days", "worktree_days"),
+        management.save_live,
+    )
+    table.card(actions.PROJECT_BIND, Draft.parse, management.bind_project)
+    table.card(actions.PROJECT_UNBIND, UnbindRequest.parse, management.unbind_project)
     table.card(actions.SETTINGS_SAVE, Draft.parse, management.save_settings)
     table.card(actions.RESTART_NOW, no_value, management.restart_now)
     table.card(actions.RESTART_LATER, no_value, management.restart_later)

@@ -21,7 +21,9 @@ from bot.actions import (
     ProviderChoice,
     Restore,
     SearchForm,
+    UnbindRequest,
 )
+from bot.project_cards import ProjectCards
 from cards.catalogue import text
 from cards.elements import Card, escape
 from cards.management import (
@@ -53,6 +55,7 @@ from cards.models import (
     MemoryItem,
     MemoryList,
     MemorySearch,
+    ProjectsView,
     RestartNotice,
     SearchHit,
     Setting,
@@ -134,6 +137,7 @@ class Management:
         self._hub = hub
         self.lang = lang
         self.default_provider = default_provider
+        self._projects = ProjectCards(hub, lang)
 
     def provider_of(self, chat_id: str) -> str:
         """The Agent new conversations in this chat run."""
@@ -152,6 +156,10 @@ class Management:
     def note_private_chat(self, chat_id: str, principal: Principal) -> None:
         """Remember whose private chat this is (learned from a signed message event)."""
         self._hub.people.note_private_chat(chat_id, principal)
+
+    def note_group(self, chat_id: str) -> None:
+        """Remember a group chat the bot was spoken to in, for the owner's card to offer."""
+        self._hub.chats.note_group(chat_id)
 
     async def bind_chat(self, chat_id: str, name: str, by: Principal, *, group: bool) -> str:
         """Bind the chat to project ``name`` (the caller checked ``by`` is the owner); what
@@ -201,6 +209,7 @@ class Management:
         chat_id: str = "",
         draft_max_queued: int | None = None,
         draft_messages_per_minute: int | None = None,
+        notice: str = "",
     ) -> ManagementView:
         described = self._hub.config.describe()
         memory = described["memory.enabled"]
@@ -226,10 +235,17 @@ class Management:
             messages_per_minute=Setting(
                 int(messages.saved), int(messages.running), draft_messages_per_minute
             ),
+            worktree_days=int(described["projects.worktree_days"].saved),
+            # Only the owner's card shows projects: where each chat's work and memory go.
+            projects=self._projects.view() if principal.is_owner else ProjectsView(),
+            notice=notice,
         )
 
-    def card(self, principal: Principal, chat_id: str = "", **draft: Unpack[Drafts]) -> Card:
-        return management_card(self.view(principal, chat_id=chat_id, **draft), self.lang)
+    def card(
+        self, principal: Principal, chat_id: str = "", notice: str = "", **draft: Unpack[Drafts]
+    ) -> Card:
+        view = self.view(principal, chat_id=chat_id, notice=notice, **draft)
+        return management_card(view, self.lang)
 
     @staticmethod
     def _draft(draft: Draft, saved: ManagementView) -> Drafts:
@@ -279,6 +295,19 @@ class Management:
         self._hub.config.save(change.key, change.value)
         logger.info("%s changed from Feishu by %s", click.action, click.principal.name)
         return self.card(click.principal, chat_id=click.chat_id, **draft)
+
+    async def bind_project(self, click: Click, draft: Draft) -> Card:
+        """``project.bind``: the chat and project the card's form chose, bound; the card again
+        with what was done, or why nothing was."""
+        drafts = self._draft(draft, self.view(click.principal))
+        notice = await self._projects.bind(click.principal, click.form)
+        return self.card(click.principal, chat_id=click.chat_id, notice=notice, **drafts)
+
+    async def unbind_project(self, click: Click, request: UnbindRequest) -> Card:
+        """``project.unbind``: the chat unbound if still bound to the project the card showed."""
+        drafts = self._draft(request.draft, self.view(click.principal))
+        notice = await self._projects.unbind(click.principal, request.chat_id, request.project)
+        return self.card(click.principal, chat_id=click.chat_id, notice=notice, **drafts)
 
     async def save_settings(self, click: Click, value: Draft) -> Card:
         """``settings.save``: the draft saved, for the next restart."""

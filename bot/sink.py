@@ -52,12 +52,17 @@ class BotSink:
         if not event.is_private and not event.mentions_bot:
             return
         try:
+            if not event.is_private:
+                # For the owner's card, which offers the groups the bot knows for binding.
+                self._management.note_group(event.chat_id)
             if is_command:
                 await self._command(event, text[len(COMMAND) :].strip())
                 return
             principal = await self._enrolled(event)
             if principal is None:
                 return
+            if event.is_private:
+                self._management.note_private_chat(event.chat_id, principal)
             if not text and not event.attachments:
                 # A bare mention, or a kind of message with nothing to read: say so.
                 await self._client.reply(

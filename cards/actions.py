@@ -47,6 +47,12 @@ action                     fields carried in the value
 ``budget.daily``           ``daily_tokens`` and the draft: saved at once, for turns started
                            after it (owner only)
 ``budget.turn``            ``turn_tokens`` and the draft: saved at once, likewise (owner only)
+``projects.worktree``      ``worktree_days`` and the draft: saved at once, for turns workers take
+                           after it (owner only)
+``project.bind``           the draft; form submit: bind ``form_value["chat_id"]`` to the project
+                           ``form_value["project"]`` (owner only)
+``project.unbind``         ``chat_id``, ``project`` (the binding the card showed) and the draft:
+                           unbind the chat if it is still bound to that project (owner only)
 =========================  ======================================================================
 
 The draft is ``memory_enabled``, ``isolation``, ``history_days``, ``max_queued`` and
@@ -86,6 +92,9 @@ APPROVAL_TIMEOUT_SET: Final = "agents.timeout"
 BUDGET_EXTEND: Final = "budget.extend"
 BUDGET_DAILY_SET: Final = "budget.daily"
 BUDGET_TURN_SET: Final = "budget.turn"
+WORKTREE_DAYS_SET: Final = "projects.worktree"
+PROJECT_BIND: Final = "project.bind"
+PROJECT_UNBIND: Final = "project.unbind"
 
 ALL: Final[frozenset[str]] = frozenset(
     {
@@ -117,6 +126,9 @@ ALL: Final[frozenset[str]] = frozenset(
         BUDGET_EXTEND,
         BUDGET_DAILY_SET,
         BUDGET_TURN_SET,
+        WORKTREE_DAYS_SET,
+        PROJECT_BIND,
+        PROJECT_UNBIND,
     }
 )
 
@@ -137,6 +149,9 @@ OWNER_ONLY: Final[frozenset[str]] = frozenset(
         BUDGET_EXTEND,
         BUDGET_DAILY_SET,
         BUDGET_TURN_SET,
+        WORKTREE_DAYS_SET,
+        PROJECT_BIND,
+        PROJECT_UNBIND,
     }
 )
 

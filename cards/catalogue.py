@@ -189,15 +189,56 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "result.branch.binary": "binary",
         "result.diff_file": "The diff against {base} follows as a file.",
         "result.diff_truncated": "The diff was cut at 256 KiB.",
-        "manage.projects": "**Projects**",
-        "manage.projects.none": "No projects yet; the owner adds one with `amux project add`.",
-        "manage.projects.line": "**{name}**: `{source}` from {branch}, {chats} chat(s)",
-        "manage.projects.chat": "This chat is bound to **{project}**.",
-        "manage.projects.chat_none": "This chat is bound to no project.",
-        "manage.projects.bind": "Bind this chat to {project}",
-        "manage.projects.unbind": "Unbind this chat",
+        "manage.projects": (
+            "**Projects**: git repositories chats work in, each conversation on a branch of its own"
+        ),
+        "manage.projects.none": "No projects yet.",
+        "manage.projects.add_hint": (
+            "Add a project on the Hub's host with `amux project add NAME --path /path/to/repo` "
+            "(or `--remote URL`); `amux project remove NAME` removes one no chat is bound to."
+        ),
+        "manage.projects.line": (
+            "**{name}** · {kind} `{source}` from `{branch}` · Agent `{provider}`{policy}"
+        ),
+        "manage.projects.kind.path": "repository",
+        "manage.projects.kind.remote": "remote",
+        "manage.projects.policy": " · permissions **{policy}**",
+        "manage.projects.no_chats": "- no chat is bound to it",
+        "manage.projects.more_chats": "… and {more} more chats: `amux project show {name}`",
+        "manage.projects.more": "… and {more} more projects: `amux project list`",
+        "manage.projects.group": "group {chat}",
+        "manage.projects.chat": "chat {chat}",
+        "manage.projects.private": "{person}'s private chat",
+        "manage.projects.unbind": "Unbind",
+        "manage.projects.bind_title": (
+            "**Bind a chat**: its new conversations work in the project; under isolation a "
+            "group's share the project's memory, a private chat's keep its person's"
+        ),
+        "manage.projects.choose_chat": "Choose a chat",
+        "manage.projects.choose_project": "Choose a project",
+        "manage.projects.bind": "Bind",
+        "manage.projects.nothing_to_bind": (
+            "No unbound chat to offer: the card offers the groups the bot was @mentioned in and "
+            "the private chats it was written to. In any chat, `/amux project bind NAME` binds it."
+        ),
+        "manage.projects.bound": "Bound {chat} to project **{project}**.",
+        "manage.projects.unbound": "Unbound {chat} from project **{project}**.",
+        "manage.projects.refused": "**Nothing changed**: {reason} (`{code}`)",
+        "manage.projects.pick_chat": "choose a chat to bind",
+        "manage.projects.pick_project": "choose the project to bind it to",
+        "manage.projects.unknown_chat": (
+            "the bot knows no chat {chat}; send /amux project bind NAME in that chat"
+        ),
+        "manage.projects.already_bound": (
+            "{chat} is bound to project **{project}** already; unbind it first"
+        ),
+        "manage.projects.not_bound": "{chat} is bound to no project",
+        "manage.projects.moved": (
+            "{chat} is bound to project **{project}** now, not **{shown}**; open /amux again"
+        ),
         "manage.worktree_days": (
-            "**Checkouts kept unused**: **{days}** days (their branches stay)"
+            "**Checkouts kept unused**: **{days}** days, then removed at the project's next "
+            "turn (their branches stay). Saved at once."
         ),
         "provider.choose": "choose one of {providers}",
         "provider.no_chat": "this card does not name a chat",
@@ -475,14 +516,52 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "result.branch.binary": "二进制",
         "result.diff_file": "相对 {base} 的差异以文件形式随后发送。",
         "result.diff_truncated": "差异在 256 KiB 处被截断。",
-        "manage.projects": "**项目**",
-        "manage.projects.none": "还没有项目；所有者可用 `amux project add` 添加。",
-        "manage.projects.line": "**{name}**：`{source}`，基于 {branch}，{chats} 个会话",
-        "manage.projects.chat": "本会话绑定到 **{project}**。",
-        "manage.projects.chat_none": "本会话未绑定项目。",
-        "manage.projects.bind": "将本会话绑定到 {project}",
-        "manage.projects.unbind": "解除本会话的绑定",
-        "manage.worktree_days": "**未使用的检出保留**：**{days}** 天（分支会保留）",
+        "manage.projects": "**项目**：会话在其中工作的 git 仓库，每个对话使用独立的分支",
+        "manage.projects.none": "还没有项目。",
+        "manage.projects.add_hint": (
+            "在 Hub 所在主机上用 `amux project add NAME --path /path/to/repo`（或 `--remote URL`）"
+            "添加项目；`amux project remove NAME` 可删除没有绑定会话的项目。"
+        ),
+        "manage.projects.line": (
+            "**{name}** · {kind} `{source}`，基于 `{branch}` · Agent `{provider}`{policy}"
+        ),
+        "manage.projects.kind.path": "仓库",
+        "manage.projects.kind.remote": "远程",
+        "manage.projects.policy": " · 权限 **{policy}**",
+        "manage.projects.no_chats": "- 没有绑定的会话",
+        "manage.projects.more_chats": "… 另有 {more} 个会话：`amux project show {name}`",
+        "manage.projects.more": "… 另有 {more} 个项目：`amux project list`",
+        "manage.projects.group": "群 {chat}",
+        "manage.projects.chat": "会话 {chat}",
+        "manage.projects.private": "{person} 的私聊",
+        "manage.projects.unbind": "解除绑定",
+        "manage.projects.bind_title": (
+            "**绑定会话**：其新对话在项目中工作；开启隔离时群共享项目的记忆，私聊保留其本人的记忆"
+        ),
+        "manage.projects.choose_chat": "选择会话",
+        "manage.projects.choose_project": "选择项目",
+        "manage.projects.bind": "绑定",
+        "manage.projects.nothing_to_bind": (
+            "没有可绑定的会话：卡片列出机器人被 @ 过的群和给它发过消息的私聊。"
+            "在任何会话中发送 `/amux project bind NAME` 都可以绑定它。"
+        ),
+        "manage.projects.bound": "已将{chat}绑定到项目 **{project}**。",
+        "manage.projects.unbound": "已解除{chat}与项目 **{project}** 的绑定。",
+        "manage.projects.refused": "**未做任何修改**：{reason}（`{code}`）",
+        "manage.projects.pick_chat": "请选择要绑定的会话",
+        "manage.projects.pick_project": "请选择要绑定到的项目",
+        "manage.projects.unknown_chat": (
+            "机器人不认识会话 {chat}；请在该会话中发送 /amux project bind NAME"
+        ),
+        "manage.projects.already_bound": "{chat}已绑定到项目 **{project}**；请先解除绑定",
+        "manage.projects.not_bound": "{chat}没有绑定项目",
+        "manage.projects.moved": (
+            "{chat}现在绑定的是项目 **{project}**，而不是 **{shown}**；请重新打开 /amux"
+        ),
+        "manage.worktree_days": (
+            "**未使用的检出保留**：**{days}** 天，之后在项目的下一轮次时删除（分支会保留）。"
+            "立即保存。"
+        ),
         "provider.choose": "请选择其中之一：{providers}",
         "provider.no_chat": "此卡片没有指明会话",
         "claim.refused.wrong": "认领码无效。",

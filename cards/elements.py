@@ -112,6 +112,26 @@ def row(*elements: Element) -> Element:
     }
 
 
+def select(name: str, placeholder: str, options: list[tuple[str, str]]) -> Element:
+    """A drop-down of ``(label, value)`` options; inside a form Feishu returns the chosen value
+    as ``form_value[name]``."""
+    return {
+        "tag": "select_static",
+        "name": name,
+        "placeholder": {"tag": "plain_text", "content": placeholder},
+        "options": [
+            {"text": {"tag": "plain_text", "content": label}, "value": value}
+            for label, value in options
+        ],
+    }
+
+
+def form(name: str, elements: list[Element], submit: Element) -> Element:
+    """``elements`` with ``submit`` (a button) sending their values along with its own value."""
+    sending = {**submit, "name": f"{name}_submit", "form_action_type": "submit"}
+    return {"tag": "form", "name": name, "elements": [*elements, sending]}
+
+
 def search_form(
     name: str, input_name: str, placeholder: str, submit_label: str, action: str
 ) -> Element:

@@ -8,6 +8,7 @@ from typing import Any
 from cards import actions
 from cards.catalogue import text
 from cards.elements import (
+    CARD_MAX_BYTES,
     Card,
     Element,
     Template,
@@ -15,12 +16,14 @@ from cards.elements import (
     card,
     checker,
     code,
+    encoded_size,
     escape,
     hr,
     markdown,
     row,
 )
 from cards.models import Lang, ManagementView, RestartNotice, Setting
+from cards.projects import projects_section
 
 # The history windows offered as buttons; any other saved number of days is shown as it is.
 HISTORY_CHOICES: tuple[int, ...] = (0, 7, 30, 90, 365)
@@ -284,6 +287,12 @@ def management_card(view: ManagementView, lang: Lang) -> Card:
         elements.append(row(button(text(lang, "restart.now"), actions.RESTART_NOW, kind="danger")))
     # After Save: these are not part of what Save (and a restart) applies.
     elements += _agents_section(view, lang, draft)
+    if view.notice:
+        # What the click before did (or why it changed nothing), where the owner looks first.
+        elements.insert(0, markdown(view.notice))
+    # The projects get what room the rest of the card leaves (a margin for the header).
+    room = CARD_MAX_BYTES - encoded_size(elements) - 1_000
+    elements += projects_section(view, lang, draft, room)
     template: Template = "orange" if view.restart_pending else "blue"
     return card(text(lang, "manage.title"), template, elements)
 

@@ -40,6 +40,38 @@ class Identity:
 
 
 @dataclass(frozen=True)
+class ChatView:
+    """A chat as the owner's card names it: a group by its id, a private chat by its person."""
+
+    chat_id: str
+    kind: Literal["group", "private", "chat"]
+    person: str = ""
+
+
+@dataclass(frozen=True)
+class ProjectView:
+    """One project on the owner's card, with the chats bound to it (at most a few shown)."""
+
+    name: str
+    kind: Literal["path", "remote"]
+    source: str
+    branch: str
+    provider: str
+    permissions: str | None
+    chats: tuple[ChatView, ...] = ()
+    more_chats: int = 0
+
+
+@dataclass(frozen=True)
+class ProjectsView:
+    """The owner's Projects section: the projects, and the unbound chats a bind may name."""
+
+    projects: tuple[ProjectView, ...] = ()
+    more_projects: int = 0
+    bindable: tuple[ChatView, ...] = ()
+
+
+@dataclass(frozen=True)
 class ManagementView:
     """The `/amux` management card; the owner variant adds the Experiments section."""
 
@@ -64,6 +96,11 @@ class ManagementView:
     # Live too: tokens per Principal per UTC day and per turn (0: no limit).
     daily_tokens: int = 0
     turn_tokens: int = 0
+    # Live too: days a project conversation's checkout may go unused; and the projects.
+    worktree_days: int = 14
+    projects: ProjectsView = ProjectsView()
+    # What the click before did, or why it changed nothing, shown atop the card.
+    notice: str = ""
 
     @property
     def restart_pending(self) -> bool:

@@ -152,6 +152,10 @@ class People:
         """Whose private chat with the bot ``chat_id`` is, as last seen."""
         return self._state.principal_by_alias(PRIVATE_CHAT_ALIAS, chat_id) if chat_id else None
 
+    def private_chats(self) -> list[tuple[str, Principal]]:
+        """Every private chat with the bot whose person is known, newest first."""
+        return self._state.alias_holders(PRIVATE_CHAT_ALIAS)
+
     def note_private_chat(self, chat_id: str, principal: Principal) -> None:
         """Remember ``chat_id`` as ``principal``'s private chat (learned from a signed event)."""
         holder = self.private_chat_holder(chat_id)

@@ -448,13 +448,22 @@ class Projects:
         project: Project = await self._state.write(insert)
         return project
 
-    async def unbind(self, chat_id: str) -> Project:
-        """Raises: NotFound: the chat is bound to no project."""
+    async def unbind(self, chat_id: str, expected: str | None = None) -> Project:
+        """Unbind the chat; with ``expected``, only from that project (what a card showed).
+
+        Raises: NotFound: the chat is bound to no project. Conflict: it is bound to another
+        project than ``expected``.
+        """
 
         def delete(db: sqlite3.Connection) -> Project:
             current = self.binding_of(chat_id)
             if current is None:
                 raise NotFound("this chat is bound to no project")
+            if expected is not None and current.name != expected:
+                raise Conflict(
+                    f"this chat is bound to project {current.name!r}, not {expected!r}",
+                    project=current.name,
+                )
             db.execute("DELETE FROM chat_projects WHERE chat_id = ?", (chat_id,))
             return current
 

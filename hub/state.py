@@ -337,6 +337,16 @@ class State:
         ).fetchone()
         return _principal(row) if row else None
 
+    def alias_holders(self, kind: str) -> list[tuple[str, Principal]]:
+        """Every alias of ``kind`` with its Principal, newest first."""
+        rows = self.db.execute(
+            "SELECT a.value AS alias_value, p.* FROM aliases a "
+            "JOIN principals p ON p.id = a.principal_id "
+            "WHERE a.kind = ? ORDER BY a.created_at DESC, a.value",
+            (kind,),
+        ).fetchall()
+        return [(row["alias_value"], _principal(row)) for row in rows]
+
     def aliases(self, principal_id: str) -> list[tuple[str, str]]:
         rows = self.db.execute(
             "SELECT kind, value FROM aliases WHERE principal_id = ? ORDER BY kind, value",
