@@ -236,7 +236,13 @@ class Conversations:
             principal_id = sender.id
         prompt = event.text.strip()
         if event.attachments:
-            prompt = await self._bring_in(event, principal_id, session, prompt, workspace)
+            target = session or Workplace(
+                principal_id,
+                workspace,
+                project=project.name if project is not None else None,
+                origin=origin,
+            )
+            prompt = await self._bring_in(event, target, prompt)
         if not prompt:
             return None
         context = TopicContext()
@@ -307,15 +313,10 @@ class Conversations:
             return project.provider
         return self._provider_of(chat_id)
 
-    async def _bring_in(
-        self,
-        event: MessageEvent,
-        principal_id: str,
-        session: Session | None,
-        prompt: str,
-        workspace: str | None,
-    ) -> str:
-        """Save the message's files in the workspace; the prompt naming them. Refusals are told."""
+    async def _bring_in(self, event: MessageEvent, target: Session | Workplace, prompt: str) -> str:
+        """Save the message's files where ``target``'s turns work (a new project
+        conversation's wait for its checkout, see ``LaunchSite.workspace``); the prompt naming
+        them. Refusals are told."""
         if self._files is None:
             saved: list[Saved] = []
             refused = [
@@ -323,8 +324,6 @@ class Conversations:
                 for a in event.attachments
             ]
         else:
-            # A new conversation's files go where its turns will work.
-            target = session or Workplace(principal_id, workspace)
             saved, refused = await self._files.bring_in(event, target)
         if refused:
             items = "; ".join(f"{r.name}: {r.reason}" for r in refused)

@@ -8,6 +8,8 @@ Layout, under ``<work_dir>/projects/<name>/``:
     saved/<key>.config   the worker's copy of that checkout's ``.git/config`` (and ``.alternates``)
     used/<key>           when the worker last used that checkout (seconds since the epoch)
     saved/<key>.unpushed the conversation's branch could not be pushed (a remote project)
+    incoming/<origin>/   the chat's files sent with a conversation's first message, until the
+                         worker moves them into its checkout's ``inbox/`` (see ``incoming_path``)
 
 Each checkout borrows the project repository's objects through alternates; the sandbox binds that
 objects directory read-only, so an Agent can read history but change neither the project's
@@ -50,6 +52,8 @@ from hub.contract import (
 from hub.errors import InvalidArgument, Unavailable
 from runtime_bridge.providers.confined import Owner, open_dir, open_root, remove_entry, write_file
 
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
 SHORT_ID_LENGTH = 12
 BRANCH_PREFIX = "amux/"
 AGENT_NAME = "amux Agent"
@@ -60,6 +64,7 @@ GIT_TIMEOUT_SECONDS = 600.0
 # The chat's files in and out of a conversation (the bot's ``inbox/`` and ``outbox/`` in its
 # working directory) are not the project's changes: never committed to its branch.
 CHAT_FILES = b"/inbox/\n/outbox/\n"
+INBOX = "inbox"
 DAY_SECONDS = 86400.0
 PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 HEX_ID = re.compile(r"[0-9a-f]{16,}")
@@ -132,6 +137,14 @@ class Projects:
     def checkout_path(self, name: str, session_id: str) -> Path:
         """Where a conversation's checkout is (or will be), without making anything."""
         return self.project_dir(name) / "checkouts" / short_id(session_id)
+
+    def incoming_path(self, name: str, origin: str) -> Path:
+        """Where the chat's files sent with a conversation's first message wait for its
+        checkout: before that message is queued the conversation has no Session, so no
+        checkout. Keyed by the conversation's origin (its chat topic, a new one after New
+        conversation), which its Session keeps; the worker moves them in (``prepare``)."""
+        digest = hashlib.sha256(origin.encode("utf-8")).hexdigest()[:32]
+        return self.project_dir(name) / "incoming" / digest
 
     # -- the project repository -------------------------------------------------------------
 
@@ -303,6 +316,7 @@ class Projects:
         owner: Owner,
         warnings: list[str],
         moved_from: str | None = None,
+        origin: str | None = None,
     ) -> Checkout:
         """The conversation's checkout, ready for a turn: made on ``amux/<key>`` from the
         default branch (or from its branch, when it was pruned), else restored to the worker's
@@ -312,6 +326,8 @@ class Projects:
 
         ``moved_from`` names the worker the conversation comes from (the Hub found it gone):
         any checkout of it here is older than its branch, so it is made again from the branch.
+        Files the chat sent for the conversation before it had a checkout (by its ``origin``)
+        are moved into the checkout's ``inbox/``.
 
         Raises:
             InvalidArgument, Unavailable: the repository cannot be had, or git refused.
@@ -338,8 +354,31 @@ class Projects:
                     )
                 self._create(checkout, owner)
             self._restore(checkout, owner)
+            if origin is not None:
+                self._take_incoming(checkout, origin, owner)
             self._record_use(checkout)
         return checkout
+
+    def _take_incoming(self, checkout: Checkout, origin: str, owner: Owner) -> None:
+        """Move what waits in the conversation's ``incoming/`` (``inbox/<message>/`` entries,
+        saved as the Agent's uid) into its checkout's ``inbox/``, at the same paths the prompt
+        names. Nothing in the checkout is followed: an entry of the Agent's in the way is
+        removed, not written through."""
+        staged = self.incoming_path(checkout.project.name, origin)
+        try:
+            source = os.open(staged / INBOX, _DIR)
+        except OSError:
+            shutil.rmtree(staged, ignore_errors=True)
+            return
+        grant = owner if os.geteuid() == 0 else None
+        try:
+            with open_root(checkout.path) as root, open_dir(root, Path(INBOX), grant) as inbox:
+                for name in os.listdir(source):
+                    remove_entry(inbox, name)
+                    os.rename(name, name, src_dir_fd=source, dst_dir_fd=inbox)
+        finally:
+            os.close(source)
+            shutil.rmtree(staged, ignore_errors=True)
 
     def _take_remote_branch(self, checkout: Checkout, warnings: list[str]) -> None:
         """Move the conversation's branch here up to the remote's copy when that one is ahead
@@ -671,6 +710,11 @@ class Projects:
         used = directory / "used"
         limit = (time.time() if now is None else now) - source.worktree_days * DAY_SECONDS
         removed: list[str] = []
+        # Files sent with a first message whose turn never ran (refused, cancelled) go too.
+        incoming = directory / "incoming"
+        for staged in sorted(incoming.iterdir()) if incoming.is_dir() else []:
+            if staged.lstat().st_mtime < limit:
+                shutil.rmtree(staged, ignore_errors=True)
         if not used.is_dir():
             return removed
         for record in sorted(used.iterdir()):

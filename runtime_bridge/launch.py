@@ -163,6 +163,10 @@ class Workplace:
     # A shared conversation's own workspace, by key; None: its Principal's.
     workspace: str | None = None
     cwd: str | None = None
+    # The project whose checkout it will work in, and the origin its Session will keep: its
+    # files wait for that checkout where the worker finds them (``Projects.incoming_path``).
+    project: str | None = None
+    origin: str | None = None
 
 
 @dataclass(frozen=True)
@@ -192,14 +196,19 @@ class LaunchSite:
         return Projects(self.work_dir, {})
 
     def workspace(self, session: Session | Workplace) -> Path:
-        """A project Session's own checkout, the Session's chosen directory, the operator's
-        shared one, a shared conversation's own, or the Principal's own.
+        """A project Session's own checkout (where a project conversation not yet opened
+        leaves its files for it), the Session's chosen directory, the operator's shared one, a
+        shared conversation's own, or the Principal's own.
 
         Raises:
             InvalidArgument: the Session names a workspace key or project that is not one.
         """
         if isinstance(session, Session) and session.project is not None:
             return self.projects.checkout_path(session.project, session.id)
+        if isinstance(session, Workplace) and session.project is not None:
+            if session.origin is None:
+                raise InvalidArgument("a project conversation not yet opened needs its origin")
+            return self.projects.incoming_path(session.project, session.origin)
         if session.cwd:
             return Path(session.cwd)
         if self.settings.default_cwd is not None:

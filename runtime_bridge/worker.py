@@ -451,7 +451,13 @@ class Worker:
             )
         said: list[str] = []
         checkout = await asyncio.to_thread(
-            self.projects.prepare, source, session.id, run_as, said, claimed.moved_from
+            self.projects.prepare,
+            source,
+            session.id,
+            run_as,
+            said,
+            claimed.moved_from,
+            session.origin,
         )
         for warning in said:
             warnings.append(warning)

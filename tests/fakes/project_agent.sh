@@ -5,6 +5,7 @@
 #   try PATH          tries to create PATH and answers "reached PATH" or "refused PATH"
 #   show PATH         answers with PATH's content, or "unreadable PATH"
 #   env               answers with its whole environment
+#   - inbox/... (N bytes)  a file the chat sent, as the bot names it: answers with its content
 # Then it runs git in the checkout and answers with its branch and last commit's subject.
 while IFS= read -r line || [ -n "$line" ]; do
   case "$line" in
@@ -28,6 +29,10 @@ while IFS= read -r line || [ -n "$line" ]; do
       path=${line#show }
       cat "$path" 2>/dev/null || echo "unreadable $path" ;;
     env) env ;;
+    "- inbox/"*)
+      path=${line#- }
+      path=${path% (*}
+      echo "attached $path: $(cat "$path" 2>/dev/null || echo unreadable)" ;;
   esac
 done
 echo "on $(git branch --show-current) after: $(git log -1 --format=%s)"

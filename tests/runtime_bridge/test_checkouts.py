@@ -420,3 +420,32 @@ def test_a_path_project_moved_to_a_host_without_its_branch_starts_again_and_says
         "on this worker (its checkout was on worker host-a); this turn starts again from main"
     ]
     assert (checkout.path / "app.py").read_text() == "print('hello')\n"
+
+
+def test_files_waiting_for_a_conversations_checkout_move_into_its_inbox_and_follow_no_link(
+    area: Path, owner: Owner
+) -> None:
+    source = path_project(operator_repo(area))
+    projects = projects_in(area / "work")
+    checkout = projects.prepare(source, FIRST, owner, [])
+    # The Agent left a link where the inbox goes, pointing out of its checkout.
+    outside = area / "outside"
+    outside.mkdir()
+    (checkout.path / "inbox").symlink_to(outside)
+    staged = projects.incoming_path("web", "feishu:oc_1:om_1")
+    (staged / "inbox" / "om_1").mkdir(parents=True)
+    (staged / "inbox" / "om_1" / "notes.txt").write_text("sent\n")
+    again = projects.prepare(source, FIRST, owner, [], origin="feishu:oc_1:om_1")
+    inbox = again.path / "inbox"
+    assert not inbox.is_symlink() and (inbox / "om_1" / "notes.txt").read_text() == "sent\n"
+    assert list(outside.iterdir()) == [] and not staged.exists()
+    # Another conversation's origin finds nothing of it.
+    other = projects.prepare(source, SECOND, owner, [], origin="feishu:oc_1:om_2")
+    assert not (other.path / "inbox").exists()
+
+    # Files for a first message whose turn never ran go with the project's old checkouts.
+    forgotten = projects.incoming_path("web", "feishu:oc_1:om_3")
+    (forgotten / "inbox").mkdir(parents=True)
+    os.utime(forgotten, (0, 0))
+    projects.prune(source)
+    assert not forgotten.exists()

@@ -27,6 +27,7 @@ from hub.services import Hub
 from runtime_bridge.checkouts import short_id
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.worker import Worker
+from tests.bot.test_bot_flows import ALICE, private_chat, running_bot, signer
 from tests.conftest import AMUX, free_port, until
 from tests.fakes.git_server import git_server
 
@@ -384,3 +385,52 @@ async def test_a_project_conversations_later_turn_runs_on_the_worker_holding_its
         assert done.result is not None and done.result.branch is not None
         assert {f.path for f in done.result.branch.files} == {"app.py", "b.txt"}
         assert (await service.finished(plain.id)).state == "succeeded"
+
+
+async def test_a_file_sent_with_a_project_conversations_first_message_is_in_its_checkout(
+    tmp_path: Path,
+) -> None:
+    # Through the bot: the real lark-oapi client against the fake Feishu, the in-process worker.
+    runtime = RuntimeSettings(
+        providers={"edit": str(AGENT)}, sandbox="bwrap", work_dir=tmp_path / "runtime"
+    )
+    async with running_bot(tmp_path, runtime=runtime) as bot:
+        repo = operator_repo(tmp_path / "web")
+        await bot.hub.projects.add("web", by=bot.ids["alice"], path=str(repo), provider="edit")
+        bound = await bot.say("/amux project bind web", ALICE)
+        await bot.reply_to(bound)
+        assert bot.hub.projects.binding_of(private_chat(ALICE)) is not None
+
+        chat = private_chat(ALICE)
+        stored = bot.feishu.add_message(chat, "")
+        bot.feishu.resources[(stored.message_id, "file_1")] = b"the numbers are 4 8 15\n"
+        message = signer.message(
+            "",
+            **ALICE,
+            chat_id=chat,
+            message_id=stored.message_id,
+            message_type="file",
+            content={"file_key": "file_1", "file_name": "notes.txt"},
+        )
+        bot.sent[stored.message_id] = message
+        status, _ = await bot.post(message)
+        assert status == 200
+        session = await until(lambda: bot.session_of(stored.message_id), 60)
+        assert session.project == "web"
+        (execution,) = bot.executions_of(session.id)
+        service = Service(bot.hub, tmp_path, runtime.work_dir, bot.url, repo)
+        done = await service.finished(execution.id)
+
+    assert done.state == "succeeded", done.error
+    assert done.result is not None and done.result.text is not None
+    # The Agent, in its checkout, read the file at the path its prompt named.
+    path = f"inbox/{stored.message_id}/notes.txt"
+    assert f"attached {path}: the numbers are 4 8 15" in done.result.text
+    checkout = service.checkout(session)
+    assert (checkout / path).read_bytes() == b"the numbers are 4 8 15\n"
+    # Nothing of it on the branch, and nothing left waiting anywhere else in the work dir.
+    assert done.result.branch is not None and done.result.branch.files == ()
+    assert git("ls-tree", "-r", "--name-only", f"amux/{short_id(session.id)}", cwd=repo) == (
+        "app.py\n"
+    )
+    assert list(runtime.work_dir.rglob("notes.txt")) == [checkout / path]
