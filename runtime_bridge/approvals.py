@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from runtime_bridge import permission_shim
+
 logger = logging.getLogger("amux.approvals")
 
 ASK = "ask"
@@ -205,29 +207,8 @@ class ApprovalSocket:
 
 
 async def ask_over_socket(path: str, tool: str, tool_input: Mapping[str, Any]) -> ApprovalAnswer:
-    """The in-sandbox side: ask the worker through ``path`` and wait for the decision.
-
-    Anything short of a clear answer (no socket, a closed connection) is a denial.
-    """
-    try:
-        with _short_path(Path(path)) as address:
-            reader, writer = await asyncio.open_unix_connection(address, limit=MAX_REQUEST_BYTES)
-    except OSError as error:
-        return ApprovalAnswer(False, f"amux could not be asked for permission ({error.strerror})")
-    try:
-        writer.write((json.dumps({"tool": tool, "input": dict(tool_input)}) + "\n").encode())
-        await writer.drain()
-        line = await reader.readline()
-    except ConnectionError:
-        line = b""
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
-    try:
-        answer = json.loads(line)
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict):
-        return ApprovalAnswer(False, "amux gave no answer to this permission request")
-    return ApprovalAnswer(bool(answer.get("allow") is True), str(answer.get("message") or ""))
+    """The in-sandbox side, as Claude's permission prompt asks (``runtime_bridge.permission_shim``):
+    ask the worker through ``path`` and wait for the decision; anything short of a clear answer
+    is a denial."""
+    allowed, message = await asyncio.to_thread(permission_shim.ask, path, tool, dict(tool_input))
+    return ApprovalAnswer(allowed, message)

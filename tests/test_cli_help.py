@@ -74,7 +74,7 @@ def test_root_help_lists_the_exit_statuses() -> None:
 
 # Commands that print no result of their own: servers whose output is a log (`--log-format`) or
 # a protocol on stdio. Every other command takes --json.
-SERVERS = {"serve", "mcp", "permission-prompt"}
+SERVERS = {"serve", "mcp"}
 
 
 def leaf_commands() -> list[tuple[str, Any]]:

@@ -1,7 +1,7 @@
 """What the ``amux`` entry point imports for the commands an Agent launch runs.
 
-Every Claude launch starts ``amux mcp`` (and under the ask policy ``amux permission-prompt``) and
-waits for their tool lists before its first model request; Pi's bash tool runs ``amux memory``.
+A Claude or Codex launch may start ``amux mcp`` (when its worker's warm host is not up) and waits
+for its tool list before its first model request; Pi's bash tool runs ``amux memory``.
 Those must not import the Hub, the service or the Feishu bot, which cost a second or more to
 import. Structural, never timed: each command really runs in a fresh interpreter and the modules
 it loaded are read at its exit.
@@ -96,7 +96,6 @@ def heavy_in(modules: set[str], names: tuple[str, ...]) -> list[str]:
         (("--version",), None),
         (("--help",), None),
         (("mcp",), "runtime_bridge.mcp_server"),
-        (("permission-prompt",), "runtime_bridge.permission_mcp"),
         (("memory", "--help"), None),
     ],
 )

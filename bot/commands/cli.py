@@ -27,9 +27,9 @@ from hub.cli import (
 from hub.config import ClientSettings, HubSettings, invalid_settings, unparsable_setting
 from hub.errors import AmuxError, InvalidArgument, Unavailable
 
-# Only what builds the command tree is imported above: every Agent launch starts `amux mcp`
-# (and under the ask policy `amux permission-prompt`), and its first model request waits for
-# them. The service, the worker and the Hub are imported by the commands that run them.
+# Only what builds the command tree is imported above: every Agent launch may start `amux mcp`
+# (when the worker's warm host is not up), and its first model request waits for it. The
+# service, the worker and the Hub are imported by the commands that run them.
 
 LOG_FORMATS = ("text", "json")
 MAX_PORT = 65535
@@ -187,14 +187,6 @@ def mcp() -> None:
     from runtime_bridge.mcp_server import main as mcp_main
 
     mcp_main()
-
-
-@app.command("permission-prompt", hidden=True)
-def permission_prompt() -> None:
-    """Run the stdio MCP server Claude asks for permission under the ask policy."""
-    from runtime_bridge.permission_mcp import main as permission_main
-
-    permission_main()
 
 
 @app.command("doctor")

@@ -21,12 +21,14 @@ after the operator's arguments so that the policy is what holds:
   only unsandboxed and unswitched, which a worker never does. ``acceptEdits`` is not enough: it
   still asks before ``python3 -c …`` or a write outside the working directory;
 - ``ask``: ``--permission-prompt-tool mcp__amux__permission_prompt``, served by
-  ``amux permission-prompt`` (``runtime_bridge.permission_mcp``) added to the MCP config. Whatever
-  Claude's own rules would ask a person (a file edit, a changing shell command, a network tool)
-  goes through it to the worker's approval socket in the run directory; ``describe`` turns each
-  request into what a person judges. Reads and searches are allowed by name, so reading outside
-  the working directory (Claude would ask) does not wait on anyone. Without an amux command to
-  start the server, ``--permission-prompts none`` denies such requests at once, never hangs;
+  ``runtime_bridge/permission_shim.py`` (standard library only, so Claude's first model request,
+  which waits for its MCP servers, does not wait for an SDK import) added to the MCP config.
+  Whatever Claude's own rules would ask a person (a file edit, a changing shell command, a network
+  tool) goes through it to the worker's approval socket in the run directory; ``describe`` turns
+  each request into what a person judges. Reads and searches are allowed by name, so reading
+  outside the working directory (Claude would ask) does not wait on anyone. A launch planned
+  without a worker to ask (no ``amux_argv``) gets ``--permission-prompts none``, which denies such
+  requests at once, never hangs;
 - ``read-only``: the edit tools are removed (``--disallowedTools``), so the model is told plainly
   they are not there, and ``--permission-prompts none`` refuses whatever else would have been
   asked (a changing shell command), with a message that nobody can approve it. Shell commands
@@ -37,16 +39,17 @@ from __future__ import annotations
 
 import difflib
 import json
+import sys
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from runtime_bridge import approvals
+from runtime_bridge import approvals, permission_shim
 from runtime_bridge.approvals import ApprovalRequest, Approver
 from runtime_bridge.launch_env import NO_OWNER_TOKEN, launch_env
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
-from runtime_bridge.permission_mcp import PROMPT_TOOL
-from runtime_bridge.permission_mcp import SERVER_NAME as PERMISSION_SERVER
+from runtime_bridge.permission_shim import PROMPT_TOOL
+from runtime_bridge.permission_shim import SERVER_NAME as PERMISSION_SERVER
 from runtime_bridge.providers.plan import (
     MEMORY_CONFIG_DIR,
     MEMORY_SERVER,
@@ -61,7 +64,7 @@ from runtime_bridge.providers.plan import (
 from runtime_bridge.providers.process import StreamParser, run_json_lines
 
 MCP_CONFIG = MEMORY_CONFIG_DIR / "claude-mcp.json"
-PERMISSION_COMMAND = "permission-prompt"
+PERMISSION_SHIM = Path(permission_shim.__file__)
 # Claude's tools that change files: removed under read-only, shown to a person as edits.
 EDIT_TOOLS = ("Write", "Edit", "MultiEdit", "NotebookEdit")
 # Tools that only read or search: never worth a person's time (the sandbox bounds what is seen).
@@ -112,7 +115,7 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
         allowed += READ_TOOLS
         if request.amux_argv:
             socket = request.run_dir / approvals.SOCKET_NAME
-            servers[PERMISSION_SERVER] = permission_server(request.amux_argv, socket)
+            servers[PERMISSION_SERVER] = permission_server(socket)
             policy = ["--permission-prompt-tool", PROMPT_TOOL]
         else:
             policy = ["--permission-prompts", "none"]
@@ -158,15 +161,17 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
     )
 
 
-def permission_server(amux_argv: tuple[str, ...], socket: Path) -> dict[str, Any]:
-    """The MCP config entry of ``amux permission-prompt``, asking on ``socket``.
+def permission_server(socket: Path) -> dict[str, Any]:
+    """The MCP config entry of the permission prompt, asking on ``socket``.
 
-    It is given the socket and nothing of the Hub: it only relays requests to the worker.
+    It is given the socket and nothing of the Hub: it only relays requests to the worker. It
+    runs on amux's own interpreter (bound into every sandbox), isolated from the environment's
+    Python settings and site packages.
     """
     return {
         "type": "stdio",
-        "command": amux_argv[0],
-        "args": [*amux_argv[1:], PERMISSION_COMMAND],
+        "command": sys.executable,
+        "args": ["-I", "-S", str(PERMISSION_SHIM)],
         "env": {approvals.SOCKET_ENV: str(socket), **NO_OWNER_TOKEN},
     }
 

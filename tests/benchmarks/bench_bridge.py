@@ -23,10 +23,10 @@
    per model request, a streamed answer read by a client inside the namespace through the model
    door (relay, Unix socket, worker) to the gateway, against the same client outside it straight
    to the gateway, interleaved round by round.
-6. CLI start: ``amux --version`` to its exit, and ``amux mcp`` and ``amux permission-prompt``
-   from spawn until they answer ``initialize`` and ``tools/list`` through the real MCP client
-   SDK (what a Claude launch waits for before its first model request), against a bare
-   ``python -c pass``.
+6. CLI start: ``amux --version`` to its exit, and ``amux mcp`` and Claude's permission prompt
+   (``runtime_bridge/permission_shim.py``, as a launch's MCP config starts it) from spawn until
+   they answer ``initialize`` and ``tools/list`` through the real MCP client SDK (what a Claude
+   launch waits for before its first model request), against a bare ``python -c pass``.
 
 Run: .venv/bin/python tests/benchmarks/bench_bridge.py [--samples N] [--only gateway|network|cli]
 Targets: < 100 ms added per launch, < 30 ms of it the sandbox's, < 20 ms added per memory call,
@@ -75,6 +75,7 @@ from runtime_bridge.launch import LaunchSite, write_seccomp_file
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
 from runtime_bridge.network import MODEL, AllowList, door_url
 from runtime_bridge.providers import LaunchPlan, build_plan
+from runtime_bridge.providers.claude import PERMISSION_SHIM
 from runtime_bridge.providers.process import launch_command
 from runtime_bridge.worker import Worker
 from tests.benchmarks.harness import (
@@ -718,9 +719,9 @@ async def client_timings(argv: list[str], env: dict[str, str]) -> list[float]:
     return [float(seconds) for seconds in json.loads(out)]
 
 
-async def tools_listed_seconds(args: list[str], env: dict[str, str], errlog: TextIO) -> float:
-    """Seconds from spawning ``amux ARGS`` until it has answered initialize and tools/list."""
-    params = StdioServerParameters(command=AMUX, args=args, env=env, cwd=REPO)
+async def tools_listed_seconds(argv: list[str], env: dict[str, str], errlog: TextIO) -> float:
+    """Seconds from spawning ``argv`` until it has answered initialize and tools/list."""
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=REPO)
     start = time.perf_counter()
     async with (
         stdio_client(params, errlog=errlog) as (read, write),
@@ -730,7 +731,7 @@ async def tools_listed_seconds(args: list[str], env: dict[str, str], errlog: Tex
         listed = (await session.list_tools()).tools
         elapsed = time.perf_counter() - start
     if not listed:
-        raise RuntimeError(f"amux {' '.join(args)} listed no tools")
+        raise RuntimeError(f"{' '.join(argv)} listed no tools")
     return elapsed
 
 
@@ -743,14 +744,16 @@ async def cli_start(root: Path, samples: int) -> None:
         "python -c pass": [],
         "amux --version": [],
         "amux mcp: tools listed": [],
-        "amux permission-prompt: tools listed": [],
+        "permission prompt: tools listed": [],
     }
     with open(os.devnull, "w") as errlog:  # noqa: ASYNC230 (opening devnull does not block)
         for n in range(samples + 1):  # The first round warms the page cache and is dropped.
             bare = await spawn_seconds([sys.executable, "-c", "pass"], env)
             version = await spawn_seconds([AMUX, "--version"], env)
-            mcp = await tools_listed_seconds(["mcp"], env, errlog)
-            prompt = await tools_listed_seconds(["permission-prompt"], env, errlog)
+            mcp = await tools_listed_seconds([AMUX, "mcp"], env, errlog)
+            prompt = await tools_listed_seconds(
+                [sys.executable, "-I", "-S", str(PERMISSION_SHIM)], env, errlog
+            )
             if n == 0:
                 continue
             for name, seconds in zip(rows, (bare, version, mcp, prompt), strict=True):

@@ -1,9 +1,9 @@
 """The real ``claude`` CLI under each permission policy, against the fake Anthropic API.
 
-Under ``ask`` Claude's permission prompt is the real ``amux permission-prompt`` server, asking the
-worker's real approval socket; the person is an approver in the test that records what it was
-asked and answers as told. One launch runs inside amux's real sandbox, as another uid, so the
-socket is reached from inside bwrap through the read-only run directory.
+Under ``ask`` Claude's permission prompt is the real ``runtime_bridge/permission_shim.py`` server,
+asking the worker's real approval socket; the person is an approver in the test that records what
+it was asked and answers as told. One launch runs inside amux's real sandbox, as another uid, so
+the socket is reached from inside bwrap through the read-only run directory.
 """
 
 from __future__ import annotations

@@ -4,12 +4,14 @@ real ``claude`` CLI launched through it against the fake Anthropic API."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.types import TextContent
 
 from runtime_bridge.approvals import (
@@ -28,7 +30,7 @@ from runtime_bridge.approvals import (
     ask_over_socket,
 )
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
-from runtime_bridge.permission_mcp import NO_SOCKET, build_server
+from runtime_bridge.permission_shim import NO_SOCKET
 from runtime_bridge.providers import (
     LaunchPlan,
     LaunchRequest,
@@ -37,7 +39,13 @@ from runtime_bridge.providers import (
     build_plan,
     run,
 )
-from runtime_bridge.providers.claude import MASK_MARGIN, MCP_CONFIG, describe
+from runtime_bridge.providers.claude import (
+    MASK_MARGIN,
+    MCP_CONFIG,
+    PERMISSION_SHIM,
+    describe,
+    permission_server,
+)
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
 from tests.runtime_bridge.conftest import (
     CREDENTIAL,
@@ -228,10 +236,11 @@ def test_ask_serves_the_permission_prompt_from_amux_and_plans_the_socket(
     assert "--strict-mcp-config" in plan.argv
     assert "--permission-mode" not in plan.argv and "IS_SANDBOX" not in plan.env
     servers = mcp_config(plan)
+    # amux's own interpreter, isolated and without site packages: it starts in milliseconds.
     assert servers["amux"] == {
         "type": "stdio",
-        "command": AMUX,
-        "args": ["permission-prompt"],
+        "command": sys.executable,
+        "args": ["-I", "-S", str(PERMISSION_SHIM)],
         "env": {SOCKET_ENV: str(socket), "AMUX_OWNER_TOKEN_FALLBACK": "false"},
     }
     assert CREDENTIAL not in json.dumps(servers["amux"])
@@ -381,9 +390,21 @@ async def test_the_socket_masks_secrets_and_bounds_what_the_person_sees(
 
 
 async def prompt(server_socket: str | None, tool_input: dict[str, Any]) -> dict[str, Any]:
-    """One call of the permission tool as Claude makes it; the decision it answers."""
-    async with Client(build_server(server_socket)) as client:
-        result = await client.call_tool(
+    """One call of the permission tool as Claude makes it, to the server started as the launch's
+    MCP config says (``server_socket`` None: started without one); the decision it answers."""
+    entry = permission_server(Path(server_socket or "/nowhere"))
+    env = dict(entry["env"])
+    if server_socket is None:
+        del env[SOCKET_ENV]
+    params = StdioServerParameters(command=entry["command"], args=entry["args"], env=env)
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        (tool,) = (await session.list_tools()).tools
+        assert tool.name == "permission_prompt"
+        result = await session.call_tool(
             "permission_prompt",
             {"tool_name": "Write", "input": tool_input, "tool_use_id": "toolu_1"},
         )
