@@ -23,7 +23,7 @@ from bot.actions import (
     SearchForm,
     UnbindRequest,
 )
-from bot.project_cards import ProjectCards
+from bot.project_cards import ProjectCards, Tell
 from cards.catalogue import text
 from cards.elements import Card, escape
 from cards.management import (
@@ -133,11 +133,13 @@ def _card_page(content: str, next_offset: int | None, offset: int) -> tuple[str,
 class Management:
     """Builds the management cards and applies their actions for one Hub."""
 
-    def __init__(self, hub: Hub, lang: Lang, default_provider: str) -> None:
+    def __init__(
+        self, hub: Hub, lang: Lang, default_provider: str, tell: Tell | None = None
+    ) -> None:
         self._hub = hub
         self.lang = lang
         self.default_provider = default_provider
-        self._projects = ProjectCards(hub, lang)
+        self._projects = ProjectCards(hub, lang, tell)
 
     def provider_of(self, chat_id: str) -> str:
         """The Agent new conversations in this chat run."""

@@ -8,7 +8,9 @@ only the owner's clicks reach it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cards.catalogue import text
@@ -28,12 +30,37 @@ CHATS_SHOWN = 10
 CHATS_OFFERED = 30
 
 
+# Posts a text to a chat: how a chat bound or unbound from the card learns of it.
+Tell = Callable[[str, str], Awaitable[object]]
+
+
 class ProjectCards:
     """The owner's view of projects and bindings on the card, and the card's changes to them."""
 
-    def __init__(self, hub: Hub, lang: Lang) -> None:
+    def __init__(self, hub: Hub, lang: Lang, tell: Tell | None = None) -> None:
         self._hub = hub
         self._lang = lang
+        self._tell = tell
+        self._telling: set[asyncio.Task[None]] = set()
+
+    def _told(self, chat_id: str, said: str) -> None:
+        """Tell the chat what changed for it, as ``/amux project bind`` typed there would: its
+        members' turns now work in the project (and, in a group, share its memory). In the
+        background: Feishu waits only a few seconds for the card, and a retried post may take
+        longer. The binding stands whether Feishu takes the message or not."""
+        if self._tell is None:
+            return
+        tell = self._tell
+
+        async def post() -> None:
+            try:
+                await tell(chat_id, said)
+            except AmuxError as error:
+                logger.warning("a chat was not told of its project binding: %s", error.message)
+
+        task = asyncio.create_task(post())
+        self._telling.add(task)
+        task.add_done_callback(self._telling.discard)
 
     def known_chats(self) -> dict[str, ChatView]:
         """The chats the bot has met, newest first: private chats by their person, the groups
@@ -112,6 +139,18 @@ class ProjectCards:
         except AmuxError as error:
             return self._refused(escape(error.message), error.code)
         logger.info("a chat bound to project %s from the card by %s", project.name, by.name)
+        group = self._hub.people.private_chat_holder(chat_id) is None
+        memory = text(lang, "project.memory.group" if group else "project.memory.private")
+        self._told(
+            chat_id,
+            text(
+                lang,
+                "project.bound",
+                project=project.name,
+                branch=project.default_branch,
+                memory=memory,
+            ),
+        )
         return text(lang, "manage.projects.bound", chat=label, project=project.name)
 
     async def unbind(self, by: Principal, chat_id: str, shown: str) -> str:
@@ -130,4 +169,5 @@ class ProjectCards:
             )
             return self._refused(moved, error.code)
         logger.info("a chat unbound from project %s from the card by %s", project.name, by.name)
+        self._told(chat_id, text(lang, "project.unbound", project=project.name))
         return text(lang, "manage.projects.unbound", chat=label, project=project.name)

@@ -97,8 +97,8 @@ def add_feishu(
             app_id=settings.app_id,
             tenant_key=settings.tenant_key,
         )
-        management = Management(hub, lang, settings.provider)
         client = adapter.client
+        management = Management(hub, lang, settings.provider, tell=client.send_text)
         seen = SeenTopics(hub_settings.home / TOPICS_FILE)
         files = None
         if runtime is not None:

@@ -4,6 +4,7 @@ real aiohttp server; the card Feishu gets back is what is checked. No worker nee
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from tests.bot.test_bot_flows import (
     running_bot,
 )
 from tests.bot.test_project_chats import make_repo, said
+from tests.conftest import until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -53,6 +55,16 @@ def options(card: dict[str, Any], name: str) -> dict[str, str]:
 
     walk(card)
     return found
+
+
+def posted_to(bot: Bot, chat_id: str, part: str) -> list[str]:
+    """Texts the bot posted to ``chat_id`` (not as replies) that hold ``part``."""
+    texts = [
+        json.loads(m.content).get("text", "")
+        for m in bot.feishu.messages.values()
+        if m.chat_id == chat_id and not m.root_id and m.msg_type == "text" and not m.sender_open_id
+    ]
+    return [t for t in texts if part in t]
 
 
 def switch(card: dict[str, Any], name: str) -> dict[str, Any]:
@@ -122,7 +134,9 @@ async def test_the_owner_binds_a_known_chat_to_a_project_from_the_card_and_unbin
         assert "You have unsaved changes." in card_text(bound)
         project = bot.hub.projects.binding_of(GROUP)
         assert project is not None and project.name == "web"
-        # The group says so to its members, as after /amux project bind.
+        # The group is told, as if /amux project bind had been typed there, and says so after.
+        told = await until(lambda: posted_to(bot, GROUP, "now bound to project **web**"))
+        assert "share the project's memory" in told[0]
         assert "bound to project **web**" in await said(bot, "/amux project", BOB, group=True)
         (unbind,) = actions_of(bound, "project.unbind")
         assert (unbind["chat_id"], unbind["project"]) == (GROUP, "web")
@@ -132,8 +146,11 @@ async def test_the_owner_binds_a_known_chat_to_a_project_from_the_card_and_unbin
         # A private chat bound from the card keeps its person's memory; the group is freed.
         bound_private = await bind(bot, bound, private_chat(BOB), "api")
         assert "Bound bob's private chat to project **api**." in markdown_of(bound_private)
+        told = await until(lambda: posted_to(bot, private_chat(BOB), "project **api**"))
+        assert "keep your own memory" in told[0]
         unbound = await bot.card_after(unbind)
         assert f"Unbound group `{GROUP}` from project **web**." in markdown_of(unbound)
+        await until(lambda: posted_to(bot, GROUP, "no longer bound to project **web**"))
         assert bot.hub.projects.binding_of(GROUP) is None
         assert GROUP in options(unbound, "chat_id")
         api = bot.hub.projects.binding_of(private_chat(BOB))
