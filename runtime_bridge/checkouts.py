@@ -37,10 +37,12 @@ import shlex
 import shutil
 import stat
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from hub.contract import (
     BRANCH_DIFF_MAX,
@@ -157,10 +159,15 @@ class Projects:
         env: Mapping[str, str] | None = None,
         check: bool = True,
         prefix: tuple[str, ...] = (),
+        input: str | None = None,
+        stdin: IO[bytes] | None = None,
+        stdout: IO[bytes] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run git with nothing of the user's or system's config, hooks or fsmonitor; under
         ``prefix`` (a jail, which switches to the Agent's uid itself) or on a root worker as
-        ``owner`` when given. A failure is ``Unavailable`` with git's own words."""
+        ``owner`` when given. ``stdin`` and ``stdout`` are files the worker opened: the process
+        reads or writes them whatever its uid may open. A failure is ``Unavailable`` with git's
+        own words."""
         home = self.root / ".home"
         home.mkdir(parents=True, exist_ok=True)
         home.chmod(0o755)
@@ -184,7 +191,10 @@ class Projects:
                 [*prefix, "git", *SAFE_OPTIONS, *args],
                 cwd=cwd,
                 env=run_env,
-                capture_output=True,
+                input=input,
+                stdin=stdin,
+                stdout=stdout if stdout is not None else subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 text=True,
                 errors="replace",
                 timeout=GIT_TIMEOUT_SECONDS,
@@ -468,6 +478,9 @@ class Projects:
             raise InvalidArgument(
                 f"the project {checkout.project.name} has no branch {base!r} to start from"
             )
+        # The repository's side of a local clone gets none of the -c options (git clears them
+        # for it): an operator's repository not owned by the worker is named safe there.
+        upload_pack = shlex.join(["git", *SAFE_OPTIONS, "-c", "safe.directory=*", "upload-pack"])
         self._git(
             [
                 "-c",
@@ -476,6 +489,8 @@ class Projects:
                 "--quiet",
                 "--shared",
                 "--no-tags",
+                "--upload-pack",
+                upload_pack,
                 "--branch",
                 start,
                 "--",
@@ -557,7 +572,13 @@ class Projects:
         return self.jail(checkout.path, checkout.objects, owner) if self.jail else ()
 
     def _in_checkout(
-        self, checkout: Checkout, args: Sequence[str], owner: Owner, check: bool = True
+        self,
+        checkout: Checkout,
+        args: Sequence[str],
+        owner: Owner,
+        check: bool = True,
+        input: str | None = None,
+        stdout: IO[bytes] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         git_dir = checkout.path / ".git"
         return self._git(
@@ -566,6 +587,8 @@ class Projects:
             owner=owner,
             check=check,
             prefix=self._jail(checkout, owner),
+            input=input,
+            stdout=stdout,
         )
 
     def _commit(self, checkout: Checkout, turn: str, owner: Owner) -> None:
@@ -576,6 +599,15 @@ class Projects:
             self._in_checkout(checkout, ["commit", "--quiet", "--no-verify", "-m", message], owner)
 
     def _publish(self, checkout: Checkout, owner: Owner) -> None:
+        """Bring the conversation's branch, and only it, into the project repository."""
+        if os.geteuid() == 0:
+            info = os.stat(checkout.repository)
+            if info.st_uid != 0:
+                # The operator's own repository (a path project's): what a root worker's git
+                # wrote there would be root's, and the operator's git could no longer add to
+                # the directories it made. It is written as its owner instead.
+                self._publish_as(checkout, owner, (info.st_uid, info.st_gid))
+                return
         ref = f"refs/heads/{checkout.branch}"
         # A local fetch hands its other end none of its -c options: the checkout's side (a
         # repository of the Agent's uid) gets them, and is named safe, on its own command line.
@@ -599,6 +631,57 @@ class Projects:
                 str(checkout.path / ".git"),
                 f"+{ref}:{ref}",
             ]
+        )
+
+    def _publish_as(self, checkout: Checkout, owner: Owner, keeper: tuple[int, int]) -> None:
+        """Publish into a repository owned by ``keeper``: the checkout's new objects packed
+        in its jail (as the Agent's uid) into a file of the worker's, then indexed into the
+        repository and the branch moved, both as ``keeper``. Neither side can reach the
+        other's files: each is handed the open file."""
+        ref = f"refs/heads/{checkout.branch}"
+        repo = ["-c", "safe.directory=*", "--git-dir", str(checkout.repository)]
+        at = checkout.repository
+        tip = self._in_checkout(
+            checkout, ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], owner
+        ).stdout.strip()
+        if not HEX_ID.fullmatch(tip):
+            raise Unavailable(f"the checkout's branch {checkout.branch} names no commit")
+        old = self._git([*repo, "rev-parse", "--verify", "--quiet", ref], check=False)
+        previous = old.stdout.strip() if old.returncode == 0 else ""
+        if tip == previous:
+            return
+        there = self._git([*repo, "cat-file", "-e", f"{tip}^{{commit}}"], check=False)
+        if there.returncode != 0:
+            # Only what the repository lacks: the pack may lean on what it has (thin).
+            basis = [
+                found.stdout.strip()
+                for found in (
+                    self._git([*repo, "rev-parse", "--verify", "--quiet", name], check=False)
+                    for name in (ref, f"refs/heads/{checkout.project.default_branch}")
+                )
+                if found.returncode == 0 and found.stdout.strip()
+            ]
+            wanted = "".join(f"{line}\n" for line in [tip, *(f"^{b}" for b in basis)])
+            directory = self.project_dir(checkout.project.name)
+            with tempfile.TemporaryFile(dir=directory) as pack:
+                self._in_checkout(
+                    checkout,
+                    ["pack-objects", "--stdout", "--revs", "--thin", "--quiet"],
+                    owner,
+                    input=wanted,
+                    stdout=pack,
+                )
+                pack.seek(0)
+                self._git(
+                    [*repo, "index-pack", "--stdin", "--fix-thin"],
+                    cwd=at,
+                    owner=keeper,
+                    stdin=pack,
+                )
+        self._git(
+            [*repo, "update-ref", "-m", "amux: publish", ref, tip, previous],
+            cwd=at,
+            owner=keeper,
         )
 
     def _push(self, checkout: Checkout, warnings: list[str]) -> None:

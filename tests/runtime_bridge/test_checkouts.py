@@ -449,3 +449,51 @@ def test_files_waiting_for_a_conversations_checkout_move_into_its_inbox_and_foll
     os.utime(forgotten, (0, 0))
     projects.prune(source)
     assert not forgotten.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a worker writes as another user only as root")
+def test_a_root_worker_publishes_into_the_operators_repository_as_its_owner(
+    area: Path, owner: Owner
+) -> None:
+    repo = operator_repo(area)
+    operator = (4321, 4321)
+    for path in (repo, *repo.rglob("*")):
+        os.lchown(path, *operator)
+    projects = projects_in(area / "work")
+    source = path_project(repo)
+    warnings: list[str] = []
+    checkout = projects.prepare(source, FIRST, owner, warnings)
+    for turn in ("e-1", "e-2", "e-3"):
+        (checkout.path / f"{turn}.txt").write_text(f"{turn}\n")
+        (checkout.path / "big.bin").write_bytes(os.urandom(4096) * (3 if turn == "e-2" else 1))
+        work = projects.finish(checkout, turn, owner, warnings)
+    projects.finish(checkout, "e-4", owner, warnings)  # nothing new: nothing to publish
+    assert warnings == []
+    assert {f.path for f in work.files} == {"e-1.txt", "e-2.txt", "e-3.txt", "big.bin"}
+    assert git("rev-parse", checkout.branch, cwd=repo).strip() == work.commit
+    assert git("log", "-1", "--format=%s", checkout.branch, cwd=repo).strip() == "amux: turn e-3"
+
+    # Everything the worker wrote is the operator's, so the operator's own git goes on working.
+    assert {(p.lstat().st_uid, p.lstat().st_gid) for p in repo.rglob("*")} == {operator}
+
+    def as_operator(*args: str) -> None:
+        subprocess.run(
+            ["git", *args],
+            cwd=repo,
+            env={
+                "PATH": os.environ["PATH"],
+                "HOME": "/nonexistent",
+                "GIT_CONFIG_NOSYSTEM": "1",
+                "GIT_CONFIG_GLOBAL": "/dev/null",
+            },
+            user=operator[0],
+            group=operator[1],
+            extra_groups=[],
+            capture_output=True,
+            check=True,
+        )
+
+    as_operator("merge", "--quiet", "--no-edit", checkout.branch)
+    as_operator("gc", "--quiet")
+    as_operator("branch", "amux/reviewed", checkout.branch)
+    assert (repo / "e-3.txt").read_text() == "e-3\n"
