@@ -43,9 +43,14 @@ def _size(elements: list[Element]) -> int:
 
 
 def _project_line(project: ProjectView, lang: Lang) -> Element:
+    # A policy of its own, in the words the card's permission buttons use.
     policy = (
-        text(lang, "manage.projects.policy", policy=project.permissions)
-        if project.permissions
+        text(
+            lang,
+            "manage.projects.policy",
+            policy=text(lang, f"manage.permissions.{project.permissions}"),
+        )
+        if project.permissions in ("ask", "auto", "read-only")
         else ""
     )
     line = text(

@@ -115,7 +115,7 @@ async def test_the_owner_binds_a_known_chat_to_a_project_from_the_card_and_unbin
         shown = markdown_of(card)
         assert "**Projects**" in shown
         assert f"**api** · repository `{tmp_path / 'api'}` from `main` · Agent `codex`" in shown
-        assert "permissions **read-only**" in shown and "no chat is bound to it" in shown
+        assert "permissions **Read-only**" in shown and "no chat is bound to it" in shown
         assert "`amux project add NAME --path" in shown
         offered = options(card, "chat_id")
         assert offered == {
