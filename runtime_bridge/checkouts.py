@@ -362,19 +362,46 @@ class Projects:
                         f"{source.name}'s repository on this worker (its checkout was on worker "
                         f"{moved_from}); this turn starts again from {source.default_branch}"
                     )
+                kept = self._set_inbox_aside(checkout)
                 self._create(checkout, owner)
-            self._restore(checkout, owner)
+                self._restore(checkout, owner)
+                self._take_incoming(checkout, kept, owner)
+            else:
+                self._restore(checkout, owner)
             if origin is not None:
-                self._take_incoming(checkout, origin, owner)
+                staged = self.incoming_path(source.name, origin)
+                self._take_incoming(checkout, staged, owner)
             self._record_use(checkout)
         return checkout
 
-    def _take_incoming(self, checkout: Checkout, origin: str, owner: Owner) -> None:
-        """Move what waits in the conversation's ``incoming/`` (``inbox/<message>/`` entries,
-        saved as the Agent's uid) into its checkout's ``inbox/``, at the same paths the prompt
-        names. Nothing in the checkout is followed: an entry of the Agent's in the way is
-        removed, not written through."""
-        staged = self.incoming_path(checkout.project.name, origin)
+    def _set_inbox_aside(self, checkout: Checkout) -> Path:
+        """Keep the chat's files of a checkout about to be made again (pruned, or left by a
+        worker that had the conversation before): the bot saves a later message's files at
+        the checkout's path whether or not it is there. Whatever stands at ``inbox`` is moved,
+        not followed; ``_take_incoming`` keeps it only if it is a directory."""
+        kept = self.project_dir(checkout.project.name) / "incoming" / f".kept-{checkout.key}"
+        shutil.rmtree(kept, ignore_errors=True)
+        try:
+            fd = os.open(checkout.path, _DIR)
+        except OSError:
+            return kept
+        try:
+            kept.mkdir(parents=True, mode=0o700)
+            into = os.open(kept, _DIR)
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(INBOX, INBOX, src_dir_fd=fd, dst_dir_fd=into)
+            finally:
+                os.close(into)
+        finally:
+            os.close(fd)
+        return kept
+
+    def _take_incoming(self, checkout: Checkout, staged: Path, owner: Owner) -> None:
+        """Move what waits in ``staged`` (``inbox/<message>/`` entries, saved as the Agent's
+        uid) into the checkout's ``inbox/``, at the same paths the prompt names. Nothing in
+        the checkout is followed: an entry of the Agent's in the way is removed, not written
+        through."""
         try:
             source = os.open(staged / INBOX, _DIR)
         except OSError:

@@ -497,3 +497,25 @@ def test_a_root_worker_publishes_into_the_operators_repository_as_its_owner(
     as_operator("gc", "--quiet")
     as_operator("branch", "amux/reviewed", checkout.branch)
     assert (repo / "e-3.txt").read_text() == "e-3\n"
+
+
+def test_a_file_sent_to_a_pruned_conversation_survives_its_checkout_being_made_again(
+    area: Path, owner: Owner
+) -> None:
+    source = path_project(operator_repo(area))
+    projects = projects_in(area / "work")
+    checkout = projects.prepare(source, FIRST, owner, [])
+    (checkout.path / "inbox" / "m1").mkdir(parents=True)
+    (checkout.path / "inbox" / "m1" / "old.txt").write_text("kept from before\n")
+    projects.finish(checkout, "e-1", owner, [])
+    shutil.rmtree(checkout.path)  # pruned
+    # The bot saves a later message's file where the checkout is, before the worker makes it.
+    (checkout.path / "inbox" / "m2").mkdir(parents=True)
+    (checkout.path / "inbox" / "m2" / "new.txt").write_text("sent after the prune\n")
+    again = projects.prepare(source, FIRST, owner, [])
+    assert (again.path / "inbox" / "m2" / "new.txt").read_text() == "sent after the prune\n"
+    assert (again.path / ".git").is_dir() and (again.path / "app.py").is_file()
+    # A checkout made again for a conversation moved back keeps its chat files too.
+    moved = projects.prepare(source, FIRST, owner, [], moved_from="host-b")
+    assert (moved.path / "inbox" / "m2" / "new.txt").read_text() == "sent after the prune\n"
+    assert not list((area / "work" / "projects" / "web" / "incoming").iterdir())
