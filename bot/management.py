@@ -65,6 +65,7 @@ from cards.notices import (
     owner_only_card,
     project_memory_owner_only_card,
 )
+from cards.projects import binding_card
 from hub.errors import InvalidArgument, MemoryDisabled
 from hub.identity import Actor, in_person
 from hub.memory import (
@@ -344,12 +345,22 @@ class Management:
 
     # -- My memory: every action but the erase ones needs memory on ----------------------------
 
+    def group_binding_card(self, chat_id: str) -> Card | None:
+        """``/amux project`` in a group bound to a project under isolation: the binding, and
+        the button that opens the project's memory there; None for any other chat."""
+        project = self._memory_project(chat_id)
+        if project is None:
+            return None
+        return binding_card(self.chat_binding_text(chat_id), project.name, self.lang)
+
     def _card_project(self, click: Click) -> Project | None:
+        return self._memory_project(click.chat_id)
+
+    def _memory_project(self, chat_id: str) -> Project | None:
         """The project whose memory a memory card in this chat shows: a bound group's, under
         isolation. A memory card's update is seen by everyone in its chat, so in a group it
         must never show a member's own memory. Without isolation the project's memory is the
         one global memory, which the clicker's own cards show anyway."""
-        chat_id = click.chat_id
         if not chat_id or not self._hub.config.isolation:
             return None
         if self._hub.people.private_chat_holder(chat_id) is not None:

@@ -172,6 +172,12 @@ class BotSink:
                 )
             case ["unbind"]:
                 said = await self._management.unbind_chat(event.chat_id, principal)
+            case [] if not event.is_private and (
+                card := self._management.group_binding_card(event.chat_id)
+            ):
+                # The way into the project's memory from the group that shares it.
+                await self._client.reply(event.message_id, card=card, in_thread=False)
+                return
             case []:
                 said = self._management.chat_binding_text(event.chat_id)
             case _:

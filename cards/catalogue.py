@@ -182,6 +182,11 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "This chat is bound to no project. The owner binds one with /amux project bind NAME."
         ),
         "project.usage": "Use /amux project bind NAME, or /amux project unbind.",
+        "project.memory_button": "Project memory",
+        "project.memory_hint": (
+            "The memory of project **{project}** is this group's: anyone here may read it; only "
+            "the owner changes it from a card."
+        ),
         "progress.project": "Project **{project}** · branch `{branch}`",
         "result.branch": "**Branch** `{branch}` from {base}: {count} file(s) changed",
         "result.branch.none": "**Branch** `{branch}` from {base}: no change",
@@ -509,6 +514,11 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "project.current": "本会话绑定的项目是 **{project}**（基于 {branch}）。",
         "project.none": "本会话未绑定项目。所有者可发送 /amux project bind NAME 进行绑定。",
         "project.usage": "请使用 /amux project bind NAME 或 /amux project unbind。",
+        "project.memory_button": "项目记忆",
+        "project.memory_hint": (
+            "项目 **{project}** 的记忆属于本群：这里的任何人都可以查看；"
+            "只有所有者可以通过卡片修改。"
+        ),
         "progress.project": "项目 **{project}** · 分支 `{branch}`",
         "result.branch": "**分支** `{branch}`（基于 {base}）：{count} 个文件有改动",
         "result.branch.none": "**分支** `{branch}`（基于 {base}）：没有改动",

@@ -11,8 +11,10 @@ from cards import actions
 from cards.catalogue import text
 from cards.elements import (
     CARD_MAX_BYTES,
+    Card,
     Element,
     button,
+    card,
     code,
     encoded_size,
     escape,
@@ -172,3 +174,11 @@ def projects_section(
     if hidden:
         listed.append(markdown(text(lang, "manage.projects.more", more=hidden)))
     return head + listed + bind + tail
+
+
+def binding_card(said: str, project: str, lang: Lang) -> Card:
+    """A bound group's answer to ``/amux project``: ``said`` (the binding, card markdown) and
+    the button that opens the project's memory, which this group's turns share."""
+    memory = button(text(lang, "project.memory_button"), actions.MEMORY_LIST)
+    hint = text(lang, "project.memory_hint", project=escape(project))
+    return card(text(lang, "manage.title"), "blue", [markdown(said), markdown(hint), row(memory)])

@@ -75,7 +75,15 @@ async def test_my_memory_in_a_bound_group_is_the_projects_and_a_private_chat_kee
             bot, "/amux project bind web", ALICE, group=False
         )
 
-        in_group = await bot.card_after({"action": "memory.list"}, who=BOB, chat_id=GROUP)
+        # The way in from the group: /amux project answers with the project memory's button.
+        asked = await bot.say("/amux project", BOB, group=True, mention=True)
+        answer = await bot.reply_to(asked)
+        assert answer.msg_type == "interactive"
+        assert "bound to project **web**" in card_text(answer.card)
+        (open_memory,) = [b for b in buttons(answer.card) if b["action"] == "memory.list"]
+        in_group = await bot.card_after(
+            open_memory, who=BOB, chat_id=GROUP, message_id=answer.message_id
+        )
         assert listed_paths(in_group) == [TEAM]
         assert "The memory of project **web**" in card_text(in_group)
         assert "secret" not in card_text(in_group)
@@ -153,6 +161,9 @@ async def test_without_isolation_a_bound_groups_memory_card_is_the_one_global_me
         await bot.hub.projects.add("web", by=bot.ids["alice"], path=str(make_repo(tmp_path / "r")))
         assert "bound to project" in await said(bot, "/amux project bind web", ALICE, group=True)
         shared = await bot.hub.store.upsert(GLOBAL_SCOPE, "shared.md", "everyone\n", "absent")
+        # No memory of the project's own to open: /amux project answers in words only.
+        answer = await bot.reply_to(await bot.say("/amux project", BOB, group=True, mention=True))
+        assert answer.msg_type == "text" and "bound to project **web**" in answer.content
         in_group = await bot.card_after({"action": "memory.list"}, who=BOB, chat_id=GROUP)
         assert listed_paths(in_group) == ["shared.md"]
         assert "project" not in card_text(in_group)
