@@ -594,25 +594,30 @@ class Executions:
 
     def _absent_home_worker(self, db: sqlite3.Connection, session_id: str) -> str | None:
         """The name of the worker holding the Session's checkout when none of that name is
-        connected now; None when the Session has no home worker or it is there."""
+        connected now; None when the Session has no home worker, it is there, or it is gone
+        (the next claim moves the Session, and says so)."""
         row = db.execute("SELECT home_worker FROM sessions WHERE id = ?", (session_id,)).fetchone()
         home = row["home_worker"] if row is not None else None
         if home is None:
             return None
         seen = db.execute(
-            "SELECT 1 FROM workers WHERE name = ? AND last_seen >= ? LIMIT 1",
-            (home, self._clock() - WORKER_FRESH_SECONDS),
-        ).fetchone()
-        return None if seen is not None else str(home)
+            "SELECT MAX(last_seen) AS at FROM workers WHERE name = ?", (home,)
+        ).fetchone()["at"]
+        if seen is None or seen < self._gone_before():
+            return None
+        return None if seen >= self._clock() - WORKER_FRESH_SECONDS else str(home)
+
+    def _gone_before(self) -> float:
+        """A home worker last seen before this is gone; never one while this Hub has run for
+        less than ``home_worker_seconds`` (no worker could be seen while it was down)."""
+        cutoff = self._clock() - self.home_worker_seconds
+        return float("-inf") if self._started > cutoff else cutoff
 
     def _homed_elsewhere(self, worker_name: str) -> set[str]:
         """The Sessions with waiting turns whose checkout another worker holds: only that
         worker may take their turns, until it is gone (not seen for ``home_worker_seconds``
         while this Hub ran)."""
-        cutoff = self._clock() - self.home_worker_seconds
-        if self._started > cutoff:
-            # The Hub has not run long enough to call any worker gone.
-            cutoff = float("-inf")
+        cutoff = self._gone_before()
         return {
             str(row["id"])
             for row in self.db.execute(

@@ -472,7 +472,7 @@ def project_cluster(network: Network, tmp_path: Path) -> Iterator[ProjectCluster
         daemon.stop()
 
 
-def test_a_project_conversation_follows_its_checkout_to_its_host_and_moves_by_its_branch_when_that_host_is_gone(  # noqa: E501
+def test_a_project_conversation_stays_on_its_host_and_moves_by_its_branch_once_that_host_is_gone(
     project_cluster: ProjectCluster,
 ) -> None:
     project = project_cluster

@@ -148,6 +148,15 @@ async def test_a_project_sessions_turns_move_once_its_worker_has_been_gone_long_
         taken = await restarted.claim(host_a, runtime.id, 0)
         assert taken is not None and taken.execution_id == fourth
         assert taken.moved_from == "host-b"
+        await restarted.complete(fourth, host_a, TurnOutcome(True, None))
+
+        # A turn submitted once its home is already gone is not told to wait: it moves at once.
+        now[0] += 400
+        host_b = restarted.register_worker("host-b", runtime.id)
+        fifth = await turn("five", session_id)
+        assert restarted.events(fifth) == []
+        moved_at_once = await restarted.claim(host_b, runtime.id, 0)
+        assert moved_at_once is not None and moved_at_once.moved_from == "host-a"
     finally:
         state.close()
 
