@@ -353,9 +353,6 @@ class Management:
             return None
         return binding_card(self.chat_binding_text(chat_id), project.name, self.lang)
 
-    def _card_project(self, click: Click) -> Project | None:
-        return self._memory_project(click.chat_id)
-
     def _memory_project(self, chat_id: str) -> Project | None:
         """The project whose memory a memory card in this chat shows: a bound group's, under
         isolation. A memory card's update is seen by everyone in its chat, so in a group it
@@ -370,7 +367,7 @@ class Management:
     def _card_actor(self, click: Click) -> tuple[Actor, str]:
         """Whom a memory card acts for, and the project's name when it is a project's: in a
         bound group, the project's Principal; elsewhere the clicker."""
-        project = self._card_project(click)
+        project = self._memory_project(click.chat_id)
         if project is None:
             return in_person(click.principal, "card"), ""
         principal = self._hub.projects.principal_of(project.name)
