@@ -539,19 +539,26 @@ class Management:
         )
 
     async def undo(self, principal: Principal, value: dict[str, Any]) -> tuple[str, bool]:
-        """Undo one change a turn made, for the Principal whose memory it is: back to the
-        revision before it, if the document is still as the turn left it. Returns the message
-        to show and whether it worked."""
+        """Undo one change a turn made, for the Principal whose memory it is (the owner, for a
+        project's): back to the revision before it, if the document is still as the turn left
+        it. Returns the message to show and whether it worked."""
         lang = self.lang
         path = str(value.get("path") or "")
-        if str(value.get("principal_id") or "") != principal.id:
-            logger.warning("refused an Undo of another member's memory from %s", principal.name)
-            return text(lang, "memory.undo.not_yours"), False
+        whose = str(value.get("principal_id") or "")
+        actor = in_person(principal, "card")
+        if whose != principal.id:
+            # A bound group's turn changed its project's memory: only the owner undoes that
+            # from a card, as with the group's other memory cards.
+            project = self._hub.projects.of_principal(whose) if principal.is_owner else None
+            if project is None:
+                logger.warning("refused an Undo of memory not theirs from %s", principal.name)
+                return text(lang, "memory.undo.not_yours"), False
+            actor = in_person(self._hub.projects.principal_of(project.name), "card")
         left = str(value.get("revision") or ABSENT)
         previous = value.get("previous_revision")
         request = UndoRequest(path, left, previous if isinstance(previous, str) else None)
         try:
-            undone = await self._hub.memory.undo(in_person(principal, "card"), request, "card")
+            undone = await self._hub.memory.undo(actor, request, "card")
         except MemoryDisabled:
             return text(lang, "notice.memory_disabled"), False
         if undone.outcome == "changed":

@@ -314,6 +314,13 @@ class Projects:
         ).fetchone()
         return _project(row) if row is not None else None
 
+    def of_principal(self, principal_id: str) -> Project | None:
+        """The project whose service Principal ``principal_id`` is; None for anyone else."""
+        row = self.db.execute(
+            "SELECT * FROM projects WHERE principal_id = ?", (principal_id,)
+        ).fetchone()
+        return _project(row) if row is not None else None
+
     def principal_of(self, name: str) -> Principal:
         """The project's service Principal. Raises: NotFound: no such project."""
         principal = self._state.principal(self.get(name).principal_id)

@@ -154,6 +154,32 @@ async def test_a_member_cannot_change_the_projects_memory_from_a_card_and_the_ow
         assert (await store.get(principal_scope(bot.ids["alice"]), ALICES)).exists
 
 
+async def test_only_the_owner_undoes_a_bound_groups_turn_from_its_result_card(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, memory=True, isolation=True) as bot:
+        team = await bound_team(bot, tmp_path)
+        project = bot.hub.projects.get("web")
+        # The Undo a group turn's result card carries for its change of the project's memory.
+        undo = {
+            "action": "memory.undo",
+            "path": TEAM,
+            "revision": revision(TEAM_AFTER),
+            "previous_revision": revision(TEAM_TEXT),
+            "principal_id": project.principal_id,
+        }
+        refused = await bot.click(undo, BOB, chat_id=GROUP)
+        assert refused["toast"]["type"] == "error"
+        assert "Only the owner of this memory" in refused["toast"]["content"]
+        assert (await bot.hub.store.get(team, TEAM)).content == TEAM_AFTER
+
+        undone = await bot.click(undo, ALICE, chat_id=GROUP)
+        assert undone["toast"]["type"] == "success", undone
+        assert (await bot.hub.store.get(team, TEAM)).content == TEAM_TEXT
+        # The owner's own memory is untouched.
+        assert (await bot.hub.store.get(principal_scope(bot.ids["alice"]), ALICES)).exists
+
+
 async def test_without_isolation_a_bound_groups_memory_card_is_the_one_global_memory(
     tmp_path: Path,
 ) -> None:
