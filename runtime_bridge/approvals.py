@@ -26,6 +26,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -124,6 +125,29 @@ def _short_path(path: Path) -> Iterator[str]:
         os.close(directory)
 
 
+def owner_only_socket(path: Path) -> socket.socket:
+    """A Unix socket bound at ``path`` (any stale socket there replaced), owner-only from the
+    first instant.
+
+    The mode is set on the socket before it is bound, which Linux applies to the file it
+    creates. The process's umask is never touched: it is shared by every thread and task of
+    the worker, and a directory or memory file made while it was narrowed would keep the
+    narrowed mode (directories without their search bit).
+    """
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    bound = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        os.fchmod(bound.fileno(), 0o600)
+        with _short_path(path) as address:
+            bound.bind(address)
+    except BaseException:
+        bound.close()
+        raise
+    return bound
+
+
 class ApprovalSocket:
     """Serves one launch's permission requests on a Unix socket until closed."""
 
@@ -144,18 +168,9 @@ class ApprovalSocket:
         self._handlers: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> ApprovalSocket:
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISSOCK(os.lstat(self.path).st_mode):
-                os.unlink(self.path)
-        # Created under a umask that leaves it owner-only from the first instant.
-        old = os.umask(0o177)
-        try:
-            with _short_path(self.path) as address:
-                self._server = await asyncio.start_unix_server(
-                    self._serve, path=address, limit=MAX_REQUEST_BYTES
-                )
-        finally:
-            os.umask(old)
+        self._server = await asyncio.start_unix_server(
+            self._serve, sock=owner_only_socket(self.path), limit=MAX_REQUEST_BYTES
+        )
         if self._owner is not None:
             os.chown(self.path, *self._owner, follow_symlinks=False)
         return self

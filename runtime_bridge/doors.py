@@ -1,7 +1,7 @@
 """The worker's side of a launch's doors: the Unix sockets its relay connects to.
 
-Each socket is bound in the launch's own run directory under a umask that leaves it owner-only
-from the first instant, then handed to the Agent's uid (a root worker's Agent runs as a uid of
+Each socket is bound in the launch's own run directory owner-only from the first instant
+(``owner_only_socket``), then handed to the Agent's uid (a root worker's Agent runs as a uid of
 its own): no other launch's sandbox binds that directory, and no other uid may connect. The
 model door is carried to the gateway and the hub door to the Hub (over TLS when the Hub's URL is
 https, so the Agent speaks plain HTTP to its door); the egress door is the proxy of
@@ -14,12 +14,11 @@ import asyncio
 import contextlib
 import os
 import ssl
-import stat
 from collections.abc import Callable, Coroutine
 from typing import Any
 from urllib.parse import urlsplit
 
-from runtime_bridge.approvals import _short_path
+from runtime_bridge.approvals import owner_only_socket
 from runtime_bridge.egress import Egress, splice
 from runtime_bridge.network import EGRESS, HUB, MODEL, Door
 
@@ -94,17 +93,9 @@ class LaunchDoors:
     async def __aenter__(self) -> LaunchDoors:
         try:
             for door in self._doors:
-                with contextlib.suppress(FileNotFoundError):
-                    if stat.S_ISSOCK(os.lstat(door.socket).st_mode):
-                        os.unlink(door.socket)
-                old = os.umask(0o177)
-                try:
-                    with _short_path(door.socket) as address:
-                        server = await asyncio.start_unix_server(
-                            self._tracked(self._handlers[door.name]), path=address
-                        )
-                finally:
-                    os.umask(old)
+                server = await asyncio.start_unix_server(
+                    self._tracked(self._handlers[door.name]), sock=owner_only_socket(door.socket)
+                )
                 self._servers.append(server)
                 if self._owner is not None:
                     os.chown(door.socket, *self._owner, follow_symlinks=False)

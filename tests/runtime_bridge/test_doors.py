@@ -107,3 +107,43 @@ async def test_the_egress_door_refuses_what_is_not_a_proxy_request(tmp_path: Pat
     assert origin.startswith(b"HTTP/1.1 400 Bad Request")
     assert b"a proxy request is CONNECT host:port or http://" in origin
     assert https.startswith(b"HTTP/1.1 400 Bad Request")
+
+
+async def test_opening_doors_leaves_what_else_the_worker_makes_meanwhile_its_own_mode(
+    tmp_path: Path,
+) -> None:
+    # The worker runs launches side by side: a launch's directories and a Hub's memory files
+    # are made while another launch opens its sockets, and must keep their modes.
+    run_dirs = [tmp_path / f"run-{n}" for n in range(3)]
+    made = tmp_path / "made"
+    made.mkdir()
+    opened = asyncio.Event()
+    before = os.umask(0o022)
+    os.umask(before)
+
+    for run_dir in run_dirs:
+        run_dir.mkdir(mode=0o700)
+
+    async def open_doors(run_dir: Path) -> None:
+        doors = launch_doors(run_dir)
+        async with LaunchDoors(
+            doors,
+            gateway_url="http://127.0.0.1:9",
+            hub_url="http://127.0.0.1:9",
+            egress=Egress(AllowList(), nothing),
+        ):
+            assert {stat.S_IMODE(os.lstat(d.socket).st_mode) for d in doors} == {0o600}
+            opened.set()
+
+    async def make_directories() -> None:
+        n = 0
+        while not opened.is_set() or n < 20:
+            os.mkdir(made / f"d{n}", mode=0o755)
+            n += 1
+            await asyncio.sleep(0)
+
+    await asyncio.gather(make_directories(), *(open_doors(r) for r in run_dirs))
+    modes = {stat.S_IMODE(d.stat().st_mode) for d in made.iterdir()}
+    after = os.umask(before)
+    assert after == before
+    assert modes == {0o755 & ~before}
