@@ -222,6 +222,19 @@ def _settings(bounds: Bounds, version: int, controllers: tuple[str, ...]) -> lis
     return files
 
 
+def _burst_settings(
+    bounds: Bounds, version: int, controllers: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    """(file, value) the kernel may lack (a burst needs Linux 5.14): a launch may spend one
+    period's quota again at once, out of what it left unused. An Agent's CLI starts on several
+    threads (Node compiles in parallel), and at one CPU that start was throttled by a tenth or
+    more; the average over time stays at the bound."""
+    if "cpu" not in controllers:
+        return []
+    quota = str(max(1, round(bounds.cpu * CPU_PERIOD_US)))
+    return [("cpu.max.burst" if version == 2 else "cpu.cfs_burst_us", quota)]
+
+
 class LaunchGroup:
     """One launch's control group (one directory per v1 hierarchy, one in v2)."""
 
@@ -273,6 +286,13 @@ class LaunchGroup:
                     raise OSError(errno.ENOENT, f"no group of {name} has {file}")
                 for directory in targets:
                     _write(directory / file, value)
+            for file, value in _burst_settings(bounds, layout.version, controllers):
+                for directory in directories:
+                    if (directory / file).exists():
+                        try:
+                            _write(directory / file, value)
+                        except OSError as error:
+                            logger.debug("launch %s without a cpu burst: %s", name, error)
             for directory in directories:
                 cls._no_swap(directory, bounds, layout.version)
         except OSError as error:

@@ -166,6 +166,22 @@ def test_a_busy_loop_gets_only_its_cpu_quota(make_group: MakeGroup) -> None:
     assert usage.ru_utime + usage.ru_stime < 0.6
 
 
+def test_a_launch_may_spend_one_periods_quota_again_at_once(make_group: MakeGroup) -> None:
+    # A CLI's start runs on several threads; at its steady bound it would be throttled.
+    if "cpu" not in mechanism():
+        pytest.skip("this host's cgroups have no cpu controller")
+    group = make_group(Bounds(128 * MiB, 32, 0.5, 256, GiB))
+    bursts = [
+        directory / name
+        for directory in group.directories
+        for name in ("cpu.cfs_burst_us", "cpu.max.burst")
+        if (directory / name).exists()
+    ]
+    if not bursts:
+        pytest.skip("this kernel has no cpu burst (Linux 5.14+)")
+    assert [path.read_text().strip() for path in bursts] == ["50000"]
+
+
 def test_removing_a_group_ends_what_is_left_in_it(make_group: MakeGroup) -> None:
     group = make_group(SMALL)
     process = subprocess.Popen(joined(group, "sh", "-c", "sleep 600 & sleep 600 & wait"))
