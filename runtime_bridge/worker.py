@@ -315,7 +315,10 @@ class Worker:
             )
             plan = dataclasses.replace(build_plan(request), run_as=run_as)
             mcp_argv = memory.mcp_argv if memory is not None else ()
-            plan = site.sandbox(
+            # Off the event loop: laying out a sandbox reads the file system for every
+            # installation the launch needs, and in `amux serve` the loop also answers Feishu.
+            plan = await asyncio.to_thread(
+                site.sandbox,
                 plan,
                 request,
                 warm_socket(mcp_argv),
