@@ -35,6 +35,8 @@ SECTION = re.compile(r"^== (.*) ==$")
 SKIP = ("machine:", "scope:", "for script", "#", "INFO", "WARNING", "DEBUG", "ERROR")
 # A benchmark's best run is printed for its author; the table shows medians and spreads only.
 BEST = re.compile(r"\s*\(best\s+[\d.,]+\)")
+# A benchmark's progress as it runs (which round, how many turns done), not a measurement.
+PROGRESS = re.compile(r": repeat \S+ \d+/\d+ turns$|^\S+…$")
 # A run's verdict on its target; runs may differ, and the table shows the figures instead.
 VERDICT = re.compile(r"\b(?:meets|misses|MISSES)\b")
 
@@ -70,7 +72,7 @@ def parse(output: str) -> dict[Key, tuple[list[float], list[int]]]:
             # The title up to its first comma; the rows carry the details.
             section, labels = heading.group(1).split(", ")[0], []
             continue
-        if not line or line.startswith(SKIP):
+        if not line or line.startswith(SKIP) or PROGRESS.search(line):
             continue
         if line.endswith(":"):
             # A heading over the rows that follow (which requests, which kind of time).

@@ -485,16 +485,25 @@ async def spawn_seconds(argv: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
+def launch_site(root: Path, name: str) -> tuple[LaunchSite, Session]:
+    """A worker's launch site under ``root`` with one Session's directories and run ``e1``
+    made, and the seccomp filter written, as a worker has them before its first launch."""
+    work_dir = root / f"{name}-runtime"
+    settings = RuntimeSettings(name="bench", claude=find_agent_cli("claude"), work_dir=work_dir)
+    site = LaunchSite(settings, work_dir, amux_home=root / f"{name}-home")
+    session = Session("s1", "p1", "claude", None, None, None, "unbound", None)
+    for directory in (site.workspace(session), site.session_home("s1"), site.run_dir("e1")):
+        directory.mkdir(parents=True)
+    write_seccomp_file(work_dir)
+    return site, session
+
+
 async def sandbox_cost(root: Path, samples: int) -> None:
     if shutil.which("bwrap") is None:
         print("\nsandbox: bwrap is not installed; skipped")
         return
-    work_dir = root / "sandbox-runtime"
-    settings = RuntimeSettings(name="bench", claude=find_agent_cli("claude"), work_dir=work_dir)
-    site = LaunchSite(settings, work_dir, amux_home=root / "sandbox-home")
-    session = Session("s1", "p1", "claude", None, None, None, "unbound", None)
-    for directory in (site.workspace(session), site.session_home("s1"), site.run_dir("e1")):
-        directory.mkdir(parents=True)
+    site, session = launch_site(root, "sandbox")
+    settings = site.settings
     request = site.request(
         provider="claude",
         prompt="",
@@ -505,7 +514,6 @@ async def sandbox_cost(root: Path, samples: int) -> None:
         own_home=True,
     )
     # As a worker would run it: on a root host, as the Principal's own uid.
-    write_seccomp_file(work_dir)
     plain = dataclasses.replace(build_plan(request), run_as=site.agent_identity("p1"))
     bounds = bounds_from_settings(settings)
     builds: list[float] = []
@@ -602,13 +610,7 @@ async def network_cost(root: Path, samples: int, rounds: int) -> None:
     if shutil.which("bwrap") is None:
         print("\nnetwork: bwrap is not installed; skipped")
         return
-    work_dir = root / "network-runtime"
-    settings = RuntimeSettings(name="bench", claude=find_agent_cli("claude"), work_dir=work_dir)
-    site = LaunchSite(settings, work_dir, amux_home=root / "network-home")
-    session = Session("s1", "p1", "claude", None, None, None, "unbound", None)
-    for directory in (site.workspace(session), site.session_home("s1"), site.run_dir("e1")):
-        directory.mkdir(parents=True)
-    write_seccomp_file(work_dir)
+    site, session = launch_site(root, "network")
     run_as = site.agent_identity("p1")
     async with FakeModelServer() as model:
         env = {"ANTHROPIC_BASE_URL": model.base_url, "ANTHROPIC_API_KEY": "sk-operator-bench"}
