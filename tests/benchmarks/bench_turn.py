@@ -6,9 +6,12 @@ The service is the real ``create_app`` as ``amux serve`` builds it (Feishu on, t
 Runtime worker with the bubblewrap sandbox and its default slots), on a loopback port and an event
 loop thread of its own. The fake Feishu and the scripted model share another thread, so their
 arrival times are not held up by the service's loop; the signed webhook events are posted from the
-main thread. Each conversation is one member's private chat, every member enrolled beforehand (a
-first contact's enrolment is ``bench_feishu``'s row). Memory is on for Claude; off for the
-stand-in, a declared provider that runs without memory, so that no turn of it adds a notice card.
+main thread. The stand-in's rows are measured twice: with events posted to the webhook, and (rows
+``stand-in/lc``) with the service on Feishu's long connection, the fake pushing each event over its
+WebSocket and the SDK's ack ending "event → ack". Each conversation is one member's private chat,
+every member enrolled beforehand (a first contact's enrolment is ``bench_feishu``'s row). Memory is
+on for Claude; off for the stand-in, a declared provider that runs without memory, so that no turn
+of it adds a notice card.
 Each row has a warm-up round, then ``--repeats`` rounds of its conversations posted at once (one
 conversation alone: a few in a row per round), rounds more than a second apart (the length of
 Feishu's rate windows, which the bot's pacing keeps to). Per conversation:
@@ -34,7 +37,7 @@ concurrency; one bare lark-oapi reply to the fake; the bare CLI from spawn to it
 request and from the last to its exit (and ``claude --version``, and with one MCP server that
 answers at once: the CLI's own MCP start); the bare stand-in from spawn to its start file.
 
-Targets (issue 23): progress card p99 < 300 ms after the event with 50 conversations; final card
+Targets: progress card p99 < 300 ms after the event with 50 conversations; final card
 p99 < 250 ms after the answer; launch < 100 ms over the bare CLI. Figures are printed, never
 asserted; the script exits non-zero only if a turn fails.
 """
@@ -112,10 +115,11 @@ def seed(home: Path, members: int, memory: bool) -> None:
         state.close()
 
 
-def feishu_settings(fake: FakeFeishu, provider: str) -> Any:
+def feishu_settings(fake: FakeFeishu, provider: str, mode: str = "webhook") -> Any:
     from bot.config import FeishuSettings
 
     return FeishuSettings(
+        mode=mode,
         app_id=APP_ID,
         app_secret=SecretStr(fake.app_secret),
         encrypt_key=SecretStr(signer.encrypt_key),
@@ -133,7 +137,9 @@ class Service:
     claims: dict[str, float]
 
 
-async def start_service(home: Path, fake: FakeFeishu, provider: str, runtime: Any) -> Service:
+async def start_service(
+    home: Path, fake: FakeFeishu, provider: str, runtime: Any, mode: str = "webhook"
+) -> Service:
     """``create_app`` as ``amux serve`` runs it, noting when the Hub leases each turn."""
     from bot.service.app import create_app
     from bot.service.feishu_app import FEISHU
@@ -148,7 +154,7 @@ async def start_service(home: Path, fake: FakeFeishu, provider: str, runtime: An
         HubSettings(home=home),
         runtime_settings=runtime,
         worker_url=url,
-        feishu_settings=feishu_settings(fake, provider),
+        feishu_settings=feishu_settings(fake, provider, mode),
         hub_listening=listening,
     )
     runner = web.AppRunner(
@@ -193,10 +199,15 @@ class Turn:
     answered: float | None = None
     final: float | None = None
     failed: str | None = None
+    # The event as the long connection carries it (unsigned: the connection is the app's own).
+    payload: dict[str, Any] | None = None
 
 
 LABEL = re.compile(r"bench-[a-z]+-\d+-\d+-\d{3}")
 STANDIN, CLAUDE = "stand-in", "claude"
+LONG_CONNECTION = "long_connection"
+# A row of turns whose events came over the long connection is named "<agent>/lc".
+LONG_CONNECTION_ROW = "/lc"
 
 
 def prompt_of(agent: str, label: str) -> str:
@@ -383,9 +394,17 @@ class Bench:
     http: aiohttp.ClientSession
     workspace: Path
     sampler: Sampler = field(default_factory=Sampler)
+    transport: str = "webhook"
 
     async def post(self, url: str, turn: Turn) -> None:
         turn.sent = time.monotonic()
+        if self.transport == LONG_CONNECTION and turn.payload is not None:
+            # Pushed from the fake's own loop, as Feishu's server would: the ack is the SDK's.
+            ack = await self.fakes.run(self.fake.push(turn.payload))
+            turn.acked = time.monotonic()
+            if ack.get("code") != 200:
+                turn.failed = f"long connection ack {ack.get('code')}"
+            return
         async with self.http.post(
             f"{url}/feishu/events", data=turn.body, headers=turn.headers
         ) as r:
@@ -407,7 +426,7 @@ class Bench:
             stored = self.fake.add_message(chat, text, sender_open_id=who["sender_open_id"])
             payload = signer.message(text, **who, chat_id=chat, message_id=stored.message_id)
             body, headers = signer.sign(payload)
-            turns.append(Turn(label, stored.message_id, body, headers))
+            turns.append(Turn(label, stored.message_id, body, headers, payload=payload))
         return turns
 
     async def run_round(
@@ -657,8 +676,9 @@ class Baselines:
     agents: dict[str, BareAgent]
 
 
-def baseline_of(stage: str, agent: str, level: int, base: Baselines) -> tuple[str, float | None]:
+def baseline_of(stage: str, row: str, level: int, base: Baselines) -> tuple[str, float | None]:
     """What the stage is compared with, and its median in seconds."""
+    agent = row.removesuffix(LONG_CONNECTION_ROW)
     bare = base.agents.get(agent)
     if stage == "event → ack":
         _, p99 = percentiles(base.handler[level])
@@ -678,7 +698,8 @@ def print_table(results: dict[tuple[str, int], list[Round]], base: Baselines, sl
     print(
         f"\nper conversation, each repeat's p50 and p99; shown: median over repeats (min–max), ms;"
         f" worker slots: {slots}\n(the stand-in makes no model request: its start file stands for"
-        " its first request and its answer)"
+        f" its first request and its answer; {LONG_CONNECTION_ROW}: the events came over the long"
+        " connection)"
     )
     head = (
         f"{'agent':<9} {'conv':>4}  {'stage':<28} {'p50':>15} {'p99':>15}  "
@@ -763,12 +784,19 @@ async def run_agent(
     quick: bool,
     runtime: Any,
     results: dict[tuple[str, int], list[Round]],
+    transport: str = "webhook",
 ) -> None:
-    home = root / f"{agent}-home"
+    row = agent + (LONG_CONNECTION_ROW if transport == LONG_CONNECTION else "")
+    home = root / f"{agent}-{transport}-home"
     members = sum(level * waves_of(agent, level, quick) for level in levels)
     seed(home, members, memory=agent == CLAUDE)
     provider = "turn" if agent == STANDIN else "claude"
-    service = await bench.server.run(start_service(home, bench.fake, provider, runtime))
+    service = await bench.server.run(
+        start_service(home, bench.fake, provider, runtime, transport)
+    )
+    bench.transport = transport
+    if transport == LONG_CONNECTION:
+        await bench.fakes.run(asyncio.wait_for(bench.fake.ws_connected.wait(), 30))
     watch = Watch(bench.fake, bench.model, service)
     first = 0
     try:
@@ -779,7 +807,7 @@ async def run_agent(
                 await asyncio.sleep(ROUND_GAP_SECONDS)
                 done = await bench.run_round(service, watch, agent, level, rep, waves, first)
                 print(
-                    f"  {agent} × {level}: repeat {rep or 'warm-up'} "
+                    f"  {row} × {level}: repeat {rep or 'warm-up'} "
                     f"{sum(t.failed is None for t in done.turns)}/{len(done.turns)} turns",
                     flush=True,
                 )
@@ -788,9 +816,10 @@ async def run_agent(
                 elif any(t.failed for t in done.turns):
                     rounds.append(done)  # Reported as failed below.
                     break
-            results[(agent, level)] = rounds
+            results[(row, level)] = rounds
             first += level * waves
     finally:
+        bench.transport = "webhook"
         await bench.server.run(service.runner.cleanup())
 
 
@@ -877,6 +906,17 @@ async def main() -> int:
                     args.quick,
                     standin_runtime,
                     results,
+                )
+                await run_agent(
+                    bench,
+                    root,
+                    STANDIN,
+                    standin_levels,
+                    repeats,
+                    args.quick,
+                    standin_runtime,
+                    results,
+                    LONG_CONNECTION,
                 )
                 if claude_levels:
                     await run_agent(
