@@ -66,7 +66,7 @@ from cards.notices import (
     project_memory_owner_only_card,
 )
 from cards.projects import binding_card
-from hub.errors import InvalidArgument, MemoryDisabled
+from hub.errors import Forbidden, InvalidArgument, MemoryDisabled
 from hub.identity import Actor, in_person
 from hub.memory import (
     ABSENT,
@@ -373,12 +373,33 @@ class Management:
         principal = self._hub.projects.principal_of(project.name)
         return in_person(principal, "card"), project.name
 
+    def _check_own_memory_shown_privately(self, click: Click) -> None:
+        """Raises: Forbidden: under isolation, a card of the clicker's own memory clicked in a
+        chat other than their private chat with the bot (a card forwarded into a group): its
+        update would show that memory to everyone in the chat."""
+        chat_id = click.chat_id
+        if not chat_id or not self._hub.config.isolation:
+            return
+        holder = self._hub.people.private_chat_holder(chat_id)
+        if holder is not None and holder.id == click.principal.id:
+            return
+        logger.warning(
+            "refused %s's own memory card outside their private chat", click.principal.name
+        )
+        raise Forbidden(
+            "your memory is shown only in your private chat with the bot, where a card's "
+            "changes are seen by you alone (if this is that chat, send the bot a message here "
+            "first)"
+        )
+
     def _changer(self, click: Click) -> Actor | Card:
         """Whom a memory change from a card acts for; the refusal card when the clicker may not
         make it: in a bound group only the owner changes the project's memory from a card (any
         member's turn there may still save to it)."""
         actor, project = self._card_actor(click)
-        if project and not click.principal.is_owner:
+        if not project:
+            self._check_own_memory_shown_privately(click)
+        elif not click.principal.is_owner:
             logger.warning(
                 "refused a change of project %s's memory from %s", project, click.principal.name
             )
@@ -391,9 +412,12 @@ class Management:
         for the clicker's own); None while memory is off."""
         actor, project = self._card_actor(click)
         try:
-            return actor, self._hub.memory.checked_scope(actor), project
+            scope = self._hub.memory.checked_scope(actor)
         except MemoryDisabled:
             return None
+        if not project:
+            self._check_own_memory_shown_privately(click)
+        return actor, scope, project
 
     async def memory_list(self, click: Click, request: ListRequest) -> Card:
         """``memory.list``: the clicker's (or a bound group's project's) documents under the

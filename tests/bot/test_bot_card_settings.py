@@ -178,6 +178,8 @@ async def test_with_memory_off_a_member_can_still_erase_their_memory_and_nothing
         await bot.hub.store.upsert(principal_scope(alice), "hers.md", "alice's\n", "absent")
         memory_root = bot.hub.settings.memory_root
         assert [p.name for p in memory_root.rglob("mine.md")] == ["mine.md"]
+        # My memory is opened from the /amux card in his private chat with the bot.
+        await bot.reply_to(await bot.say("/amux", BOB))
 
         disabled = await bot.card_after({"action": "memory.list"}, who=BOB)
         assert "Memory unavailable" in card_text(disabled)

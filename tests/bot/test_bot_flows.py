@@ -440,6 +440,8 @@ async def test_my_memory_under_isolation_shows_only_the_members_own_documents(
         store = bot.hub.store
         await store.upsert(principal_scope(bot.ids["alice"]), "alice.md", "mine\n", "absent")
         await store.upsert(principal_scope(bot.ids["bob"]), "bob.md", "his\n", "absent")
+        # My memory is opened from the /amux card in his private chat with the bot.
+        await bot.reply_to(await bot.say("/amux", BOB))
         listed = await bot.card_after({"action": "memory.list"}, who=BOB)
         paths = [b.get("path") for b in buttons(listed) if b["action"] == "memory.open"]
         assert paths == ["bob.md"]

@@ -11,7 +11,7 @@ import pytest
 
 from hub.history import Author
 from hub.paths import GLOBAL_SCOPE, principal_scope
-from tests.bot.test_bot_flows import BOB, buttons, card_text, running_bot
+from tests.bot.test_bot_flows import ALICE, BOB, buttons, card_text, running_bot
 from tests.bot.test_bot_turns import claude_worker
 from tests.conftest import until
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer
@@ -94,6 +94,9 @@ async def test_my_memory_lists_changes_restores_a_version_and_erases_with_a_rece
         history = bot.hub.history
         await history.upsert(scope, PATH, BEFORE, "absent", Author(alice, "cli"))
         await history.upsert(scope, PATH, AFTER, revision(BEFORE), Author(alice, "cli"))
+        # My memory is opened from the /amux card in each one's private chat with the bot.
+        for who in (ALICE, BOB):
+            await bot.reply_to(await bot.say("/amux", who))
 
         opened = await bot.card_after({"action": "memory.open", "path": PATH})
         shown = card_text(opened)

@@ -28,7 +28,7 @@ from hub.errors import InvalidArgument, InvalidPath
 from hub.history import Author
 from hub.paths import principal_scope
 from hub.state import Principal
-from tests.bot.test_bot_flows import BOB, buttons, card_text, running_bot
+from tests.bot.test_bot_flows import ALICE, BOB, buttons, card_text, running_bot
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -256,6 +256,8 @@ async def test_each_memory_action_answers_with_its_own_card(tmp_path: Path) -> N
         second = await history.upsert(
             scope, "a.md", "second\n", first.revision, Author(alice, "cli")
         )
+        # My memory is opened from the /amux card in her private chat with the bot.
+        await bot.reply_to(await bot.say("/amux", ALICE))
 
         listed = await bot.card_after({"action": actions.MEMORY_LIST})
         assert [b["path"] for b in buttons(listed) if b["action"] == actions.MEMORY_OPEN] == [

@@ -202,3 +202,26 @@ async def test_without_isolation_a_bound_groups_memory_card_is_the_one_global_me
         done = await bot.card_after(value, who=BOB, chat_id=GROUP)
         assert "was deleted" in card_text(done)
         assert not (await bot.hub.store.get(GLOBAL_SCOPE, "shared.md")).exists
+
+
+async def test_ones_own_memory_card_clicked_in_an_unbound_group_shows_nothing_of_it(
+    tmp_path: Path,
+) -> None:
+    # A card forwarded from a private chat into a group: its update would be seen by everyone.
+    async with running_bot(tmp_path, memory=True, isolation=True) as bot:
+        bobs = principal_scope(bot.ids["bob"])
+        await bot.hub.history.upsert(bobs, BOBS, "mine\n", "absent", Author(bot.ids["bob"], "cli"))
+        await bot.reply_to(await bot.say("/amux", BOB))
+        for value in (
+            {"action": "memory.list"},
+            {"action": "memory.open", "path": BOBS},
+            {"action": "memory.history"},
+            {"action": "memory.erase.ask", "path": BOBS},
+            {"action": "memory.erase.confirm", "path": BOBS},
+        ):
+            refused = card_text(await bot.card_after(value, who=BOB, chat_id=GROUP))
+            assert "shown only in your private chat with the bot" in refused, (value, refused)
+            assert "secret" not in refused and "mine" not in refused
+        assert (await bot.hub.store.get(bobs, BOBS)).exists
+        # In his private chat the same card is his, as before.
+        assert listed_paths(await bot.card_after({"action": "memory.list"}, who=BOB)) == [BOBS]
