@@ -32,6 +32,17 @@ REPO = Path(__file__).resolve().parent.parent
 AMUX = shutil.which("amux", path=str(Path(sys.executable).parent)) or "amux"
 
 
+def make_repo(path: Path, branch: str = "main") -> Path:
+    """A git repository at ``path`` with one commit (a README) on ``branch``."""
+    path.mkdir(parents=True)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q", "-b", branch], cwd=path, check=True)
+    (path / "README.md").write_text("hello\n")
+    subprocess.run([*git, "add", "README.md"], cwd=path, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "first"], cwd=path, check=True)
+    return path
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

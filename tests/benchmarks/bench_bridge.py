@@ -74,8 +74,9 @@ from runtime_bridge.gateway import Gateway, operator_upstreams
 from runtime_bridge.launch import LaunchSite, write_seccomp_file
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV
 from runtime_bridge.network import MODEL, AllowList, door_url
-from runtime_bridge.providers import LaunchPlan, build_plan
+from runtime_bridge.providers import LaunchPlan, LaunchRequest, build_plan
 from runtime_bridge.providers.claude import PERMISSION_SHIM
+from runtime_bridge.providers.plan import GatewayPass
 from runtime_bridge.providers.process import launch_command
 from runtime_bridge.worker import Worker
 from tests.benchmarks.harness import (
@@ -498,12 +499,11 @@ def launch_site(root: Path, name: str) -> tuple[LaunchSite, Session]:
     return site, session
 
 
-async def sandbox_cost(root: Path, samples: int) -> None:
-    if shutil.which("bwrap") is None:
-        print("\nsandbox: bwrap is not installed; skipped")
-        return
-    site, session = launch_site(root, "sandbox")
-    settings = site.settings
+def claude_launch(
+    site: LaunchSite, session: Session, gateway: GatewayPass | None = None
+) -> tuple[LaunchRequest, LaunchPlan]:
+    """Run ``e1``'s request and plan for Claude, as a worker would run it: on a root host, as
+    the Principal's own uid."""
     request = site.request(
         provider="claude",
         prompt="",
@@ -512,10 +512,18 @@ async def sandbox_cost(root: Path, samples: int) -> None:
         memory=None,
         base_env=dict(os.environ),
         own_home=True,
+        gateway=gateway,
     )
-    # As a worker would run it: on a root host, as the Principal's own uid.
-    plain = dataclasses.replace(build_plan(request), run_as=site.agent_identity("p1"))
-    bounds = bounds_from_settings(settings)
+    return request, dataclasses.replace(build_plan(request), run_as=site.agent_identity("p1"))
+
+
+async def sandbox_cost(root: Path, samples: int) -> None:
+    if shutil.which("bwrap") is None:
+        print("\nsandbox: bwrap is not installed; skipped")
+        return
+    site, session = launch_site(root, "sandbox")
+    request, plain = claude_launch(site, session)
+    bounds = bounds_from_settings(site.settings)
     builds: list[float] = []
     removals: list[float] = []
     bare: list[float] = []
@@ -611,22 +619,11 @@ async def network_cost(root: Path, samples: int, rounds: int) -> None:
         print("\nnetwork: bwrap is not installed; skipped")
         return
     site, session = launch_site(root, "network")
-    run_as = site.agent_identity("p1")
     async with FakeModelServer() as model:
         env = {"ANTHROPIC_BASE_URL": model.base_url, "ANTHROPIC_API_KEY": "sk-operator-bench"}
         async with Gateway(operator_upstreams(env)) as gateway:
             grant = gateway.open()
-            request = site.request(
-                provider="claude",
-                prompt="",
-                session=session,
-                execution_id="e1",
-                memory=None,
-                base_env=dict(os.environ),
-                own_home=True,
-                gateway=grant.access,
-            )
-            plain = dataclasses.replace(build_plan(request), run_as=run_as)
+            request, plain = claude_launch(site, session, grant.access)
 
             async def nothing(host: str, port: int, reason: str) -> None:
                 return None

@@ -897,27 +897,18 @@ async def main() -> int:
                     agents[CLAUDE] = await bare_claude(root, model, 2 if args.quick else 5)
                 base = Baselines(handler, reply, agents)
                 print("turns…", flush=True)
-                await run_agent(
-                    bench,
-                    root,
-                    STANDIN,
-                    standin_levels,
-                    repeats,
-                    args.quick,
-                    standin_runtime,
-                    results,
-                )
-                await run_agent(
-                    bench,
-                    root,
-                    STANDIN,
-                    standin_levels,
-                    repeats,
-                    args.quick,
-                    standin_runtime,
-                    results,
-                    LONG_CONNECTION,
-                )
+                for transport in ("webhook", LONG_CONNECTION):
+                    await run_agent(
+                        bench,
+                        root,
+                        STANDIN,
+                        standin_levels,
+                        repeats,
+                        args.quick,
+                        standin_runtime,
+                        results,
+                        transport,
+                    )
                 if claude_levels:
                     await run_agent(
                         bench, root, CLAUDE, claude_levels, repeats, args.quick, runtime, results

@@ -6,7 +6,6 @@ the real ``amux mcp`` against the scripted model; the repository is a real git r
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from hub.paths import principal_scope
 from runtime_bridge.checkouts import branch_of
 from tests.bot.test_bot_flows import ALICE, BOB, GROUP, Bot, card_text, running_bot
 from tests.bot.test_bot_turns import claude_worker
-from tests.conftest import until
+from tests.conftest import make_repo, until
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -34,16 +33,6 @@ DIFF = (
 )
 GET = "mcp__memory__amux_memory_get"
 UPSERT = "mcp__memory__amux_memory_upsert"
-
-
-def make_repo(path: Path) -> Path:
-    path.mkdir(parents=True)
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=path, check=True)
-    (path / "README.md").write_text("hello\n")
-    subprocess.run([*git, "add", "README.md"], cwd=path, check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "first"], cwd=path, check=True)
-    return path
 
 
 async def said(bot: Bot, text: str, who: dict[str, str], *, group: bool) -> str:

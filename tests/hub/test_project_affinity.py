@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,17 +15,8 @@ from hub.projects import Projects
 from hub.rpc import HUB
 from hub.services import Hub
 from hub.state import State
+from tests.conftest import make_repo
 from tests.hub.conftest import ServeHub
-
-
-def make_repo(path: Path) -> Path:
-    path.mkdir(parents=True)
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=path, check=True)
-    (path / "README.md").write_text("hello\n")
-    subprocess.run([*git, "add", "README.md"], cwd=path, check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "first"], cwd=path, check=True)
-    return path
 
 
 async def test_the_second_turn_of_a_project_session_waits_for_the_worker_named_on_it(

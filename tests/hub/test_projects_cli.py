@@ -9,27 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CliResult, HubProcess, running_hub
+from tests.conftest import CliResult, HubProcess, make_repo, running_hub
 
 pytestmark = pytest.mark.e2e
-
-
-def git(*args: str, cwd: Path) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-    )
-
-
-def make_repo(path: Path, branch: str = "main") -> Path:
-    path.mkdir(parents=True)
-    git("init", "-q", "-b", branch, cwd=path)
-    (path / "README.md").write_text("hello\n")
-    git("add", "README.md", cwd=path)
-    git("commit", "-q", "-m", "first", cwd=path)
-    return path
 
 
 @pytest.fixture(scope="module")
