@@ -32,6 +32,19 @@ REPO = Path(__file__).resolve().parent.parent
 AMUX = shutil.which("amux", path=str(Path(sys.executable).parent)) or "amux"
 
 
+def git(*args: str, cwd: Path) -> str:
+    """``git ARGS`` in ``cwd`` with no user or system configuration; its output."""
+    done = subprocess.run(
+        ["git", "-c", "safe.directory=*", *args],
+        cwd=cwd,
+        env={**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
 def make_repo(path: Path, branch: str = "main") -> Path:
     """A git repository at ``path`` with one commit (a README) on ``branch``."""
     path.mkdir(parents=True)

@@ -34,7 +34,7 @@ import pytest
 
 from hub.executions import moves_to_worker
 from runtime_bridge.checkouts import short_id
-from tests.conftest import AMUX, wait_until
+from tests.conftest import AMUX, git, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -370,18 +370,6 @@ GIT_PORT = 9418
 # Short, so that the test sees a gone worker's conversation move; far above how often a live
 # worker is seen (every few seconds).
 HOME_WORKER_SECONDS = 15
-
-
-def git(*args: str, cwd: Path) -> str:
-    done = subprocess.run(
-        ["git", "-c", "safe.directory=*", *args],
-        cwd=cwd,
-        env={**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout
 
 
 def served_repository(served: Path) -> Path:

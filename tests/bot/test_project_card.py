@@ -24,6 +24,7 @@ from tests.bot.test_bot_flows import (
     running_bot,
 )
 from tests.bot.test_project_chats import make_repo, said
+from tests.cards.structure import walk
 from tests.conftest import until
 
 pytestmark = pytest.mark.timeout(120)
@@ -41,20 +42,12 @@ def actions_of(card: dict[str, Any], action: str) -> list[dict[str, Any]]:
 
 def options(card: dict[str, Any], name: str) -> dict[str, str]:
     """The choices of the card's drop-down ``name``: value to label."""
-    found: dict[str, str] = {}
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if node.get("tag") == "select_static" and node.get("name") == name:
-                found.update({o["value"]: o["text"]["content"] for o in node["options"]})
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(card)
-    return found
+    return {
+        option["value"]: option["text"]["content"]
+        for element in walk(card)
+        if element["tag"] == "select_static" and element.get("name") == name
+        for option in element["options"]
+    }
 
 
 def posted_to(bot: Bot, chat_id: str, part: str) -> list[str]:

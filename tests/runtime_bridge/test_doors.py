@@ -92,16 +92,21 @@ async def test_the_hub_door_speaks_tls_to_an_https_hub_and_plain_http_to_the_age
     assert left == []
 
 
-async def test_the_egress_door_refuses_what_is_not_a_proxy_request(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    run_dir.mkdir(mode=0o700)
-    doors = launch_doors(run_dir)
-    async with LaunchDoors(
-        doors,
+def nowhere_doors(run_dir: Path) -> LaunchDoors:
+    """A launch's doors in ``run_dir`` whose gateway and Hub listen nowhere, egress allowing
+    nothing."""
+    return LaunchDoors(
+        launch_doors(run_dir),
         gateway_url="http://127.0.0.1:9",
         hub_url="http://127.0.0.1:9",
         egress=Egress(AllowList(), nothing),
-    ):
+    )
+
+
+async def test_the_egress_door_refuses_what_is_not_a_proxy_request(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    async with nowhere_doors(run_dir):
         origin = await ask(run_dir / "egress.sock", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         https = await ask(run_dir / "egress.sock", b"GET https://x/ HTTP/1.1\r\n\r\n")
     assert origin.startswith(b"HTTP/1.1 400 Bad Request")
@@ -126,12 +131,7 @@ async def test_opening_doors_leaves_what_else_the_worker_makes_meanwhile_its_own
 
     async def open_doors(run_dir: Path) -> None:
         doors = launch_doors(run_dir)
-        async with LaunchDoors(
-            doors,
-            gateway_url="http://127.0.0.1:9",
-            hub_url="http://127.0.0.1:9",
-            egress=Egress(AllowList(), nothing),
-        ):
+        async with nowhere_doors(run_dir):
             assert {stat.S_IMODE(os.lstat(d.socket).st_mode) for d in doors} == {0o600}
             opened.set()
 

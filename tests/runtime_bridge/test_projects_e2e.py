@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from runtime_bridge.checkouts import short_id
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.worker import Worker
 from tests.bot.test_bot_flows import ALICE, private_chat, running_bot, signer
-from tests.conftest import AMUX, free_port, until
+from tests.conftest import AMUX, free_port, git, until
 from tests.fakes.git_server import git_server
 
 pytestmark = [
@@ -38,18 +37,6 @@ pytestmark = [
 ]
 
 AGENT = Path(__file__).resolve().parents[1] / "fakes" / "project_agent.sh"
-
-
-def git(*args: str, cwd: Path) -> str:
-    done = subprocess.run(
-        ["git", "-c", "safe.directory=*", *args],
-        cwd=cwd,
-        env={**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout
 
 
 def operator_repo(path: Path) -> Path:
