@@ -157,7 +157,7 @@ _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\[\]()]")
 def with_sender(prompt: str, sender: Principal) -> str:
     """``prompt`` headed by who sent it: the Agent always knows whose turn this is, and a name
     cannot break the header line."""
-    name = _UNPRINTABLE.sub("", sender.name).strip()[:64] or "someone"
+    name = _UNPRINTABLE.sub("", sender.label).strip()[:64] or "someone"
     return f"Message from {name} (amux principal {sender.id}):\n{prompt}"
 
 
@@ -459,7 +459,7 @@ class Conversations:
             decided_by=approval.decided_by_name,
             decided_at=approval.decided_at,
             reason=approval.reason,
-            asked_of=asked_of.name if asked_of is not None else "",
+            asked_of=asked_of.label if asked_of is not None else "",
         )
 
     async def _show_request(
@@ -635,7 +635,7 @@ class Conversations:
         try:
             await approvals.decide(execution_id, request_id, decision, by)
         except Forbidden:
-            logger.warning("refused an answer to a permission request from %s", by.name)
+            logger.warning("refused an answer to a permission request from %s", by.label)
             return catalogue_text(lang, "approval.toast.not_yours"), "error"
         except NotFound:
             return catalogue_text(lang, "approval.toast.gone"), "error"
@@ -643,7 +643,9 @@ class Conversations:
             settled = self._approval_view(approvals.get(execution_id, request_id))
             said = outcome(settled, lang, markup=False)
             return catalogue_text(lang, "approval.toast.answered", outcome=said), "warning"
-        logger.info("a permission request of %s answered %s by %s", execution_id, decision, by.name)
+        logger.info(
+            "a permission request of %s answered %s by %s", execution_id, decision, by.label
+        )
         return catalogue_text(lang, f"approval.toast.{decision}"), "success"
 
     async def cancel(self, execution_id: str, by: Principal) -> bool:

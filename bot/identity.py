@@ -28,6 +28,7 @@ from enum import Enum
 from typing import NoReturn
 
 from bot.feishu.events import UserIds
+from bot.names import DisplayNames
 from hub.aliases import ID_FIELDS, FeishuApp, IdField, alias_kind
 from hub.errors import Conflict
 from hub.people import Alias, Mismatch, People, Resolved, TwoPrincipals
@@ -74,8 +75,10 @@ class FeishuIdentities:
         app_id: str = "",
         tenant_key: str = "",
         clock: Callable[[], float] = time.time,
+        names: DisplayNames | None = None,
     ) -> None:
         self._people = people
+        self._names = names
         self._enroll = enroll
         self._clock = clock
         self.claim_code: str | None = None
@@ -186,6 +189,17 @@ class FeishuIdentities:
         if found.enrolled and principal is not None:
             logger.info("enrolled a new Feishu user as principal %s", principal.name)
         return principal
+
+    async def person(self, ids: UserIds) -> Principal | None:
+        """``resolve``, with the person's display name as well as Feishu lets it be known.
+
+        Raises:
+            Conflict: as ``resolve``.
+        """
+        principal = self.resolve(ids)
+        if principal is None or self._names is None:
+            return principal
+        return await self._names.named(principal, ids)
 
     @staticmethod
     def _refuse(mismatch: Mismatch, aliases: list[tuple[IdField, str, str]]) -> NoReturn:

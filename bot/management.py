@@ -171,7 +171,7 @@ class Management:
         Raises: NotFound: no such project. Conflict: the chat is bound already.
         """
         project = await self._hub.projects.bind(chat_id, name, by.id)
-        logger.info("chat bound to project %s by %s", project.name, by.name)
+        logger.info("chat bound to project %s by %s", project.name, by.label)
         memory = text(self.lang, "project.memory.group" if group else "project.memory.private")
         return text(
             self.lang,
@@ -184,7 +184,7 @@ class Management:
     async def unbind_chat(self, chat_id: str, by: Principal) -> str:
         """Raises: NotFound: the chat is bound to no project."""
         project = await self._hub.projects.unbind(chat_id)
-        logger.info("chat unbound from project %s by %s", project.name, by.name)
+        logger.info("chat unbound from project %s by %s", project.name, by.label)
         return text(self.lang, "project.unbound", project=project.name)
 
     def chat_binding_text(self, chat_id: str) -> str:
@@ -225,7 +225,7 @@ class Management:
             approval_timeout=int(described["agents.approval_timeout"].saved),
             daily_tokens=int(described["budget.daily_tokens"].saved),
             turn_tokens=int(described["budget.turn_tokens"].saved),
-            identity=Identity(principal.name, principal.id, "user", principal.is_owner),
+            identity=Identity(principal.label, principal.id, "user", principal.is_owner),
             memory_scope=memory_scope(principal.id, self._hub.config.isolation),
             memory=Setting(bool(memory.saved), bool(memory.running), draft_memory),
             isolation=Setting(isolation.saved == "on", isolation.running == "on", draft_isolation),
@@ -296,7 +296,7 @@ class Management:
         the click carries stays a draft."""
         draft = self._draft(change.draft, self.view(click.principal))
         self._hub.config.save(change.key, change.value)
-        logger.info("%s changed from Feishu by %s", click.action, click.principal.name)
+        logger.info("%s changed from Feishu by %s", click.action, click.principal.label)
         return self.card(click.principal, chat_id=click.chat_id, **draft)
 
     async def bind_project(self, click: Click, draft: Draft) -> Card:
@@ -321,7 +321,7 @@ class Management:
         hub.config.save("memory.history_days", draft["draft_history_days"])
         hub.config.save("turns.max_queued_per_principal", draft["draft_max_queued"])
         hub.config.save("feishu.messages_per_minute", draft["draft_messages_per_minute"])
-        logger.info("settings saved from Feishu by %s", principal.name)
+        logger.info("settings saved from Feishu by %s", principal.label)
         after = self.view(principal)
         notice = RestartNotice(
             after.memory,
@@ -336,7 +336,7 @@ class Management:
         """``restart.now``: the new process updates this card (``pending_restart_card``)."""
         hub = self._hub
         hub.restart_cards.remember(RestartCard(click.message_id, click.principal.id))
-        logger.info("restart requested from Feishu by %s", click.principal.name)
+        logger.info("restart requested from Feishu by %s", click.principal.label)
         hub.restart_requested.set()
         return restart_scheduled_card(self.lang)
 
@@ -478,7 +478,7 @@ class Management:
             return actor
         request = ForgetRequest(ref.path, ref.revision)
         forgotten = await self._hub.memory.forget(actor, None, request, "card")
-        logger.info("memory document forgotten from Feishu by %s", click.principal.name)
+        logger.info("memory document forgotten from Feishu by %s", click.principal.label)
         return forget_done_card(ForgetOutcome(forgotten.path, forgotten.already_absent), self.lang)
 
     async def memory_history(self, click: Click, target: MemoryTarget) -> Card:
@@ -498,7 +498,7 @@ class Management:
             return actor
         wanted = RestoreRequest(request.path, request.revision, request.expected_revision)
         restored = await self._hub.memory.restore(actor, None, wanted, "card")
-        logger.info("a memory document restored from Feishu by %s", click.principal.name)
+        logger.info("a memory document restored from Feishu by %s", click.principal.label)
         return restored_card(restored.path, restored.revision, self.lang)
 
     async def erase_ask(self, click: Click, target: MemoryTarget) -> Card:
@@ -516,7 +516,7 @@ class Management:
         if not isinstance(actor, Actor):
             return actor
         receipt = await self._hub.memory.erase(actor, None, target.path, "card")
-        logger.info("memory erased from Feishu by %s", click.principal.name)
+        logger.info("memory erased from Feishu by %s", click.principal.label)
         return erased_card(_erase_view(target.path, receipt), self.lang)
 
     async def _changes(self, actor: Actor, path: object, limit: int) -> tuple[MemoryChange, ...]:
@@ -554,12 +554,12 @@ class Management:
         """Add ``tokens`` to ``whose`` budget for today; the toast that says so."""
         extended = await self._hub.usage.extend(in_person(principal, "card"), whose, tokens)
         found = self._hub.people.principal(extended["principal_id"])
-        logger.info("a budget extended from Feishu by %s", principal.name)
+        logger.info("a budget extended from Feishu by %s", principal.label)
         return text(
             self.lang,
             "budget.extended",
             tokens=str(tokens),
-            name=found.name if found is not None else extended["principal_id"],
+            name=found.label if found is not None else extended["principal_id"],
         )
 
     async def undo(self, principal: Principal, value: dict[str, Any]) -> tuple[str, bool]:
@@ -575,7 +575,7 @@ class Management:
             # from a card, as with the group's other memory cards.
             project = self._hub.projects.of_principal(whose) if principal.is_owner else None
             if project is None:
-                logger.warning("refused an Undo of memory not theirs from %s", principal.name)
+                logger.warning("refused an Undo of memory not theirs from %s", principal.label)
                 return text(lang, "memory.undo.not_yours"), False
             actor = in_person(self._hub.projects.principal_of(project.name), "card")
         left = str(value.get("revision") or ABSENT)
@@ -588,9 +588,9 @@ class Management:
         if undone.outcome == "changed":
             return text(lang, "memory.undo.changed", path=path), False
         if undone.outcome == "restored" and undone.revision is not None:
-            logger.info("a turn's memory change undone from Feishu by %s", principal.name)
+            logger.info("a turn's memory change undone from Feishu by %s", principal.label)
             return text(lang, "memory.undo.done", path=path, revision=undone.revision[:8]), True
-        logger.info("a turn's new memory document removed from Feishu by %s", principal.name)
+        logger.info("a turn's new memory document removed from Feishu by %s", principal.label)
         return text(lang, "memory.undo.removed", path=path), True
 
     def pending_restart_card(self) -> tuple[str, Card] | None:

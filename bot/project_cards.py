@@ -68,7 +68,7 @@ class ProjectCards:
         people, projects = self._hub.people, self._hub.projects
         chats: dict[str, ChatView] = {}
         for chat_id, person in people.private_chats():
-            chats.setdefault(chat_id, ChatView(chat_id, "private", person.name))
+            chats.setdefault(chat_id, ChatView(chat_id, "private", person.label))
         for chat_id in self._hub.chats.groups():
             chats.setdefault(chat_id, ChatView(chat_id, "group"))
         for project in projects.all():
@@ -138,7 +138,7 @@ class ProjectCards:
             return self._refused(bound, error.code)
         except AmuxError as error:
             return self._refused(escape(error.message), error.code)
-        logger.info("a chat bound to project %s from the card by %s", project.name, by.name)
+        logger.info("a chat bound to project %s from the card by %s", project.name, by.label)
         group = self._hub.people.private_chat_holder(chat_id) is None
         memory = text(lang, "project.memory.group" if group else "project.memory.private")
         self._told(
@@ -168,6 +168,6 @@ class ProjectCards:
                 lang, "manage.projects.moved", chat=label, project=current, shown=escape(shown)
             )
             return self._refused(moved, error.code)
-        logger.info("a chat unbound from project %s from the card by %s", project.name, by.name)
+        logger.info("a chat unbound from project %s from the card by %s", project.name, by.label)
         self._told(chat_id, text(lang, "project.unbound", project=project.name))
         return text(lang, "manage.projects.unbound", chat=label, project=project.name)

@@ -72,7 +72,7 @@ class BotSink:
             # Before any work for the message (files, topic context): over the limit, none.
             refusal = self._limit.check(principal.id)
             if refusal is not None:
-                logger.info("a message of %s is over the per-minute limit", principal.name)
+                logger.info("a message of %s is over the per-minute limit", principal.label)
                 if refusal.tell:
                     card = self._limit.card(refusal, self._lang)
                     await self._client.reply(event.message_id, card=card)
@@ -86,7 +86,7 @@ class BotSink:
 
     async def _enrolled(self, event: MessageEvent) -> Principal | None:
         """The sender's Principal; None once someone without one was told enrollment is closed."""
-        principal = self._identities.resolve(event.sender)
+        principal = await self._identities.person(event.sender)
         if principal is None:
             await self._client.reply(
                 event.message_id, card=enrollment_closed_card(self._lang), in_thread=False
@@ -188,7 +188,7 @@ class BotSink:
         if not self._identities.admits(action.tenant_key, action.app_id, action.operator):
             return None
         try:
-            principal = self._identities.resolve(action.operator)
+            principal = await self._identities.person(action.operator)
         except AmuxError as error:
             return CardResponse(toast=error.message, toast_type="error")
         if principal is None:

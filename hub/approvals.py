@@ -346,7 +346,7 @@ class Approvals:
                     decision,
                     via,
                     by.id if by else None,
-                    by.name if by else None,
+                    by.label if by else None,
                     now,
                     reason,
                     approval.execution_id,

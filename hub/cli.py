@@ -589,9 +589,11 @@ def whoami_text(who: Mapping[str, Any]) -> str:
 
 
 def principal_label(principal: Mapping[str, Any]) -> str:
-    """``alice (user)``, ``owner (user, owner)``."""
+    """``alice (user)``, ``owner (user, owner)``, ``feishu-on_1a2b (user) "Alice Wang"``."""
     traits = [str(principal["kind"]), *(["owner"] if principal.get("owner") else [])]
-    return f"{principal['name']} ({', '.join(traits)})"
+    known_as = principal.get("display_name")
+    shown = f' "{known_as}"' if known_as else ""
+    return f"{principal['name']} ({', '.join(traits)}){shown}"
 
 
 def alias_text(alias: Mapping[str, Any] | str) -> str:

@@ -415,7 +415,7 @@ class MemoryHistory:
 
     def _name_of(self, principal_id: str) -> str | None:
         principal = self._state.principal(principal_id)
-        return principal.name if principal is not None else None
+        return principal.label if principal is not None else None
 
     # -- erasing ---------------------------------------------------------------------------------
 

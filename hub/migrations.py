@@ -7,7 +7,8 @@ edit one that shipped, since databases already past it will not run it again.
 
 Each table and the module that owns its rows (the one that writes them; others only read):
 
-- ``principals``, ``aliases``, ``credentials``: ``hub.state`` (``hub.aliases`` decides the kinds)
+- ``principals``, ``aliases``, ``credentials``: ``hub.state`` (``hub.aliases`` decides the kinds;
+  ``hub.people`` sets a Principal's display name)
 - ``credential_launches``: ``hub.state``, which launch each delegated credential was issued for
 - ``settings``: ``hub.state`` stores the rows; their keys belong to ``hub.sysconfig`` (the
   Hub-wide settings), ``hub.aliases`` (``feishu.app``) and ``hub.preferences`` (``bot.*``)
@@ -273,6 +274,14 @@ ALTER TABLE sessions ADD COLUMN project TEXT;
 ALTER TABLE sessions ADD COLUMN home_worker TEXT;
 """
 
+# Version 11: the name people know a Principal by (Feishu's display name) and when it was last
+# read, so cards, prompts and logs can say it and the bot refreshes it now and then (see
+# hub.people).
+_V11_DISPLAY_NAMES = """
+ALTER TABLE principals ADD COLUMN display_name TEXT NOT NULL DEFAULT '';
+ALTER TABLE principals ADD COLUMN display_name_at REAL NOT NULL DEFAULT 0;
+"""
+
 MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (1, _V1_IDENTITY_AND_SETTINGS),
     (2, _queue_with_request_ids),
@@ -284,6 +293,7 @@ MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (8, _V8_USAGE),
     (9, _V9_BUDGET_EXTENSIONS),
     (10, _V10_PROJECTS),
+    (11, _V11_DISPLAY_NAMES),
 )
 
 SCHEMA_VERSION = sqlite.latest(MIGRATIONS)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from hub.aliases import FeishuApp, bind_pending, is_feishu_kind, recorded_app
 from hub.errors import Conflict, NotFound
-from hub.principals import Principal
+from hub.principals import Principal, clean_display_name
 from hub.state import State
 
 # A private chat with the bot belongs to one person: an alias of theirs, keyed by the chat.
@@ -70,6 +70,21 @@ class People:
 
     def aliases(self, principal_id: str) -> list[Alias]:
         return [Alias(kind, value) for kind, value in self._state.aliases(principal_id)]
+
+    def set_display_name(self, principal_id: str, raw: str, at: float) -> Principal | None:
+        """Record the name people know ``principal_id`` by (cleaned of what could redraw a line
+        or hide characters) as read at ``at``; the Principal as it now is. An empty name keeps
+        the one known: Feishu answers none for someone the app may no longer see."""
+        known = self._state.principal(principal_id)
+        if known is None:
+            return None
+        name = clean_display_name(raw) or known.display_name
+        self._state.set_display_name(principal_id, name, at)
+        return self._state.principal(principal_id)
+
+    def display_name_at(self, principal_id: str) -> float:
+        """When the display name was last read (0: never)."""
+        return self._state.display_name_at(principal_id)
 
     def has_feishu_identity(self, principal_id: str) -> bool:
         return any(is_feishu_kind(kind) for kind, _ in self._state.aliases(principal_id))

@@ -88,7 +88,9 @@ def _invisible(ch: str) -> bool:
 
 
 def _principal(row: sqlite3.Row) -> Principal:
-    return Principal(row["id"], row["name"], row["kind"], bool(row["is_owner"]))
+    return Principal(
+        row["id"], row["name"], row["kind"], bool(row["is_owner"]), row["display_name"]
+    )
 
 
 def _credential(row: sqlite3.Row) -> Credential:
@@ -274,6 +276,21 @@ class State:
         ).fetchone()
         return _principal(row) if row else None
 
+    def set_display_name(self, principal_id: str, display_name: str, at: float) -> None:
+        """Record how people know ``principal_id`` (already cleaned) and when it was read."""
+        with self.transaction() as db:
+            db.execute(
+                "UPDATE principals SET display_name = ?, display_name_at = ? WHERE id = ?",
+                (display_name, at, principal_id),
+            )
+
+    def display_name_at(self, principal_id: str) -> float:
+        """When the display name of ``principal_id`` was last read (0: never)."""
+        row = self.db.execute(
+            "SELECT display_name_at FROM principals WHERE id = ?", (principal_id,)
+        ).fetchone()
+        return float(row[0]) if row else 0.0
+
     def set_owner(self, principal_id: str, owner: bool) -> None:
         with self.transaction() as db:
             db.execute(
@@ -391,7 +408,8 @@ class State:
 
     def credential_by_token(self, token: str) -> tuple[Credential, Principal] | None:
         row = self.db.execute(
-            "SELECT c.*, p.name AS p_name, p.kind AS p_kind, p.is_owner AS p_owner "
+            "SELECT c.*, p.name AS p_name, p.kind AS p_kind, p.is_owner AS p_owner, "
+            "p.display_name AS p_display_name "
             "FROM credentials c JOIN principals p ON p.id = c.principal_id "
             "WHERE c.token_hash = ?",
             (hash_token(token),),
@@ -399,7 +417,11 @@ class State:
         if row is None:
             return None
         principal = Principal(
-            row["principal_id"], row["p_name"], row["p_kind"], bool(row["p_owner"])
+            row["principal_id"],
+            row["p_name"],
+            row["p_kind"],
+            bool(row["p_owner"]),
+            row["p_display_name"],
         )
         return _credential(row), principal
 

@@ -661,10 +661,6 @@ async def check_feishu_credentials(feishu: FeishuSettings) -> Check:
     return Check("feishu_credentials", "ok", f"bot {name}(open_id {info.open_id})")
 
 
-# Feishu's answers when the app lacks a scope the call needs.
-MISSING_SCOPE_CODES = frozenset({99991672, 99991679})
-
-
 async def check_feishu_topic_scope(feishu: FeishuSettings) -> Check:
     """Reading a topic's messages (topic context) needs a scope the bot otherwise does without."""
     if not feishu.enabled or not feishu.app_secret.get_secret_value():
@@ -677,7 +673,7 @@ async def check_feishu_topic_scope(feishu: FeishuSettings) -> Check:
         # A thread that does not exist: a missing scope is refused before the id is looked at.
         await client.thread_messages("omt_amux_doctor_probe", 1)
     except FeishuApiError as error:
-        if error.feishu_code in MISSING_SCOPE_CODES:
+        if error.missing_scope:
             return Check(
                 "feishu_topic_context",
                 "warn",
@@ -691,6 +687,36 @@ async def check_feishu_topic_scope(feishu: FeishuSettings) -> Check:
     finally:
         await client.close()
     return Check("feishu_topic_context", "ok", "the app may read topic messages")
+
+
+async def check_feishu_names(feishu: FeishuSettings) -> Check:
+    """People's display names (on cards, in prompts and logs) need the contact scope."""
+    if not feishu.enabled or not feishu.app_secret.get_secret_value():
+        return Check("feishu_names", "skip", "Feishu bot not configured")
+    from bot.feishu.client import FeishuClient
+    from bot.feishu.errors import FeishuApiError
+    from bot.names import CONTACT_SCOPE
+
+    client = FeishuClient(feishu, attempts=1, timeout=HTTP_SECONDS, workers=1)
+    try:
+        # Nobody has this open_id: a missing scope is refused before the id is looked at.
+        await client.user_names(["ou_amux_doctor_probe"])
+    except FeishuApiError as error:
+        if error.missing_scope:
+            return Check(
+                "feishu_names",
+                "warn",
+                f"the app may not read people's names ({error.message}): cards, prompts and "
+                "logs name people by their amux handle (feishu-…)",
+                f"add the scope {CONTACT_SCOPE} in the app's Permissions & Scopes, then "
+                "publish a new version",
+            )
+        return Check("feishu_names", "skip", f"not checked: {error.message}")
+    except AmuxError as error:
+        return Check("feishu_names", "skip", f"not checked: {error.message}")
+    finally:
+        await client.close()
+    return Check("feishu_names", "ok", "the app may read people's names")
 
 
 async def check_feishu_ingress(feishu: FeishuSettings, hub_url: str) -> Check:
@@ -858,6 +884,7 @@ async def diagnose(
             checks.append(Check("permissions", "skip", "needs the Hub"))
         checks.append(await check_feishu_credentials(settings.feishu))
         checks.append(await check_feishu_topic_scope(settings.feishu))
+        checks.append(await check_feishu_names(settings.feishu))
         checks.append(await check_feishu_ingress(settings.feishu, client.hub_url))
         for provider in settings.runtime.accepted_providers():
             executable = settings.runtime.executable(provider) or provider

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from hub.errors import AmuxError, PayloadTooLarge
 
+# Feishu's answers when the app lacks a scope the call needs.
+MISSING_SCOPE_CODES = frozenset({99991672, 99991679})
+
 
 class FeishuApiError(AmuxError):
     """Feishu answered with an error that retrying will not fix (auth, validation, not found)."""
@@ -24,6 +27,11 @@ class FeishuApiError(AmuxError):
         """Feishu's own error code (``99991663``: invalid token, ``10014``: wrong secret…)."""
         value = self.details.get("feishu_code")
         return value if isinstance(value, int) else None
+
+    @property
+    def missing_scope(self) -> bool:
+        """Whether Feishu refused because the app lacks a scope (granted in its console)."""
+        return self.feishu_code in MISSING_SCOPE_CODES
 
     @property
     def http_status(self) -> int | None:

@@ -17,6 +17,7 @@ from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
 from bot.files import TurnFiles
 from bot.identity import CLAIM_SECONDS, FeishuIdentities
 from bot.management import Management
+from bot.names import DisplayNames
 from bot.outbox import OUTBOX_FILE, Outbox
 from bot.quotas import SenderLimit
 from bot.sink import BotSink
@@ -91,13 +92,15 @@ def add_feishu(
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         hub = app[HUB]
         lang = settings.language
+        client = adapter.client
+        names = DisplayNames(hub.people, client)
         identities = FeishuIdentities(
             hub.people,
             enroll=settings.enroll == "auto",
             app_id=settings.app_id,
             tenant_key=settings.tenant_key,
+            names=names,
         )
-        client = adapter.client
         management = Management(hub, lang, settings.provider, tell=client.send_text)
         seen = SeenTopics(hub_settings.home / TOPICS_FILE)
         files = None
@@ -157,6 +160,7 @@ def add_feishu(
         # moment to go out. What Feishu does not take in time stays owed for the next process.
         await conversations.stop()
         await adapter.dispatcher.drain()
+        await names.close()
         await outbox.stop(OUTBOX_GRACE_SECONDS)
         await adapter.stop()
         outbox.close()

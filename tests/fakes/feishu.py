@@ -136,6 +136,8 @@ class FakeFeishu:
         self._card_uuids: set[str] = set()
         self.cardkit_refused = False
         self.message_list_refused = False
+        # The app lacks the contact scope: people's names cannot be read.
+        self.contact_refused = False
         # (message_id, key) -> bytes of a message's image or file; uploads by key -> (name, bytes).
         self.resources: dict[tuple[str, str], bytes] = {}
         self.large_resources: dict[tuple[str, str], LargeResource] = {}
@@ -384,6 +386,11 @@ class FakeFeishu:
         )
 
     async def _users(self, request: web.Request) -> web.Response:
+        if self.contact_refused:
+            return web.json_response(
+                {"code": NO_PERMISSION, "msg": "Access denied: contact:user.base:readonly"},
+                status=400,
+            )
         ids = request.query.getall("user_ids", [])
         items = [{"open_id": i, "name": self.user_names[i]} for i in ids if i in self.user_names]
         return web.json_response({"code": 0, "msg": "success", "data": {"items": items}})
