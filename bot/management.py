@@ -24,7 +24,7 @@ from bot.actions import (
     UnbindRequest,
 )
 from bot.project_cards import ProjectCards, Tell
-from cards.catalogue import text
+from cards.catalogue import plain_text, text
 from cards.elements import Card, escape
 from cards.management import (
     management_card,
@@ -173,7 +173,7 @@ class Management:
         project = await self._hub.projects.bind(chat_id, name, by.id)
         logger.info("chat bound to project %s by %s", project.name, by.label)
         memory = text(self.lang, "project.memory.group" if group else "project.memory.private")
-        return text(
+        return plain_text(
             self.lang,
             "project.bound",
             project=project.name,
@@ -185,13 +185,15 @@ class Management:
         """Raises: NotFound: the chat is bound to no project."""
         project = await self._hub.projects.unbind(chat_id)
         logger.info("chat unbound from project %s by %s", project.name, by.label)
-        return text(self.lang, "project.unbound", project=project.name)
+        return plain_text(self.lang, "project.unbound", project=project.name)
 
-    def chat_binding_text(self, chat_id: str) -> str:
+    def chat_binding_text(self, chat_id: str, *, on_card: bool = False) -> str:
+        """The chat's binding in words: for a card (Markdown) or a plain-text reply."""
+        say = text if on_card else plain_text
         project = self._hub.projects.binding_of(chat_id)
         if project is None:
-            return text(self.lang, "project.none")
-        return text(
+            return say(self.lang, "project.none")
+        return say(
             self.lang, "project.current", project=project.name, branch=project.default_branch
         )
 
@@ -351,7 +353,7 @@ class Management:
         project = self._memory_project(chat_id)
         if project is None:
             return None
-        return binding_card(self.chat_binding_text(chat_id), project.name, self.lang)
+        return binding_card(self.chat_binding_text(chat_id, on_card=True), project.name, self.lang)
 
     def _memory_project(self, chat_id: str) -> Project | None:
         """The project whose memory a memory card in this chat shows: a bound group's, under
@@ -384,13 +386,9 @@ class Management:
         if holder is not None and holder.id == click.principal.id:
             return
         logger.warning(
-            "refused %s's own memory card outside their private chat", click.principal.name
+            "refused %s's own memory card outside their private chat", click.principal.label
         )
-        raise Forbidden(
-            "your memory is shown only in your private chat with the bot, where a card's "
-            "changes are seen by you alone (if this is that chat, send the bot a message here "
-            "first)"
-        )
+        raise Forbidden(text(self.lang, "memory.private_chat_only"))
 
     def _changer(self, click: Click) -> Actor | Card:
         """Whom a memory change from a card acts for; the refusal card when the clicker may not

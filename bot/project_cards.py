@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from cards.catalogue import text
+from cards.catalogue import plain_text, text
 from cards.elements import escape
 from cards.models import ChatView, Lang, ProjectsView, ProjectView
 from cards.projects import chat_label
@@ -143,7 +143,7 @@ class ProjectCards:
         memory = text(lang, "project.memory.group" if group else "project.memory.private")
         self._told(
             chat_id,
-            text(
+            plain_text(
                 lang,
                 "project.bound",
                 project=project.name,
@@ -169,5 +169,5 @@ class ProjectCards:
             )
             return self._refused(moved, error.code)
         logger.info("a chat unbound from project %s from the card by %s", project.name, by.label)
-        self._told(chat_id, text(lang, "project.unbound", project=project.name))
+        self._told(chat_id, plain_text(lang, "project.unbound", project=project.name))
         return text(lang, "manage.projects.unbound", chat=label, project=project.name)

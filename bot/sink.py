@@ -11,7 +11,7 @@ from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
 from bot.identity import CLAIM_LOCK_SECONDS, CLAIM_SECONDS, ClaimRefused, FeishuIdentities
 from bot.management import Management
 from bot.quotas import SenderLimit
-from cards.catalogue import text as catalogue_text
+from cards.catalogue import plain_text
 from cards.models import Lang
 from cards.notices import enrollment_closed_card, error_card, owner_only_card
 from hub.errors import AmuxError
@@ -66,7 +66,7 @@ class BotSink:
             if not text and not event.attachments:
                 # A bare mention, or a kind of message with nothing to read: say so.
                 await self._client.reply(
-                    event.message_id, text=catalogue_text(self._lang, "command.text_only")
+                    event.message_id, text=plain_text(self._lang, "command.text_only")
                 )
                 return
             # Before any work for the message (files, topic context): over the limit, none.
@@ -103,7 +103,7 @@ class BotSink:
         if not event.is_private:
             await self._client.reply(
                 event.message_id,
-                text=catalogue_text(self._lang, "command.private_only"),
+                text=plain_text(self._lang, "command.private_only"),
                 in_thread=False,
             )
             return
@@ -111,7 +111,7 @@ class BotSink:
             owner = self._identities.claim(rest[len("claim") :].strip(), event.sender)
             if isinstance(owner, ClaimRefused):
                 logger.warning("an owner claim from Feishu was refused (%s)", owner.value)
-                refusal = catalogue_text(
+                refusal = plain_text(
                     self._lang,
                     f"claim.refused.{owner.value}",
                     minutes=CLAIM_SECONDS // 60,
@@ -147,7 +147,7 @@ class BotSink:
         if event.is_private:
             self._management.note_private_chat(event.chat_id, principal)
         self._management.set_provider(event.chat_id, provider)
-        message = catalogue_text(self._lang, "provider.set", provider=provider)
+        message = plain_text(self._lang, "provider.set", provider=provider)
         await self._client.reply(event.message_id, text=message, in_thread=False)
 
     async def _project_command(self, event: MessageEvent, words: list[str]) -> None:
@@ -181,7 +181,7 @@ class BotSink:
             case []:
                 said = self._management.chat_binding_text(event.chat_id)
             case _:
-                said = catalogue_text(self._lang, "project.usage")
+                said = plain_text(self._lang, "project.usage")
         await self._client.reply(event.message_id, text=said, in_thread=False)
 
     async def on_card_action(self, action: CardAction) -> CardResponse | None:

@@ -6,9 +6,13 @@ a builder can never fall back silently to the other language.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from cards.models import Lang
+
+# What Markdown a catalogue string may carry for a card: bold and inline code.
+_MARKUP = re.compile(r"\*\*|`")
 
 MESSAGES: dict[Lang, dict[str, str]] = {
     "en_us": {
@@ -109,6 +113,10 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "memory.forget_cancel": "Keep it",
         "memory.forgotten_title": "Forgotten",
         "memory.forgotten": "**{path}** was deleted.",
+        "memory.private_chat_only": (
+            "Your memory is shown only in your private chat with the bot, where a card's changes "
+            "are seen by you alone (if this is that chat, send the bot a message here first)."
+        ),
         "memory.already_absent": "**{path}** was already gone.",
         "memory.changes": "**Recent changes**",
         "memory.changes_title": "Changes to my memory",
@@ -337,6 +345,30 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "value.hours": "{hours} h",
         "error.title": "Something went wrong",
         "error.code": "Error code `{code}`",
+        "error.detail": "Detail: {message}",
+        "error.about.agent_protocol": "The Agent's program answered in a way amux does not know.",
+        "error.about.binding_mismatch": (
+            "This conversation's memory belongs to another scope now: start a new conversation."
+        ),
+        "error.about.conflict": "It changed meanwhile: open it again and retry.",
+        "error.about.executable_missing": "The Agent's program is not installed on the worker.",
+        "error.about.feishu_api_error": "Feishu refused the request.",
+        "error.about.forbidden": "You may not do this.",
+        "error.about.internal": "amux failed unexpectedly; the owner can find why in its log.",
+        "error.about.invalid_argument": "The request was not understood.",
+        "error.about.invalid_path": "That is not a valid memory path.",
+        "error.about.memory_disabled": "Agent memory is off on this Hub.",
+        "error.about.native_memory_unconfirmed": (
+            "The Agent's own memory could not be turned off, so it was not started."
+        ),
+        "error.about.not_found": "It is not there (any more).",
+        "error.about.payload_too_large": "It is too large.",
+        "error.about.quota_exceeded": "A limit was reached.",
+        "error.about.request_timeout": "It took too long.",
+        "error.about.storage_unavailable": "amux cannot write to its storage right now.",
+        "error.about.unauthenticated": "amux does not know who you are.",
+        "error.about.unavailable": "amux or Feishu is unavailable right now: try again shortly.",
+        "error.about.unsupported_encoding": "The text is not in an encoding amux reads.",
         "warning.title": "Notice",
         "notice.memory_disabled.title": "Memory unavailable",
         "notice.memory_disabled": "Agent memory is off on this Hub. The owner can enable it in "
@@ -454,6 +486,10 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "memory.forget_cancel": "保留",
         "memory.forgotten_title": "已遗忘",
         "memory.forgotten": "**{path}** 已删除。",
+        "memory.private_chat_only": (
+            "你的记忆只在你与机器人的私聊中显示，那里卡片的改动只有你自己能看到"
+            "（如果这里就是那个私聊，请先在这里给机器人发一条消息）。"
+        ),
         "memory.already_absent": "**{path}** 早已不存在。",
         "memory.changes": "**最近的修改**",
         "memory.changes_title": "我的记忆的修改记录",
@@ -653,6 +689,26 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "value.hours": "{hours} 小时",
         "error.title": "出错了",
         "error.code": "错误码 `{code}`",
+        "error.detail": "详情：{message}",
+        "error.about.agent_protocol": "Agent 程序的回应方式 amux 无法识别。",
+        "error.about.binding_mismatch": "此对话的记忆现在属于另一个范围：请开始新的对话。",
+        "error.about.conflict": "内容已被修改：请重新打开后再试。",
+        "error.about.executable_missing": "工作节点上没有安装该 Agent 程序。",
+        "error.about.feishu_api_error": "飞书拒绝了这个请求。",
+        "error.about.forbidden": "你无权执行此操作。",
+        "error.about.internal": "amux 发生了意外错误；所有者可在日志中查看原因。",
+        "error.about.invalid_argument": "无法理解这个请求。",
+        "error.about.invalid_path": "这不是有效的记忆路径。",
+        "error.about.memory_disabled": "本 Hub 未开启 Agent 记忆。",
+        "error.about.native_memory_unconfirmed": "无法关闭 Agent 自带的记忆，因此没有启动它。",
+        "error.about.not_found": "找不到它（或已不存在）。",
+        "error.about.payload_too_large": "内容过大。",
+        "error.about.quota_exceeded": "已达到上限。",
+        "error.about.request_timeout": "耗时过长。",
+        "error.about.storage_unavailable": "amux 暂时无法写入存储。",
+        "error.about.unauthenticated": "amux 无法确认你的身份。",
+        "error.about.unavailable": "amux 或飞书暂时不可用：请稍后再试。",
+        "error.about.unsupported_encoding": "文本的编码 amux 无法读取。",
         "warning.title": "提示",
         "notice.memory_disabled.title": "记忆不可用",
         "notice.memory_disabled": "本 Hub 未开启 Agent 记忆。所有者可在 /amux → 实验功能 中开启。",
@@ -692,3 +748,16 @@ def text(lang: Lang, key: str, **fields: Any) -> str:
     """
     template = MESSAGES[lang][key]
     return template.format(**fields) if fields else template
+
+
+def plain_text(lang: Lang, key: str, **fields: Any) -> str:
+    """``text`` for a plain-text message, which Feishu shows as typed: the template's Markdown
+    markers go (a name in ``**`` would show its asterisks); the fields stay as they are."""
+    template = _MARKUP.sub("", MESSAGES[lang][key])
+    return template.format(**fields) if fields else template
+
+
+def about_error(lang: Lang, code: str) -> str | None:
+    """What the stable error ``code`` means, in ``lang``; None for a code the catalogue does not
+    know (a turn's own failure words)."""
+    return MESSAGES[lang].get(f"error.about.{code}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from cards import actions
-from cards.catalogue import text
+from cards.catalogue import about_error, text
 from cards.elements import Card, Element, button, card, code, escape, markdown, row
 from cards.models import Lang
 
@@ -13,9 +13,14 @@ MESSAGE_CHARS = 1_000
 
 
 def error_card(code_: str, message: str, lang: Lang) -> Card:
-    """A typed error (``code_`` is the stable error code) shown without any traceback."""
+    """A typed error (``code_`` is the stable error code) shown without any traceback: what the
+    code means in the card's language first, then the error's own words (which name the path,
+    the limit, the revision), then the code."""
+    detail = escape(message[:MESSAGE_CHARS])
+    about = about_error(lang, code_)
     elements: list[Element] = [
-        markdown(escape(message[:MESSAGE_CHARS])),
+        markdown(detail if about is None else about),
+        *([] if about is None else [markdown(text(lang, "error.detail", message=detail))]),
         markdown(f"*{text(lang, 'error.code', code=code(code_))}*"),
     ]
     return card(text(lang, "error.title"), "red", elements)

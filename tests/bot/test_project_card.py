@@ -128,9 +128,11 @@ async def test_the_owner_binds_a_known_chat_to_a_project_from_the_card_and_unbin
         project = bot.hub.projects.binding_of(GROUP)
         assert project is not None and project.name == "web"
         # The group is told, as if /amux project bind had been typed there, and says so after.
-        told = await until(lambda: posted_to(bot, GROUP, "now bound to project **web**"))
+        told = await until(lambda: posted_to(bot, GROUP, "now bound to project web:"))
         assert "share the project's memory" in told[0]
-        assert "bound to project **web**" in await said(bot, "/amux project", BOB, group=True)
+        assert "bound to project web (from main)." in await said(
+            bot, "/amux project", BOB, group=True
+        )
         (unbind,) = actions_of(bound, "project.unbind")
         assert (unbind["chat_id"], unbind["project"]) == (GROUP, "web")
         assert f"- group `{GROUP}`" in card_text(bound)
@@ -139,11 +141,11 @@ async def test_the_owner_binds_a_known_chat_to_a_project_from_the_card_and_unbin
         # A private chat bound from the card keeps its person's memory; the group is freed.
         bound_private = await bind(bot, bound, private_chat(BOB), "api")
         assert "Bound bob's private chat to project **api**." in markdown_of(bound_private)
-        told = await until(lambda: posted_to(bot, private_chat(BOB), "project **api**"))
+        told = await until(lambda: posted_to(bot, private_chat(BOB), "project api:"))
         assert "keep your own memory" in told[0]
         unbound = await bot.card_after(unbind)
         assert f"Unbound group `{GROUP}` from project **web**." in markdown_of(unbound)
-        await until(lambda: posted_to(bot, GROUP, "no longer bound to project **web**"))
+        await until(lambda: posted_to(bot, GROUP, "no longer bound to project web;"))
         assert bot.hub.projects.binding_of(GROUP) is None
         assert GROUP in options(unbound, "chat_id")
         api = bot.hub.projects.binding_of(private_chat(BOB))

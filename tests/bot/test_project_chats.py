@@ -58,10 +58,13 @@ async def test_the_owner_binds_a_chat_and_bad_bindings_are_refused_readably(
         assert bot.hub.projects.binding_of(GROUP) is None
 
         bound = await said(bot, "/amux project bind web", ALICE, group=True)
-        assert "bound to project **web**" in bound and "share the project's memory" in bound
+        assert "bound to project web:" in bound and "share the project's memory" in bound
+        assert "**" not in bound, "a plain-text reply shows Markdown as typed"
         again = await said(bot, "/amux project bind web", ALICE, group=True)
         assert "conflict" in again and "bound to project 'web'; unbind it first" in again
-        assert "bound to project **web**" in await said(bot, "/amux project", BOB, group=True)
+        assert "bound to project web (from main)." in await said(
+            bot, "/amux project", BOB, group=True
+        )
 
         # A project a chat is bound to cannot be removed; the refusal names the chat.
         with pytest.raises(Conflict, match=GROUP):

@@ -189,7 +189,7 @@ async def test_without_isolation_a_bound_groups_memory_card_is_the_one_global_me
         shared = await bot.hub.store.upsert(GLOBAL_SCOPE, "shared.md", "everyone\n", "absent")
         # No memory of the project's own to open: /amux project answers in words only.
         answer = await bot.reply_to(await bot.say("/amux project", BOB, group=True, mention=True))
-        assert answer.msg_type == "text" and "bound to project **web**" in answer.content
+        assert answer.msg_type == "text" and "bound to project web (from main)." in answer.content
         in_group = await bot.card_after({"action": "memory.list"}, who=BOB, chat_id=GROUP)
         assert listed_paths(in_group) == ["shared.md"]
         assert "project" not in card_text(in_group)
