@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from cards.times import DEFAULT_TIME_ZONE
 
 FEISHU_DOMAIN = "https://open.feishu.cn"
 LARK_DOMAIN = "https://open.larksuite.com"
@@ -43,6 +46,19 @@ class FeishuSettings(BaseSettings):
     provider: str = "claude"
     # Language of the bot's cards and replies.
     language: Literal["zh_cn", "en_us"] = "zh_cn"
+    # The IANA time zone the bot's cards tell time in (each time carries its UTC offset).
+    time_zone: str = DEFAULT_TIME_ZONE
+
+    @field_validator("time_zone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"unknown time zone {value!r}: use an IANA name such as Asia/Shanghai or UTC"
+            ) from None
+        return value
 
     @field_validator("domain")
     @classmethod

@@ -71,6 +71,7 @@ from cards.models import (
 from cards.notices import budget_card, error_card, own_topic_card, warning_card
 from cards.progress import progress_card, result_cards
 from cards.streaming import stream_text
+from cards.times import DEFAULT_TIME_ZONE
 from hub.contract import (
     APPROVAL,
     BY_RULE,
@@ -178,8 +179,10 @@ class Conversations:
         seen: SeenTopics | None = None,
         files: TurnFiles | None = None,
         diffs: BranchDiffs | None = None,
+        zone: str = DEFAULT_TIME_ZONE,
     ) -> None:
         self._hub = hub
+        self._zone = zone
         self._files = files
         self._diffs = diffs
         self._topics = topics
@@ -460,6 +463,7 @@ class Conversations:
             decided_at=approval.decided_at,
             reason=approval.reason,
             asked_of=asked_of.label if asked_of is not None else "",
+            zone=self._zone,
         )
 
     async def _show_request(

@@ -66,6 +66,7 @@ from cards.notices import (
     project_memory_owner_only_card,
 )
 from cards.projects import binding_card
+from cards.times import DEFAULT_TIME_ZONE
 from hub.errors import Forbidden, InvalidArgument, MemoryDisabled
 from hub.identity import Actor, in_person
 from hub.memory import (
@@ -135,10 +136,16 @@ class Management:
     """Builds the management cards and applies their actions for one Hub."""
 
     def __init__(
-        self, hub: Hub, lang: Lang, default_provider: str, tell: Tell | None = None
+        self,
+        hub: Hub,
+        lang: Lang,
+        default_provider: str,
+        tell: Tell | None = None,
+        zone: str = DEFAULT_TIME_ZONE,
     ) -> None:
         self._hub = hub
         self.lang = lang
+        self.zone = zone
         self.default_provider = default_provider
         self._projects = ProjectCards(hub, lang, tell)
 
@@ -537,6 +544,7 @@ class Management:
                     restore_revision=entry.previous_revision if entry.restorable else None,
                     restorable_until=entry.restorable_until,
                     current_revision=current.get(entry.path, ABSENT),
+                    zone=self.zone,
                 )
             )
         return tuple(changes)

@@ -17,7 +17,6 @@ Rules:
 from __future__ import annotations
 
 import re
-import time
 
 from cards import actions
 from cards.catalogue import text
@@ -36,6 +35,7 @@ from cards.elements import (
     row,
 )
 from cards.models import ApprovalView, Lang, TurnApprovals
+from cards.times import clock_time
 
 SUBJECT_CHARS = 600
 DETAIL_CHARS = 1500
@@ -61,8 +61,8 @@ def _name(value: str) -> str:
     return escape(value[:NAME_CHARS].replace("\n", " "))
 
 
-def _when(moment: float | None) -> str:
-    return time.strftime("%H:%M UTC", time.gmtime(moment or 0.0))
+def _when(moment: float | None, zone: str) -> str:
+    return clock_time(moment or 0.0, zone)
 
 
 def _block(value: str, limit: int, lang: Lang) -> str:
@@ -96,7 +96,7 @@ def outcome(view: ApprovalView, lang: Lang, *, markup: bool = True) -> str:
         return escape(value) if markup else value
 
     name = shown((view.decided_by or text(lang, "approval.someone"))[:NAME_CHARS])
-    when = _when(view.decided_at)
+    when = _when(view.decided_at, view.zone)
     if view.pending:
         return text(lang, "approval.unanswered")
     if view.decision in ("allow_once", "allow_session"):
@@ -137,7 +137,7 @@ def request_elements(view: ApprovalView, lang: Lang) -> list[Element]:
     if not view.pending:
         elements.append(markdown(f"{_icon(view)} {outcome(view, lang)}"))
         return elements
-    notes = [text(lang, "approval.expires", when=_when(view.expires_at))]
+    notes = [text(lang, "approval.expires", when=_when(view.expires_at, view.zone))]
     if view.asked_of:
         notes.append(text(lang, "approval.asked_of", name=_name(view.asked_of)))
     elements.append(markdown("\n".join(f"*{note}*" for note in notes)))

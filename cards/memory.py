@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from cards import actions
 from cards.catalogue import text
 from cards.elements import (
@@ -28,6 +26,7 @@ from cards.models import (
     MemoryList,
     MemorySearch,
 )
+from cards.times import date_time
 
 # Stored text is shown verbatim; keep one document card well inside Feishu's card size limit.
 DOCUMENT_CHARS = 6_000
@@ -80,8 +79,8 @@ def memory_list_card(view: MemoryList, lang: Lang) -> Card:
     return card(text(lang, "memory.title"), "turquoise", elements)
 
 
-def _when(moment: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(moment))
+def _when(moment: float, zone: str) -> str:
+    return date_time(moment, zone)
 
 
 def change_elements(changes: tuple[MemoryChange, ...], lang: Lang) -> list[Element]:
@@ -92,7 +91,7 @@ def change_elements(changes: tuple[MemoryChange, ...], lang: Lang) -> list[Eleme
         line = text(
             lang,
             "memory.change",
-            when=_when(change.at),
+            when=_when(change.at, change.zone),
             action=change.action,
             path=f"`{code(change.path)}`",
             by=change.by,
@@ -100,7 +99,8 @@ def change_elements(changes: tuple[MemoryChange, ...], lang: Lang) -> list[Eleme
         if change.restore_revision is None or change.restorable_until is None:
             elements.append(markdown(line))
             continue
-        until = text(lang, "memory.change.restorable", until=_when(change.restorable_until))
+        restorable_until = _when(change.restorable_until, change.zone)
+        until = text(lang, "memory.change.restorable", until=restorable_until)
         elements.append(
             row(
                 markdown(f"{line}\n*{until}*"),

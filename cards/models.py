@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
+from cards.times import DEFAULT_TIME_ZONE
+
 Lang = Literal["zh_cn", "en_us"]
 LANGS: tuple[Lang, ...] = ("zh_cn", "en_us")
 
@@ -177,6 +179,8 @@ class MemoryChange:
     restore_revision: str | None = None
     restorable_until: float | None = None
     current_revision: str = "absent"
+    # The time zone its times are shown in.
+    zone: str = DEFAULT_TIME_ZONE
 
 
 @dataclass(frozen=True)
@@ -246,6 +250,8 @@ class ApprovalView:
     reason: str | None = None
     # The display name of whose turn it is (who may answer, besides the owner).
     asked_of: str = ""
+    # The time zone its times are shown in.
+    zone: str = DEFAULT_TIME_ZONE
 
     @property
     def pending(self) -> bool:

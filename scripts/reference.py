@@ -130,6 +130,10 @@ MEANINGS: dict[str, str] = {
     "message per interval.",
     "AMUX_FEISHU_PROVIDER": "The Agent a new Feishu conversation runs: claude, codex or pi.",
     "AMUX_FEISHU_LANGUAGE": "Language of the bot's cards and replies: zh_cn or en_us.",
+    "AMUX_FEISHU_TIME_ZONE": (
+        "The IANA time zone the bot's cards tell time in (Asia/Shanghai, UTC, Europe/Berlin…); "
+        "every time shown carries its UTC offset."
+    ),
     "AMUX_LOG_FORMAT": "text: one readable line per record; json: one JSON object per line "
     "(time, level, logger, message, request_id, extra fields).",
     "AMUX_LOG_LEVEL": "Least severe level written: DEBUG, INFO, WARNING or ERROR.",

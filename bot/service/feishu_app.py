@@ -101,7 +101,9 @@ def add_feishu(
             tenant_key=settings.tenant_key,
             names=names,
         )
-        management = Management(hub, lang, settings.provider, tell=client.send_text)
+        management = Management(
+            hub, lang, settings.provider, tell=client.send_text, zone=settings.time_zone
+        )
         seen = SeenTopics(hub_settings.home / TOPICS_FILE)
         files = None
         if runtime is not None:
@@ -131,6 +133,7 @@ def add_feishu(
             seen=seen,
             files=files,
             diffs=diffs,
+            zone=settings.time_zone,
         )
         limit = SenderLimit(hub.config.messages_per_minute)
         sink.target = BotSink(adapter.client, identities, management, conversations, lang, limit)

@@ -44,6 +44,7 @@ async def test_cards_and_the_prompt_name_a_member_by_their_feishu_name(tmp_path:
         assert prompt.startswith("Message from Bob Li (amux principal ")
         shown = await until(lambda: request_card(bot, asked))
         assert "For Bob Li to answer, or the Hub owner." in card_text(shown.card)
+        assert "UTC+8;" in card_text(shown.card), "its expiry in the chat's zone, named"
         allow = approve_buttons(shown.card)["allow_once"]
         answered = await bot.click(allow, who=BOB, chat_id=GROUP)
         assert answered["toast"]["type"] == "success"

@@ -33,6 +33,15 @@ def test_unknown_mode_is_rejected() -> None:
         FeishuSettings(mode="carrier_pigeon")  # type: ignore[arg-type]
 
 
+def test_the_time_zone_is_beijings_unless_set_and_an_unknown_one_is_refused_by_name() -> None:
+    assert FeishuSettings().time_zone == "Asia/Shanghai"
+    assert FeishuSettings(time_zone="Europe/Berlin").time_zone == "Europe/Berlin"
+    with pytest.raises(ValueError, match="unknown time zone 'Mars/Olympus'"):
+        FeishuSettings(time_zone="Mars/Olympus")
+    with pytest.raises(ValueError, match="unknown time zone"):
+        FeishuSettings(time_zone="../../etc/passwd")
+
+
 def webhook_settings(**kw: object) -> FeishuSettings:
     return FeishuSettings(app_id="cli_x", app_secret=SecretStr("s"), **kw)  # type: ignore[arg-type]
 

@@ -17,7 +17,7 @@ from cards.models import LANGS, ApprovalView, Lang, ProgressView, TurnApprovals
 from cards.progress import RESULT_CHUNK_BYTES, progress_card, result_cards
 from tests.cards.structure import all_text, assert_valid_card, callbacks
 
-AT = 1_700_000_000.0  # 22:13 UTC
+AT = 1_700_000_000.0  # 22:13 UTC, 06:13 the next day in Beijing (the default zone)
 PENDING = ApprovalView(
     run_id="run_1",
     request_id="req_1",
@@ -48,7 +48,7 @@ def test_a_pending_request_shows_what_is_wanted_and_three_answers(lang: Lang) ->
     assert shown["header"]["title"]["content"] == text(lang, "approval.title.pending")
     body = all_text(shown)
     assert "/w/notes.md" in body and "+hello" in body and "Write" in body
-    assert "22:23 UTC" in body, "when it expires"
+    assert "06:23 UTC+8" in body, "when it expires, in the chat's zone"
     assert "Bob" in body
     assert callbacks(shown) == [
         {"action": actions.RUN_APPROVE, "run_id": "run_1", "request_id": "req_1", "decision": d}
@@ -81,7 +81,7 @@ def test_a_settled_request_says_who_decided_and_when_without_buttons(
     assert_valid_card(shown)
     assert callbacks(shown) == []
     assert shown["header"]["title"]["content"] == text(lang, title)
-    assert text(lang, key, name="Bob", when="22:13 UTC") in all_text(shown)
+    assert text(lang, key, name="Bob", when="06:13 UTC+8") in all_text(shown)
 
 
 def test_a_long_path_keeps_its_file_and_a_long_command_its_program() -> None:
@@ -97,13 +97,13 @@ def test_a_long_path_keeps_its_file_and_a_long_command_its_program() -> None:
 
 def test_a_denial_gives_its_reason() -> None:
     denied = settled("deny", "person", reason="not on main")
-    assert outcome(denied, "en_us") == "Denied by Bob · 22:13 UTC · Reason: not on main"
+    assert outcome(denied, "en_us") == "Denied by Bob · 06:13 UTC+8 · Reason: not on main"
 
 
 def test_names_are_escaped_on_cards_and_plain_in_toasts() -> None:
     view = settled("allow_once", "person", by="a_*b*")
     assert "a&#95;&#42;b&#42;" in outcome(view, "en_us")
-    assert outcome(view, "en_us", markup=False) == "Allowed once by a_*b* · 22:13 UTC"
+    assert outcome(view, "en_us", markup=False) == "Allowed once by a_*b* · 06:13 UTC+8"
 
 
 @pytest.mark.parametrize("lang", LANGS)
@@ -142,7 +142,7 @@ def test_a_running_turns_card_shows_pending_requests_in_full_and_settled_ones_br
     assert decisions == ["allow_once", "allow_session", "deny", None]  # then Stop
     body = all_text(shown)
     assert "/w/a.md" in body
-    assert text(lang, "approval.allowed_once", name="Bob", when="22:13 UTC") in body
+    assert text(lang, "approval.allowed_once", name="Bob", when="06:13 UTC+8") in body
     assert "+hello" in body
 
 
@@ -167,7 +167,7 @@ def test_the_answer_lists_what_was_allowed_and_denied_and_the_conversation_rules
     assert text(lang, "result.approvals") in body
     assert (
         "✅ Write `/w/notes.md`: "
-        + text(lang, "approval.allowed_once", name="Bob", when="22:13 UTC")
+        + text(lang, "approval.allowed_once", name="Bob", when="06:13 UTC+8")
         in body
     )
     assert "⛔ Write `rm -rf /`" in body
