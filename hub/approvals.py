@@ -67,9 +67,17 @@ class Rule:
     granted_at: float
 
     def describe(self) -> str:
-        if self.action == "command":
+        """The rule as people read it: ``…`` only where it allows more than the words shown
+        (a program and subcommand with any arguments), never after a command it matches
+        exactly."""
+        if self.action == "command" and not self.exact:
             return f"{self.tool}: {self.pattern} …" if self.pattern else self.tool
         return f"{self.tool}: {self.pattern}"
+
+    @property
+    def exact(self) -> bool:
+        """Whether only the very request it was granted for matches (see ``rule_matches``)."""
+        return self.action != "command" or bool(_SHELL_CONTROL.search(self.pattern))
 
     def to_wire(self) -> dict[str, object]:
         return {
@@ -103,7 +111,7 @@ def rule_matches(rule: Rule, tool: str, action: str, subject: str) -> bool:
     """Whether ``rule`` allows a request for ``subject`` (pure)."""
     if rule.tool != tool or rule.action != action:
         return False
-    if action != "command" or _SHELL_CONTROL.search(rule.pattern):
+    if rule.exact:
         return subject == rule.pattern
     if _SHELL_CONTROL.search(subject):
         return False

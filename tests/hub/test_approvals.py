@@ -363,3 +363,14 @@ def test_a_command_rule_keeps_the_program_and_subcommand_and_never_a_chained_com
     exact = Rule("s", "p", "Write", "edit", "/w/a.txt", "p", 0.0)
     assert rule_matches(exact, "Write", "edit", "/w/a.txt")
     assert not rule_matches(exact, "Write", "edit", "/w/a.txt.bak")
+
+
+def test_a_rule_reads_as_what_it_allows_with_an_ellipsis_only_where_it_allows_more() -> None:
+    prefix = Rule("s", "p", "Bash", "command", "git status", "p", 0.0)
+    assert prefix.describe() == "Bash: git status …"
+    exact = Rule("s", "p", "Bash", "command", rule_pattern("command", "echo hi > new.txt"), "p", 0)
+    assert exact.describe() == "Bash: echo hi > new.txt"
+    assert rule_matches(exact, "Bash", "command", "echo hi > new.txt")
+    assert not rule_matches(exact, "Bash", "command", "echo hi > new.txt; rm -rf ~")
+    edit = Rule("s", "p", "Write", "edit", "/w/a.txt", "p", 0.0)
+    assert edit.describe() == "Write: /w/a.txt"
