@@ -3,20 +3,26 @@
 Layout, under ``<work_dir>/projects/<name>/``:
 
     repo.git/            a remote project's bare clone (a path project uses the operator's repo)
-    checkouts/<key>/     one conversation's checkout, its own clone (``git clone --shared``) on
-                         branch ``amux/<key>``, owned by the Agent's uid
+    base.git/            the default branch's objects alone, fetched from the project repository:
+                         what every checkout of the project borrows
+    checkouts/<key>/     one conversation's checkout, its own clone on branch ``amux/<key>``
+                         borrowing ``base.git``'s objects, owned by the Agent's uid
     saved/<key>.config   the worker's copy of that checkout's ``.git/config`` (and ``.alternates``)
     used/<key>           when the worker last used that checkout (seconds since the epoch)
     saved/<key>.unpushed the conversation's branch could not be pushed (a remote project)
     incoming/<origin>/   the chat's files sent with a conversation's first message, until the
                          worker moves them into its checkout's ``inbox/`` (see ``incoming_path``)
 
-Each checkout borrows the project repository's objects through alternates; the sandbox binds that
-objects directory read-only, so an Agent can read history but change neither the project's
-objects nor its refs, and another conversation's checkout is not in its sandbox at all. Only the
-worker writes the project repository: after each turn it commits what the Agent left and fetches
-``amux/<key>`` (that ref only) from the checkout; a remote project's worker then pushes that
-branch to the remote, where another worker finds it when the conversation moves there.
+The project repository holds every conversation's branch, so no checkout borrows its objects:
+one conversation's Agent would read what another committed (bound private chats are different
+people). Each checkout borrows, through alternates, only ``base.git``: the default branch's
+objects, which the worker fetches there and nothing else. What a conversation adds stays in its
+checkout's own objects (a checkout made again from its branch fetches that branch alone). The
+sandbox binds ``base.git``'s objects read-only, so an Agent reads the default branch's history
+and changes none of it, and another conversation's checkout is not in its sandbox at all. Only
+the worker writes the project repository: after each turn it commits what the Agent left and
+fetches ``amux/<key>`` (that ref only) from the checkout; a remote project's worker then pushes
+that branch to the remote, where another worker finds it when the conversation moves there.
 
 A checkout is the Agent's: its ``.git`` may name programs (``core.fsmonitor``, hooks, filter and
 diff drivers, includes) or point git at another repository (``commondir``, a ``.git`` file). So
@@ -109,7 +115,9 @@ class Checkout:
     key: str
     path: Path
     repository: Path  # the project repository's git directory (written only by the worker)
-    objects: Path  # its objects directory: what the checkout borrows, read-only in the sandbox
+    # What the checkout borrows, read-only in the sandbox: the default branch's objects alone
+    # (``base.git``), never the project repository's, which hold every conversation's.
+    objects: Path
 
     @property
     def branch(self) -> str:
@@ -348,10 +356,11 @@ class Projects:
             self._ready_directories(directory, owner)
             path = directory / "checkouts" / key
             fresh = moved_from is not None or not self._sound(source, key, path)
-            repository, objects = self.repository(
+            repository, _ = self.repository(
                 source, warnings, refresh=fresh, branch=BRANCH_PREFIX + key
             )
             self.prune(source, keep=key)
+            objects = self._base(source, repository, refresh=fresh)
             checkout = Checkout(source, key, path, repository, objects)
             if fresh:
                 if source.kind == "remote":
@@ -373,6 +382,41 @@ class Projects:
                 self._take_incoming(checkout, staged, owner)
             self._record_use(checkout)
         return checkout
+
+    def _base(self, source: ProjectSource, repository: Path, refresh: bool) -> Path:
+        """The objects directory of the project's ``base.git`` (made once), with ``refresh``
+        first brought up to the repository's default branch: a fetch of that branch alone,
+        so it never holds a conversation's objects. Nothing in it is ever pruned (no gc):
+        checkouts borrow its objects, and a default branch moved back must not take from
+        them what their history still names."""
+        base = self.project_dir(source.name) / "base.git"
+        if not (base / "HEAD").is_file():
+            partial = base.with_name(f".base.{os.getpid()}.git")
+            shutil.rmtree(partial, ignore_errors=True)
+            # Readable by every Agent uid, whatever the worker's umask: each borrows from it.
+            self._git(["init", "--quiet", "--bare", "--shared=0644", str(partial)])
+            for name, value in (("gc.auto", "0"), ("maintenance.auto", "false")):
+                self._git(["--git-dir", str(partial), "config", name, value])
+            partial.chmod(0o755)
+            os.replace(partial, base)
+            refresh = True
+        ref = f"refs/heads/{source.default_branch}"
+        if refresh and self._has_ref(repository, ref):
+            self._git(
+                [
+                    "--git-dir",
+                    str(base),
+                    "fetch",
+                    "--quiet",
+                    "--no-tags",
+                    "--no-write-fetch-head",
+                    "--upload-pack",
+                    _upload_pack(),
+                    str(repository),
+                    f"+{ref}:{ref}",
+                ]
+            )
+        return base / "objects"
 
     def _set_inbox_aside(self, checkout: Checkout) -> Path:
         """Keep the chat's files of a checkout about to be made again (pruned, or left by a
@@ -469,7 +513,16 @@ class Projects:
         finally:
             os.close(fd)
         saved = self.project_dir(source.name) / "saved" / f"{key}.config"
-        return stat.S_ISDIR(info.st_mode) and saved.is_file()
+        if not (stat.S_ISDIR(info.st_mode) and saved.is_file()):
+            return False
+        # A checkout that borrows anything but the default branch's objects (one made when
+        # checkouts borrowed the whole project repository) is made again from its branch.
+        base = self.project_dir(source.name) / "base.git" / "objects"
+        alternates = saved.with_name(f"{key}.alternates")
+        try:
+            return alternates.read_bytes().strip() == os.fsencode(base)
+        except OSError:
+            return False
 
     def _saved(self, checkout: Checkout, what: str) -> Path:
         return self.project_dir(checkout.project.name) / "saved" / f"{checkout.key}.{what}"
@@ -505,19 +558,22 @@ class Projects:
             raise InvalidArgument(
                 f"the project {checkout.project.name} has no branch {base!r} to start from"
             )
-        # The repository's side of a local clone gets none of the -c options (git clears them
-        # for it): an operator's repository not owned by the worker is named safe there.
-        upload_pack = shlex.join(["git", *SAFE_OPTIONS, "-c", "safe.directory=*", "upload-pack"])
+        # Through the transport (never hard links or the repository's objects directory as
+        # alternates), the one branch: the checkout gets what that branch holds beyond the
+        # default branch's objects it borrows, and nothing of another conversation's.
         self._git(
             [
                 "-c",
                 "safe.directory=*",
                 "clone",
                 "--quiet",
-                "--shared",
+                "--no-local",
+                "--single-branch",
                 "--no-tags",
+                "--reference",
+                str(checkout.objects.parent),
                 "--upload-pack",
-                upload_pack,
+                _upload_pack(),
                 "--branch",
                 start,
                 "--",
@@ -843,6 +899,13 @@ class Projects:
             record.unlink(missing_ok=True)
             removed.append(key)
         return removed
+
+
+def _upload_pack() -> str:
+    """The repository's side of a local clone or fetch into a repository of the worker's: it
+    gets none of the -c options (git clears them for it), so they are on its command line, and
+    an operator's repository not owned by the worker is named safe there."""
+    return shlex.join(["git", *SAFE_OPTIONS, "-c", "safe.directory=*", "upload-pack"])
 
 
 def _first_line(stderr: str) -> str:

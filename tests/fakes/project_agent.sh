@@ -5,6 +5,7 @@
 #   try PATH          tries to create PATH and answers "reached PATH" or "refused PATH"
 #   show PATH         answers with PATH's content, or "unreadable PATH"
 #   env               answers with its whole environment
+#   git ARGS...       runs git ARGS in the checkout and answers with what it said
 #   - inbox/... (N bytes)  a file the chat sent, as the bot names it: answers with its content
 # Then it runs git in the checkout and answers with its branch and last commit's subject.
 while IFS= read -r line || [ -n "$line" ]; do
@@ -29,6 +30,10 @@ while IFS= read -r line || [ -n "$line" ]; do
       path=${line#show }
       cat "$path" 2>/dev/null || echo "unreadable $path" ;;
     env) env ;;
+    "git "*)
+      set -- $line
+      shift
+      git "$@" 2>&1 || echo "git $1 failed" ;;
     "- inbox/"*)
       path=${line#- }
       path=${path% (*}

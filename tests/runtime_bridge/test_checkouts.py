@@ -229,6 +229,40 @@ def test_a_ref_linked_to_another_conversations_branch_publishes_nothing_of_their
     assert "secret.txt" not in git("ls-tree", "-r", "--name-only", mine_now, cwd=repo)
 
 
+def test_a_conversations_checkout_holds_no_object_another_conversation_committed(
+    area: Path, owner: Owner
+) -> None:
+    repo = operator_repo(area)
+    projects = projects_in(area / "work")
+    source = path_project(repo, worktree_days=3)
+    theirs = projects.prepare(source, SECOND, owner, [])
+    (theirs.path / "secret.txt").write_text("theirs only\n")
+    projects.finish(theirs, "e-theirs", owner, [])
+    secret = git("rev-parse", f"{theirs.branch}:secret.txt", cwd=repo).strip()
+    commit = git("rev-parse", theirs.branch, cwd=repo).strip()
+    main = git("rev-parse", "main", cwd=repo).strip()
+    # Made after theirs was published, and made again from its own branch once pruned.
+    mine = projects.prepare(source, FIRST, owner, [])
+    (mine.path / "mine.txt").write_text("mine\n")
+    projects.finish(mine, "e-mine", owner, [])
+    record = area / "work" / "projects" / "web" / "used" / mine.key
+    record.write_text(f"{float(record.read_text()) - 4 * 86400}\n")
+    assert projects.prune(source) == [mine.key]
+    for checkout in (mine, projects.prepare(source, FIRST, owner, [])):
+        git_dir = ["--git-dir", str(checkout.path / ".git")]
+        for name in (secret, commit):
+            found = subprocess.run(
+                ["git", "-c", "safe.directory=*", *git_dir, "cat-file", "-e", name],
+                capture_output=True,
+            )
+            assert found.returncode != 0, name
+        assert "e-theirs" not in git(*git_dir, "log", "--all", "--format=%s")
+        # The default branch and its own branch it still has.
+        assert git(*git_dir, "show", f"{main}:app.py") == "print('hello')\n"
+        assert git(*git_dir, "show", f"{mine.branch}:mine.txt") == "mine\n"
+    assert not (mine.path / "secret.txt").exists()
+
+
 def test_an_old_checkout_is_pruned_its_branch_stays_and_the_next_turn_recreates_it(
     area: Path, owner: Owner
 ) -> None:

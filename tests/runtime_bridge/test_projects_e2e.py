@@ -213,6 +213,31 @@ async def test_two_conversations_of_one_project_run_at_once_each_on_its_own_bran
         assert json.loads(out)["cwd"] == str(a_path)
 
 
+async def test_a_conversations_agent_cannot_read_what_another_conversation_committed(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path) as service:
+        first, a = await service.submit("write secret.txt only for a\n")
+        assert (await service.finished(first)).state == "succeeded"
+        branch_a = f"amux/{short_id(a.id)}"
+        blob = git("rev-parse", f"{branch_a}:secret.txt", cwd=service.repo).strip()
+        commit = git("rev-parse", branch_a, cwd=service.repo).strip()
+        # B, made after A's branch is in the project repository, asks its git for A's work.
+        second, _ = await service.submit(
+            f"git cat-file -p {blob}\ngit cat-file -p {commit}\n"
+            "git log --all --format=subject:%s\ngit show main:app.py\n"
+        )
+        done = await service.finished(second)
+        assert done.state == "succeeded", done.error
+        assert done.result is not None and done.result.text is not None
+        text = done.result.text
+        assert "only for a" not in text and first not in text
+        assert text.count("git cat-file failed") == 2
+        assert "subject:start" in text
+        # The default branch it sees, whole.
+        assert "print('hello')" in text
+
+
 async def test_a_plain_conversation_beside_a_project_keeps_its_own_workspace(
     tmp_path: Path,
 ) -> None:
