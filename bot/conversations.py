@@ -128,14 +128,15 @@ def project_of(session: Session) -> tuple[str, str]:
     return session.project, branch_of(session.id)
 
 
-def branch_view(work: BranchWork, diff_attached: bool) -> BranchView:
+def branch_view(work: BranchWork, diff_attached: bool, diff_unchanged: bool = False) -> BranchView:
     return BranchView(
         branch=work.branch,
         base=work.base,
         files=tuple(ChangedFileView(f.path, f.added, f.removed) for f in work.files),
         files_total=work.files_total,
         diff_attached=diff_attached,
-        diff_truncated=work.diff_truncated,
+        diff_truncated=work.diff_truncated and diff_attached,
+        diff_unchanged=diff_unchanged,
     )
 
 
@@ -543,7 +544,7 @@ class Conversations:
         owed: list[Owed] = []
         approvals = self._turn_approvals(execution)
         work = execution.result.branch if execution.result is not None else None
-        diff_file = await self._save_diff(execution.id, work)
+        diff_file, diff_unchanged = await self._save_diff(execution.id, work)
         if state == SUCCEEDED and text is not None:
             parts = result_cards(
                 text,
@@ -551,7 +552,11 @@ class Conversations:
                 title=title,
                 memory=self._turn_memory(execution, memory or []),
                 approvals=approvals,
-                branch=branch_view(work, diff_file is not None) if work is not None else None,
+                branch=(
+                    branch_view(work, diff_file is not None, diff_unchanged)
+                    if work is not None
+                    else None
+                ),
             )
             usage = execution.result.usage if execution.result is not None else {}
             first = finished_card(
@@ -604,15 +609,19 @@ class Conversations:
         owed.extend(Owed("reply", warning_card(warning, self._lang)) for warning in warnings)
         self._outbox.owe(followed, owed)
 
-    async def _save_diff(self, execution_id: str, work: BranchWork | None) -> Path | None:
-        """The turn's diff saved to be posted after its answer; None when it has none."""
+    async def _save_diff(
+        self, execution_id: str, work: BranchWork | None
+    ) -> tuple[Path | None, bool]:
+        """The turn's diff saved to be posted after its answer (None when it has none), and
+        whether it is left out for being the same as the last one posted for its branch."""
         if work is None or not work.diff or self._diffs is None:
-            return None
+            return None, False
         try:
-            return await self._diffs.save(execution_id, work.branch, work.diff)
+            saved = await self._diffs.save(execution_id, work.project, work.branch, work.diff)
         except OSError as error:
             logger.warning("the diff of %s was not saved: %s", execution_id, error.strerror)
-            return None
+            return None, False
+        return saved, saved is None
 
     def _turn_memory(self, execution: Execution, uses: list[MemoryUse]) -> TurnMemory | None:
         """What the result card shows of the turn's memory; None when it ran without memory."""

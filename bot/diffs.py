@@ -5,12 +5,17 @@ A project turn's result carries its branch's unified diff against the default br
 rename, directory fsync) under ``<AMUX_HOME>/diffs/<execution id>/``, a directory no Agent can
 reach, and owes it in the outbox like an outbox file of the workspace; once posted it is deleted.
 Files the outbox owes from anywhere else are the workspace's, and go to the poster of those.
+
+A diff is owed only when it differs from the last one owed for the same branch: a turn that
+left the branch as it was posts no file again. The digest of the last one is kept per branch
+under ``<AMUX_HOME>/diffs/.posted/``, written as durably as the diffs themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import re
@@ -23,6 +28,8 @@ from bot.outbox import PostFile
 logger = logging.getLogger("amux.bot")
 
 DIFFS_DIR = "diffs"
+# Not an execution id: never taken for a diff to post.
+_POSTED_DIR = ".posted"
 _EXECUTION_ID = re.compile(r"[0-9a-f]{1,64}")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -52,6 +59,10 @@ def _write(directory: Path, name: str, content: bytes) -> Path:
     return target
 
 
+def _branch_key(project: str, branch: str) -> str:
+    return hashlib.sha256(f"{project}\0{branch}".encode()).hexdigest()[:32]
+
+
 def _remove(target: Path) -> None:
     with contextlib.suppress(OSError):
         target.unlink()
@@ -68,17 +79,31 @@ class BranchDiffs:
         self._client = client
         self._workspace_files = workspace_files
 
-    async def save(self, execution_id: str, branch: str, diff: str) -> Path:
-        """Write one turn's diff; the path to owe.
+    async def save(self, execution_id: str, project: str, branch: str, diff: str) -> Path | None:
+        """Write one turn's diff; the path to owe, or None when the branch's last diff owed was
+        the same (nothing changed since).
 
         Raises: ValueError: not an execution id of the Hub's (never a path of anyone's).
         """
         if not _EXECUTION_ID.fullmatch(execution_id):
             raise ValueError("not an execution id")
-        directory = self.root / execution_id
+        content = diff.encode("utf-8", "replace")
+        digest = hashlib.sha256(content).hexdigest()
         return await asyncio.to_thread(
-            _write, directory, diff_name(branch), diff.encode("utf-8", "replace")
+            self._save_changed, execution_id, _branch_key(project, branch), branch, content, digest
         )
+
+    def _save_changed(
+        self, execution_id: str, key: str, branch: str, content: bytes, digest: str
+    ) -> Path | None:
+        posted = self.root / _POSTED_DIR
+        with contextlib.suppress(OSError):
+            if (posted / key).read_text(encoding="ascii") == digest:
+                return None
+        saved = _write(self.root / execution_id, diff_name(branch), content)
+        # Recorded once the diff is saved to be owed: a later turn with the same diff is not.
+        _write(posted, key, digest.encode("ascii"))
+        return saved
 
     def _is_ours(self, path: Path) -> bool:
         return path.parent.parent == self.root and path.parent.name.isalnum()

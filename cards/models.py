@@ -295,9 +295,11 @@ class BranchView:
     base: str
     files: tuple[ChangedFileView, ...]
     files_total: int
-    # Whether the diff follows as a file in the topic, and whether it was cut short.
+    # Whether the diff follows as a file in the topic, and whether it was cut short; or whether
+    # it is not posted again, being the same as the last one posted for the branch.
     diff_attached: bool = False
     diff_truncated: bool = False
+    diff_unchanged: bool = False
 
 
 @dataclass(frozen=True)

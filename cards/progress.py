@@ -221,6 +221,8 @@ def branch_section(branch: BranchView, lang: Lang) -> list[Element]:
         notes.append(text(lang, "result.diff_file", base=base))
     if branch.diff_truncated:
         notes.append(text(lang, "result.diff_truncated"))
+    if branch.diff_unchanged:
+        notes.append(text(lang, "result.diff_unchanged"))
     if notes:
         elements.append(markdown(f"*{' '.join(notes)}*"))
     return elements
