@@ -514,6 +514,8 @@ LIVE_SCOPE = {
     "agents.permissions": "turns started from now on",
     "projects.worktree_days": "turns workers take from now on",
     "agents.approval_timeout": "permission requests made from now on",
+    "agents.max_events_per_turn": "turns started from now on",
+    "agents.max_event_bytes_per_turn": "turns started from now on",
 }
 
 
@@ -529,8 +531,9 @@ def config_set(
     as_json: JsonOutput = False,
 ) -> None:
     """Save a setting (owner only); it takes effect when the Hub restarts, except
-    agents.permissions (ask|auto|read-only) and agents.approval_timeout (90, 90s, 10m, 1h),
-    which apply to turns and requests started after the change."""
+    agents.permissions (ask|auto|read-only), agents.approval_timeout (90, 90s, 10m, 1h),
+    agents.max_events_per_turn and agents.max_event_bytes_per_turn (4m), which apply to turns
+    and requests started after the change."""
     env = env_of(ctx)
     result = run(with_client(env, lambda hub: hub.config_set(key, value)))
     emit(result, as_json, config_text)

@@ -37,10 +37,12 @@ from hub.contract import (
     APPROVAL,
     CANCELLED,
     FAILED,
+    MEMORY,
     QUEUED,
     RUNNING,
     STATUS,
     SUCCEEDED,
+    WARNING,
     WORKER_EVENT_KINDS,
     Claim,
     Execution,
@@ -52,6 +54,13 @@ from hub.contract import (
     provider_name_problem,
 )
 from hub.errors import Conflict, Forbidden, InvalidArgument, NotFound, QuotaExceeded
+from hub.eventbudget import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_EVENTS,
+    EventBudget,
+    cut_to_bytes,
+    text_bytes,
+)
 from hub.paths import memory_scope
 from hub.requestid import REQUEST_ID
 from hub.state import State
@@ -59,7 +68,6 @@ from hub.usage import Counted, Usage, counted_of, record
 
 MAX_ATTEMPTS = 2
 MAX_PROMPT_BYTES = 256 * 1024
-MAX_EVENT_BYTES = 16 * 1024
 WORKER_FRESH_SECONDS = 60.0
 TOUCH_SECONDS = 5.0
 # How soon a Principal at the queued cap is told to try again: about when a slot usually frees.
@@ -98,6 +106,10 @@ class Executions:
         max_queued_per_principal: int = 0,
         usage: Usage | None = None,
         home_worker_seconds: float = 300.0,
+        event_bounds: Callable[[], tuple[int, int]] = lambda: (
+            DEFAULT_MAX_EVENTS,
+            DEFAULT_MAX_BYTES,
+        ),
     ) -> None:
         # The Agents turns may name (the composition root knows its workers' adapters); a turn
         # naming any other is refused, so no caller picks a program for a worker to run.
@@ -129,6 +141,10 @@ class Executions:
         self._claims = 0
         # What the model gateway counted for each completed turn goes there.
         self.usage = usage if usage is not None else Usage(state, clock)
+        # A turn's bound on events (count, bytes), read when a worker claims it: a change of the
+        # settings applies to turns started after it.
+        self._event_bounds = event_bounds
+        self._budgets: dict[str, EventBudget] = {}
 
     async def _notify(self, execution_id: str | None = None, *, queue: bool = True) -> None:
         """Wake the waiters a change concerns: claims if ``queue``, watches of ``execution_id``
@@ -187,7 +203,9 @@ class Executions:
         return await self._state.write(work)
 
     def insert_event(self, db: sqlite3.Connection, execution_id: str, kind: str, text: str) -> int:
-        return self._insert_event(db, execution_id, kind, text[:MAX_EVENT_BYTES])
+        """Record an event of the caller's own (a permission request as it stands), whole and
+        outside the turn's bound: its caller bounds what it holds."""
+        return self._insert_event(db, execution_id, kind, text)
 
     async def changed(self, execution_id: str) -> None:
         """Wake whoever follows ``execution_id`` (no claim has anything new to look at)."""
@@ -716,6 +734,8 @@ class Executions:
             db.execute("UPDATE sessions SET home_worker = ? WHERE id = ?", (worker_name, row["id"]))
         self._claims += 1
         self._served[runs_as] = self._claims
+        # Each run of the turn reports within its own bound, read as it starts.
+        self._budgets[execution_id] = EventBudget(*self._event_bounds())
         db.execute(
             "UPDATE executions SET state = ?, worker_id = ?, attempts = attempts + 1, "
             "lease_expires_at = ?, updated_at = ? WHERE id = ?",
@@ -778,26 +798,87 @@ class Executions:
         return bool(row["cancel_requested"])
 
     async def add_event(self, execution_id: str, worker_id: str, kind: str, text: str) -> int:
+        """Record what the worker running the turn reports; returns the event's sequence
+        number, or 0 when the turn is past its bound and the event was only counted.
+
+        Raises:
+            InvalidArgument: a kind a worker may not report. NotFound, Conflict: see
+            ``lease_row``.
+        """
         if kind not in WORKER_EVENT_KINDS:
             kinds = ", ".join(sorted(WORKER_EVENT_KINDS))
             raise InvalidArgument(f"event kind must be one of {kinds}")
 
         def append(db: sqlite3.Connection) -> int:
             self._owned(execution_id, worker_id)
-            return self._insert_event(db, execution_id, kind, text[:MAX_EVENT_BYTES])
+            return self._bounded_event(db, execution_id, kind, text)
 
         seq = await self._state.write(append)
         # An event frees no Session: claims have nothing new to look at.
         await self._notify(execution_id, queue=False)
         return seq
 
-    async def add_hub_event(self, execution_id: str, kind: str, text: str) -> int:
-        """An event the Hub itself records for a turn (its memory calls): no lease to check."""
-        seq = await self._state.write(
-            lambda db: self._insert_event(db, execution_id, kind, text[:MAX_EVENT_BYTES])
-        )
+    async def add_hub_event(
+        self, execution_id: str, kind: str, text: str, *, bounded: bool = True
+    ) -> int:
+        """An event the Hub itself records for a turn (its memory calls): no lease to check.
+        ``bounded`` false keeps it past the turn's bound (a memory change, which an undo needs)."""
+        if bounded:
+            seq = await self._state.write(
+                lambda db: self._bounded_event(db, execution_id, kind, text)
+            )
+        else:
+            seq = await self._state.write(
+                lambda db: self._insert_event(db, execution_id, kind, cut_to_bytes(text))
+            )
         await self._notify(execution_id, queue=False)
         return seq
+
+    # What a turn's bound on events counts: everything a worker reports (progress, warnings,
+    # statuses, refused hosts), which a hostile Agent or worker can make endless, and the
+    # memory reads and searches its credential makes. Not counted, and never dropped:
+    # ``approval`` events, since a dropped pending request would leave a person no button to
+    # answer it and the Agent waiting for its timeout (each request waits for a decision, and
+    # its fields have bounds of their own, hub.approvals); memory changes (saved, forgot), the
+    # record the result card's undo goes back to, each a durable write the scope's quotas
+    # bound; and the Hub's own statuses (a hand-back, a lost worker), a few per attempt.
+    _BOUNDED_KINDS = (*sorted(WORKER_EVENT_KINDS), MEMORY)
+
+    def _budget(self, db: sqlite3.Connection, execution_id: str) -> EventBudget:
+        budget = self._budgets.get(execution_id)
+        if budget is None:
+            # Not claimed by this process (a memory call from a run before a restart, or
+            # after its end): what the turn already recorded counts.
+            marks = ", ".join("?" * len(self._BOUNDED_KINDS))
+            row = db.execute(
+                "SELECT COUNT(*) AS n, COALESCE(SUM(LENGTH(CAST(text AS BLOB))), 0) AS size "
+                f"FROM execution_events WHERE execution_id = ? AND kind IN ({marks})",
+                (execution_id, *self._BOUNDED_KINDS),
+            ).fetchone()
+            most, most_bytes = self._event_bounds()
+            budget = EventBudget(most, most_bytes, int(row["n"]), int(row["size"]))
+            self._budgets[execution_id] = budget
+        return budget
+
+    def _bounded_event(
+        self, db: sqlite3.Connection, execution_id: str, kind: str, text: str
+    ) -> int:
+        """Append an event within the turn's bound, inside the caller's transaction; returns
+        its sequence number, or 0 when it was only counted (the first such says so)."""
+        text = cut_to_bytes(text)
+        budget = self._budget(db, execution_id)
+        if budget.admit(text_bytes(text)):
+            return self._insert_event(db, execution_id, kind, text)
+        if budget.first_drop:
+            self._insert_event(db, execution_id, WARNING, budget.reached_notice())
+        return 0
+
+    def _close_budget(self, db: sqlite3.Connection, execution_id: str) -> None:
+        """A finished turn's last word on the events its bound left out, if any."""
+        budget = self._budgets.pop(execution_id, None)
+        summary = budget.dropped_summary() if budget is not None else None
+        if summary is not None:
+            self._insert_event(db, execution_id, WARNING, summary)
 
     def _append_event(self, execution_id: str, kind: str, text: str) -> int:
         with self._state.transaction() as db:
@@ -826,6 +907,7 @@ class Executions:
             # A turn that ends while it waits for an answer (cancelled, failed) settles it.
             for approval in lapse_pending(db, execution_id, self._clock()):
                 self._insert_event(db, execution_id, APPROVAL, event_text(approval))
+            self._close_budget(db, execution_id)
             if outcome.native_id:
                 db.execute(
                     "UPDATE sessions SET native_id = ?, updated_at = ? WHERE id = ?",
@@ -909,6 +991,8 @@ class Executions:
                     "the worker running this turn stopped responding, and so did the retry",
                 )
                 self._append_event(row["id"], STATUS, "failed: the worker was lost")
+                with self._state.transaction() as db:
+                    self._close_budget(db, row["id"])
         stale = self._fail_unclaimed(now)
         if rows or stale:
             await self._notify()

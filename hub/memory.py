@@ -215,7 +215,8 @@ class Memory:
             return
         use = MemoryUse(op, path, revision, previous)
         text = json.dumps(use.to_wire(), ensure_ascii=False)
-        await self._executions.add_hub_event(launch[1], MEMORY, text)
+        # A change is what an undo goes back to: kept past the turn's bound on events.
+        await self._executions.add_hub_event(launch[1], MEMORY, text, bounded=not use.changed)
 
     # -- reads -----------------------------------------------------------------------------------
 

@@ -111,6 +111,7 @@ class Hub:
                 providers=providers,
                 max_queued_per_principal=config.max_queued_per_principal,
                 usage=usage,
+                event_bounds=lambda: (config.max_events_per_turn, config.max_event_bytes_per_turn),
             )
             history = MemoryHistory(
                 state, store, settings.home / HISTORY_DIR, config.history_days, store.limits

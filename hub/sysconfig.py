@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hub.errors import InvalidArgument
+from hub.eventbudget import DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS
 from hub.state import State
 
 # What a setting holds: a switch, a number or a word, as saved in the state database.
@@ -118,6 +119,39 @@ def _parse_worktree_days(raw: object) -> int:
     raise InvalidArgument(f"expected a whole number of days from 1 to {MAX_WORKTREE_DAYS}")
 
 
+MAX_EVENTS_PER_TURN = 1_000_000
+MAX_EVENT_BYTES_PER_TURN = 1 << 30
+_BYTE_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def _parse_event_count(raw: object) -> int:
+    """A whole number of events from 1 to MAX_EVENTS_PER_TURN: a bound that cannot be lifted,
+    since it is what keeps one turn from filling the state database."""
+    if isinstance(raw, str) and raw.strip().isdigit():
+        raw = int(raw.strip())
+    if isinstance(raw, int) and not isinstance(raw, bool) and 1 <= raw <= MAX_EVENTS_PER_TURN:
+        return raw
+    raise InvalidArgument(f"expected a whole number of events from 1 to {MAX_EVENTS_PER_TURN}")
+
+
+def _parse_event_bytes(raw: object) -> int:
+    """Bytes from 1 to 1 GiB, written as a whole number or with a unit: ``4194304``, ``512k``,
+    ``4m``, ``1g``."""
+    problem = "expected a size from 1 byte to 1g, such as 4194304, 512k or 4m"
+    size: int | None = None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        size = raw
+    elif isinstance(raw, str):
+        written = raw.strip().lower().removesuffix("b").removesuffix("i")
+        unit = _BYTE_UNITS.get(written[-1:], 0)
+        digits = written[:-1] if unit else written
+        if digits.isdigit():
+            size = int(digits) * (unit or 1)
+    if size is None or not 1 <= size <= MAX_EVENT_BYTES_PER_TURN:
+        raise InvalidArgument(problem)
+    return size
+
+
 @dataclass(frozen=True)
 class SettingSpec:
     key: str
@@ -199,6 +233,22 @@ SPECS: dict[str, SettingSpec] = {
             live=True,
         ),
         SettingSpec(
+            "agents.max_events_per_turn",
+            DEFAULT_MAX_EVENTS,
+            _parse_event_count,
+            "progress events, warnings and memory reads one turn's record keeps; the rest are "
+            "counted in one last warning (applies to turns started after the change)",
+            live=True,
+        ),
+        SettingSpec(
+            "agents.max_event_bytes_per_turn",
+            DEFAULT_MAX_BYTES,
+            _parse_event_bytes,
+            "bytes of those events one turn's record keeps, such as 4m; the rest are counted "
+            "in one last warning (applies to turns started after the change)",
+            live=True,
+        ),
+        SettingSpec(
             "budget.daily_tokens",
             0,
             _parse_tokens,
@@ -263,6 +313,14 @@ class SystemConfig:
     @property
     def approval_timeout(self) -> int:
         return int(self._live("agents.approval_timeout"))
+
+    @property
+    def max_events_per_turn(self) -> int:
+        return int(self._live("agents.max_events_per_turn"))
+
+    @property
+    def max_event_bytes_per_turn(self) -> int:
+        return int(self._live("agents.max_event_bytes_per_turn"))
 
     @property
     def daily_tokens(self) -> int:

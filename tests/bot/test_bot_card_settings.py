@@ -31,6 +31,8 @@ DEFAULTS = {
     "feishu.messages_per_minute": 10,
     "agents.permissions": "ask",
     "agents.approval_timeout": 600,
+    "agents.max_events_per_turn": 2000,
+    "agents.max_event_bytes_per_turn": 4 * 1024 * 1024,
     "budget.daily_tokens": 0,
     "budget.turn_tokens": 0,
     "projects.worktree_days": 14,
