@@ -57,11 +57,11 @@ from bot.streaming import StreamingCard, open_streaming
 from bot.topic_context import SeenTopics, TopicContext, TopicReader, with_context
 from cards.approvals import approval_card, outcome, request_line
 from cards.catalogue import text as catalogue_text
-from cards.controls import finished_card
 from cards.models import (
     ApprovalView,
     BranchView,
     ChangedFileView,
+    FinishView,
     Lang,
     MemoryNote,
     ProgressView,
@@ -546,6 +546,9 @@ class Conversations:
         work = execution.result.branch if execution.result is not None else None
         diff_file, diff_unchanged = await self._save_diff(execution.id, work)
         if state == SUCCEEDED and text is not None:
+            usage = execution.result.usage if execution.result is not None else {}
+            # A follow recorded before topics were kept shows no conversation controls.
+            finish = FinishView(usage, elapsed, followed.topic) if followed.topic else None
             parts = result_cards(
                 text,
                 self._lang,
@@ -557,16 +560,9 @@ class Conversations:
                     if work is not None
                     else None
                 ),
+                finish=finish,
             )
-            usage = execution.result.usage if execution.result is not None else {}
-            first = finished_card(
-                parts[0],
-                usage=usage,
-                elapsed_seconds=elapsed,
-                origin=followed.topic,
-                lang=self._lang,
-            )
-            owed.append(Owed("card", first if followed.topic else parts[0], sequence))
+            owed.append(Owed("card", parts[0], sequence))
             owed.extend(Owed("reply", extra) for extra in parts[1:])
         else:
             view = ProgressView(

@@ -14,7 +14,10 @@ Rules:
   already retries rate limits (honouring their reset time), 5xx answers and connection errors; an
   item still failing waits (growing back-off, at most ``max_wait``) and is tried again. An item
   Feishu refuses for good, or one older than ``max_age`` (24 h), is logged and dropped, and
-  ``dropped`` counts it.
+  ``dropped`` counts it. A card refused for good (too large, or a card Feishu will not take) is
+  never dropped unseen: it is replaced, in the same entry, by a short plain-text notice in the
+  topic (``refused_notice``) saying that a message of the turn could not be shown and how to
+  get the answer; only when the notice too is refused is it dropped.
 - Each reply carries a ``uuid`` fixed when it was owed, so a retry of a post that did land is
   not shown twice; replacing a card is idempotent by itself, and finishing a streaming card
   (CardKit) reuses the sequence and idempotency key fixed when it was owed.
@@ -93,15 +96,18 @@ MIGRATIONS: tuple[tuple[int, Step], ...] = (
 
 # "card": show the card on the streaming card entity, else on ``target`` (the progress card),
 # else post it as a reply to ``reply_to``; "reply": post it as a reply in the topic; "file":
-# upload the file at ``path`` and post it in the topic. On disk a file's path is kept as
-# ``{"path": …}`` in the ``card`` column, as every version of this file has kept it.
-Kind = Literal["card", "reply", "file"]
+# upload the file at ``path`` and post it in the topic; "text": post a plain-text reply in the
+# topic. On disk a file's path is kept as ``{"path": …}`` in the ``card`` column, as every
+# version of this file has kept it, and a text as ``{"text": …}``.
+Kind = Literal["card", "reply", "file", "text"]
 FinishCard = Callable[[str, Card], Awaitable[None]]
 Reply = Callable[[str, Card, str], Awaitable[object]]
 # (card_id, card, sequence, idempotency key): close streaming and replace the entity's card.
 FinishEntity = Callable[[str, Card, int, str], Awaitable[None]]
 # (reply_to, path, idempotency key): upload a file and post it in the topic.
 PostFile = Callable[[str, str, str], Awaitable[None]]
+# (reply_to, text, idempotency key): post a plain-text reply in the topic.
+ReplyText = Callable[[str, str, str], Awaitable[object]]
 
 
 @dataclass(frozen=True)
@@ -154,6 +160,11 @@ class _Item:
         """A "file" entry's path (see ``Owed.stored``)."""
         return str(self.card.get("path"))
 
+    @property
+    def text(self) -> str:
+        """A "text" entry's text."""
+        return str(self.card.get("text"))
+
 
 class _StillFailing(Exception):
     """An owed item could not be delivered yet; the whole queue waits and tries again."""
@@ -174,8 +185,12 @@ class Outbox:
         max_wait: float = 30.0,
         clock: Callable[[], float] = time.time,
         dropped: Callable[[str], None] = lambda reason: None,
+        reply_text: ReplyText | None = None,
+        refused_notice: Callable[[str], str] | None = None,
     ) -> None:
         self._finish_card = finish_card
+        self._reply_text = reply_text
+        self._refused_notice = refused_notice
         self._reply = reply
         self._finish_entity = finish_entity
         self._post_file = post_file
@@ -321,6 +336,10 @@ class Outbox:
                     if self._post_file is None:
                         raise FeishuApiError("this bot posts no files", operation="file")
                     await self._post_file(item.reply_to, item.path, item.uuid)
+                elif item.kind == "text":
+                    if self._reply_text is None:
+                        raise FeishuApiError("this bot posts no text", operation="reply")
+                    await self._reply_text(item.reply_to, item.text, item.uuid)
                 elif item.kind == "card" and item.card_id:
                     await self._finish_entity(item.card_id, item.card, item.sequence, item.uuid)
                 elif item.kind == "card" and item.target:
@@ -338,6 +357,13 @@ class Outbox:
                     self._as_reply(item.id)
                     await self._deliver_owed()
                     return
+                notice = self._refused_notice
+                if item.kind in ("card", "reply") and notice and self._reply_text is not None:
+                    # The topic is told, rather than left waiting for an answer that never comes.
+                    logger.error("Feishu refused an owed card (%s); telling why", error.message)
+                    self._as_text(item.id, notice(error.message))
+                    await self._deliver_owed()
+                    return
                 logger.error("Feishu refused an owed reply; dropping it: %s", error.message)
                 self._dropped("refused")
             self._done(item.id)
@@ -346,4 +372,13 @@ class Outbox:
         with self._lock:
             self._db.execute(
                 "UPDATE owed SET kind = 'reply', target = '', card_id = '' WHERE id = ?", (item_id,)
+            )
+
+    def _as_text(self, item_id: int, text: str) -> None:
+        # A fresh idempotency key: the refused card's never made a message.
+        with self._lock:
+            self._db.execute(
+                "UPDATE owed SET kind = 'text', target = '', card_id = '', card = ?, uuid = ? "
+                "WHERE id = ?",
+                (json.dumps({"text": text}, ensure_ascii=False), str(uuid.uuid4()), item_id),
             )

@@ -164,6 +164,10 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         ),
         "conversation.new": "New conversation",
         "files.refused": "Not read: {items}",
+        "outbox.refused": (
+            "A message of this turn could not be shown here: Feishu refused it. The conversation "
+            "keeps the answer: ask in this topic to see it again, shorter or in parts."
+        ),
         "conversation.renewed": "The next message in this topic starts a new conversation.",
         "conversation.not_yours": "Only whoever started this conversation can renew it.",
         "run.toast.not_yours": "not yours to cancel",
@@ -532,6 +536,10 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "context.unavailable": "无法读取话题中之前的消息（{reason}）：Agent 只看到这条消息。",
         "conversation.new": "新对话",
         "files.refused": "未读取：{items}",
+        "outbox.refused": (
+            "本轮有一条消息无法在这里显示：飞书拒收了它。对话仍保留着回答："
+            "在本话题中再问一次即可看到，可要求更短或分段。"
+        ),
         "conversation.renewed": "此话题中的下一条消息将开始新的对话。",
         "conversation.not_yours": "只有发起此对话的人可以开始新对话。",
         "run.toast.not_yours": "只有发起此轮次的人或 Hub 所有者可以停止它",

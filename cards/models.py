@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Generic, Literal, TypeVar
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
 
 from cards.times import DEFAULT_TIME_ZONE
 
@@ -308,3 +309,13 @@ class TurnMemory:
 
     principal_id: str
     notes: tuple[MemoryNote, ...] = ()
+
+
+@dataclass(frozen=True)
+class FinishView:
+    """What a finished turn's first card adds: the turn's usage (as the worker reported it) and
+    elapsed time in its title, and the New conversation button for its topic (``origin``)."""
+
+    usage: Mapping[str, Any] = field(default_factory=dict)
+    elapsed_seconds: float = 0.0
+    origin: str = ""

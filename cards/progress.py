@@ -1,4 +1,11 @@
-"""Progress and result cards for an Agent execution, and the splitting of long results."""
+"""Progress and result cards for an Agent execution, and the splitting of long results.
+
+A result card is built within Feishu's card limit by construction: every section beside the
+answer (the branch, memory, approvals) has a byte budget of its own and shows what fits in it,
+counting the rest; the first card's header, sections and controls are then measured as card
+JSON, and the answer's first piece gets exactly the room left. The rest of the answer follows in
+more cards, each measured the same way, so no part of an answer is ever left out for size.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +13,9 @@ import json
 from functools import lru_cache
 
 from cards import actions
-from cards.approvals import approvals_section, progress_elements
+from cards.approvals import REQUESTS_BYTES, RULES_BYTES, approvals_section, progress_elements
 from cards.catalogue import text
+from cards.controls import finished_card
 from cards.elements import (
     CARD_MAX_BYTES,
     Card,
@@ -17,6 +25,7 @@ from cards.elements import (
     card,
     code,
     defuse_mentions,
+    encoded_size,
     escape,
     markdown,
     plain,
@@ -24,6 +33,7 @@ from cards.elements import (
 )
 from cards.models import (
     BranchView,
+    FinishView,
     Lang,
     MemoryNote,
     ProgressView,
@@ -31,9 +41,23 @@ from cards.models import (
     TurnMemory,
 )
 
-# One result card holds one markdown element of at most this many JSON-encoded bytes, leaving
-# room under CARD_MAX_BYTES for the header and code-fence repairs.
+# One result card holds one markdown element of at most this many JSON-encoded bytes; the first
+# card's piece is smaller when its sections leave less room (see ``result_cards``).
 RESULT_CHUNK_BYTES = 20_000
+# Budgets (card JSON bytes) of the first result card's sections beside the answer.
+BRANCH_BYTES = 5_000
+MEMORY_BYTES = 5_000
+APPROVALS_BYTES = REQUESTS_BYTES + RULES_BYTES + 1_000
+# The header (title, usage, subtitle) and the controls row stay under this.
+HEAD_BYTES = 1_500
+# A path a section shows is cut in the middle past this many characters.
+PATH_CHARS = 160
+# A code fence reopened at the start of the next piece keeps this much of its info string.
+FENCE_CHARS = 32
+# The most a fence repair adds to a piece: the reopened fence line and the closing one.
+FENCE_BYTES = FENCE_CHARS * 6 + 16
+# The least the first card keeps for the answer whatever its sections hold.
+MIN_FIRST_ANSWER_BYTES = 8_000
 PROGRESS_LINES = 12
 PROGRESS_LINE_CHARS = 300
 
@@ -91,19 +115,21 @@ def _char_cost(ch: str) -> int:
     return len(json.dumps(ch, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
 
 
-def split_text(value: str, limit: int = RESULT_CHUNK_BYTES) -> list[str]:
-    """Split ``value`` into pieces whose JSON-encoded size is at most ``limit`` bytes.
+def split_text(value: str, limit: int = RESULT_CHUNK_BYTES, first: int | None = None) -> list[str]:
+    """Split ``value`` into pieces whose JSON-encoded size is at most ``limit`` bytes (the first
+    piece at most ``first`` bytes, when given).
 
     Cuts prefer a paragraph break, then a line break, then a space, and fall back to a hard
     cut only when a piece has none in its second half. ``"".join(pieces) == value`` always.
     """
-    if limit < 8:
+    if min(limit, limit if first is None else first) < 8:
         raise ValueError("limit too small")
     pieces: list[str] = []
     start = 0
     while start < len(value):
+        budget = first if first is not None and not pieces else limit
         end, used = start, 0
-        while end < len(value) and used + _char_cost(value[end]) <= limit:
+        while end < len(value) and used + _char_cost(value[end]) <= budget:
             used += _char_cost(value[end])
             end += 1
         if end == len(value):
@@ -126,14 +152,15 @@ def _is_fence(line: str) -> bool:
 
 
 def _repair_fences(pieces: list[str]) -> list[str]:
-    """Close a code block a piece ends inside of, and reopen it at the start of the next."""
+    """Close a code block a piece ends inside of, and reopen it at the start of the next (with
+    at most ``FENCE_CHARS`` of its fence line, so a repair adds at most ``FENCE_BYTES``)."""
     repaired: list[str] = []
     open_fence = ""
     for piece in pieces:
         prefix = f"{open_fence}\n" if open_fence else ""
         for line in piece.split("\n"):
             if _is_fence(line):
-                open_fence = "" if open_fence else line.strip()
+                open_fence = "" if open_fence else line.strip()[:FENCE_CHARS]
         suffix = "\n```" if open_fence else ""
         repaired.append(prefix + piece + suffix)
     return repaired
@@ -162,26 +189,52 @@ def memory_section(memory: TurnMemory, lang: Lang) -> list[Element]:
         return elements
     read: list[str] = []
     for note in notes:
-        if note.op == "read" and _code(note.path) not in read:
-            read.append(_code(note.path))
+        if note.op == "read" and _code(_middle(note.path)) not in read:
+            read.append(_code(_middle(note.path)))
     if read:
         shown = ", ".join(read[:MEMORY_ITEMS]) + (" …" if len(read) > MEMORY_ITEMS else "")
         elements.append(markdown(text(lang, "result.memory.read", paths=shown)))
     searches = sum(1 for note in notes if note.op == "searched")
     if searches:
         elements.append(markdown(text(lang, "result.memory.searched", count=searches)))
-    changes = [note for note in notes if note.op in ("saved", "forgot")]
-    for note in changes[-MEMORY_ITEMS:]:
-        elements.append(_change_row(note, memory.principal_id, lang))
-    return elements
+    changes = [note for note in notes if note.op in ("saved", "forgot")][-MEMORY_ITEMS:]
+    rows = [_change_row(note, memory.principal_id, lang) for note in changes]
+    # The newest changes that fit the section's budget; the rest are counted.
+    room = (
+        MEMORY_BYTES
+        - _size(elements)
+        - _size([markdown(text(lang, "result.branch.more", more=99))])
+    )
+    kept: list[Element] = []
+    for change in reversed(rows):
+        room -= _size([change])
+        if room < 0:
+            break
+        kept.insert(0, change)
+    if len(kept) < len(rows):
+        elements.append(markdown(text(lang, "result.branch.more", more=len(rows) - len(kept))))
+    return elements + kept
+
+
+def _size(elements: list[Element]) -> int:
+    """Bytes ``elements`` add to a card's JSON (each with its separating comma)."""
+    return sum(encoded_size(element) + 1 for element in elements)
+
+
+def _middle(path: str) -> str:
+    """``path`` as a section shows it: cut in the middle past ``PATH_CHARS`` characters."""
+    if len(path) <= PATH_CHARS:
+        return path
+    half = (PATH_CHARS - 1) // 2
+    return path[:half] + "…" + path[-half:]
 
 
 def _change_row(note: MemoryNote, principal_id: str, lang: Lang) -> Element:
     if note.op == "saved":
         revision = _short(note.revision)
-        label = text(lang, "result.memory.saved", path=_code(note.path), revision=revision)
+        label = text(lang, "result.memory.saved", path=_code(_middle(note.path)), revision=revision)
     else:
-        label = text(lang, "result.memory.forgot", path=_code(note.path))
+        label = text(lang, "result.memory.forgot", path=_code(_middle(note.path)))
     undo = button(
         text(lang, "result.memory.undo"),
         actions.MEMORY_UNDO,
@@ -210,12 +263,6 @@ def branch_section(branch: BranchView, lang: Lang) -> list[Element]:
     if not branch.files_total:
         return [markdown(text(lang, "result.branch.none", branch=name, base=base))]
     heading = text(lang, "result.branch", branch=name, base=base, count=branch.files_total)
-    shown = branch.files[:BRANCH_FILES_SHOWN]
-    lines = [f"- {_code(code(f.path))} {_change_counts(f.added, f.removed, lang)}" for f in shown]
-    more = branch.files_total - len(shown)
-    if more > 0:
-        lines.append(text(lang, "result.branch.more", more=more))
-    elements: list[Element] = [markdown(heading + "\n" + "\n".join(lines))]
     notes = []
     if branch.diff_attached:
         notes.append(text(lang, "result.diff_file", base=base))
@@ -223,9 +270,24 @@ def branch_section(branch: BranchView, lang: Lang) -> list[Element]:
         notes.append(text(lang, "result.diff_truncated"))
     if branch.diff_unchanged:
         notes.append(text(lang, "result.diff_unchanged"))
-    if notes:
-        elements.append(markdown(f"*{' '.join(notes)}*"))
-    return elements
+    tail: list[Element] = [markdown(f"*{' '.join(notes)}*")] if notes else []
+    # The files that fit the section's budget, each path cut to a readable length; the rest
+    # are counted (the diff file has them all).
+    more_line = text(lang, "result.branch.more", more=branch.files_total)
+    room = BRANCH_BYTES - _size([markdown(heading + "\n" + more_line), *tail])
+    lines: list[str] = []
+    for changed in branch.files[:BRANCH_FILES_SHOWN]:
+        counts = _change_counts(changed.added, changed.removed, lang)
+        line = f"- {_code(code(_middle(changed.path)))} {counts}"
+        # As JSON: its quotes stand for the line break before it.
+        room -= encoded_size(line)
+        if room < 0:
+            break
+        lines.append(line)
+    more = branch.files_total - len(lines)
+    if more > 0:
+        lines.append(text(lang, "result.branch.more", more=more))
+    return [markdown(heading + "\n" + "\n".join(lines)), *tail]
 
 
 def result_cards(
@@ -235,11 +297,30 @@ def result_cards(
     memory: TurnMemory | None = None,
     approvals: TurnApprovals | None = None,
     branch: BranchView | None = None,
+    finish: FinishView | None = None,
 ) -> list[Card]:
-    """The Agent's result as one or more cards, split cleanly under Feishu's size limit. A turn
-    bound to memory shows what it did with it on the first card, and a turn that asked for
-    permissions (or whose conversation keeps rules) what was allowed and denied."""
-    pieces = _repair_fences(split_text(defuse_mentions(value)) or [""])
+    """The Agent's result as one or more cards, each within ``CARD_MAX_BYTES``, that together
+    hold all of it. A turn bound to memory shows what it did with it on the first card, a turn
+    that asked for permissions (or whose conversation keeps rules) what was allowed and denied,
+    a project turn its branch; ``finish`` adds the usage and the conversation's controls."""
+    sections: list[Element] = []
+    if branch is not None:
+        sections += branch_section(branch, lang)
+    if memory is not None:
+        sections += memory_section(memory, lang)
+    if approvals is not None:
+        sections += approvals_section(approvals, lang)
+    # The widest heading any card of the answer may carry, for measuring before splitting.
+    widest = text(lang, "result.part", index=9999, total=9999)
+    first_room = CARD_MAX_BYTES - FENCE_BYTES
+    first_room -= encoded_size(_first_card(widest, "", sections, title, finish, lang))
+    rest_room = CARD_MAX_BYTES - FENCE_BYTES - encoded_size(_part_card(widest, "", title))
+    pieces = split_text(
+        defuse_mentions(value),
+        min(RESULT_CHUNK_BYTES, rest_room),
+        first=min(RESULT_CHUNK_BYTES, first_room),
+    )
+    pieces = _repair_fences(pieces or [""])
     total = len(pieces)
     cards: list[Card] = []
     for index, piece in enumerate(pieces, start=1):
@@ -248,15 +329,45 @@ def result_cards(
             if total > 1
             else text(lang, "result.title")
         )
-        elements = [markdown(piece)]
-        if branch is not None and index == 1:
-            elements += branch_section(branch, lang)
-        if memory is not None and index == 1:
-            elements += memory_section(memory, lang)
-        if approvals is not None and index == 1:
-            elements += approvals_section(approvals, lang)
-        cards.append(card(heading, "green", elements, subtitle=title[:120]))
+        if index == 1:
+            cards.append(_first_card(heading, piece, sections, title, finish, lang))
+        else:
+            cards.append(_part_card(heading, piece, title))
     return cards
 
 
-assert RESULT_CHUNK_BYTES + 2_000 < CARD_MAX_BYTES
+def _part_card(heading: str, piece: str, title: str) -> Card:
+    return card(heading, "green", [markdown(piece)], subtitle=title[:120])
+
+
+def _first_card(
+    heading: str,
+    piece: str,
+    sections: list[Element],
+    title: str,
+    finish: FinishView | None,
+    lang: Lang,
+) -> Card:
+    built = card(heading, "green", [markdown(piece), *sections], subtitle=title[:120])
+    if finish is None:
+        return built
+    return finished_card(
+        built,
+        usage=finish.usage,
+        elapsed_seconds=finish.elapsed_seconds,
+        origin=finish.origin,
+        lang=lang,
+    )
+
+
+# Every section within its budget leaves the first card room for a good part of the answer.
+assert (
+    HEAD_BYTES
+    + BRANCH_BYTES
+    + MEMORY_BYTES
+    + APPROVALS_BYTES
+    + FENCE_BYTES
+    + MIN_FIRST_ANSWER_BYTES
+    <= CARD_MAX_BYTES
+)
+assert RESULT_CHUNK_BYTES + HEAD_BYTES + FENCE_BYTES < CARD_MAX_BYTES

@@ -22,6 +22,7 @@ from bot.outbox import OUTBOX_FILE, Outbox
 from bot.quotas import SenderLimit
 from bot.sink import BotSink
 from bot.topic_context import TOPICS_FILE, SeenTopics, TopicReader
+from cards.catalogue import plain_text
 from hub.config import HubSettings
 from hub.errors import AmuxError
 from hub.metrics import METRICS
@@ -120,6 +121,10 @@ def add_feishu(
             client.finish_card_entity,
             post_file=diffs.post,
             dropped=metrics.feishu_gave_up if metrics is not None else lambda reason: None,
+            reply_text=lambda reply_to, text, key: client.reply(
+                reply_to, text=text, idempotency_key=key
+            ),
+            refused_notice=lambda reason: plain_text(lang, "outbox.refused"),
         )
         conversations = Conversations(
             hub,

@@ -173,3 +173,40 @@ async def test_an_owed_file_is_stored_as_before_and_posted_by_its_path(
         await outbox.stop(0)
         outbox.close()
     assert posted == [(question.message_id, "/work/outbox/report.txt")]
+
+
+async def test_a_card_feishu_refuses_for_its_size_is_replaced_by_a_notice_in_the_topic(
+    feishu: FakeFeishu, client: FeishuClient, tmp_path: Path
+) -> None:
+    question = feishu.add_message("oc_chat", "question")
+    progress = await client.reply(question.message_id, card=warning_card("working", "en_us"))
+    dropped: list[str] = []
+    outbox = outbox_of(
+        tmp_path / "outbox.sqlite3",
+        client,
+        dropped=dropped.append,
+        reply_text=lambda reply_to, text, key: client.reply(
+            reply_to, text=text, idempotency_key=key
+        ),
+        refused_notice=lambda reason: "The answer could not be shown; ask again.",
+    )
+    followed = Followed("run1", progress.message_id, question.message_id, "q", 0.0)
+    outbox.start()
+    try:
+        # Over Feishu's limit: refused in place, and again as a reply.
+        huge = warning_card("x", "en_us")
+        huge["body"]["elements"].append({"tag": "markdown", "content": "y" * 40_000})
+        outbox.owe(followed, [Owed("card", huge), Owed("reply", warning_card("after", "en_us"))])
+        await until(lambda: outbox.pending() == 0)
+        told = [
+            json.loads(m.content)["text"]
+            for m in feishu.messages.values()
+            if m.root_id == question.message_id and m.msg_type == "text"
+        ]
+        assert told == ["The answer could not be shown; ask again."]
+        assert dropped == []
+        # What was owed after it still went out, after the notice.
+        assert "after" in texts(feishu, question.message_id)[-1]
+    finally:
+        await outbox.stop(0)
+        outbox.close()

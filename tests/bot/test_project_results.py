@@ -12,7 +12,8 @@ import pytest
 
 from runtime_bridge.config import RuntimeSettings
 from tests.bot.test_bot_flows import ALICE, Bot, card_text, private_chat, running_bot
-from tests.conftest import until
+from tests.conftest import git, until
+from tests.fakes.feishu import CARD_LIMIT_BYTES
 from tests.runtime_bridge.test_projects_e2e import AGENT, operator_repo
 
 pytestmark = [
@@ -68,3 +69,72 @@ async def test_a_project_turn_that_changed_nothing_posts_no_diff_file_again(
         # The outbox delivers in the order things were owed: the second turn owed no file.
         assert files_posted(bot, again) == []
         assert len(files_posted(bot, first)) == 1
+
+
+def cards_sent(bot: Bot) -> list[str]:
+    """Every card the bot sent Feishu, as the JSON each request carried."""
+    sent: list[str] = []
+    for call in bot.feishu.requests:
+        body = call.body if isinstance(call.body, dict) else {}
+        if body.get("msg_type") == "interactive":
+            sent.append(str(body.get("content")))
+        elif call.method == "PATCH" and "/im/v1/messages/" in call.path:
+            sent.append(str(body.get("content")))
+        elif call.path.endswith("/cardkit/v1/cards") or (
+            call.method == "PUT" and call.path.count("/") == 5 and "/cardkit/" in call.path
+        ):
+            data = body.get("data") if "data" in body else (body.get("card") or {}).get("data")
+            sent.append(str(data))
+    return sent
+
+
+async def test_a_turn_touching_many_long_paths_delivers_its_whole_answer_in_cards_that_fit(
+    tmp_path: Path,
+) -> None:
+    repo = operator_repo(tmp_path / "web")
+    readme = "".join(f"Line {n:04}: the release notes say {'word ' * 12}\n" for n in range(400))
+    (repo / "README.md").write_text(readme)
+    git("add", ".", cwd=repo)
+    git(
+        "-c",
+        "user.name=op",
+        "-c",
+        "user.email=op@example.invalid",
+        "commit",
+        "-qm",
+        "docs",
+        cwd=repo,
+    )
+    long_dir = "/".join(letter * 150 for letter in "abcd")
+    paths = [f"src/{long_dir}/module_{n:02}.py" for n in range(22)]
+    prompt = "".join(f"write {path} x = {n}\n" for n, path in enumerate(paths)) + "show README.md"
+
+    async with running_bot(tmp_path, runtime=edit_runtime(tmp_path)) as bot:
+        await bound_to_project(bot, repo)
+        asked = await bot.say(prompt)
+        progress = await bot.reply_to(asked)
+        await until(lambda: "Working" not in card_text(progress.card), 120)
+        await until(lambda: "after: docs" in shown_text(bot), 60)
+
+        delivered = shown_text(bot)
+        missing = [line for line in readme.splitlines() if line not in delivered]
+        assert missing == []
+        # The first card lists the branch's files as far as its budget goes, and counts the rest.
+        assert "22 file(s) changed" in card_text(progress.card)
+        assert "more" in card_text(progress.card)
+        # Nothing the bot sent was over Feishu's limit, so nothing was refused.
+        assert max(len(card.encode()) for card in cards_sent(bot)) <= CARD_LIMIT_BYTES
+
+
+def shown_text(bot: Bot) -> str:
+    """What the bot's messages show now, their Markdown joined."""
+    shown: list[str] = []
+    for message in bot.feishu.messages.values():
+        if message.sender_open_id or message.msg_type != "interactive":
+            continue
+        shown.extend(
+            element.get("content", "")
+            for element in message.card.get("body", {}).get("elements", [])
+            if element.get("tag") == "markdown"
+        )
+    return "\n".join(shown)

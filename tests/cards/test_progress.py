@@ -3,7 +3,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cards.elements import CARD_MAX_BYTES, encoded_size
-from cards.models import LANGS, Lang, ProgressView
+from cards.models import (
+    LANGS,
+    ApprovalView,
+    BranchView,
+    ChangedFileView,
+    FinishView,
+    Lang,
+    MemoryNote,
+    ProgressView,
+    TurnApprovals,
+    TurnMemory,
+)
 from cards.progress import progress_card, result_cards, split_text
 from tests.cards.structure import all_text, assert_valid_card, callbacks
 
@@ -132,3 +143,56 @@ def test_a_result_card_lists_what_the_turn_read_and_changed_with_an_undo_per_cha
     assert not [v for v in callbacks(unused) if v["action"] == "memory.undo"]
     (unbound,) = result_cards("Done.", lang)
     assert all_text(unbound) != all_text(unused)
+
+
+def _joined(cards: list[dict[str, object]]) -> str:
+    """The answer the cards hold, the code fences a split reopened taken out again."""
+    pieces = [c["body"]["elements"][0]["content"] for c in cards]  # type: ignore[index]
+    joined = pieces[0]
+    for piece in pieces[1:]:
+        if joined.endswith("\n```") and piece.startswith("```"):
+            joined = joined[: -len("\n```")]
+            piece = piece.split("\n", 1)[1]
+        joined += piece
+    return joined
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_result_card_fits_whatever_its_sections_hold_and_the_answer_is_whole(
+    lang: Lang,
+) -> None:
+    long_path = "/".join(ch * 200 for ch in "abcd") + "/中`文.py"
+    branch = BranchView(
+        "amux/1a2b3c4d",
+        "main",
+        tuple(ChangedFileView(f"{long_path}{n}", 3, 1) for n in range(200)),
+        200,
+        diff_attached=True,
+        diff_truncated=True,
+    )
+    notes = tuple(
+        MemoryNote(op, f"{long_path}{n}.md", "f" * 64, "e" * 64)
+        for n in range(40)
+        for op in ("read", "saved", "forgot")
+    )
+    huge = ApprovalView("run_1", "r", "T*" * 500, "edit", "中`" * 3000, "d", 0.0, reason="<" * 500)
+    approvals = TurnApprovals((huge,) * 40, ("规" * 3000,) * 40)
+    answer = "```" + "py" * 500 + "\n" + ("中文 `code` <at id=all></at>\n" * 3000) + "```\nend"
+    finish = FinishView({"input_tokens": 10**9, "output_tokens": 10**9}, 10**6, "feishu:oc:om")
+    cards = result_cards(
+        answer,
+        lang,
+        title="t" * 500,
+        memory=TurnMemory("p-alice", notes),
+        approvals=approvals,
+        branch=branch,
+        finish=finish,
+    )
+    assert len(cards) > 1
+    for shown in cards:
+        assert_valid_card(shown)
+        assert encoded_size(shown) <= CARD_MAX_BYTES
+    assert _joined(cards) == answer.replace("<at", "&lt;at")
+    first = all_text(cards[0])
+    # Each section shows what fits its budget, and counts the rest.
+    assert "200 file(s)" in first or "200 个文件" in first

@@ -14,6 +14,11 @@ API calls answer with that HTTP status and Feishu error code; ``go_down()`` refu
 (and drops kept-alive ones) until ``come_back()``. Replies with a ``uuid`` already seen answer
 with the message it created, as Feishu's idempotency key does.
 
+Size: a card over Feishu's limit (``CARD_LIMIT_BYTES`` of JSON) is refused with code 230025, as
+Feishu refuses it, wherever a card is sent (a message, a reply, a card update, a CardKit entity
+created or replaced, a delayed update); so is a text message over ``TEXT_LIMIT_BYTES``. Nothing of
+a refused call is stored.
+
 CardKit: card entities are created, sent by ``card_id``, streamed (element content), re-configured
 and replaced; each change must carry a ``sequence`` larger than the card's last one (else code
 300317, as Feishu refuses an older update), a repeated ``uuid`` is answered without applying it
@@ -69,6 +74,19 @@ class Failure:
 
 SEQUENCE_STALE = 300317
 NO_PERMISSION = 99991672
+TOO_LARGE = 230025
+CARD_LIMIT_BYTES = 30 * 1024
+TEXT_LIMIT_BYTES = 150 * 1024
+
+
+def _too_large(msg_type: str, content: str) -> web.Response | None:
+    """Feishu's refusal of a message body over its size limit, or None when it fits."""
+    limit = CARD_LIMIT_BYTES if msg_type == "interactive" else TEXT_LIMIT_BYTES
+    if len(content.encode("utf-8")) <= limit:
+        return None
+    return web.json_response(
+        {"code": TOO_LARGE, "msg": f"message content is over {limit} bytes"}, status=400
+    )
 
 
 @dataclass
@@ -318,6 +336,9 @@ class FakeFeishu:
 
     async def _create(self, request: web.Request) -> web.Response:
         body = self._body(request)
+        refused = _too_large(str(body.get("msg_type")), str(body.get("content")))
+        if refused is not None:
+            return refused
         receive_id = str(body.get("receive_id"))
         chat_id = receive_id if receive_id.startswith("oc_") else f"oc_p2p_{receive_id}"
         message = self._store(chat_id, body)
@@ -328,6 +349,9 @@ class FakeFeishu:
         if parent is None:
             return web.json_response({"code": 230011, "msg": "message not found"}, status=400)
         body = self._body(request)
+        refused = _too_large(str(body.get("msg_type")), str(body.get("content")))
+        if refused is not None:
+            return refused
         key = str(body.get("uuid") or "")
         if key in self._by_uuid:
             message = self.messages[self._by_uuid[key]]
@@ -349,7 +373,11 @@ class FakeFeishu:
         message = self.messages.get(request.match_info["message_id"])
         if message is None:
             return web.json_response({"code": 230011, "msg": "message not found"}, status=400)
-        message.updates.append(str(self._body(request).get("content")))
+        content = str(self._body(request).get("content"))
+        refused = _too_large("interactive", content)
+        if refused is not None:
+            return refused
+        message.updates.append(content)
         return web.json_response({"code": 0, "msg": "success", "data": {}})
 
     async def _list(self, request: web.Request) -> web.Response:
@@ -460,6 +488,9 @@ class FakeFeishu:
                 {"code": NO_PERMISSION, "msg": "no permission for cardkit"}, status=400
             )
         body = self._body(request)
+        refused = _too_large("interactive", str(body.get("data")))
+        if refused is not None:
+            return refused
         card_id = f"ck_{next(self._ids)}"
         self.entities[card_id] = CardEntity(card_id, json.loads(str(body.get("data"))))
         return web.json_response({"code": 0, "msg": "success", "data": {"card_id": card_id}})
@@ -507,6 +538,10 @@ class FakeFeishu:
         return web.json_response({"code": 0, "msg": "success", "data": {}})
 
     async def _card_replace(self, request: web.Request) -> web.Response:
+        data = str((self._body(request).get("card") or {}).get("data"))
+        too_large = _too_large("interactive", data)
+        if too_large is not None:
+            return too_large
         entity, refused = self._card_change(request)
         if entity is None:
             assert refused is not None
@@ -526,6 +561,10 @@ class FakeFeishu:
         )
 
     async def _card_update(self, request: web.Request) -> web.Response:
+        card = self._body(request).get("card")
+        refused = _too_large("interactive", json.dumps(card, ensure_ascii=False))
+        if refused is not None:
+            return refused
         self.card_updates.append(self._body(request))
         return web.json_response({"code": 0, "msg": "success"})
 
