@@ -24,6 +24,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Callable
+from datetime import UTC, datetime
 from enum import Enum
 from typing import NoReturn
 
@@ -45,6 +46,8 @@ CLAIM_SECONDS = 30 * 60
 CLAIM_TRIES_PER_SENDER = 5
 CLAIM_TRIES_IN_ALL = 20
 CLAIM_LOCK_SECONDS = 60 * 60
+# Burnt codes remembered, to tell someone sending one why it no longer works.
+BURNT_KEPT = 16
 MISMATCH = (
     "amux cannot tell who you are: your Feishu ids do not match the ones it knows, so nothing "
     "was done; the owner can see why in amux's log"
@@ -61,6 +64,8 @@ class ClaimRefused(Enum):
     LOCKED = "locked"
     # Too many wrong codes in all; any code is refused until a new one is offered.
     LOCKED_FOR_ALL = "locked_for_all"
+    # The code was seen outside a private chat with the bot, so others may know it.
+    BURNT = "burnt"
 
 
 class FeishuIdentities:
@@ -85,6 +90,8 @@ class FeishuIdentities:
         # Wall-clock seconds, so the log can say when the code stops working.
         self.claim_expires_at: float | None = None
         self._used_code: str | None = None
+        # Codes seen where others could read them: refused as burnt, never as merely wrong.
+        self._burnt: deque[str] = deque(maxlen=BURNT_KEPT)
         # When each sender's recent wrong codes came, and how many came in all.
         self._wrong_tries: dict[str, deque[float]] = {}
         self._wrong_in_all = 0
@@ -226,7 +233,8 @@ class FeishuIdentities:
     # -- owner claim -----------------------------------------------------------------------------
 
     def offer_claim(self) -> str | None:
-        """A one-time code, valid for ``CLAIM_SECONDS``, while the owner has no Feishu identity yet.
+        """A one-time code, valid for ``CLAIM_SECONDS``, while the owner has no Feishu identity
+        yet, offered to the operator in the log (the one place it is ever written).
 
         None once claimed. ``claim_expires_at`` says until when the code works.
         """
@@ -236,7 +244,36 @@ class FeishuIdentities:
         self.claim_code = secrets.token_hex(4)
         self.claim_expires_at = self._clock() + CLAIM_SECONDS
         self._wrong_in_all = 0
+        expires = datetime.fromtimestamp(self.claim_expires_at, UTC)
+        logger.warning(
+            "no owner in Feishu yet: the owner sends '/amux claim %s' to the bot in a private "
+            "chat before %s (the code works once, for %d minutes; a restart makes a new one)",
+            self.claim_code,
+            expires.strftime("%Y-%m-%d %H:%M:%S UTC"),
+            CLAIM_SECONDS // 60,
+        )
         return self.claim_code
+
+    def burn_if_seen(self, text: str, ids: UserIds) -> bool:
+        """Whether ``text``, read outside the sender's private chat with the bot, held the
+        current claim code; if so the code no longer works and a new one is offered in the log.
+
+        Whoever else read that chat could claim the Hub with it, so the sender's own claim
+        with it fails too.
+        """
+        code = self.claim_code
+        if code is None or code not in text.lower():
+            return False
+        self._burnt.append(code)
+        logger.warning(
+            "the owner claim code was posted outside a private chat with the bot (by Feishu "
+            "user %s); it no longer works",
+            ids.union_id or ids.open_id or ids.user_id or "(no id)",
+        )
+        self.claim_code = None
+        self.claim_expires_at = None
+        self.offer_claim()
+        return True
 
     def claim(self, code: str, ids: UserIds) -> Principal | ClaimRefused:
         """Make this Feishu person the owner if ``code`` is the current, unexpired one.
@@ -253,6 +290,9 @@ class FeishuIdentities:
         sent = code.strip().encode()
         if self._used_code is not None and hmac.compare_digest(sent, self._used_code.encode()):
             return ClaimRefused.USED
+        if any(hmac.compare_digest(sent.lower(), burnt.encode()) for burnt in self._burnt):
+            logger.warning("a burnt owner claim code was sent from Feishu")
+            return ClaimRefused.BURNT
         expected = self.claim_code
         owner = self._people.owner()
         aliases = self._aliases(ids)

@@ -1,8 +1,10 @@
-"""Each Feishu sender's share: messages that start turns, per minute, and the answer a refusal gets.
+"""Each Feishu sender's share: messages the bot answers, per minute, and the answer a refusal gets.
 
-The limit is the running ``feishu.messages_per_minute``; a message over it starts nothing. The
-first refused message of a wait is told when to try again; the rest until then get no answer,
-so a sender flooding the bot cannot spend the app's Feishu call budget on refusals either.
+The limit is the running ``feishu.messages_per_minute``. Every message the bot would answer
+counts (a turn, a command, a bare mention, a message answered with a refusal), and one over it
+gets nothing done. The first refused message of a wait is told when to try again; the rest
+until then get no answer, so a sender flooding the bot cannot spend the app's Feishu call
+budget, which everyone shares, on answers or refusals either.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class Refusal:
 
 
 class SenderLimit:
-    """At most ``per_minute`` turn messages per sender in any minute (0: no limit)."""
+    """At most ``per_minute`` answered messages per sender in any minute (0: no limit)."""
 
     def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.per_minute = per_minute

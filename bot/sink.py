@@ -5,21 +5,21 @@ from __future__ import annotations
 import logging
 
 from bot.actions import action_table
+from bot.chat_commands import command_table, command_words
 from bot.conversations import Conversations
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
-from bot.identity import CLAIM_LOCK_SECONDS, CLAIM_SECONDS, ClaimRefused, FeishuIdentities
+from bot.identity import FeishuIdentities
 from bot.management import Management
 from bot.quotas import SenderLimit
 from cards.catalogue import plain_text
+from cards.elements import Card
 from cards.models import Lang
-from cards.notices import enrollment_closed_card, error_card, owner_only_card
+from cards.notices import enrollment_closed_card, error_card
 from hub.errors import AmuxError
 from hub.principals import Principal
 
 logger = logging.getLogger("amux.bot")
-
-COMMAND = "/amux"
 
 
 class BotSink:
@@ -41,6 +41,7 @@ class BotSink:
         self._lang = lang
         self._limit = limit or SenderLimit(0)
         self._actions = action_table(management, conversations, lang)
+        self._commands = command_table(client, identities, management, lang)
 
     async def on_message(self, event: MessageEvent) -> None:
         if event.sender_type not in ("user", ""):
@@ -48,15 +49,30 @@ class BotSink:
         if not self._identities.admits(event.tenant_key, event.app_id, event.sender):
             return
         text = event.text.strip()
-        is_command = text == COMMAND or text.startswith(COMMAND + " ")
+        if not event.is_private and self._identities.burn_if_seen(text, event.sender):
+            # Whoever reads the chat could claim the Hub with it; the new code is in the log.
+            await self._answer(event, text=plain_text(self._lang, "claim.burnt"))
+            return
         if not event.is_private and not event.mentions_bot:
+            return
+        # Every message the bot answers counts, commands and refusals too: one sender cannot
+        # spend the app's Feishu calls, which everyone shares.
+        sender = event.sender.union_id or event.sender.open_id or event.sender.user_id
+        refusal = self._limit.check(sender)
+        if refusal is not None:
+            logger.info("a message of Feishu user %s is over the per-minute limit", sender)
+            if refusal.tell:
+                # In the message's topic, where a turn's answer would have been.
+                card = self._limit.card(refusal, self._lang)
+                await self._answer(event, card=card, in_thread=True)
             return
         try:
             if not event.is_private:
                 # For the owner's card, which offers the groups the bot knows for binding.
                 self._management.note_group(event.chat_id)
-            if is_command:
-                await self._command(event, text[len(COMMAND) :].strip())
+            words = command_words(text)
+            if words is not None:
+                await self._commands.dispatch(event, words)
                 return
             principal = await self._enrolled(event)
             if principal is None:
@@ -69,20 +85,26 @@ class BotSink:
                     event.message_id, text=plain_text(self._lang, "command.text_only")
                 )
                 return
-            # Before any work for the message (files, topic context): over the limit, none.
-            refusal = self._limit.check(principal.id)
-            if refusal is not None:
-                logger.info("a message of %s is over the per-minute limit", principal.label)
-                if refusal.tell:
-                    card = self._limit.card(refusal, self._lang)
-                    await self._client.reply(event.message_id, card=card)
-                return
             await self._conversations.handle(event, principal)
         except AmuxError as error:
             logger.warning("Feishu message %s failed: %s", event.message_id, error.message)
             await self._client.reply(
                 event.message_id, card=error_card(error.code, error.message, self._lang)
             )
+
+    async def _answer(
+        self,
+        event: MessageEvent,
+        *,
+        text: str | None = None,
+        card: Card | None = None,
+        in_thread: bool = False,
+    ) -> None:
+        """A reply to ``event``; one Feishu refuses is logged, not raised."""
+        try:
+            await self._client.reply(event.message_id, text=text, card=card, in_thread=in_thread)
+        except AmuxError as error:
+            logger.warning("Feishu message %s got no answer: %s", event.message_id, error.message)
 
     async def _enrolled(self, event: MessageEvent) -> Principal | None:
         """The sender's Principal; None once someone without one was told enrollment is closed."""
@@ -92,97 +114,6 @@ class BotSink:
                 event.message_id, card=enrollment_closed_card(self._lang), in_thread=False
             )
         return principal
-
-    async def _command(self, event: MessageEvent, rest: str) -> None:
-        if rest.startswith("provider"):
-            await self._provider_command(event, rest[len("provider") :].strip())
-            return
-        if rest == "project" or rest.startswith("project "):
-            await self._project_command(event, rest[len("project") :].split())
-            return
-        if not event.is_private:
-            await self._client.reply(
-                event.message_id,
-                text=plain_text(self._lang, "command.private_only"),
-                in_thread=False,
-            )
-            return
-        if rest.startswith("claim"):
-            owner = self._identities.claim(rest[len("claim") :].strip(), event.sender)
-            if isinstance(owner, ClaimRefused):
-                logger.warning("an owner claim from Feishu was refused (%s)", owner.value)
-                refusal = plain_text(
-                    self._lang,
-                    f"claim.refused.{owner.value}",
-                    minutes=CLAIM_SECONDS // 60,
-                    lock_minutes=CLAIM_LOCK_SECONDS // 60,
-                )
-                await self._client.reply(event.message_id, text=refusal, in_thread=False)
-                return
-            await self._client.reply(
-                event.message_id, card=self._management.card(owner), in_thread=False
-            )
-            return
-        principal = await self._enrolled(event)
-        if principal is None:
-            return
-        # Its provider buttons act on this chat; remember it is this person's own.
-        self._management.note_private_chat(event.chat_id, principal)
-        await self._client.reply(
-            event.message_id,
-            card=self._management.card(principal, chat_id=event.chat_id),
-            in_thread=False,
-        )
-
-    async def _provider_command(self, event: MessageEvent, provider: str) -> None:
-        principal = await self._enrolled(event)
-        if principal is None:
-            return
-        if not event.is_private and not principal.is_owner:
-            # A group's Agent affects everyone in it; the owner decides.
-            await self._client.reply(
-                event.message_id, card=owner_only_card(self._lang), in_thread=False
-            )
-            return
-        if event.is_private:
-            self._management.note_private_chat(event.chat_id, principal)
-        self._management.set_provider(event.chat_id, provider)
-        message = plain_text(self._lang, "provider.set", provider=provider)
-        await self._client.reply(event.message_id, text=message, in_thread=False)
-
-    async def _project_command(self, event: MessageEvent, words: list[str]) -> None:
-        """``/amux project bind NAME`` / ``unbind`` in the chat to bind (the owner only), and
-        ``/amux project`` to see the chat's binding."""
-        principal = await self._enrolled(event)
-        if principal is None:
-            return
-        if event.is_private:
-            # A bound private chat keeps its person's memory on cards too: known as theirs.
-            self._management.note_private_chat(event.chat_id, principal)
-        if words and not principal.is_owner:
-            # A binding decides whose memory and which repository everyone in the chat gets.
-            await self._client.reply(
-                event.message_id, card=owner_only_card(self._lang), in_thread=False
-            )
-            return
-        match words:
-            case ["bind", name]:
-                said = await self._management.bind_chat(
-                    event.chat_id, name, principal, group=not event.is_private
-                )
-            case ["unbind"]:
-                said = await self._management.unbind_chat(event.chat_id, principal)
-            case [] if not event.is_private and (
-                card := self._management.group_binding_card(event.chat_id)
-            ):
-                # The way into the project's memory from the group that shares it.
-                await self._client.reply(event.message_id, card=card, in_thread=False)
-                return
-            case []:
-                said = self._management.chat_binding_text(event.chat_id)
-            case _:
-                said = plain_text(self._lang, "project.usage")
-        await self._client.reply(event.message_id, text=said, in_thread=False)
 
     async def on_card_action(self, action: CardAction) -> CardResponse | None:
         if not self._identities.admits(action.tenant_key, action.app_id, action.operator):

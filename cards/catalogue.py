@@ -266,6 +266,14 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "and send the new code from its log."
         ),
         "claim.refused.used": "That claim code was already used; a code works only once.",
+        "claim.refused.burnt": (
+            "That claim code was posted where others could read it, so it no longer works. The "
+            "new code is in amux serve's log; send it to the bot here, in this private chat."
+        ),
+        "claim.burnt": (
+            "A claim code was posted here, where others can read it, so it no longer works. The "
+            "owner finds a new code in amux serve's log and sends it to the bot in a private chat."
+        ),
         "claim.refused.locked": (
             "Too many wrong claim codes: claims from you are refused for {lock_minutes} "
             "minutes, even with the right code."
@@ -625,6 +633,14 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "认领码已过期（有效期 {minutes} 分钟）。重启 amux serve，使用其日志中的新认领码。"
         ),
         "claim.refused.used": "该认领码已被使用过，不能再次使用。",
+        "claim.refused.burnt": (
+            "该认领码曾发在他人可见的地方，已经作废。新的认领码在 amux serve 的日志中，"
+            "请在这个私聊中发给机器人。"
+        ),
+        "claim.burnt": (
+            "这里发出了认领码，其他人也能看到，它已经作废。所有者可在 amux serve 的日志中找到新的"
+            "认领码，并在与机器人的私聊中发送。"
+        ),
         "claim.refused.locked": (
             "错误的认领码太多：{lock_minutes} 分钟内不再接受你的认领，正确的认领码也不例外。"
         ),

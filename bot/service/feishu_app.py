@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 
 from aiohttp import web
 
@@ -15,7 +14,7 @@ from bot.feishu.adapter import FeishuAdapter
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
 from bot.files import TurnFiles
-from bot.identity import CLAIM_SECONDS, FeishuIdentities
+from bot.identity import FeishuIdentities
 from bot.management import Management
 from bot.names import DisplayNames
 from bot.outbox import OUTBOX_FILE, Outbox
@@ -142,17 +141,7 @@ def add_feishu(
         )
         limit = SenderLimit(hub.config.messages_per_minute)
         sink.target = BotSink(adapter.client, identities, management, conversations, lang, limit)
-        code = identities.offer_claim()
-        if code is not None and identities.claim_expires_at is not None:
-            expires = datetime.fromtimestamp(identities.claim_expires_at, UTC)
-            logger.warning(
-                "no owner in Feishu yet: the owner sends '/amux claim %s' to the bot in a "
-                "private chat before %s (the code works once, for %d minutes; a restart makes "
-                "a new one)",
-                code,
-                expires.strftime("%Y-%m-%d %H:%M:%S UTC"),
-                CLAIM_SECONDS // 60,
-            )
+        identities.offer_claim()
         await adapter.start()
         outbox.start()
         conversations.resume()
