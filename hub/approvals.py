@@ -38,7 +38,9 @@ from hub.contract import (
     DECISIONS,
     DENY,
     LAPSED,
+    MAX_SUBJECT_CHARS,
     Approval,
+    too_long,
 )
 from hub.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from hub.state import Principal
@@ -46,7 +48,6 @@ from hub.state import Principal
 if TYPE_CHECKING:
     from hub.executions import Executions
 
-MAX_SUBJECT_CHARS = 2000
 MAX_DETAIL_CHARS = 6000
 MAX_REASON_CHARS = 500
 # Shell syntax after which a command is no longer "the same program with other arguments": a
@@ -225,6 +226,9 @@ class Approvals:
         """
         if action not in ACTIONS:
             raise InvalidArgument(f"action must be one of {', '.join(ACTIONS)}")
+        if len(subject) > MAX_SUBJECT_CHARS:
+            # Kept whole or not at all: a person allows what they were shown, all of it.
+            raise InvalidArgument(too_long(len(subject)))
         executions = self._executions
         now = executions.now()
         timeout = float(self._timeout())
@@ -253,7 +257,7 @@ class Approvals:
                     runs_as,
                     tool[:128],
                     action,
-                    subject[:MAX_SUBJECT_CHARS],
+                    subject,
                     detail[:MAX_DETAIL_CHARS],
                     now,
                     now + timeout,

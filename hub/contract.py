@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal, TypeVar, get_args
@@ -541,6 +542,19 @@ ACTIONS = ("command", "edit", "tool")
 # How a request was settled: by a person, by a session rule, by the timeout, or lapsed with the
 # run that asked (a restart or a lost worker).
 BY_PERSON, BY_RULE, BY_TIMEOUT, LAPSED = "person", "rule", "timeout", "lapsed"
+# The longest command (or path list) a permission request carries: stored, shown and matched
+# whole. A longer one is denied without asking anyone, never cut: a cut one would be allowed for
+# what a person saw and run with what they did not.
+MAX_SUBJECT_CHARS = 64 * 1024
+
+
+def too_long(chars: int) -> str:
+    """Why a request of ``chars`` characters was denied without asking (for the Agent too)."""
+    return (
+        f"denied without asking anyone: this request is {chars:,} characters long, more than "
+        f"the {MAX_SUBJECT_CHARS:,} amux shows a person whole; put the command in a script file "
+        "and run that"
+    )
 
 
 @dataclass(frozen=True)
@@ -700,3 +714,40 @@ USAGE_FIGURES = ("input_tokens", "output_tokens", "requests", "turns")
 # How many UTC days a usage report spans unless asked (``usage.report`` ``days``), and at most.
 DEFAULT_DAYS = 7
 MAX_DAYS = 366
+
+
+# Characters that change how the text around them looks instead of showing themselves: controls
+# (Cc: ESC, CR, BS, C0 and C1), formats (Cf: bidi overrides and isolates, zero-width spaces and
+# joiners, the BOM), line and paragraph separators, lone surrogates and unassigned code points.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Cn"})
+# Kept as they are: a command's own line breaks and indentation move nothing else on the screen.
+_SHOWN_AS_IS = frozenset("\n\t")
+
+
+def _escape_char(ch: str) -> str:
+    point = ord(ch)
+    if point <= 0xFF:
+        return f"\\x{point:02x}"
+    if point <= 0xFFFF:
+        return f"\\u{point:04x}"
+    return f"\\U{point:08x}"
+
+
+def visible(text: str) -> str:
+    """``text`` with every character that could hide or rearrange what is shown written as an
+    escape (``\\x1b``, ``\\u202e``), for a person judging it on a card, a terminal or in a log
+    (pure).
+
+    An Agent's command could otherwise clear its own line with ESC or CR and redraw itself as
+    something harmless, or reorder itself with a bidi override; escaped, what is shown is every
+    character that will run. Backslashes are left alone, so a command's own ``\\n`` reads as
+    typed; a literal ``\\x1b`` in it looks like an escape, which hides nothing.
+    """
+    if text.isprintable():  # the common case: nothing of the kinds escaped below
+        return text
+    return "".join(
+        _escape_char(ch)
+        if ch not in _SHOWN_AS_IS and unicodedata.category(ch) in _HIDDEN_CATEGORIES
+        else ch
+        for ch in text
+    )

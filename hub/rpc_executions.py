@@ -11,8 +11,15 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field
 
 from hub import usage
-from hub.approvals import MAX_DETAIL_CHARS, MAX_REASON_CHARS, MAX_SUBJECT_CHARS
-from hub.contract import BOT_ORIGIN_PREFIX, Session, TurnOutcome, TurnResult, is_bot_origin
+from hub.approvals import MAX_DETAIL_CHARS, MAX_REASON_CHARS
+from hub.contract import (
+    BOT_ORIGIN_PREFIX,
+    MAX_SUBJECT_CHARS,
+    Session,
+    TurnOutcome,
+    TurnResult,
+    is_bot_origin,
+)
 from hub.errors import Forbidden, InvalidArgument, NotFound
 from hub.executions import delegation_label, no_such_execution, no_such_session
 from hub.identity import acting_for, require_service

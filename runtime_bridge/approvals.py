@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from hub.contract import MAX_SUBJECT_CHARS, too_long
 from runtime_bridge import permission_shim
 
 logger = logging.getLogger("amux.approvals")
@@ -50,8 +51,9 @@ TOOL = "tool"
 SOCKET_NAME = "approvals.sock"
 SOCKET_ENV = "AMUX_APPROVAL_SOCKET"
 MAX_REQUEST_BYTES = 1 << 20
-# Bounds on what a request carries to a person: a command, a path list, a diff.
-SUBJECT_CHARS = 2000
+# Bounds on what a request carries to a person: a command or path list whole, up to the Hub's
+# bound (a longer one is denied without asking, never cut); a diff or a tool's input shortened.
+SUBJECT_CHARS = MAX_SUBJECT_CHARS
 DETAIL_CHARS = 6000
 
 
@@ -68,12 +70,19 @@ class ApprovalRequest:
     detail: str = ""
 
     def bounded(self) -> ApprovalRequest:
+        """The request with its detail shortened; its subject stays whole (see ``refusal``)."""
         return ApprovalRequest(
             tool=self.tool[:128],
             action=self.action,
-            subject=_cut(self.subject, SUBJECT_CHARS),
+            subject=self.subject,
             detail=_cut(self.detail, DETAIL_CHARS),
         )
+
+    def refusal(self) -> ApprovalAnswer | None:
+        """The denial of a request too long to show a person whole; None for any other."""
+        if len(self.subject) > SUBJECT_CHARS:
+            return ApprovalAnswer(False, too_long(len(self.subject)))
+        return None
 
 
 @dataclass(frozen=True)
@@ -215,6 +224,11 @@ class ApprovalSocket:
         request = self._describe(message["tool"], tool_input)
         if request is None:
             return ApprovalAnswer(True)
+        # Judged before masking, whose cost grows faster than the text.
+        refused = request.refusal()
+        if refused is not None:
+            logger.warning("denied a permission request without asking: too long to show")
+            return refused
         masked = ApprovalRequest(
             request.tool, request.action, self._mask(request.subject), self._mask(request.detail)
         ).bounded()

@@ -31,6 +31,14 @@ class HubApprover:
         self._worker_id = worker_id
 
     async def __call__(self, request: ApprovalRequest) -> ApprovalAnswer:
+        refused = request.refusal()
+        if refused is not None:
+            logger.warning(
+                "denied a permission request of %s without asking: %d characters",
+                self._execution_id,
+                len(request.subject),
+            )
+            return refused
         try:
             approval = await self._hub.ask(
                 self._execution_id,

@@ -69,8 +69,8 @@ PERMISSION_SHIM = Path(permission_shim.__file__)
 EDIT_TOOLS = ("Write", "Edit", "MultiEdit", "NotebookEdit")
 # Tools that only read or search: never worth a person's time (the sandbox bounds what is seen).
 READ_TOOLS = ("Read", "Glob", "Grep", "LS", "NotebookRead")
-# A request is cut to its shown bounds plus this before it is masked: masking costs time that
-# grows with the square of the text, and a secret cut at this edge lies beyond what is shown.
+# A request's detail is cut to its shown bound plus this before it is masked: masking costs time
+# that grows with the square of the text, and a secret cut at this edge lies beyond what is shown.
 MASK_MARGIN = 1024
 
 
@@ -194,7 +194,8 @@ def describe(tool_name: str, tool_input: Mapping[str, Any]) -> ApprovalRequest |
     return ApprovalRequest(
         tool_name,
         action,
-        subject[: approvals.SUBJECT_CHARS + MASK_MARGIN],
+        # Whole: a person allows all of it or nothing (one too long is denied unasked).
+        subject,
         detail[: approvals.DETAIL_CHARS + MASK_MARGIN],
     )
 

@@ -100,7 +100,7 @@ FILE_CHANGE_APPROVAL = "item/fileChange/requestApproval"
 # The v1 forms, which a v2 thread is not sent; answered alike should a build send them.
 LEGACY_COMMAND_APPROVAL = "execCommandApproval"
 LEGACY_PATCH_APPROVAL = "applyPatchApproval"
-# Room for masking to work on whole secrets before a request is cut to its bounds.
+# Room for masking to work on whole secrets before a request's detail is cut to its bound.
 MASK_MARGIN = 1024
 
 
@@ -458,11 +458,16 @@ class CodexApprovals:
     async def _ask(self, request: ApprovalRequest | None) -> ApprovalAnswer:
         if request is None:
             return ApprovalAnswer(True)
+        # Judged before masking, whose cost grows faster than the text; the subject is never
+        # cut, so a person allows all of it or nothing.
+        refused = request.refusal()
+        if refused is not None:
+            return refused
         mask = self._plan.mask
         masked = ApprovalRequest(
             request.tool,
             request.action,
-            mask(request.subject[: approvals.SUBJECT_CHARS + MASK_MARGIN]),
+            mask(request.subject),
             mask(request.detail[: approvals.DETAIL_CHARS + MASK_MARGIN]),
         ).bounded()
         return await self._approver(masked)
