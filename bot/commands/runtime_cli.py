@@ -32,6 +32,7 @@ from hub.contract import (
     Session,
     TurnResult,
     WatchResult,
+    visible,
 )
 from hub.errors import AmuxError, Conflict, InvalidArgument
 
@@ -66,26 +67,28 @@ _VERBS = {"command": "run", "edit": "edit", "tool": "use"}
 
 
 def asked_line(approval: Approval) -> str:
-    """What a permission request asks, on one line."""
-    subject = " ".join(approval.subject.split())
-    if len(subject) > 200:
-        subject = subject[:199] + "…"
-    verb = _VERBS.get(approval.action, approval.action)
-    return f"{approval.tool} wants to {verb} {subject}".rstrip()
+    """What a permission request asks, whole, on one line: its line breaks and tabs written as
+    ``\\n`` and ``\\t``, its controls escaped (see ``visible``), so the record of what was
+    allowed is every character that ran."""
+    subject = visible(approval.subject).replace("\n", "\\n").replace("\t", "\\t")
+    verb = _VERBS.get(approval.action, visible(approval.action))
+    return f"{visible(approval.tool)} wants to {verb} {subject}".rstrip()
 
 
 def settled_line(approval: Approval, how: str = "") -> str:
     """A settled request as one progress line: what was asked, what was answered, by whom."""
-    said = f"permission: {asked_line(approval)}: {approval.message()}"
+    said = f"permission: {asked_line(approval)}: {visible(approval.message())}"
     return f"{said} ({how})" if how else said
 
 
 def prompt_text(approval: Approval) -> str:
-    """The terminal prompt for one request: the tool, the exact command or path, a bounded
-    detail, and the three answers."""
-    lines = [f"permission request: {approval.tool} wants to {_VERBS.get(approval.action, 'use')}:"]
-    lines += [f"  {line}" for line in approval.subject.splitlines() or [""]]
-    detail = approval.detail.strip("\n")
+    """The terminal prompt for one request: the tool, the whole command or path, a bounded
+    detail, and the three answers. Whatever could move the cursor or reorder text (ESC, CR, a
+    bidi override) is shown as an escape: a command cannot redraw itself as another."""
+    verb = _VERBS.get(approval.action, "use")
+    lines = [f"permission request: {visible(approval.tool)} wants to {verb}:"]
+    lines += [f"  {line}" for line in visible(approval.subject).split("\n")]
+    detail = visible(approval.detail).strip("\n")
     if detail:
         shown = detail[:DETAIL_CHARS].splitlines()[:DETAIL_LINES]
         lines += [f"  | {line}" for line in shown]
@@ -241,7 +244,7 @@ class ApprovalDesk:
                     typer.echo(settled_line(settled), err=True)
                 return
             typer.echo(
-                f"warning: cannot answer the request of {approval.tool}: "
+                f"warning: cannot answer the request of {visible(approval.tool)}: "
                 f"{error.code}: {error.message}",
                 err=True,
             )

@@ -16,6 +16,7 @@ from hub.contract import (
     Session,
     TurnResult,
     WatchResult,
+    visible,
 )
 from hub.errors import InvalidArgument
 
@@ -120,3 +121,19 @@ def test_a_memory_event_parses_to_the_memory_use_it_records_and_other_kinds_to_n
     assert ExecutionEvent(6, MEMORY, '{"op": "ate", "path": "a.md"}', 1.0).memory_use() is None
     read = MemoryUse("read", "a.md", "c" * 64)
     assert "previous_revision" not in read.to_wire()
+
+
+def test_what_could_hide_or_reorder_a_command_is_shown_as_an_escape() -> None:
+    # ESC and CR redraw a line, BS erases, CSI (C1) starts a sequence, DEL; bidi overrides and
+    # isolates reorder; zero-width characters and the BOM hide; line separators break lines.
+    disguised = (
+        "rm -rf ~\x1b[2K\rls\x08\x9b2J\x7f \u202eevil\u202c \u2066x\u2069 \u200b\ufeff\u2028"
+    )
+    assert visible(disguised) == (
+        "rm -rf ~\\x1b[2K\\x0dls\\x08\\x9b2J\\x7f \\u202eevil\\u202c \\u2066x\\u2069 "
+        "\\u200b\\ufeff\\u2028"
+    )
+    assert visible("tag\U000e0041") == "tag\\U000e0041"
+    # What shows itself is left alone: line breaks, tabs, any script, a backslash typed.
+    plain = 'for f in *; do\n\techo "中文 é $f\\n"\ndone'
+    assert visible(plain) == plain
