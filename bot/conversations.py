@@ -55,7 +55,13 @@ from bot.outbox import Followed, Outbox, Owed
 from bot.quotas import refusal_card
 from bot.streaming import StreamingCard, open_streaming
 from bot.topic_context import SeenTopics, TopicContext, TopicReader, with_context
-from cards.approvals import approval_card, outcome, request_line
+from cards.approvals import (
+    approval_card,
+    outcome,
+    request_line,
+    shows_whole,
+    subject_file_name,
+)
 from cards.catalogue import text as catalogue_text
 from cards.models import (
     ApprovalView,
@@ -87,6 +93,7 @@ from hub.contract import (
     MemoryUse,
     Session,
     WatchResult,
+    visible,
 )
 from hub.errors import AmuxError, Conflict, Forbidden, NotFound
 from hub.principals import Principal
@@ -151,6 +158,12 @@ def request_card_key(execution_id: str, request_id: str) -> str:
     characters, more than the two ids together."""
     digest = hashlib.sha256(f"{execution_id}:{request_id}".encode()).hexdigest()
     return "approval-" + digest[:32]
+
+
+def request_file_key(execution_id: str, request_id: str) -> str:
+    """The idempotency key of the file holding a request's whole command."""
+    digest = hashlib.sha256(f"{execution_id}:{request_id}".encode()).hexdigest()
+    return "request-file-" + digest[:32]
 
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\[\]()]")
@@ -381,6 +394,10 @@ class Conversations:
         # request as it stands), and the cards that show them beside a streaming card.
         requests: dict[str, Approval] = {}
         request_cards: dict[str, str] = {}
+        # Requests too long for a card whose whole command was posted as a file (``files``), and
+        # every one such a post was tried for.
+        files: set[str] = set()
+        tried: set[str] = set()
         after = 0
         while True:
             try:
@@ -412,10 +429,16 @@ class Conversations:
                     lines.append("⛔ " + event.text)
                 else:
                     lines.append(event.text)
+            for approval in changed.values():
+                # Before any card asks about it: the file a card too small for it points to.
+                if approval.pending and approval.request_id not in tried:
+                    tried.add(approval.request_id)
+                    if await self._post_subject(followed, approval):
+                        files.add(approval.request_id)
             if streaming is not None:
                 # Before the end is reported: a request settled as the turn ended shows so.
                 for approval in changed.values():
-                    await self._show_request(followed, approval, request_cards, lines)
+                    await self._show_request(followed, approval, request_cards, lines, files)
             state = answer.execution.state
             elapsed = max(0.0, time.time() - followed.started_at)
             finished = answer.execution.finished
@@ -436,7 +459,7 @@ class Conversations:
                 tuple(lines),
                 elapsed,
                 followed.execution_id,
-                tuple(self._approval_view(a) for a in requests.values()),
+                tuple(self._approval_view(a, files) for a in requests.values()),
                 *project_of(executions.session(answer.execution.session_id)),
             )
             if streaming is not None:
@@ -448,24 +471,53 @@ class Conversations:
             if restarting:
                 return
 
-    def _approval_view(self, approval: Approval) -> ApprovalView:
+    def _approval_view(self, approval: Approval, files: set[str] | None = None) -> ApprovalView:
+        """The request as cards show it: what an Agent or a person wrote with its controls
+        escaped (``visible``), so no command can redraw or reorder itself on a card; ``files``
+        holds the requests whose whole command was posted as a file."""
         asked_of = self._hub.people.principal(approval.runs_as)
         return ApprovalView(
             run_id=approval.execution_id,
             request_id=approval.request_id,
-            tool=approval.tool,
+            tool=visible(approval.tool),
             action=approval.action,
-            subject=approval.subject,
-            detail=approval.detail,
+            subject=visible(approval.subject),
+            detail=visible(approval.detail),
             expires_at=approval.expires_at,
             decision=approval.decision,
             via=approval.via,
-            decided_by=approval.decided_by_name,
+            decided_by=visible(approval.decided_by_name) if approval.decided_by_name else None,
             decided_at=approval.decided_at,
-            reason=approval.reason,
-            asked_of=asked_of.label if asked_of is not None else "",
+            reason=visible(approval.reason) if approval.reason else approval.reason,
+            asked_of=visible(asked_of.label) if asked_of is not None else "",
             zone=self._zone,
+            subject_file=files is not None and approval.request_id in files,
         )
+
+    async def _post_subject(self, followed: Followed, approval: Approval) -> bool:
+        """Post a request's whole command in its topic as a file when no card can show it
+        whole; whether the file is there for a person to read (False also when none was
+        needed)."""
+        view = self._approval_view(approval)
+        if shows_whole(view):
+            return False
+        key = request_file_key(approval.execution_id, approval.request_id)
+        try:
+            uploaded = await self._client.upload(
+                subject_file_name(view), (view.subject + "\n").encode(), image=False
+            )
+            await self._client.reply_upload(
+                followed.reply_to, uploaded, image=False, idempotency_key=key
+            )
+        except AmuxError as error:
+            # Its card then offers Deny alone: nobody allows what they could not read.
+            logger.warning(
+                "no file for a long permission request of %s: %s",
+                approval.execution_id,
+                error.message,
+            )
+            return False
+        return True
 
     async def _show_request(
         self,
@@ -473,10 +525,11 @@ class Conversations:
         approval: Approval,
         request_cards: dict[str, str],
         lines: list[str],
+        files: set[str],
     ) -> None:
         """Beside a streaming card: a request's own card in the topic, posted while it waits and
         updated once settled, and a line in the streamed progress."""
-        view = self._approval_view(approval)
+        view = self._approval_view(approval, files)
         request = request_line(view)
         if approval.pending:
             lines.append(catalogue_text(self._lang, "progress.approval.asked", request=request))
@@ -525,7 +578,7 @@ class Conversations:
         rules = approvals.rules(session.id, runs_as) if runs_as else []
         return TurnApprovals(
             tuple(self._approval_view(a) for a in requests),
-            tuple(rule.describe() for rule in rules),
+            tuple(visible(rule.describe()) for rule in rules),
         )
 
     async def _report(

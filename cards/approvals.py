@@ -2,10 +2,16 @@
 
 Rules:
 
-- A pending request shows the tool, the exact command or path and a short diff or input, each in
-  a code block (bounded, mentions defused, no fence inside can close it), when it expires, whose
-  it is to answer, and three buttons: Allow once, Allow for this conversation, Deny. The handler
-  checks who presses them; the card only offers.
+- A pending request shows the tool, the whole command or path and a short diff or input, each in
+  a code block (mentions defused, no fence inside can close it), when it expires, whose it is to
+  answer, and three buttons: Allow once, Allow for this conversation, Deny. The handler checks
+  who presses them; the card only offers.
+- A person never allows what they could not see: a command too long for a card
+  (``SUBJECT_BYTES``) shows its start and says the whole of it is in a file posted in the topic
+  (``subject_file_name``; the bot posts it, see ``shows_whole``); when that file could not be
+  posted, the card offers Deny alone.
+- Its text arrives with its controls already escaped (the bot applies ``hub.contract.visible``
+  to what an Agent wrote, which this package may not import).
 - A settled one shows who decided and when (or that a conversation rule allowed it, nobody
   answered in time, or it lapsed with a run handed back), and no buttons.
 - A running turn's requests are part of its progress card (``progress_elements``), or, when its
@@ -37,8 +43,13 @@ from cards.elements import (
 from cards.models import ApprovalView, Lang, TurnApprovals
 from cards.times import clock_time
 
-SUBJECT_CHARS = 600
+# A request's command or paths are shown whole up to this many bytes of card JSON; a longer one
+# goes whole into a file. With a detail (itself bounded) and the buttons, one pending request
+# stays within ``PENDING_BYTES``.
+SUBJECT_BYTES = 7_000
 DETAIL_CHARS = 1500
+DETAIL_BYTES = 3_000
+PENDING_BYTES = 13_000
 # What a one-line mention of a request keeps of its subject, and any card of a tool's or a
 # person's name: the lines stay short whatever an Agent or a directory calls them.
 LINE_SUBJECT_CHARS = 120
@@ -65,13 +76,57 @@ def _when(moment: float | None, zone: str) -> str:
     return clock_time(moment or 0.0, zone)
 
 
+def _fenced(value: str) -> str:
+    """``value`` as a fenced code block: mentions defused, and no run of three backticks left
+    inside to close the fence early."""
+    shown = _FENCE_RUN.sub("`\u200b", defuse_mentions(value))
+    return f"```\n{shown}\n```"
+
+
+def _within_bytes(value: str, budget: int) -> str:
+    """The longest start of ``value`` whose code block is at most ``budget`` bytes of card JSON."""
+    low, high = 0, len(value)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if encoded_size(_fenced(value[:middle])) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return value[:low]
+
+
 def _block(value: str, limit: int, lang: Lang) -> str:
-    """``value`` as a fenced code block: cut to ``limit`` characters, mentions defused, and no
-    run of three backticks left inside to close the fence early."""
-    cut = len(value) > limit
-    shown = _FENCE_RUN.sub("`\u200b", defuse_mentions(value[:limit]))
-    block = f"```\n{shown}\n```"
-    return f"{block}\n*{text(lang, 'approval.detail_cut')}*" if cut else block
+    """A detail as a code block, cut to ``limit`` characters and ``DETAIL_BYTES``."""
+    shown = _within_bytes(value[:limit], DETAIL_BYTES)
+    block = _fenced(shown)
+    return f"{block}\n*{text(lang, 'approval.detail_cut')}*" if shown != value else block
+
+
+def shows_whole(view: ApprovalView) -> bool:
+    """Whether a card shows the request's whole command or paths; if not, the bot posts them
+    as the file ``subject_file_name`` in the topic."""
+    return encoded_size(_fenced(view.subject)) <= SUBJECT_BYTES
+
+
+def subject_file_name(view: ApprovalView) -> str:
+    """The file a command too long for a card is posted in."""
+    return f"request-{view.request_id}.txt"
+
+
+def _subject(view: ApprovalView, lang: Lang) -> list[str]:
+    """The request's command or paths: whole, or its start and where the whole of it is."""
+    if shows_whole(view):
+        return [_fenced(view.subject)]
+    start = _fenced(_within_bytes(view.subject, SUBJECT_BYTES))
+    count = len(view.subject)
+    if view.subject_file:
+        name = code(subject_file_name(view))
+        note = text(lang, "approval.subject_in_file", count=count, name=f"`{name}`")
+    elif view.pending:
+        note = text(lang, "approval.subject_unseen", count=count)
+    else:
+        note = text(lang, "approval.subject_cut", count=count)
+    return [start, f"**{note}**"]
 
 
 def request_line(view: ApprovalView) -> str:
@@ -131,7 +186,9 @@ def request_elements(view: ApprovalView, lang: Lang) -> list[Element]:
     """One request in full: what is wanted, then its buttons (pending) or its outcome."""
     action = view.action if view.action in ("command", "edit", "tool") else "tool"
     wants = text(lang, f"approval.wants.{action}", tool=_name(view.tool))
-    elements: list[Element] = [markdown(f"{wants}\n{_block(view.subject, SUBJECT_CHARS, lang)}")]
+    subject, *unseen = _subject(view, lang)
+    elements: list[Element] = [markdown(f"{wants}\n{subject}")]
+    elements += [markdown(note) for note in unseen]
     if view.detail.strip():
         elements.append(markdown(_block(view.detail, DETAIL_CHARS, lang)))
     if not view.pending:
@@ -141,13 +198,13 @@ def request_elements(view: ApprovalView, lang: Lang) -> list[Element]:
     if view.asked_of:
         notes.append(text(lang, "approval.asked_of", name=_name(view.asked_of)))
     elements.append(markdown("\n".join(f"*{note}*" for note in notes)))
-    elements.append(
-        row(
+    answers = [_answer(view, lang, "deny", "danger")]
+    if shows_whole(view) or view.subject_file:
+        answers[:0] = [
             _answer(view, lang, "allow_once", "primary"),
             _answer(view, lang, "allow_session", "default"),
-            _answer(view, lang, "deny", "danger"),
-        )
-    )
+        ]
+    elements.append(row(*answers))
     return elements
 
 
@@ -175,17 +232,28 @@ def approval_card(view: ApprovalView, lang: Lang, title: str = "") -> Card:
 
 
 def progress_elements(views: tuple[ApprovalView, ...], lang: Lang) -> list[Element]:
-    """What a running turn's progress card shows of its requests: each pending one in full with
-    its buttons, the newest settled ones in a line each (who decided, when)."""
+    """What a running turn's progress card shows of its requests: the oldest pending ones in
+    full with their buttons, as many as fit ``PENDING_BYTES`` (at least one; the rest counted
+    and shown once these are answered), the newest settled ones in a line each."""
     settled = [v for v in views if not v.pending][-SHOWN_SETTLED:]
-    pending = [v for v in views if v.pending][:SHOWN_PENDING]
+    pending = [v for v in views if v.pending]
     elements: list[Element] = []
     if settled:
         lines = [f"{_icon(v)} {request_line(v)}: {outcome(v, lang)}" for v in settled]
         elements.append(markdown("\n".join(lines)))
-    for view in pending:
-        elements.append(markdown(f"**{text(lang, 'approval.title.pending')}**"))
-        elements += request_elements(view, lang)
+    room = PENDING_BYTES
+    shown = 0
+    for view in pending[:SHOWN_PENDING]:
+        request = [markdown(f"**{text(lang, 'approval.title.pending')}**")]
+        request += request_elements(view, lang)
+        room -= encoded_size(request)
+        if shown and room < 0:
+            break
+        elements += request
+        shown += 1
+    if len(pending) > shown:
+        waiting = text(lang, "approval.more_pending", count=len(pending) - shown)
+        elements.append(markdown(f"*{waiting}*"))
     return elements
 
 

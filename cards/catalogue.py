@@ -324,6 +324,18 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "approval.reason": "Reason: {reason}",
         "approval.someone": "someone",
         "approval.more": "{count} earlier request(s) not shown.",
+        "approval.more_pending": (
+            "{count} more request(s) wait; each shows here once the ones above are answered."
+        ),
+        "approval.subject_in_file": (
+            "Too long for this card ({count} characters): the whole of it is in the file {name} "
+            "posted in this topic. Read it there before you answer."
+        ),
+        "approval.subject_unseen": (
+            "Too long for this card ({count} characters), and the file with the whole of it could "
+            "not be posted: it can only be denied here."
+        ),
+        "approval.subject_cut": "Too long for this card ({count} characters); its start is shown.",
         "approval.toast.allow_once": "Allowed once",
         "approval.toast.allow_session": "Allowed for this conversation",
         "approval.toast.deny": "Denied",
@@ -687,6 +699,15 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "approval.reason": "理由：{reason}",
         "approval.someone": "某人",
         "approval.more": "另有 {count} 个更早的请求未显示。",
+        "approval.more_pending": "另有 {count} 个请求在等待；上面的回答后会依次显示在这里。",
+        "approval.subject_in_file": (
+            "内容过长（{count} 个字符），卡片放不下：完整内容在本话题中的文件 {name} 里，"
+            "请先阅读再作答。"
+        ),
+        "approval.subject_unseen": (
+            "内容过长（{count} 个字符），且无法发送含完整内容的文件：这里只能拒绝。"
+        ),
+        "approval.subject_cut": "内容过长（{count} 个字符），卡片只显示开头部分。",
         "approval.toast.allow_once": "已允许一次",
         "approval.toast.allow_session": "已在本对话内允许",
         "approval.toast.deny": "已拒绝",

@@ -231,10 +231,11 @@ class ProgressView:
 class ApprovalView:
     """One permission request of a running turn, as its cards show it.
 
-    ``action`` is command, edit or tool; ``subject`` the exact command or path; ``detail`` a
-    bounded diff or input. Once settled, ``decision`` is allow_once, allow_session or deny, and
-    ``via`` says how: person, rule (a rule of the conversation), timeout or lapsed (the turn was
-    handed back and asks again); ``decided_by`` is a person's display name.
+    ``action`` is command, edit or tool; ``subject`` the whole command or path; ``detail`` a
+    bounded diff or input; both with their controls escaped by the caller. Once settled,
+    ``decision`` is allow_once, allow_session or deny, and ``via`` says how: person, rule (a rule
+    of the conversation), timeout or lapsed (the turn was handed back and asks again);
+    ``decided_by`` is a person's display name.
     """
 
     run_id: str
@@ -251,6 +252,8 @@ class ApprovalView:
     reason: str | None = None
     # The display name of whose turn it is (who may answer, besides the owner).
     asked_of: str = ""
+    # Whether the whole subject, too long for a card, was posted in the topic as a file.
+    subject_file: bool = False
     # The time zone its times are shown in.
     zone: str = DEFAULT_TIME_ZONE
 

@@ -72,26 +72,37 @@ _STATUS_TEMPLATE: dict[str, Template] = {
 
 def progress_card(view: ProgressView, lang: Lang) -> Card:
     """The card updated in place while an Agent works (the caller throttles updates), with the
-    turn's permission requests: pending ones with their buttons while it runs."""
-    elements = project_line(view, lang)
-    lines = [line[:PROGRESS_LINE_CHARS] for line in view.lines[-PROGRESS_LINES:]]
-    if lines:
-        elements.append(plain("\n".join(lines)))
+    turn's permission requests: pending ones with their buttons while it runs.
+
+    Within Feishu's limit by construction: the requests, which a person must see to answer,
+    are placed first (within their own budget), and the newest progress lines take the room
+    left."""
     if view.status in ("queued", "running"):
-        elements += progress_elements(view.approvals, lang)
+        requests = progress_elements(view.approvals, lang)
     else:
-        elements += approvals_section(TurnApprovals(view.approvals), lang)
+        requests = approvals_section(TurnApprovals(view.approvals), lang)
+    tail: list[Element] = []
     if view.elapsed_seconds is not None:
         seconds = f"{view.elapsed_seconds:.0f}"
-        elements.append(markdown(f"*{text(lang, 'progress.elapsed', seconds=seconds)}*"))
+        tail.append(markdown(f"*{text(lang, 'progress.elapsed', seconds=seconds)}*"))
     if view.run_id and view.status in ("queued", "running"):
-        elements.append(cancel_row(view.run_id, lang))
-    return card(
-        text(lang, f"progress.title.{view.status}"),
-        _STATUS_TEMPLATE[view.status],
-        elements,
-        subtitle=view.title[:120],
-    )
+        tail.append(cancel_row(view.run_id, lang))
+
+    def build(lines: list[str]) -> Card:
+        shown = [plain("\n".join(lines))] if lines else []
+        return card(
+            text(lang, f"progress.title.{view.status}"),
+            _STATUS_TEMPLATE[view.status],
+            [*project_line(view, lang), *shown, *requests, *tail],
+            subtitle=view.title[:120],
+        )
+
+    lines = [line[:PROGRESS_LINE_CHARS] for line in view.lines[-PROGRESS_LINES:]]
+    built = build(lines)
+    while lines and encoded_size(built) > CARD_MAX_BYTES:
+        lines = lines[1:]
+        built = build(lines)
+    return built
 
 
 def project_line(view: ProgressView, lang: Lang) -> list[Element]:

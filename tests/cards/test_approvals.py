@@ -211,6 +211,28 @@ def test_many_pending_requests_keep_the_progress_card_under_the_limit() -> None:
     assert len(progress_elements((big,) * 9, "en_us")) <= 3 * 5
 
 
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_whole_command_is_on_the_card_and_the_progress_card_stays_under_the_limit(
+    lang: Lang,
+) -> None:
+    # Near the most a card shows whole, in characters of three bytes each, with a full detail.
+    command = "echo " + "中" * 2300 + "; rm -rf ~"
+    wide = ApprovalView("run_1", "r", "Bash", "command", command, "細" * 1500, AT)
+    # Progress lines of four-byte characters give way to the requests, which must be seen.
+    lines = ("😀" * 300,) * 12
+    settled_ones = tuple(
+        settled("deny", "person", request_id=f"s{n}", subject="字" * 300) for n in range(5)
+    )
+    views = (*settled_ones, wide, wide, wide)
+    shown = progress_card(ProgressView("t", "running", lines, 1.0, "run_1", views), lang)
+    assert_valid_card(shown)
+    assert command in all_text(shown), "the command is not shown whole"
+    assert text(lang, "approval.more_pending", count=2) in all_text(shown)
+    alone = approval_card(wide, lang)
+    assert_valid_card(alone)
+    assert command in all_text(alone)
+
+
 def _buttons(shown: dict[str, object]) -> list[dict[str, object]]:
     from tests.cards.structure import walk
 

@@ -153,6 +153,8 @@ class FakeFeishu:
         self.entities: dict[str, CardEntity] = {}
         self._card_uuids: set[str] = set()
         self.cardkit_refused = False
+        # The app may not upload files (no im:resource scope): every upload is refused.
+        self.uploads_refused = False
         self.message_list_refused = False
         # The app lacks the contact scope: people's names cannot be read.
         self.contact_refused = False
@@ -450,6 +452,8 @@ class FakeFeishu:
         return response
 
     async def _upload(self, request: web.Request) -> web.Response:
+        if self.uploads_refused:
+            return web.json_response({"code": NO_PERMISSION, "msg": "no permission"}, status=400)
         # The recording middleware consumed the stream: parse the multipart body it kept.
         raw = self.requests[-1].body
         head = f"Content-Type: {request.headers.get('Content-Type', '')}\r\n\r\n".encode()
