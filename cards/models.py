@@ -284,11 +284,13 @@ class MemoryNote:
 
 @dataclass(frozen=True)
 class ChangedFileView:
-    """One file a project turn's branch changed; None counts: a binary file."""
+    """One file a project turn's branch changed; None counts: a binary file, or one too large
+    to be diffed."""
 
     path: str
     added: int | None
     removed: int | None
+    too_large: bool = False
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from cards.elements import (
 )
 from cards.models import (
     BranchView,
+    ChangedFileView,
     FinishView,
     Lang,
     MemoryNote,
@@ -261,10 +262,12 @@ def _change_row(note: MemoryNote, principal_id: str, lang: Lang) -> Element:
 BRANCH_FILES_SHOWN = 20
 
 
-def _change_counts(added: int | None, removed: int | None, lang: Lang) -> str:
-    if added is None or removed is None:
+def _change_counts(changed: ChangedFileView, lang: Lang) -> str:
+    if changed.too_large:
+        return text(lang, "result.branch.too_large")
+    if changed.added is None or changed.removed is None:
         return text(lang, "result.branch.binary")
-    return f"+{added} −{removed}"
+    return f"+{changed.added} −{changed.removed}"
 
 
 def branch_section(branch: BranchView, lang: Lang) -> list[Element]:
@@ -288,7 +291,7 @@ def branch_section(branch: BranchView, lang: Lang) -> list[Element]:
     room = BRANCH_BYTES - _size([markdown(heading + "\n" + more_line), *tail])
     lines: list[str] = []
     for changed in branch.files[:BRANCH_FILES_SHOWN]:
-        counts = _change_counts(changed.added, changed.removed, lang)
+        counts = _change_counts(changed, lang)
         line = f"- {_code(code(_middle(changed.path)))} {counts}"
         # As JSON: its quotes stand for the line break before it.
         room -= encoded_size(line)

@@ -186,14 +186,19 @@ BRANCH_DIFF_MAX = 256 * 1024
 
 @dataclass(frozen=True)
 class ChangedFile:
-    """One file a project turn's branch changed against its base; None counts: a binary file."""
+    """One file a project turn's branch changed against its base; None counts: a binary file,
+    or one ``too_large`` to be diffed (over 1 MiB on either side), whose content was never read."""
 
     path: str
     added: int | None
     removed: int | None
+    too_large: bool = False
 
     def to_wire(self) -> dict[str, Any]:
-        return {"path": self.path, "added": self.added, "removed": self.removed}
+        wire: dict[str, Any] = {"path": self.path, "added": self.added, "removed": self.removed}
+        if self.too_large:
+            wire["too_large"] = True
+        return wire
 
     @classmethod
     def from_wire(cls, wire: Mapping[str, Any]) -> ChangedFile:
@@ -201,6 +206,7 @@ class ChangedFile:
             path=_field(wire, "path", str),
             added=_count(wire, "added"),
             removed=_count(wire, "removed"),
+            too_large=wire.get("too_large") is True,
         )
 
 

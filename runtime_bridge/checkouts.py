@@ -37,6 +37,7 @@ import base64
 import contextlib
 import fcntl
 import hashlib
+import io
 import os
 import re
 import shlex
@@ -44,21 +45,32 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from hub.contract import (
-    BRANCH_DIFF_MAX,
-    BRANCH_FILES_MAX,
-    BranchWork,
-    ChangedFile,
-    ProjectSource,
-)
+from hub.contract import BRANCH_DIFF_MAX, BranchWork, ProjectSource
 from hub.errors import InvalidArgument, Unavailable
+from runtime_bridge.branch_summary import (
+    COMMIT_FILE_MAX,
+    DIFF_FILE_MAX,
+    NO_OBJECT,
+    Oversized,
+    RawListing,
+    Tokens,
+    bounded_diff,
+    changed_files,
+    diff_notes,
+    not_committed,
+    numstat_counts,
+    object_sizes,
+    plan_diff,
+)
 from runtime_bridge.providers.confined import Owner, open_dir, open_root, remove_entry, write_file
+from runtime_bridge.providers.process import user_switch
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -87,6 +99,53 @@ SAFE_OPTIONS = (
     "-c",
     "protocol.ext.allow=never",
 )
+# On the worker's git work after a turn: no file over the diff's bound is read whole, by git
+# add (it streams such a file into a pack), pack-objects (no delta) or diff (binary).
+BOUNDED_OPTIONS = ("-c", f"core.bigFileThreshold={DIFF_FILE_MAX}")
+# Wall-clock time for committing and publishing a turn's changes, and for summing up its branch.
+KEEP_SECONDS = 300.0
+SUMMARY_SECONDS = 60.0
+_CHUNK = 64 * 1024
+
+
+class GitTimedOut(Unavailable):
+    """A bounded git step ran past its time and was killed."""
+
+
+class SummaryCut(Unavailable):
+    """The branch's summary could not be made within its time; the branch holds the changes."""
+
+
+@dataclass(frozen=True)
+class GitBounds:
+    """How the worker's own git work after a turn is bounded. ``confine`` is the command prefix
+    every such git process starts under: it joins a control group with the launch's bounds
+    (memory, tasks, CPU) and sets its rlimits, as root, before any switch to the Agent's uid.
+    Committing and publishing get ``keep_seconds``, the summary ``summary_seconds``: past them
+    git is killed."""
+
+    confine: tuple[str, ...] = ()
+    keep_seconds: float = KEEP_SECONDS
+    summary_seconds: float = SUMMARY_SECONDS
+
+
+class _Limit:
+    """One bounded step: its confinement and its deadline."""
+
+    def __init__(self, confine: tuple[str, ...], seconds: float) -> None:
+        self.confine = confine
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+
+    def remaining(self, args: Sequence[str]) -> float:
+        """Raises: GitTimedOut: no time is left for ``args``."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise self.expired(args)
+        return left
+
+    def expired(self, args: Sequence[str]) -> GitTimedOut:
+        return GitTimedOut(f"git {_command(args)} took longer than {self.seconds:g} s")
 
 
 def short_id(session_id: str) -> str:
@@ -158,28 +217,11 @@ class Projects:
 
     # -- the project repository -------------------------------------------------------------
 
-    def _git(
-        self,
-        args: Sequence[str],
-        *,
-        cwd: Path | None = None,
-        owner: Owner = None,
-        env: Mapping[str, str] | None = None,
-        check: bool = True,
-        prefix: tuple[str, ...] = (),
-        input: str | None = None,
-        stdin: IO[bytes] | None = None,
-        stdout: IO[bytes] | None = None,
-    ) -> subprocess.CompletedProcess[str]:
-        """Run git with nothing of the user's or system's config, hooks or fsmonitor; under
-        ``prefix`` (a jail, which switches to the Agent's uid itself) or on a root worker as
-        ``owner`` when given. ``stdin`` and ``stdout`` are files the worker opened: the process
-        reads or writes them whatever its uid may open. A failure is ``Unavailable`` with git's
-        own words."""
+    def _env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         home = self.root / ".home"
         home.mkdir(parents=True, exist_ok=True)
         home.chmod(0o755)
-        run_env = {
+        return {
             "PATH": self.env.get("PATH", os.defpath),
             "HOME": str(home),
             "LANG": "C.UTF-8",
@@ -193,31 +235,134 @@ class Projects:
             "GIT_COMMITTER_EMAIL": AGENT_EMAIL,
             **(env or {}),
         }
+
+    def _argv(
+        self,
+        args: Sequence[str],
+        owner: Owner,
+        prefix: tuple[str, ...],
+        limit: _Limit | None,
+    ) -> tuple[list[str], Owner]:
+        """The command line, and the uid subprocess must switch to (None: the command does)."""
         as_other = owner is not None and os.geteuid() == 0 and not prefix
+        front: tuple[str, ...] = ()
+        options: tuple[str, ...] = SAFE_OPTIONS
+        if limit is not None:
+            options = (*SAFE_OPTIONS, *BOUNDED_OPTIONS)
+            front = limit.confine
+            if front and as_other and owner is not None:
+                # Joining the control group takes root: the uid changes after it, not before.
+                setpriv = shutil.which("setpriv")
+                if setpriv is None:
+                    raise Unavailable("setpriv is needed to run git as the Agent's user")
+                front = (*front, *user_switch(setpriv, *owner))
+                as_other = False
+        return [*front, *prefix, "git", *options, *args], owner if as_other else None
+
+    def _git(
+        self,
+        args: Sequence[str],
+        *,
+        cwd: Path | None = None,
+        owner: Owner = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = True,
+        prefix: tuple[str, ...] = (),
+        input: str | None = None,
+        stdin: IO[bytes] | None = None,
+        stdout: IO[bytes] | None = None,
+        limit: _Limit | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run git with nothing of the user's or system's config, hooks or fsmonitor; under
+        ``prefix`` (a jail, which switches to the Agent's uid itself) or on a root worker as
+        ``owner`` when given; with ``limit``, confined and killed at its deadline
+        (``GitTimedOut``). ``stdin`` and ``stdout`` are files the worker opened: the process
+        reads or writes them whatever its uid may open. A failure is ``Unavailable`` with git's
+        own words."""
+        argv, switch = self._argv(args, owner, prefix, limit)
+        timeout = limit.remaining(args) if limit is not None else GIT_TIMEOUT_SECONDS
         try:
             done = subprocess.run(
-                [*prefix, "git", *SAFE_OPTIONS, *args],
+                argv,
                 cwd=cwd,
-                env=run_env,
+                env=self._env(env),
                 input=input,
                 stdin=stdin,
                 stdout=stdout if stdout is not None else subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
                 errors="replace",
-                timeout=GIT_TIMEOUT_SECONDS,
+                timeout=timeout,
                 check=False,
-                user=owner[0] if as_other and owner else None,
-                group=owner[1] if as_other and owner else None,
-                extra_groups=[] if as_other else None,
+                user=switch[0] if switch else None,
+                group=switch[1] if switch else None,
+                extra_groups=[] if switch else None,
             )
         except subprocess.TimeoutExpired as error:
+            if limit is not None:
+                raise limit.expired(args) from error
             raise Unavailable(f"git {_command(args)} took too long") from error
         if check and done.returncode != 0:
-            said = [line for line in done.stderr.splitlines() if line.strip()]
-            reason = said[0].removeprefix("fatal: ") if said else f"status {done.returncode}"
-            raise Unavailable(f"git {_command(args)} failed: {reason}")
+            raise _failed(args, done.returncode, done.stderr)
         return done
+
+    def _stream(
+        self,
+        args: Sequence[str],
+        consume: Callable[[bytes], bool],
+        limit: _Limit,
+        *,
+        cwd: Path | None = None,
+        owner: Owner = None,
+        prefix: tuple[str, ...] = (),
+    ) -> None:
+        """Run git under ``limit``, handing what it writes to ``consume`` as it comes, so no
+        more of it is held than ``consume`` keeps; git is stopped once ``consume`` says False.
+
+        Raises:
+            GitTimedOut: the deadline passed (git was killed); ``consume`` has had what came.
+            Unavailable: git failed.
+        """
+        argv, switch = self._argv(args, owner, prefix, limit)
+        expired = threading.Event()
+        with (
+            tempfile.TemporaryFile() as stderr,
+            subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=self._env(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                user=switch[0] if switch else None,
+                group=switch[1] if switch else None,
+                extra_groups=[] if switch else None,
+            ) as process,
+        ):
+            output = process.stdout
+            assert isinstance(output, io.BufferedReader)
+
+            def kill() -> None:
+                expired.set()
+                process.kill()
+
+            timer = threading.Timer(limit.remaining(args), kill)
+            timer.start()
+            stopped = False
+            try:
+                while chunk := output.read1(_CHUNK):
+                    if not consume(chunk):
+                        stopped = True
+                        process.kill()
+                        break
+                status = process.wait()
+            finally:
+                timer.cancel()
+            if expired.is_set():
+                raise limit.expired(args)
+            if status != 0 and not stopped:
+                stderr.seek(0)
+                raise _failed(args, status, stderr.read(4096).decode("utf-8", "replace"))
 
     def _credential_env(self, source: ProjectSource) -> dict[str, str]:
         """The remote's token for this git process only: an HTTP header through the process
@@ -630,18 +775,34 @@ class Projects:
         os.replace(partial, record)
 
     def finish(
-        self, checkout: Checkout, turn: str, owner: Owner, warnings: list[str]
+        self,
+        checkout: Checkout,
+        turn: str,
+        owner: Owner,
+        warnings: list[str],
+        bounds: GitBounds | None = None,
     ) -> BranchWork:
         """After a turn: commit what the Agent left on its branch (as the Agent's uid, under the
-        worker's config), publish that branch alone into the project repository, and sum up
-        what the branch changed against the default branch."""
+        worker's config; a file over ``COMMIT_FILE_MAX`` is left out and named in
+        ``warnings``), publish that branch alone into the project repository, and sum up what
+        the branch changed against the default branch. Each git process runs within
+        ``bounds``.
+
+        Raises:
+            GitTimedOut: committing or publishing ran past its time (nothing more was kept).
+            SummaryCut: the summary ran past its time (the branch holds the changes).
+            Unavailable: git failed.
+        """
+        bounds = bounds or GitBounds()
         with self._locked(checkout.project.name):
-            if self._sound(checkout.project, checkout.key, checkout.path):
+            sound = self._sound(checkout.project, checkout.key, checkout.path)
+            if sound:
+                keeping = _Limit(bounds.confine, bounds.keep_seconds)
                 self._restore(checkout, owner)
-                self._commit(checkout, turn, owner)
-                self._publish(checkout, owner)
+                self._commit(checkout, turn, owner, keeping, warnings)
+                self._publish(checkout, owner, keeping)
                 if checkout.project.kind == "remote":
-                    self._push(checkout, warnings)
+                    self._push(checkout, warnings, keeping)
             else:
                 warnings.append(
                     "the Agent replaced its checkout's .git, so this turn's changes were not "
@@ -649,7 +810,9 @@ class Projects:
                 )
                 shutil.rmtree(checkout.path, ignore_errors=True)
             self._record_use(checkout)
-            return self.summary(checkout)
+            return self.summary(
+                checkout, owner, _Limit(bounds.confine, bounds.summary_seconds), in_checkout=sound
+            )
 
     def _jail(self, checkout: Checkout, owner: Owner) -> tuple[str, ...]:
         return self.jail(checkout.path, checkout.objects, owner) if self.jail else ()
@@ -661,27 +824,110 @@ class Projects:
         owner: Owner,
         check: bool = True,
         input: str | None = None,
+        stdin: IO[bytes] | None = None,
         stdout: IO[bytes] | None = None,
+        limit: _Limit | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        git_dir = checkout.path / ".git"
         return self._git(
-            ["--git-dir", str(git_dir), "--work-tree", str(checkout.path), *args],
+            self._checkout_args(checkout, args),
             cwd=checkout.path,
             owner=owner,
             check=check,
             prefix=self._jail(checkout, owner),
             input=input,
+            stdin=stdin,
             stdout=stdout,
+            limit=limit,
         )
 
-    def _commit(self, checkout: Checkout, turn: str, owner: Owner) -> None:
-        self._in_checkout(checkout, ["add", "--all"], owner)
-        staged = self._in_checkout(checkout, ["diff", "--cached", "--quiet"], owner, check=False)
+    def _stream_in_checkout(
+        self,
+        checkout: Checkout,
+        args: Sequence[str],
+        owner: Owner,
+        consume: Callable[[bytes], bool],
+        limit: _Limit,
+    ) -> None:
+        self._stream(
+            self._checkout_args(checkout, args),
+            consume,
+            limit,
+            cwd=checkout.path,
+            owner=owner,
+            prefix=self._jail(checkout, owner),
+        )
+
+    @staticmethod
+    def _checkout_args(checkout: Checkout, args: Sequence[str]) -> list[str]:
+        git_dir = checkout.path / ".git"
+        return ["--git-dir", str(git_dir), "--work-tree", str(checkout.path), *args]
+
+    def _commit(
+        self, checkout: Checkout, turn: str, owner: Owner, limit: _Limit, warnings: list[str]
+    ) -> None:
+        """Stage and commit everything the Agent left but files too large to commit: hashing a
+        file costs its whole apparent size (a sparse ``truncate -s 3G`` file costs no disk),
+        so those stay in the checkout, uncommitted, and the turn's result names them."""
+        oversized = self._oversized(checkout, owner, limit)
+        spec = b"".join(
+            pathspec + b"\0"
+            for pathspec in (b".", *(b":(exclude,literal)" + f.name for f in oversized))
+        )
+        with tempfile.TemporaryFile(dir=self.project_dir(checkout.project.name)) as paths:
+            paths.write(spec)
+            paths.seek(0)
+            self._in_checkout(
+                checkout,
+                ["add", "--all", "--pathspec-from-file=-", "--pathspec-file-nul"],
+                owner,
+                stdin=paths,
+                limit=limit,
+            )
+        said = not_committed(checkout.branch, oversized)
+        if said is not None:
+            warnings.append(said)
+        staged = self._in_checkout(
+            checkout, ["diff", "--cached", "--quiet"], owner, check=False, limit=limit
+        )
         if staged.returncode != 0:
             message = f"amux: turn {turn}"
-            self._in_checkout(checkout, ["commit", "--quiet", "--no-verify", "-m", message], owner)
+            self._in_checkout(
+                checkout,
+                ["commit", "--quiet", "--no-verify", "-m", message],
+                owner,
+                limit=limit,
+            )
 
-    def _publish(self, checkout: Checkout, owner: Owner) -> None:
+    def _oversized(self, checkout: Checkout, owner: Owner, limit: _Limit) -> list[Oversized]:
+        """The files ``git add --all`` would hash (untracked and not ignored, or modified) whose
+        apparent size is over ``COMMIT_FILE_MAX``. Git lists them, jailed; the worker only
+        ``lstat``s what it lists, following no link at the end."""
+        found: list[Oversized] = []
+        tokens = Tokens()
+        root = os.fsencode(checkout.path)
+
+        def take(chunk: bytes) -> bool:
+            for name in tokens.feed(chunk):
+                if not name:
+                    continue
+                try:
+                    info = os.lstat(os.path.join(root, name))
+                except OSError:
+                    continue  # Deleted, which is what a modified entry may be.
+                if stat.S_ISREG(info.st_mode) and info.st_size > COMMIT_FILE_MAX:
+                    found.append(Oversized(name, info.st_size))
+            return True
+
+        self._stream_in_checkout(
+            checkout,
+            ["ls-files", "-z", "--others", "--modified", "--exclude-standard"],
+            owner,
+            take,
+            limit,
+        )
+        return found
+
+    def _publish(self, checkout: Checkout, owner: Owner, limit: _Limit) -> None:
         """Bring the conversation's branch, and only it, into the project repository."""
         if os.geteuid() == 0:
             info = os.stat(checkout.repository)
@@ -689,7 +935,7 @@ class Projects:
                 # The operator's own repository (a path project's): what a root worker's git
                 # wrote there would be root's, and the operator's git could no longer add to
                 # the directories it made. It is written as its owner instead.
-                self._publish_as(checkout, owner, (info.st_uid, info.st_gid))
+                self._publish_as(checkout, owner, (info.st_uid, info.st_gid), limit)
                 return
         ref = f"refs/heads/{checkout.branch}"
         # A local fetch hands its other end none of its -c options: the checkout's side (a
@@ -713,10 +959,13 @@ class Projects:
                 upload_pack,
                 str(checkout.path / ".git"),
                 f"+{ref}:{ref}",
-            ]
+            ],
+            limit=limit,
         )
 
-    def _publish_as(self, checkout: Checkout, owner: Owner, keeper: tuple[int, int]) -> None:
+    def _publish_as(
+        self, checkout: Checkout, owner: Owner, keeper: tuple[int, int], limit: _Limit
+    ) -> None:
         """Publish into a repository owned by ``keeper``: the checkout's new objects packed
         in its jail (as the Agent's uid) into a file of the worker's, then indexed into the
         repository and the branch moved, both as ``keeper``. Neither side can reach the
@@ -725,21 +974,29 @@ class Projects:
         repo = ["-c", "safe.directory=*", "--git-dir", str(checkout.repository)]
         at = checkout.repository
         tip = self._in_checkout(
-            checkout, ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], owner
+            checkout, ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], owner, limit=limit
         ).stdout.strip()
         if not HEX_ID.fullmatch(tip):
             raise Unavailable(f"the checkout's branch {checkout.branch} names no commit")
-        old = self._git([*repo, "rev-parse", "--verify", "--quiet", ref], check=False)
+        old = self._git(
+            [*repo, "rev-parse", "--verify", "--quiet", ref], check=False, limit=limit
+        )
         previous = old.stdout.strip() if old.returncode == 0 else ""
         if tip == previous:
             return
-        there = self._git([*repo, "cat-file", "-e", f"{tip}^{{commit}}"], check=False)
+        there = self._git(
+            [*repo, "cat-file", "-e", f"{tip}^{{commit}}"], check=False, limit=limit
+        )
         if there.returncode != 0:
             # Only what the repository lacks: the pack may lean on what it has (thin).
             basis = [
                 found.stdout.strip()
                 for found in (
-                    self._git([*repo, "rev-parse", "--verify", "--quiet", name], check=False)
+                    self._git(
+                        [*repo, "rev-parse", "--verify", "--quiet", name],
+                        check=False,
+                        limit=limit,
+                    )
                     for name in (ref, f"refs/heads/{checkout.project.default_branch}")
                 )
                 if found.returncode == 0 and found.stdout.strip()
@@ -753,6 +1010,7 @@ class Projects:
                     owner,
                     input=wanted,
                     stdout=pack,
+                    limit=limit,
                 )
                 pack.seek(0)
                 self._git(
@@ -760,110 +1018,159 @@ class Projects:
                     cwd=at,
                     owner=keeper,
                     stdin=pack,
+                    limit=limit,
                 )
         self._git(
             [*repo, "update-ref", "-m", "amux: publish", ref, tip, previous],
             cwd=at,
             owner=keeper,
+            limit=limit,
         )
 
-    def _push(self, checkout: Checkout, warnings: list[str]) -> None:
+    def _push(self, checkout: Checkout, warnings: list[str], limit: _Limit) -> None:
         """Push the conversation's branch from the worker's clone to the project's remote, so
         that it can be reviewed there and another worker can continue the conversation from it.
         Never forced: a branch someone else moved on the remote is not overwritten. A failure
         is said once, until a push succeeds again."""
         ref = f"refs/heads/{checkout.branch}"
-        pushed = self._git(
-            [
-                "--git-dir",
-                str(checkout.repository),
-                "push",
-                "--quiet",
-                "--no-verify",
-                "origin",
-                f"{ref}:{ref}",
-            ],
-            env=self._credential_env(checkout.project),
-            check=False,
-        )
+        try:
+            pushed = self._git(
+                [
+                    "--git-dir",
+                    str(checkout.repository),
+                    "push",
+                    "--quiet",
+                    "--no-verify",
+                    "origin",
+                    f"{ref}:{ref}",
+                ],
+                env=self._credential_env(checkout.project),
+                check=False,
+                limit=limit,
+            )
+            reason = None if pushed.returncode == 0 else _first_line(pushed.stderr)
+        except GitTimedOut as error:
+            reason = error.message
         marker = self._saved(checkout, "unpushed")
-        if pushed.returncode == 0:
+        if reason is None:
             marker.unlink(missing_ok=True)
             return
         if not marker.exists():
-            marker.write_text(_first_line(pushed.stderr) + "\n")
+            marker.write_text(reason + "\n")
             warnings.append(
                 f"this conversation's branch {checkout.branch} could not be pushed to the "
-                f"project {checkout.project.name}'s remote ({_first_line(pushed.stderr)}); it "
+                f"project {checkout.project.name}'s remote ({reason}); it "
                 "stays on this worker, and no other worker can continue this conversation"
             )
 
-    def summary(self, checkout: Checkout) -> BranchWork:
-        """What the conversation's branch holds against the default branch, from the project
-        repository (the worker's, whatever the checkout now says)."""
+    def summary(
+        self,
+        checkout: Checkout,
+        owner: Owner = None,
+        limit: _Limit | None = None,
+        in_checkout: bool = True,
+    ) -> BranchWork:
+        """What the conversation's branch holds against the default branch, within the budgets
+        of ``branch_summary``: no file over its bound is read. Git runs in the checkout, jailed
+        as the Agent's uid, against ``base.git``'s default branch, which the checkout borrows;
+        a checkout that is gone (``in_checkout`` False) is summed up from the project
+        repository instead, as the worker.
+
+        Raises:
+            SummaryCut: git ran past ``limit`` (the changes stay on the branch).
+            Unavailable: git failed.
+        """
+        limit = limit or _Limit((), SUMMARY_SECONDS)
         repo = ["-c", "safe.directory=*", "--git-dir", str(checkout.repository)]
         branch = f"refs/heads/{checkout.branch}"
         base = checkout.project.default_branch
-        head = self._git([*repo, "rev-parse", "--verify", "--quiet", branch], check=False)
+        head = self._git(
+            [*repo, "rev-parse", "--verify", "--quiet", branch], check=False, limit=limit
+        )
         commit = head.stdout.strip() or None if head.returncode == 0 else None
         if commit is None:
             return BranchWork(
                 checkout.project.name, checkout.branch, base, None, (), 0, None, False
             )
-        span = f"refs/heads/{base}...{branch}"
-        numstat = self._git(
-            [
-                *repo,
-                "diff",
-                "--numstat",
-                "-z",
-                "--no-renames",
-                "--no-ext-diff",
-                "--no-textconv",
-                span,
-            ]
-        ).stdout
-        files = _changed_files(numstat)
-        diff, truncated = self._bounded_diff(
-            [*repo, "diff", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames", span]
-        )
+        run: Callable[[Sequence[str], str], subprocess.CompletedProcess[str]]
+        stream: Callable[[Sequence[str], Callable[[bytes], bool]], None]
+        if in_checkout:
+            # The default branch's tip the checkout borrows (the worker's own repository).
+            found = self._git(
+                ["--git-dir", str(checkout.objects.parent), "rev-parse", "--verify", "--quiet",
+                 f"refs/heads/{base}^{{commit}}"],
+                limit=limit,
+            )  # fmt: skip
+            span = f"{found.stdout.strip()}...{branch}"
+
+            def run(args: Sequence[str], input: str) -> subprocess.CompletedProcess[str]:
+                return self._in_checkout(checkout, args, owner, input=input, limit=limit)
+
+            def stream(args: Sequence[str], consume: Callable[[bytes], bool]) -> None:
+                self._stream_in_checkout(checkout, args, owner, consume, limit)
+        else:
+            span = f"refs/heads/{base}...{branch}"
+
+            def run(args: Sequence[str], input: str) -> subprocess.CompletedProcess[str]:
+                return self._git([*repo, *args], input=input, limit=limit)
+
+            def stream(args: Sequence[str], consume: Callable[[bytes], bool]) -> None:
+                self._stream([*repo, *args], consume, limit)
+
+        plain = ["--no-renames", "--no-ext-diff", "--no-textconv"]
+        listing = RawListing()
+        numstat = bytearray()
+        try:
+            stream(["diff", "--raw", "-z", "--abbrev=40", *plain, span], _feeding(listing.feed))
+            oids = sorted({o for e in listing.entries for o in (e.old, e.new)} - {NO_OBJECT})
+            batch = "".join(f"{oid}\n" for oid in oids)
+            sizes = (
+                object_sizes(
+                    run(["cat-file", "--batch-check=%(objectname) %(objectsize)"], batch).stdout
+                )
+                if oids
+                else {}
+            )
+            plan = plan_diff(listing, sizes)
+            counted = [os.fsdecode(e.name) for e in plan.listed if e.name not in plan.too_large]
+            if counted:
+                numstat_args = ["--literal-pathspecs", "diff", "--numstat", "-z", *plain, span]
+                stream([*numstat_args, "--", *counted], _feeding(numstat.extend))
+        except GitTimedOut as error:
+            raise SummaryCut(
+                f"the summary of this conversation's branch {checkout.branch} was cut short "
+                f"({error.message}); the branch holds this turn's changes"
+            ) from error
+        diff: str | None = None
+        truncated = False
+        if plan.included:
+            data = bytearray()
+
+            def keep(chunk: bytes) -> bool:
+                data.extend(chunk[: BRANCH_DIFF_MAX + 1 - len(data)])
+                return len(data) <= BRANCH_DIFF_MAX
+
+            cut_short = None
+            try:
+                stream(
+                    ["--literal-pathspecs", "diff", "--no-color", *plain, span, "--",
+                     *map(os.fsdecode, plan.included)],
+                    keep,
+                )  # fmt: skip
+            except GitTimedOut as error:
+                cut_short = error.message
+            diff, cut = bounded_diff(bytes(data), diff_notes(plan, cut_short))
+            truncated = cut or cut_short is not None or plan.left_out > 0
         return BranchWork(
             project=checkout.project.name,
             branch=checkout.branch,
             base=base,
             commit=commit,
-            files=tuple(files[:BRANCH_FILES_MAX]),
-            files_total=len(files),
+            files=changed_files(plan, numstat_counts(bytes(numstat))),
+            files_total=listing.total,
             diff=diff or None,
             diff_truncated=truncated,
         )
-
-    def _bounded_diff(self, args: Sequence[str]) -> tuple[str, bool]:
-        """The diff's first ``BRANCH_DIFF_MAX`` bytes (cut at a line's end) and whether more
-        followed; git is stopped rather than read to its end."""
-        home = self.root / ".home"
-        env = {
-            "PATH": self.env.get("PATH", os.defpath),
-            "HOME": str(home),
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": "/dev/null",
-        }
-        with subprocess.Popen(
-            ["git", *SAFE_OPTIONS, *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        ) as process:
-            assert process.stdout is not None
-            data = process.stdout.read(BRANCH_DIFF_MAX + 1)
-            truncated = len(data) > BRANCH_DIFF_MAX
-            if truncated:
-                process.kill()
-                data = data[:BRANCH_DIFF_MAX]
-                data = data[: data.rfind(b"\n") + 1] if b"\n" in data else data
-            else:
-                process.wait(timeout=GIT_TIMEOUT_SECONDS)
-        return data.decode("utf-8", errors="replace"), truncated
 
     # -- pruning ----------------------------------------------------------------------------
 
@@ -925,18 +1232,17 @@ def _command(args: Sequence[str]) -> str:
     return "command"
 
 
-def _changed_files(numstat: str) -> list[ChangedFile]:
-    """``git diff --numstat -z --no-renames`` as files: ``-`` counts (a binary file) are None."""
-    files: list[ChangedFile] = []
-    for entry in numstat.split("\0"):
-        if not entry:
-            continue
-        added, removed, path = entry.split("\t", 2)
-        files.append(
-            ChangedFile(
-                path=path,
-                added=int(added) if added != "-" else None,
-                removed=int(removed) if removed != "-" else None,
-            )
-        )
-    return files
+def _failed(args: Sequence[str], status: int, stderr: str) -> Unavailable:
+    said = [line for line in stderr.splitlines() if line.strip()]
+    reason = said[0].removeprefix("fatal: ") if said else f"status {status}"
+    return Unavailable(f"git {_command(args)} failed: {reason}")
+
+
+def _feeding(feed: Callable[[bytes], object]) -> Callable[[bytes], bool]:
+    """A consumer that takes all of git's output (``feed`` keeps only what it bounds)."""
+
+    def consume(chunk: bytes) -> bool:
+        feed(chunk)
+        return True
+
+    return consume

@@ -275,6 +275,13 @@ class LaunchSite:
         filter_file = self.work_dir / SECCOMP_FILE if known else None
         return confinement(self.sandboxed, cgroup_procs, rlimits, filter_file)
 
+    def git_confinement(
+        self, cgroup_procs: tuple[Path, ...], rlimits: tuple[str, ...]
+    ) -> tuple[str, ...]:
+        """The first step of the worker's own git processes after a turn: a launch's cgroups
+        and rlimits, without the seccomp filter (git's jail is bwrap without one)."""
+        return confinement(False, cgroup_procs, rlimits, self.work_dir / SECCOMP_FILE)
+
     def hidden(self) -> tuple[Path, ...]:
         return service_hidden(amux_home=self.amux_home, work_dir=self.work_dir)
 

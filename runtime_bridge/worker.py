@@ -29,7 +29,7 @@ from runtime_bridge.agent_users import configured_user
 from runtime_bridge.approvals import ASK
 from runtime_bridge.bounds import bounds_from_settings
 from runtime_bridge.cgroups import LaunchGroup, rlimits
-from runtime_bridge.checkouts import Checkout, Projects
+from runtime_bridge.checkouts import Checkout, GitBounds, Projects, SummaryCut
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.doors import LaunchDoors
 from runtime_bridge.egress import Egress
@@ -334,14 +334,11 @@ class Worker:
             usage: dict[str, Any] = {}
             failure: str | None = None
             group = await asyncio.to_thread(LaunchGroup.create, claimed.execution_id, self.bounds)
-            # Never above a hard limit the worker itself lives under (it could not raise it).
-            ceilings = {r: resource.getrlimit(r)[1] for r in RLIMIT_NAMES}
-            limits = rlimits(self.bounds, run_as is not None and group is None, ceilings)
             plan = dataclasses.replace(
                 plan,
                 confine=site.confinement(
                     group.procs_files if group is not None else (),
-                    tuple(f"{RLIMIT_NAMES[r]}={soft}:{hard}" for r, (soft, hard) in limits.items()),
+                    self._rlimits(run_as, group),
                 ),
             )
             reached: tuple[str, ...] = ()
@@ -477,19 +474,40 @@ class Worker:
         """``result`` with what the turn left on its conversation's branch, committed and
         published by the worker; a failure to keep it is a warning, not the turn's failure."""
         said: list[str] = []
+        # The worker's git reads what the Agent left: it runs in a cgroup of the launch's
+        # bounds of its own (the launch's is gone with the Agent), each step against a deadline.
+        name = f"{claimed.execution_id}-git"
+        group = await asyncio.to_thread(LaunchGroup.create, name, self.bounds)
+        procs = group.procs_files if group is not None else ()
+        bounds = GitBounds(self.site.git_confinement(procs, self._rlimits(run_as, group)))
         try:
             branch = await asyncio.to_thread(
-                self.projects.finish, checkout, claimed.execution_id, run_as, said
+                self.projects.finish, checkout, claimed.execution_id, run_as, said, bounds
             )
+        except SummaryCut as error:
+            branch = None
+            said.append(error.message)
         except AmuxError as error:
             branch = None
             kept = f"this turn's changes could not be kept on {checkout.branch}"
             said.append(f"{kept}: {error.message}")
+        finally:
+            if group is not None:
+                await asyncio.shield(asyncio.to_thread(group.remove))
         for warning in said:
             with contextlib.suppress(AmuxError):
                 await self._event(claimed, WARNING, warning)
         warnings = (*result.warnings, *said)
         return dataclasses.replace(result, warnings=warnings, branch=branch)
+
+    def _rlimits(
+        self, run_as: tuple[int, int] | None, group: LaunchGroup | None
+    ) -> tuple[str, ...]:
+        """A launch's rlimits as its first step sets them (``NAME=SOFT:HARD``)."""
+        # Never above a hard limit the worker itself lives under (it could not raise it).
+        ceilings = {r: resource.getrlimit(r)[1] for r in RLIMIT_NAMES}
+        limits = rlimits(self.bounds, run_as is not None and group is None, ceilings)
+        return tuple(f"{RLIMIT_NAMES[r]}={soft}:{hard}" for r, (soft, hard) in limits.items())
 
     async def _bounds_reached(
         self, claimed: Claim, reached: tuple[str, ...], failure: str | None, warnings: list[str]

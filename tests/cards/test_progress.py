@@ -145,6 +145,24 @@ def test_a_result_card_lists_what_the_turn_read_and_changed_with_an_undo_per_cha
     assert all_text(unbound) != all_text(unused)
 
 
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_file_too_large_to_diff_is_named_so_not_as_binary(lang: Lang) -> None:
+    files = (
+        ChangedFileView("notes.txt", 1, 0),
+        ChangedFileView("logo.png", None, None),
+        ChangedFileView("table.csv", None, None, too_large=True),
+    )
+    (card,) = result_cards("Done.", lang, branch=BranchView("amux/1a2b", "main", files, 3))
+    shown = all_text(card)
+    binary, too_large = {
+        "en_us": ("binary", "over 1 MiB, not diffed"),
+        "zh_cn": ("二进制", "超过 1 MiB，未比较差异"),
+    }[lang]
+    assert "`notes.txt` +1 −0" in shown
+    assert f"`logo.png` {binary}" in shown
+    assert f"`table.csv` {too_large}" in shown
+
+
 def _joined(cards: list[dict[str, object]]) -> str:
     """The answer the cards hold, the code fences a split reopened taken out again."""
     pieces = [c["body"]["elements"][0]["content"] for c in cards]  # type: ignore[index]

@@ -1,6 +1,8 @@
 #!/bin/sh
 # A stand-in Agent for project turns, run in its conversation's checkout. Prompt lines:
 #   write NAME TEXT   writes TEXT (one line) to NAME in the checkout
+#   sparse NAME SIZE  makes NAME a sparse file of SIZE (truncate -s): no disk, all holes
+#   fill NAME SIZE    writes SIZE bytes of text lines to NAME
 #   hold              touches .held, waits (up to 120 s) until .open exists, removes both
 #   try PATH          tries to create PATH and answers "reached PATH" or "refused PATH"
 #   show PATH         answers with PATH's content, or "unreadable PATH"
@@ -14,6 +16,12 @@ while IFS= read -r line || [ -n "$line" ]; do
       set -- $line
       name=$2; shift 2
       mkdir -p "$(dirname "$name")" && echo "$*" > "$name" ;;
+    "sparse "*)
+      set -- $line
+      truncate -s "$3" "$2" ;;
+    "fill "*)
+      set -- $line
+      yes "a line of text" | head -c "$3" > "$2" ;;
     hold)
       touch .held
       i=0

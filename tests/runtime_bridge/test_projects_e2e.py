@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import shutil
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -211,6 +213,50 @@ async def test_two_conversations_of_one_project_run_at_once_each_on_its_own_bran
         out, err = await process.communicate()
         assert process.returncode == 0, err.decode()
         assert json.loads(out)["cwd"] == str(a_path)
+
+
+async def test_a_sparse_file_of_gigabytes_is_not_committed_and_costs_the_workers_git_little(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path) as service:
+        # What the worker's git children have used at most so far (KiB), this process's own.
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        started = time.monotonic()
+        # 3 GiB without a block of disk, beside a note and a text file over the diff's bound
+        # (each sorted around it, so git would reach the large file between them).
+        execution, session = await service.submit(
+            "sparse sparse.bin 3G\nfill table.csv 2M\nwrite notes.txt hello\n"
+        )
+        done = await service.finished(execution)
+        took = time.monotonic() - started
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+
+    assert done.state == "succeeded", done.error
+    assert done.result is not None and done.result.branch is not None
+    work = done.result.branch
+    branch = f"amux/{short_id(session.id)}"
+    # The result names the file it left out and why; it stays in the checkout, off the branch.
+    (said,) = [w for w in done.result.warnings if "sparse.bin" in w]
+    assert said == (
+        f"not committed to {branch}, too large (over 50 MiB each): sparse.bin (3 GiB); "
+        "they stay in the checkout"
+    )
+    assert (service.checkout(session) / "sparse.bin").stat().st_size == 3 * 1024**3
+    assert git("ls-tree", "-r", "--name-only", branch, cwd=service.repo) == (
+        "app.py\nnotes.txt\ntable.csv\n"
+    )
+    # The other files are summed up: the note line by line, the large one named, never read.
+    assert [(f.path, f.added, f.removed, f.too_large) for f in work.files] == [
+        ("notes.txt", 1, 0, False),
+        ("table.csv", None, None, True),
+    ]
+    assert work.diff is not None and "+hello" in work.diff and "a line of text" not in work.diff
+    assert work.diff.endswith("# amux: not in this diff, over 1 MiB: table.csv\n")
+    # No git process of the worker's came near reading the 3 GiB (one that read it would hold
+    # gigabytes; the service's own Python children hold a few hundred MiB), and the turn did
+    # not wait for one to hash it.
+    assert peak <= max(before, 512 * 1024), f"a child of the worker peaked at {peak} KiB"
+    assert took < 60
 
 
 async def test_a_conversations_agent_cannot_read_what_another_conversation_committed(
