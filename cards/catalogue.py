@@ -206,7 +206,9 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "result.branch.binary": "binary",
         "result.branch.too_large": "over 1 MiB, not diffed",
         "result.diff_file": "The diff against {base} follows as a file.",
-        "result.diff_truncated": "The diff was cut at 256 KiB.",
+        "result.diff_truncated": (
+            "The diff was cut short (at most 256 KiB); its last lines say what it leaves out."
+        ),
         "result.diff_unchanged": "The diff is the same as the last one posted.",
         "manage.projects": (
             "**Projects**: git repositories chats work in, each conversation on a branch of its own"
@@ -592,7 +594,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "result.branch.binary": "二进制",
         "result.branch.too_large": "超过 1 MiB，未比较差异",
         "result.diff_file": "相对 {base} 的差异以文件形式随后发送。",
-        "result.diff_truncated": "差异在 256 KiB 处被截断。",
+        "result.diff_truncated": "差异被截断（最多 256 KiB），文件最后几行说明了未包含的内容。",
         "result.diff_unchanged": "差异与上次发送的相同，不再重复发送。",
         "manage.projects": "**项目**：会话在其中工作的 git 仓库，每个对话使用独立的分支",
         "manage.projects.none": "还没有项目。",

@@ -42,6 +42,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
@@ -50,7 +51,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from hub.contract import BRANCH_DIFF_MAX, BranchWork, ProjectSource
 from hub.errors import InvalidArgument, Unavailable
@@ -281,27 +282,31 @@ class Projects:
         own words."""
         argv, switch = self._argv(args, owner, prefix, limit)
         timeout = limit.remaining(args) if limit is not None else GIT_TIMEOUT_SECONDS
-        try:
-            done = subprocess.run(
-                argv,
-                cwd=cwd,
-                env=self._env(env),
-                input=input,
-                stdin=stdin,
-                stdout=stdout if stdout is not None else subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                errors="replace",
-                timeout=timeout,
-                check=False,
-                user=switch[0] if switch else None,
-                group=switch[1] if switch else None,
-                extra_groups=[] if switch else None,
-            )
-        except subprocess.TimeoutExpired as error:
-            if limit is not None:
-                raise limit.expired(args) from error
-            raise Unavailable(f"git {_command(args)} took too long") from error
+        # A process group of its own: on timeout git goes with whatever it started (a
+        # transport, upload-pack), which would otherwise hold its output open.
+        with subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=self._env(env),
+            stdin=subprocess.PIPE if input is not None else stdin,
+            stdout=stdout if stdout is not None else subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+            user=switch[0] if switch else None,
+            group=switch[1] if switch else None,
+            extra_groups=[] if switch else None,
+        ) as process:
+            try:
+                out, err = process.communicate(input, timeout=timeout)
+            except subprocess.TimeoutExpired as error:
+                _kill_group(process)
+                process.communicate()
+                if limit is not None:
+                    raise limit.expired(args) from error
+                raise Unavailable(f"git {_command(args)} took too long") from error
+        done = subprocess.CompletedProcess(argv, process.returncode, out or "", err or "")
         if check and done.returncode != 0:
             raise _failed(args, done.returncode, done.stderr)
         return done
@@ -334,6 +339,7 @@ class Projects:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
+                start_new_session=True,
                 user=switch[0] if switch else None,
                 group=switch[1] if switch else None,
                 extra_groups=[] if switch else None,
@@ -344,7 +350,7 @@ class Projects:
 
             def kill() -> None:
                 expired.set()
-                process.kill()
+                _kill_group(process)
 
             timer = threading.Timer(limit.remaining(args), kill)
             timer.start()
@@ -353,7 +359,7 @@ class Projects:
                 while chunk := output.read1(_CHUNK):
                     if not consume(chunk):
                         stopped = True
-                        process.kill()
+                        _kill_group(process)
                         break
                 status = process.wait()
             finally:
@@ -810,9 +816,14 @@ class Projects:
                 )
                 shutil.rmtree(checkout.path, ignore_errors=True)
             self._record_use(checkout)
-            return self.summary(
-                checkout, owner, _Limit(bounds.confine, bounds.summary_seconds), in_checkout=sound
-            )
+            summing = _Limit(bounds.confine, bounds.summary_seconds)
+            try:
+                return self.summary(checkout, owner, summing, in_checkout=sound)
+            except GitTimedOut as error:
+                raise SummaryCut(
+                    f"the summary of this conversation's branch {checkout.branch} was cut short "
+                    f"({error.message}); the branch holds this turn's changes"
+                ) from error
 
     def _jail(self, checkout: Checkout, owner: Owner) -> tuple[str, ...]:
         return self.jail(checkout.path, checkout.objects, owner) if self.jail else ()
@@ -1077,7 +1088,8 @@ class Projects:
         repository instead, as the worker.
 
         Raises:
-            SummaryCut: git ran past ``limit`` (the changes stay on the branch).
+            GitTimedOut: git ran past ``limit`` before the files were known (a diff cut short
+                by it is said in its notes instead).
             Unavailable: git failed.
         """
         limit = limit or _Limit((), SUMMARY_SECONDS)
@@ -1120,27 +1132,21 @@ class Projects:
         plain = ["--no-renames", "--no-ext-diff", "--no-textconv"]
         listing = RawListing()
         numstat = bytearray()
-        try:
-            stream(["diff", "--raw", "-z", "--abbrev=40", *plain, span], _feeding(listing.feed))
-            oids = sorted({o for e in listing.entries for o in (e.old, e.new)} - {NO_OBJECT})
-            batch = "".join(f"{oid}\n" for oid in oids)
-            sizes = (
-                object_sizes(
-                    run(["cat-file", "--batch-check=%(objectname) %(objectsize)"], batch).stdout
-                )
-                if oids
-                else {}
+        stream(["diff", "--raw", "-z", "--abbrev=40", *plain, span], _feeding(listing.feed))
+        oids = sorted({o for e in listing.entries for o in (e.old, e.new)} - {NO_OBJECT})
+        batch = "".join(f"{oid}\n" for oid in oids)
+        sizes = (
+            object_sizes(
+                run(["cat-file", "--batch-check=%(objectname) %(objectsize)"], batch).stdout
             )
-            plan = plan_diff(listing, sizes)
-            counted = [os.fsdecode(e.name) for e in plan.listed if e.name not in plan.too_large]
-            if counted:
-                numstat_args = ["--literal-pathspecs", "diff", "--numstat", "-z", *plain, span]
-                stream([*numstat_args, "--", *counted], _feeding(numstat.extend))
-        except GitTimedOut as error:
-            raise SummaryCut(
-                f"the summary of this conversation's branch {checkout.branch} was cut short "
-                f"({error.message}); the branch holds this turn's changes"
-            ) from error
+            if oids
+            else {}
+        )
+        plan = plan_diff(listing, sizes)
+        counted = [os.fsdecode(e.name) for e in plan.listed if e.name not in plan.too_large]
+        if counted:
+            numstat_args = ["--literal-pathspecs", "diff", "--numstat", "-z", *plain, span]
+            stream([*numstat_args, "--", *counted], _feeding(numstat.extend))
         diff: str | None = None
         truncated = False
         if plan.included:
@@ -1230,6 +1236,14 @@ def _command(args: Sequence[str]) -> str:
         elif not word.startswith("-"):
             return word
     return "command"
+
+
+def _kill_group(process: subprocess.Popen[Any]) -> None:
+    """Kill ``process`` and the process group it leads (it was started in a session of its
+    own), unless it has been waited for already (its pid may be another's by then)."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 def _failed(args: Sequence[str], status: int, stderr: str) -> Unavailable:

@@ -490,6 +490,8 @@ class Worker:
         except AmuxError as error:
             branch = None
             kept = f"this turn's changes could not be kept on {checkout.branch}"
+            if group is not None and "memory" in group.hit():
+                kept += f" (git reached the {self.bounds.describe('memory')})"
             said.append(f"{kept}: {error.message}")
         finally:
             if group is not None:

@@ -10,6 +10,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
+import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -17,7 +19,9 @@ import pytest
 
 from hub.contract import BRANCH_DIFF_MAX, ProjectSource
 from hub.errors import InvalidArgument, Unavailable
-from runtime_bridge.checkouts import Projects, branch_of, short_id
+from runtime_bridge.bounds import Bounds, GiB, MiB
+from runtime_bridge.cgroups import LaunchGroup
+from runtime_bridge.checkouts import GitBounds, Projects, SummaryCut, branch_of, short_id
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.launch import LaunchSite
 from runtime_bridge.providers.confined import Owner
@@ -553,3 +557,55 @@ def test_a_file_sent_to_a_pruned_conversation_survives_its_checkout_being_made_a
     moved = projects.prepare(source, FIRST, owner, [], moved_from="host-b")
     assert (moved.path / "inbox" / "m2" / "new.txt").read_text() == "sent after the prune\n"
     assert not list((area / "work" / "projects" / "web" / "incoming").iterdir())
+
+
+def test_the_workers_git_after_a_turn_runs_in_the_control_group_it_is_given(
+    area: Path, owner: Owner
+) -> None:
+    bounds = Bounds(
+        memory_bytes=256 * MiB, tasks=64, cpu=1.0, open_files=256, workspace_bytes=1 * GiB
+    )
+    group = LaunchGroup.create(f"test-git-{uuid.uuid4().hex}", bounds)
+    if group is None:
+        pytest.skip("no usable cgroups with memory and pids here (root is needed)")
+    try:
+        repo = operator_repo(area)
+        work_dir = area / "work"
+        site = LaunchSite(RuntimeSettings(sandbox="bwrap", work_dir=work_dir), work_dir)
+        projects = Projects(work_dir, os.environ, site.git_sandbox)
+        checkout = projects.prepare(path_project(repo), FIRST, owner, [])
+        (checkout.path / "notes.txt").write_text("hello\n")
+        confine = site.git_confinement(group.procs_files, ())
+        work = projects.finish(checkout, "e-1", owner, [], GitBounds(confine))
+        assert [(f.path, f.added) for f in work.files] == [("notes.txt", 1)]
+        # The kernel charged the group with git's memory, within the group's bound.
+        peaks = [
+            int(path.read_text())
+            for directory in group.directories
+            for path in (directory / "memory.peak", directory / "memory.max_usage_in_bytes")
+            if path.exists()
+        ]
+        assert peaks and 0 < max(peaks) <= 256 * MiB
+    finally:
+        group.remove()
+
+
+def test_git_past_its_time_is_killed_and_the_summary_is_said_to_be_cut_short(
+    area: Path, owner: Owner
+) -> None:
+    repo = operator_repo(area)
+    projects = projects_in(area / "work")
+    checkout = projects.prepare(path_project(repo), FIRST, owner, [])
+    (checkout.path / "notes.txt").write_text("hello\n")
+    # A git that hangs listing the branch's changes, holding its output open.
+    hanging = ("/bin/sh", "-c", 'case " $* " in *" --raw "*) sleep 60;; esac; exec "$@"', "git")
+    started = time.monotonic()
+    with pytest.raises(SummaryCut) as cut:
+        projects.finish(checkout, "e-slow", owner, [], GitBounds(hanging, summary_seconds=2))
+    assert time.monotonic() - started < 30
+    assert cut.value.message == (
+        f"the summary of this conversation's branch {checkout.branch} was cut short "
+        "(git diff took longer than 2 s); the branch holds this turn's changes"
+    )
+    # What the turn left was kept all the same.
+    assert git("show", f"{checkout.branch}:notes.txt", cwd=repo) == "hello\n"
