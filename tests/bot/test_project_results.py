@@ -71,6 +71,24 @@ async def test_a_project_turn_that_changed_nothing_posts_no_diff_file_again(
         assert len(files_posted(bot, first)) == 1
 
 
+async def test_a_sparse_file_of_gigabytes_is_named_not_committed_and_a_large_one_not_diffed(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, runtime=edit_runtime(tmp_path)) as bot:
+        await bound_to_project(bot, operator_repo(tmp_path / "web"))
+        asked = await bot.say("sparse sparse.bin 3G\nfill table.csv 2M\nwrite notes.txt hello")
+        progress = await bot.reply_to(asked)
+        await until(lambda: "follows as a file" in card_text(progress.card), 120)
+        await until(lambda: "sparse.bin" in shown_text(bot), 60)
+
+        card = card_text(progress.card)
+        assert "2 file(s) changed" in card
+        assert "`notes.txt` +1 −0" in card and "`table.csv` over 1 MiB, not diffed" in card
+        assert "`sparse.bin`" not in card
+        # The file left off the branch is named, with its size, beside the answer.
+        assert "too large (over 50 MiB each): sparse.bin (3 GiB)" in shown_text(bot)
+
+
 def cards_sent(bot: Bot) -> list[str]:
     """Every card the bot sent Feishu, as the JSON each request carried."""
     sent: list[str] = []
