@@ -37,13 +37,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import shlex
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from hub.errors import Unavailable
-from runtime_bridge import approvals
+from runtime_bridge import approvals, shell_reading
 from runtime_bridge.approvals import ApprovalAnswer, ApprovalRequest, Approver
 from runtime_bridge.codex_rpc import CodexRpc, Notification, RpcError, Unhandled
 from runtime_bridge.launch_env import launch_env
@@ -278,81 +277,15 @@ async def _open_thread(rpc: CodexRpc, plan: LaunchPlan, thread: CodexThread) -> 
     return thread_id
 
 
-# Programs that only read or print, whatever their arguments (no redirection is let through).
-READ_PROGRAMS = frozenset(
-    {
-        "basename", "cat", "cd", "cmp", "cut", "df", "diff", "dirname", "du", "echo", "egrep",
-        "false", "fgrep", "grep", "head", "id", "ls", "nl", "printf", "pwd", "readlink",
-        "realpath", "stat", "tail", "tr", "true", "uname", "wc", "which", "whoami",
-    }
-)  # fmt: skip
-# find's actions that delete, write a file or start another program.
-FIND_UNSAFE = frozenset(
-    {"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fls", "-fprint", "-fprint0", "-fprintf"}
-)
-SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
-# The only shell operators a read-only command line may use to join its commands.
-JOINERS = frozenset({"&&", "||", ";", "|"})
-
-
-def _read_only_words(words: list[str]) -> bool:
-    program, args = words[0], words[1:]
-    if program in READ_PROGRAMS:
-        return True
-    if program == "find":
-        return not FIND_UNSAFE.intersection(args)
-    if program == "rg":
-        # --pre runs a program per file; -z/--search-zip runs decompressors.
-        return not any(
-            a.startswith("--pre")
-            or a == "--search-zip"
-            or (a.startswith("-") and not a.startswith("--") and "z" in a)
-            for a in args
-        )
-    if program == "sed":
-        # Only printing lines: ``sed -n 10p`` or ``sed -n 1,20p``, then file names.
-        return (
-            len(args) >= 2
-            and args[0] == "-n"
-            and args[1].removesuffix("p").replace(",", "").isdigit()
-            and args[1].endswith("p")
-            and not any(a.startswith("-") for a in args[2:])
-        )
-    return False
-
-
 def read_only_command(command: str) -> bool:
     """Whether ``command`` (as Codex reports it, usually ``/bin/bash -lc '<script>'``) plainly
-    only reads: simple commands of ``READ_PROGRAMS`` and the like joined by ``&&``, ``||``,
-    ``;`` or ``|``, with no redirection, substitution, variable or second line.
+    only reads, by ``runtime_bridge.shell_reading``.
 
     Codex's own ``commandActions`` are a reading for display (``find -delete`` is a "search"),
-    so they decide nothing here. Anything this does not recognise is asked about.
+    so they decide nothing here. Anything that reading does not vouch for is asked about.
     """
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return False
-    script = command
-    if len(words) == 3 and os.path.basename(words[0]) in SHELLS and words[1] in ("-c", "-lc"):
-        script = words[2]
-    if not script.strip() or any(c in script for c in "$`\n\r\\"):
-        return False
-    lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    try:
-        tokens = list(lexer)
-    except ValueError:
-        return False
-    current: list[str] = []
-    for token in [*tokens, ";"]:
-        if token and all(c in lexer.punctuation_chars for c in token):
-            if token not in JOINERS or not current or not _read_only_words(current):
-                return False
-            current = []
-        else:
-            current.append(token)
-    return True
+    script = shell_reading.script_of(command)
+    return script is not None and shell_reading.reads_only(script)
 
 
 def _lines(*pairs: tuple[str, Any]) -> str:

@@ -25,13 +25,11 @@ Pi has no permission system; the launch's policy becomes flags and an extension:
 from __future__ import annotations
 
 import json
-import re
-import shlex
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from runtime_bridge import approvals
+from runtime_bridge import approvals, shell_reading
 from runtime_bridge.approvals import ApprovalRequest, Approver
 from runtime_bridge.launch_env import launch_env
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
@@ -166,156 +164,6 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
 # Pi's tools that only read; ``write`` and ``edit`` change files; ``bash`` is judged per command.
 READ_TOOLS = frozenset({"read", "grep", "find", "ls"})
 EDIT_TOOLS = frozenset({"write", "edit"})
-# Programs that, without redirection, only read and print (the exceptions are checked below).
-READ_PROGRAMS = frozenset(
-    {"ls", "cat", "head", "tail", "wc", "grep", "rg", "find", "pwd", "echo", "printf", "stat"}
-    | {"file"}
-)
-GIT_READS = frozenset({"status", "log", "diff", "show"})
-# find's actions that run a program or write a file.
-FIND_ACTIONS = frozenset(
-    {"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"}
-)
-# Redirections that write no file: duplicating a descriptor, discarding output.
-_HARMLESS_REDIRECT = re.compile(r"\d?>&\d|\d?>>?\s*/dev/null(?=[\s;&|]|$)")
-# A command whose last part is a here-document with a quoted delimiter (no expansion inside),
-# as in ``amux memory upsert x.md --expected-revision absent <<'EOF'``.
-_HEREDOC = re.compile(
-    r"(?P<head>[^\n]*?)<<(?P<strip>-?)\s*(?P<quote>['\"])(?P<tag>\w+)(?P=quote)(?P<rest>[^\n]*)\n"
-    r"(?P<body>.*?)\n?(?P=tag)\n?",
-    re.DOTALL,
-)
-
-
-def _without_heredoc(command: str) -> str:
-    """``command`` with its body of a quoted here-document dropped: that text is data the
-    shell never runs. Anything else after the delimiter line stays, and is judged."""
-    match = _HEREDOC.fullmatch(command.strip())
-    if match is None:
-        return command
-    body = match["body"]
-    tag = match["tag"]
-    # The first line equal to the delimiter ends the document: text after it would run.
-    for line in body.split("\n"):
-        if (line.lstrip("\t") if match["strip"] else line) == tag:
-            return command
-    return f"{match['head']} {match['rest']}"
-
-
-def _expands(segment: str) -> bool:
-    """Whether the shell would expand something in ``segment`` (a glob, braces, a variable, a
-    home directory) into words nobody wrote, such as a file named ``-delete``."""
-    quote = ""
-    escaped = False
-    previous = " "
-    for char in segment:
-        before, previous = previous, char
-        if escaped:
-            escaped = False
-        elif quote == "'":
-            quote = "" if char == "'" else quote
-        elif char == "\\":
-            escaped = True
-        elif quote == '"':
-            if char == '"':
-                quote = ""
-            elif char in "$`":
-                return True
-        elif char in "'\"":
-            quote = char
-        elif char in "*?[{$":
-            return True
-        elif char == "~" and (before.isspace() or before in "=:"):
-            # Only a word's leading ``~`` (or one after ``=``/``:``) names a home directory.
-            return True
-    return False
-
-
-def _writes_output(word: str) -> bool:
-    # git takes any unambiguous abbreviation of a long option: ``--out`` is ``--output``.
-    name = word.split("=", 1)[0]
-    return name.startswith("--output") or (len(name) > 3 and "--output".startswith(name))
-
-
-def _segment_reads_only(segment: str) -> bool:
-    try:
-        # The words as the program receives them, quotes removed: ``'-delete'`` is ``-delete``.
-        words = shlex.split(segment)
-    except ValueError:
-        return False
-    if not words:
-        return not segment.strip()
-    program = words[0]
-    if program == "amux":
-        # Memory goes through the amux CLI; its other commands are not memory.
-        return len(words) >= 2 and words[1] == "memory"
-    if program in ("find", "rg", "file", "git") and _expands(segment):
-        # These take options that run programs or write files; an expansion could supply one.
-        return False
-    if program == "git":
-        # Only ``git <read>``: options before the subcommand (``-c``) can set what git runs.
-        return len(words) >= 2 and words[1] in GIT_READS and not any(map(_writes_output, words))
-    if program == "find":
-        return not any(w in FIND_ACTIONS for w in words)
-    if program == "rg":
-        # ``--pre`` runs a program on every file searched.
-        return not any(w == "--pre" or w.startswith("--pre=") for w in words)
-    if program == "file":
-        # ``-C`` (also within ``-bC``) compiles a magic file, writing it.
-        return not any(
-            w == "--compile" or (w.startswith("-") and not w.startswith("--") and "C" in w)
-            for w in words
-        )
-    return program in READ_PROGRAMS
-
-
-def _segments(command: str) -> list[str] | None:
-    """The simple commands of ``command`` (split at unquoted ``;``, ``&``, ``|`` and line
-    breaks), or None when it runs a substitution or redirects into a file."""
-    segments: list[str] = []
-    current: list[str] = []
-    quote = ""
-    escaped = False
-    for index, char in enumerate(command):
-        following = command[index + 1 : index + 2]
-        if escaped:
-            escaped = False
-            # A backslash before a line break continues the line.
-            current.append(" " if char == "\n" else char)
-            continue
-        if quote == "'":
-            quote = "" if char == "'" else quote
-        elif char == "\\":
-            escaped = True
-        elif quote == '"':
-            if char == '"':
-                quote = ""
-            elif char == "`" or (char == "$" and following == "("):
-                return None
-        elif char in "'\"":
-            quote = char
-        elif char == "`" or (char == "$" and following in "('"):
-            # ``$'…'`` quotes by other rules (``\'`` inside it is no end).
-            return None
-        elif char == ">" or (char == "<" and following == "("):
-            return None
-        elif char in ";&|\n\r":
-            segments.append("".join(current))
-            current = []
-            continue
-        current.append(char)
-    if quote or escaped:
-        return None
-    segments.append("".join(current))
-    return segments
-
-
-def command_reads_only(command: str) -> bool:
-    """Whether a shell command only reads: a conservative reading, so a command it cannot vouch
-    for (any substitution, a redirection into a file, a program it does not know) counts as
-    changing."""
-    segments = _segments(_HARMLESS_REDIRECT.sub(" ", _without_heredoc(command)))
-    return segments is not None and all(map(_segment_reads_only, segments))
 
 
 def _edit_detail(tool_input: Mapping[str, Any]) -> str:
@@ -337,7 +185,7 @@ def describe(tool: str, tool_input: Mapping[str, Any]) -> ApprovalRequest | None
         return None
     if tool == "bash":
         command = tool_input.get("command")
-        if isinstance(command, str) and command_reads_only(command):
+        if isinstance(command, str) and shell_reading.reads_only(command):
             return None
         return ApprovalRequest("bash", approvals.COMMAND, str(command or ""))
     if tool in EDIT_TOOLS:

@@ -220,6 +220,36 @@ async def test_ask_relays_edits_and_changing_commands_and_a_denial_reaches_the_m
     assert "allowed.txt" in listing and "made.txt" in listing
 
 
+async def test_ask_asks_about_globs_that_planted_file_names_turn_into_writes(
+    tmp_path: Path, codex_bin: str
+) -> None:
+    # Files named like options: bash expands ``[-]fprint`` to find's ``-fprint`` and
+    # ``[-][-]pre=sh`` to rg's ``--pre=sh``, which runs ``sh payload``.
+    globbed = [
+        "find . -maxdepth 0 [-]fprint made-by-find",
+        "rg -l touch [-][-]pre=sh payload",
+    ]
+    script: list[Step] = [*map(command, globbed), command("ls -a"), Answer("Refused.")]
+    person = Person(lambda _: False)
+    async with FakeModelServer(script) as model:
+        request = plain_request(tmp_path, model, codex_bin, ASK)
+        work = request.cwd
+        work.mkdir(parents=True, exist_ok=True)
+        for planted in ("-fprint", "--pre=sh"):
+            (work / planted).write_text("")
+        (work / "payload").write_text("touch made-by-rg\n")
+        events = await collect(run(build_plan(request), person))
+
+    assert isinstance(events[-1], Result), (events, results(model))
+    assert [(r.tool, r.action, r.subject) for r in person.asked] == [
+        ("commandExecution", COMMAND, f"/bin/bash -lc '{line}'") for line in globbed
+    ]
+    *refused, listing = results(model)
+    assert all("rejected by user" in text for text in refused), refused
+    assert "payload" in listing and "made-by" not in listing
+    assert sorted(p.name for p in work.iterdir()) == ["--pre=sh", "-fprint", "payload"]
+
+
 async def test_ask_never_asks_about_amuxs_memory_tools(
     tmp_path: Path,
     codex_bin: str,

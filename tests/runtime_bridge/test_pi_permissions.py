@@ -135,6 +135,36 @@ async def test_ask_denied_leaves_no_file_and_tells_the_model_why(
     assert "a.txt" not in listed and "b.txt" not in listed
 
 
+# Commands that look like reads and each make a file: the shell runs what they hide.
+DISGUISED = [
+    # The unquoted first here-document's body is expanded, its substitution run.
+    "cat <<A <<'B'\n$(touch made-by-heredoc)\nA\nx\nB",
+    # ``$_`` is the last word echoed; ``@P`` expands it as a prompt, running it.
+    "echo '$(touch made-by-prompt)'; echo ${_@P}",
+    # ``>&`` before a word that is no descriptor number writes a file of that name.
+    "echo hi >&2made-by-redirect",
+]
+
+
+async def test_ask_asks_about_commands_that_hide_a_write_and_a_denial_runs_none(
+    tmp_path: Path, pi_bin: str
+) -> None:
+    script: list[Step] = [*(CallTool("bash", {"command": c}) for c in DISGUISED), LIST]
+    script.append(Answer("Refused."))
+    approver = Recorder(allow=False, message=DENIAL)
+    events, model, plan = await launch(tmp_path, pi_bin, approvals.ASK, script, approver)
+
+    assert isinstance(events[-1], Result), events
+    assert approver.requests == [
+        ApprovalRequest("bash", approvals.COMMAND, command) for command in DISGUISED
+    ]
+    *refused, listed = outputs(model)
+    assert all(DENIAL in text for text in refused), refused
+    # ``ls`` ran unasked and found none of the files the refused commands would have made.
+    assert "made-by" not in listed
+    assert sorted(p.name for p in plan.cwd.iterdir()) == []
+
+
 async def test_ask_lets_amux_memory_calls_run_without_asking(
     tmp_path: Path,
     pi_bin: str,

@@ -22,7 +22,6 @@ from runtime_bridge.providers import (
 )
 from runtime_bridge.providers.codex import (
     CLIENT_INFO,
-    read_only_command,
     unconfirmed_memory_settings,
 )
 from runtime_bridge.providers.process import materialize, start, stop
@@ -68,38 +67,6 @@ def test_each_policy_turns_off_codexs_sandbox_and_sets_its_approval_policy_after
     shown = plan.to_json()
     assert shown["codex"]["approval_policy"] == thread_policy
     assert 'sandbox_mode="danger-full-access"' in shown["argv"]
-
-
-def test_read_only_commands_are_told_from_those_that_change_or_run_more() -> None:
-    quiet = [
-        "/bin/bash -lc ls",
-        "/bin/bash -lc 'cat notes.txt'",
-        "/bin/bash -c 'cd src && ls -la | grep py'",
-        "/bin/bash -lc 'sed -n 1,20p a.py'",
-        "/bin/bash -lc 'rg -n TODO src'",
-        "/bin/bash -lc 'find . -name \"*.py\"'",
-    ]
-    asked = [
-        "/bin/bash -lc 'echo hi > b.txt && cat b.txt'",
-        "/bin/bash -lc 'cat a | tee b'",
-        "/bin/bash -lc 'find . -name x -delete'",
-        "/bin/bash -lc 'rg --pre ./run x'",
-        "/bin/bash -lc 'rg -iz x'",
-        "/bin/bash -lc 'ls; rm -rf build'",
-        "/bin/bash -lc 'cat $(touch y)'",
-        "/bin/bash -lc 'cat `touch y`'",
-        "/bin/bash -lc 'ls &'",
-        "/bin/bash -lc 'ls\nrm x'",
-        "/bin/bash -lc 'X=1 ls'",
-        "/bin/bash -lc 'sed -i s/a/b/ f'",
-        "/bin/bash -lc 'cat <(rm x)'",
-        "/bin/bash -lc 'git status'",
-        "/bin/bash -lc 'ls &&'",
-        "/bin/bash -lc ''",
-        "touch x",
-    ]
-    assert [c for c in quiet if not read_only_command(c)] == []
-    assert [c for c in asked if read_only_command(c)] == []
 
 
 def codex_config(tmp_path: Path, model: FakeModelServer) -> Path:
