@@ -30,6 +30,8 @@ from runtime_bridge.network import EGRESS_SETTING, AllowList, local_address, spl
 logger = logging.getLogger("amux.egress")
 
 HEAD_LIMIT = 64 * 1024
+# A request's head arrives at once from any client; one that trickles in is holding a door.
+HEAD_SECONDS = 5.0
 CONNECT_SECONDS = 15.0
 CHUNK = 65536
 # The tool an egress approval is asked under, so "allow for this conversation" rules of network
@@ -80,6 +82,27 @@ async def splice(
     await asyncio.gather(pipe(a[0], b[1]), pipe(b[0], a[1]))
 
 
+async def answer(writer: asyncio.StreamWriter, status: int, body: str) -> None:
+    """A short plain-text answer, after which the connection closes."""
+    phrases = {
+        400: "Bad Request",
+        403: "Forbidden",
+        404: "Not Found",
+        411: "Length Required",
+        431: "Too Large",
+        502: "Bad Gateway",
+    }
+    data = (body + "\n").encode("utf-8")
+    writer.write(
+        f"HTTP/1.1 {status} {phrases.get(status, 'Error')}\r\n"
+        f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(data)}\r\n"
+        "Connection: close\r\n\r\n".encode("latin-1")
+        + data
+    )
+    with contextlib.suppress(ConnectionError):
+        await writer.drain()
+
+
 class Egress:
     """One launch's egress proxy."""
 
@@ -97,6 +120,8 @@ class Egress:
         self._asking: dict[tuple[str, int], asyncio.Lock] = {}
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve one connection. Raises TimeoutError when its head is not complete within
+        ``HEAD_SECONDS`` (the connection is closed; the door logs it)."""
         try:
             await self._handle(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
@@ -107,14 +132,14 @@ class Egress:
                 await writer.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_SECONDS)
         if len(head) > HEAD_LIMIT:
-            await self._answer(writer, 431, "request head too large")
+            await answer(writer, 431, "request head too large")
             return
         request_line, *header_lines = head[:-4].split(b"\r\n")
         words = request_line.split(b" ")
         if len(words) != 3:
-            await self._answer(writer, 400, "not an HTTP proxy request")
+            await answer(writer, 400, "not an HTTP proxy request")
             return
         method, target, version = (w.decode("latin-1") for w in words)
         if method == "CONNECT":
@@ -123,7 +148,7 @@ class Egress:
             except InvalidArgument:
                 port = None
             if port is None:
-                await self._answer(writer, 400, "CONNECT needs host:port")
+                await answer(writer, 400, "CONNECT needs host:port")
                 return
             path = ""
         elif target.startswith("http://"):
@@ -132,11 +157,11 @@ class Egress:
             try:
                 host, named_port = split_host_port(authority.rpartition("@")[2])
             except InvalidArgument:
-                await self._answer(writer, 400, "not an absolute http:// URL")
+                await answer(writer, 400, "not an absolute http:// URL")
                 return
             port = named_port or 80
         else:
-            await self._answer(writer, 400, "a proxy request is CONNECT host:port or http://…")
+            await answer(writer, 400, "a proxy request is CONNECT host:port or http://…")
             return
         try:
             address = await self._permitted(host, port)
@@ -144,10 +169,10 @@ class Egress:
                 asyncio.open_connection(address, port), CONNECT_SECONDS
             )
         except Refused as refused:
-            await self._answer(writer, 403, refused.reason)
+            await answer(writer, 403, refused.reason)
             return
         except (OSError, TimeoutError) as error:
-            await self._answer(writer, 502, f"amux could not reach {host}:{port} ({error})")
+            await answer(writer, 502, f"amux could not reach {host}:{port} ({error})")
             return
         try:
             if method == "CONNECT":
@@ -217,16 +242,3 @@ class Egress:
         reason = f"{refusal_text(target)} ({answer.message or 'denied'})"
         await self._report(host, port, reason)
         raise Refused(reason)
-
-    @staticmethod
-    async def _answer(writer: asyncio.StreamWriter, status: int, body: str) -> None:
-        phrases = {400: "Bad Request", 403: "Forbidden", 431: "Too Large", 502: "Bad Gateway"}
-        data = (body + "\n").encode("utf-8")
-        writer.write(
-            f"HTTP/1.1 {status} {phrases.get(status, 'Error')}\r\n"
-            f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(data)}\r\n"
-            "Connection: close\r\n\r\n".encode("latin-1")
-            + data
-        )
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()

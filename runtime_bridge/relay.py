@@ -7,6 +7,9 @@ once finds its door listening), forks a child that carries each accepted connect
 ``SOCKET`` the worker serves for that door, and executes the Agent in its own place: the Agent
 keeps the main pid, its exit status and its signals. When the Agent ends, bwrap ends the
 namespace, and the child with it.
+
+Each door carries at most ``DOOR_CONNECTIONS`` connections at once, as its worker's side
+passes no more: one past that is closed as soon as it is accepted, holding no thread.
 """
 
 import os
@@ -17,6 +20,7 @@ import threading
 
 CHUNK = 65536
 BACKLOG = 128
+DOOR_CONNECTIONS = 32
 # A socket's address holds at most 108 bytes; a deeper one is reached through its directory.
 MAX_ADDRESS_BYTES = 100
 
@@ -48,25 +52,29 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
             pass
 
 
-def _carry(conn: socket.socket, path: str) -> None:
+def _carry(conn: socket.socket, path: str, slots: threading.Semaphore) -> None:
     try:
-        door = _connect(path)
-    except OSError:
+        try:
+            door = _connect(path)
+        except OSError:
+            conn.close()
+            return
+        back = threading.Thread(target=_pump, args=(door, conn), daemon=True)
+        back.start()
+        _pump(conn, door)
+        back.join()
         conn.close()
-        return
-    back = threading.Thread(target=_pump, args=(door, conn), daemon=True)
-    back.start()
-    _pump(conn, door)
-    back.join()
-    conn.close()
-    door.close()
+        door.close()
+    finally:
+        slots.release()
 
 
 def serve(listeners: dict[socket.socket, str]) -> None:
     """Accept on every listener until killed, one thread per connection."""
     selector = selectors.DefaultSelector()
     for listener, path in listeners.items():
-        selector.register(listener, selectors.EVENT_READ, path)
+        slots = threading.Semaphore(DOOR_CONNECTIONS)
+        selector.register(listener, selectors.EVENT_READ, (path, slots))
     while True:
         for key, _ in selector.select():
             ready = key.fileobj
@@ -75,7 +83,11 @@ def serve(listeners: dict[socket.socket, str]) -> None:
                 conn, _ = ready.accept()
             except OSError:
                 continue
-            threading.Thread(target=_carry, args=(conn, key.data), daemon=True).start()
+            path, slots = key.data
+            if not slots.acquire(blocking=False):
+                conn.close()
+                continue
+            threading.Thread(target=_carry, args=(conn, path, slots), daemon=True).start()
 
 
 def parse(argv: list[str]) -> tuple[dict[int, str], list[str]]:

@@ -429,6 +429,7 @@ class Worker:
             hub_url=self.hub_url,
             egress=egress,
             owner=plan.run_as,
+            label=claimed.execution_id,
         )
 
     async def _checkout(

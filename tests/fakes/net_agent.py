@@ -9,6 +9,11 @@ reports, one line each, what happened. Commands arrive on stdin (the prompt), on
   get URL            GET through the environment's proxies           -> get STATUS FIRST-LINE
   proxied URL        GET through $HTTP_PROXY even for loopback       -> proxied STATUS FIRST-LINE
   hub                GET $AMUX_HUB_URL/healthz                       -> hub STATUS
+  rpc URL            POST {} to URL, no credential, no proxy
+                                                      -> rpc STATUS FIRST-LINE
+  flood N            open N connections straight to its hub door's socket, each with a request
+                     head that never ends, keeping those the door keeps; mark the workspace
+                     `flooded`, wait for a `release` file there -> flood HELD of N
   model              POST a message to $ANTHROPIC_BASE_URL with $ANTHROPIC_API_KEY
                                                       -> model STATUS
   env NAME           a variable's value               -> env NAME=VALUE | env NAME unset
@@ -17,8 +22,10 @@ reports, one line each, what happened. Commands arrive on stdin (the prompt), on
 import http.client
 import json
 import os
+import select
 import socket
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -81,6 +88,60 @@ def fetch(request: urllib.request.Request | str) -> tuple[int, str]:
         return 0, str(error)
 
 
+def hub_door() -> str:
+    """The hub door's socket, as its relay was told it."""
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                words = handle.read().decode().split("\0")
+        except (OSError, ValueError):
+            continue
+        for word in words:
+            if word.startswith("7802="):
+                return word.removeprefix("7802=")
+    raise SystemExit("no hub door")
+
+
+def flood(count: int) -> int:
+    """How many of ``count`` unfinished requests its hub door still holds."""
+    # A deep path is reached through its directory, as the relay does.
+    directory = os.open(os.path.dirname(hub_door()), os.O_PATH | os.O_DIRECTORY)
+    path, held = f"/proc/self/fd/{directory}/hub.sock", []
+
+    def sweep() -> None:
+        # A connection the door closed reads as ready (at its end): let it go.
+        poll = select.poll()
+        for conn in held:
+            poll.register(conn, select.POLLIN)
+        ended = {fd for fd, _ in poll.poll(0)}
+        for conn in held:
+            if conn.fileno() in ended:
+                conn.close()
+        held[:] = [conn for conn in held if conn.fileno() != -1]
+
+    deadline = time.monotonic() + 20
+    for n in range(count):
+        if time.monotonic() > deadline:
+            break
+        try:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError:  # out of files of its own
+            break
+        conn.settimeout(1)
+        try:
+            conn.connect(path)
+            conn.sendall(b"POST /rpc/v1/system.whoami HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        except OSError:
+            conn.close()
+        else:
+            held.append(conn)
+        if n % 50 == 49:
+            sweep()
+    time.sleep(0.5)
+    sweep()
+    return len(held)
+
+
 def main() -> None:
     for line in sys.stdin:
         verb, _, arg = line.strip().partition(" ")
@@ -99,6 +160,21 @@ def main() -> None:
         elif verb == "hub":
             status, _ = fetch(os.environ["AMUX_HUB_URL"] + "/healthz")
             print(f"hub {status}")
+        elif verb == "rpc":
+            request = urllib.request.Request(
+                arg,
+                data=b"{}",
+                headers={"content-type": "application/json"},
+            )
+            status, body = fetch(request)
+            print(f"rpc {status} {(body.splitlines() or [''])[0]}")
+        elif verb == "flood":
+            held = flood(int(arg))
+            open("flooded", "w").close()
+            deadline = time.monotonic() + 120
+            while not os.path.exists("release") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            print(f"flood {held} of {arg}")
         elif verb == "model":
             body = {
                 "model": "claude-sonnet-4-5",

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from runtime_bridge.doors import LaunchDoors
-from runtime_bridge.egress import Egress
+from runtime_bridge.doors import DOOR_CONNECTIONS, LaunchDoors
+from runtime_bridge.egress import HEAD_SECONDS, Egress, splice
 from runtime_bridge.network import AllowList, launch_doors
 from tests.conftest import free_port
 
@@ -56,12 +56,12 @@ async def test_the_hub_door_speaks_tls_to_an_https_hub_and_plain_http_to_the_age
     served.load_cert_chain(cert, key)
     seen: list[str] = []
 
-    async def healthz(request: web.Request) -> web.Response:
+    async def whoami(request: web.Request) -> web.Response:
         seen.append(request.scheme)
         return web.json_response({"status": "ok"})
 
     app = web.Application()
-    app.router.add_get("/healthz", healthz)
+    app.router.add_post("/rpc/v1/system.whoami", whoami)
     runner = web.AppRunner(app)
     await runner.setup()
     port = free_port()
@@ -79,7 +79,8 @@ async def test_the_hub_door_speaks_tls_to_an_https_hub_and_plain_http_to_the_age
             modes = {d.name: stat.S_IMODE(os.lstat(d.socket).st_mode) for d in doors}
             answer = await ask(
                 run_dir / "hub.sock",
-                b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:7802\r\nConnection: close\r\n\r\n",
+                b"POST /rpc/v1/system.whoami HTTP/1.1\r\nHost: 127.0.0.1:7802\r\n"
+                b"Content-Length: 2\r\n\r\n{}",
             )
         left = sorted(p.name for p in run_dir.iterdir())
     finally:
@@ -147,3 +148,139 @@ async def test_opening_doors_leaves_what_else_the_worker_makes_meanwhile_its_own
     after = os.umask(before)
     assert after == before
     assert modes == {0o755 & ~before}
+
+
+class StandInHub:
+    """A loopback server answering every path as the Hub would, recording each request and
+    counting each connection that reaches it."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.seen: list[tuple[str, str, bytes]] = []
+        self.connections = 0
+        self._runner: web.AppRunner | None = None
+        self._counter: asyncio.Server | None = None
+
+    async def __aenter__(self) -> StandInHub:
+        async def anything(request: web.Request) -> web.Response:
+            self.seen.append((request.method, request.path, await request.read()))
+            return web.json_response({"path": request.path})
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", anything)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        inner = free_port()
+        await web.TCPSite(self._runner, "127.0.0.1", inner).start()
+
+        async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.connections += 1
+            upstream = await asyncio.open_connection("127.0.0.1", inner)
+            await splice((reader, writer), upstream)
+            writer.close()
+            upstream[1].close()
+
+        self._counter = await asyncio.start_server(count, "127.0.0.1", self.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._runner is not None and self._counter is not None
+        self._counter.close()
+        await self._runner.cleanup()
+
+
+def hub_doors(run_dir: Path, hub: StandInHub) -> LaunchDoors:
+    return LaunchDoors(
+        launch_doors(run_dir),
+        gateway_url="http://127.0.0.1:9",
+        hub_url=f"http://127.0.0.1:{hub.port}",
+        egress=Egress(AllowList(), nothing),
+        label="launch-1",
+    )
+
+
+def rpc(method: str, body: bytes = b"{}") -> bytes:
+    return (
+        f"POST /rpc/v1/{method} HTTP/1.1\r\nHost: 127.0.0.1:7802\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+async def test_the_hub_door_passes_only_rpc_requests_and_nothing_that_follows_them(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    door = run_dir / "hub.sock"
+    async with StandInHub() as hub, hub_doors(run_dir, hub):
+        passed = await ask(door, rpc("memory.search", b'{"query": "x"}'))
+        refused = {
+            request: await ask(door, request + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+            for request in (
+                b"GET /metrics",
+                b"GET /readyz",
+                b"GET /healthz",
+                b"POST /metrics",
+                b"GET /rpc/v1/system.whoami",
+                b"POST /rpc/v1/../metrics",
+                b"POST /rpc/v1/memory.search?x=/metrics",
+            )
+        }
+        # A second request on the same connection would pass unchecked: it never reaches the Hub.
+        pipelined = await ask(door, rpc("system.whoami") + b"GET /metrics HTTP/1.1\r\n\r\n")
+        chunked = await ask(
+            door,
+            b"POST /rpc/v1/system.whoami HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        )
+    assert passed.startswith(b"HTTP/1.1 200"), passed
+    assert passed.endswith(b'{"path": "/rpc/v1/memory.search"}')
+    for request, answer in refused.items():
+        assert answer.startswith(b"HTTP/1.1 404"), (request, answer)
+        assert b"passes only POST /rpc/v1/<method>" in answer
+    assert pipelined.startswith(b"HTTP/1.1 200") and pipelined.count(b"HTTP/1.1") == 1
+    assert chunked.startswith(b"HTTP/1.1 411")
+    assert hub.seen == [
+        ("POST", "/rpc/v1/memory.search", b'{"query": "x"}'),
+        ("POST", "/rpc/v1/system.whoami", b"{}"),
+    ]
+
+
+async def closed(reader: asyncio.StreamReader, seconds: float) -> bool:
+    """Whether the door closes this connection within ``seconds``."""
+    try:
+        return await asyncio.wait_for(reader.read(), seconds) == b""
+    except TimeoutError:
+        return False
+    except ConnectionError:
+        return True
+
+
+async def test_a_door_holds_at_most_its_bound_and_closes_requests_that_never_finish(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    door = str(run_dir / "hub.sock")
+    caplog.set_level("WARNING", logger="amux.worker")
+    async with StandInHub() as hub, hub_doors(run_dir, hub):
+        held = [await asyncio.open_unix_connection(door) for _ in range(DOOR_CONNECTIONS)]
+        for _, writer in held:
+            writer.write(b"POST /rpc/v1/system.whoami HTTP/1.1\r\nHost: x\r\n")
+        # Every connection past the bound is closed at once, whatever it sends.
+        more = [await asyncio.open_unix_connection(door) for _ in range(100)]
+        assert all(await asyncio.gather(*(closed(reader, 2) for reader, _ in more)))
+        started = asyncio.get_running_loop().time()
+        # The incomplete ones are closed once their head is overdue; then requests pass again.
+        assert all(await asyncio.gather(*(closed(reader, HEAD_SECONDS + 3) for reader, _ in held)))
+        waited = asyncio.get_running_loop().time() - started
+        after = await ask(run_dir / "hub.sock", rpc("system.whoami"))
+        for _, writer in held + more:
+            writer.close()
+    assert waited <= HEAD_SECONDS + 2
+    assert after.startswith(b"HTTP/1.1 200"), after
+    # Nothing incomplete ever reached the Hub: it answered the one request that was whole.
+    assert hub.connections == 1
+    refusals = [r.getMessage() for r in caplog.records if "door refused" in r.getMessage()]
+    assert len(refusals) == 2, refusals
+    assert any(f"past {DOOR_CONNECTIONS} at once" in text for text in refusals)
+    assert any(f"not complete within {HEAD_SECONDS:g}s" in text for text in refusals)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 import shutil
 import time
 import uuid
@@ -21,9 +22,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from runtime_bridge.doors import DOOR_CONNECTIONS
 from runtime_bridge.network import EGRESS, EGRESS_SETTING, HUB, door_url
-from tests.conftest import REPO, HubProcess, free_port, save_settings
+from tests.conftest import REPO, HubProcess, free_port, save_settings, until
 from tests.fakes.model_server import Answer, FakeModelServer
+from tests.runtime_bridge.test_sandbox_e2e import add_principal
 
 pytestmark = [
     pytest.mark.e2e,
@@ -135,7 +138,7 @@ async def pending_approval(hub: HubProcess, execution_id: str) -> dict[str, Any]
 
 
 def report(described: dict[str, Any], nonce: str) -> list[str]:
-    assert described["state"] == "succeeded", described
+    assert described["state"] == "succeeded", (described.get("error"), described.get("result"))
     lines = str(described["result"]["text"]).splitlines()
     assert f"nonce {nonce}" in lines, lines
     return lines
@@ -168,7 +171,7 @@ async def test_an_isolated_agent_reaches_only_its_doors_and_the_allowed_host(
                     f"connect 127.0.0.1 {elsewhere.port}",
                     f"connect 127.0.0.1 {hub.port}",
                     "connect 1.1.1.1 443",
-                    f"get {HUB_DOOR}/healthz",
+                    f"rpc {HUB_DOOR}/rpc/v1/system.whoami",
                     "model",
                     f"proxied {allowed.url}",
                     f"proxied {elsewhere.url}",
@@ -176,6 +179,8 @@ async def test_an_isolated_agent_reaches_only_its_doors_and_the_allowed_host(
                     "get https://github.com/",
                     "env HTTPS_PROXY",
                     "env NO_PROXY",
+                    f"get {HUB_DOOR}/metrics",
+                    f"get {HUB_DOOR}/readyz",
                 )
             )
             submitted = await submit(hub, prompt + "\n")
@@ -188,8 +193,12 @@ async def test_an_isolated_agent_reaches_only_its_doors_and_the_allowed_host(
     assert lines[2].startswith("connect-failed"), lines
     assert lines[3].startswith("connect-failed"), lines
     assert lines[4].startswith("connect-failed"), lines
-    # The doors: the Hub and the model (which saw the operator's key, not the placeholder).
-    assert lines[5].startswith("get 200"), lines
+    # The doors: the Hub (its RPC, which wants a credential the probe lacks) and the model
+    # (which saw the operator's key, not the placeholder).
+    assert lines[5].startswith("rpc 401") and "unauthenticated" in lines[5], lines
+    # Nothing else of the Hub: its metrics and readiness say nothing to an Agent.
+    assert lines[-2].startswith("get 404 amux: the hub door passes only POST"), lines
+    assert lines[-1].startswith("get 404 amux: the hub door passes only POST"), lines
     assert "model 200" in lines
     assert {r.credential() for r in model.requests} == {OPERATOR_KEY}
     assert "proxied 200 allowed answered" in lines, "\n".join(lines)
@@ -259,3 +268,41 @@ async def test_under_ask_a_refused_host_is_asked_and_allowed_for_the_conversatio
     assert any(line.startswith("proxied 403") for line in report(denied, other))
     assert elsewhere.hits == 0
     assert egress_events(denied) and not egress_events(first) and not egress_events(later)
+
+
+async def test_an_agent_flooding_its_hub_door_leaves_the_hub_answering_everyone_else(
+    tmp_path: Path,
+) -> None:
+    async with FakeModelServer() as model:
+        hub = start_hub(tmp_path, model, "", {"agents.permissions": "auto"})
+        try:
+            # systemd's default for a service: 1,024 files for the Hub, its worker and doors.
+            resource.prlimit(hub.pid, resource.RLIMIT_NOFILE, (1024, 1024))
+            bob = await asyncio.to_thread(add_principal, hub, "bob")
+            nonce = uuid.uuid4().hex
+            flooding = await submit(hub, f"nonce {nonce}\nflood 1100\n")
+            workspaces = tmp_path / "runtime" / "workspaces"
+            marker = await until(lambda: next(iter(workspaces.glob("*/flooded")), None), 60)
+            # While the Agent holds what its door lets it: the Hub answers, and another
+            # person's turn runs to its end.
+            assert all([await asyncio.to_thread(hub.healthy) for _ in range(3)])
+            other = uuid.uuid4().hex
+            prompt = f"nonce {other}\nrpc {HUB_DOOR}/rpc/v1/system.whoami\n"
+            done = await asyncio.to_thread(
+                hub.cli, "agent", "run", "--json", "--provider", "probe", prompt,
+                env={"AMUX_TOKEN": bob}, timeout=60,
+            )  # fmt: skip
+            marker.with_name("release").touch()
+            flooded = await finished(hub, flooding["execution"]["id"])
+            assert await asyncio.to_thread(hub.healthy)
+        finally:
+            await asyncio.to_thread(hub.stop)
+    assert done.returncode == 0, done.stderr
+    answered = json.loads(done.stdout)
+    assert answered["state"] == "succeeded", answered
+    assert f"nonce {other}" in answered["text"]
+    held = int(report(flooded, nonce)[1].split()[1])
+    assert held <= DOOR_CONNECTIONS, report(flooded, nonce)
+    # Refused a thousand times, logged once for each kind of refusal.
+    refusals = [line for line in hub.log().splitlines() if "door refused" in line]
+    assert 1 <= len(refusals) <= 2, (refusals, report(flooded, nonce))
