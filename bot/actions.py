@@ -276,6 +276,8 @@ class Draft:
     history_days: int | None
     max_queued: int | None
     messages_per_minute: int | None
+    # The revision of the saved settings the draft was built from ("" on an older card).
+    revision: str = ""
 
     @classmethod
     def parse(cls, value: Value) -> Draft:
@@ -285,12 +287,14 @@ class Draft:
             InvalidArgument: a value the setting would refuse.
         """
         memory, isolation = value.get("memory_enabled"), value.get("isolation")
+        revision = value.get("settings_revision")
         return cls(
             memory if isinstance(memory, bool) else None,
             isolation if isinstance(isolation, bool) else None,
             _setting(value.get("history_days"), "memory.history_days"),
             _setting(value.get("max_queued"), "turns.max_queued_per_principal"),
             _setting(value.get("messages_per_minute"), "feishu.messages_per_minute"),
+            revision if isinstance(revision, str) else "",
         )
 
 
@@ -461,10 +465,10 @@ class TurnActions:
         return CardResponse(toast=extended, toast_type="success")
 
     async def renew(self, click: Click, renewal: Renewal) -> CardResponse:
-        renewed = await self._conversations.renew(renewal.origin, click.principal)
-        if not renewed:
+        renewed = await self._conversations.renew(renewal.origin, click.principal, click.chat_id)
+        if renewed != "renewed":
             return CardResponse(
-                toast=text(self._lang, "conversation.not_yours"), toast_type="error"
+                toast=text(self._lang, f"conversation.{renewed}"), toast_type="error"
             )
         return CardResponse(toast=text(self._lang, "conversation.renewed"), toast_type="info")
 

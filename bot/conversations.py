@@ -106,6 +106,8 @@ logger = logging.getLogger("amux.bot")
 
 WATCH_SECONDS = 20.0
 Toast = Literal["success", "warning", "error"]
+# How a "New conversation" click ended: done, not the clicker's, or a topic of another chat.
+Renewed = Literal["renewed", "not_yours", "elsewhere"]
 TITLE_CHARS = 60
 
 
@@ -216,16 +218,20 @@ class Conversations:
         generation = self._seen.generation(topic) if self._seen is not None else 0
         return f"{topic}#{generation}" if generation else topic
 
-    async def renew(self, topic: str, by: Principal) -> bool:
-        """Make ``topic``'s next message start a new conversation; False when not theirs."""
+    async def renew(self, topic: str, by: Principal, chat_id: str) -> Renewed:
+        """Make ``topic``'s next message start a new conversation, for a click in ``chat_id``
+        (the chat Feishu says it came from)."""
+        # The topic comes from the button's value, which a member may copy from another chat's
+        # card: only a topic of the chat clicked in is renewed there.
+        if not chat_id or not topic.startswith(f"feishu:{chat_id}:"):
+            logger.warning("refused a New conversation for another chat's topic from %s", by.label)
+            return "elsewhere"
         session = self._hub.executions.session_by_origin(self._origin(topic))
         mine = session is None or session.principal_id == by.id or is_team(session)
-        if not mine and not by.is_owner:
-            return False
-        if self._seen is None:
-            return False
+        if (not mine and not by.is_owner) or self._seen is None:
+            return "not_yours"
         self._seen.renew(topic)
-        return True
+        return "renewed"
 
     async def handle(self, event: MessageEvent, sender: Principal) -> Turn | None:
         """Queue the message as a turn and follow it to its result in the topic."""
@@ -233,6 +239,16 @@ class Conversations:
         origin = self._origin(topic)
         executions = self._hub.executions
         session = executions.session_by_origin(origin)
+        left = self._left_project(event.chat_id, session)
+        if left:
+            if self._seen is None:
+                await self._client.reply(event.message_id, card=warning_card(left, self._lang))
+                return None
+            # The chat was unbound from the conversation's project: the project's checkout and
+            # memory are no longer this chat's, so the topic goes on in a new conversation.
+            self._seen.renew(topic)
+            origin = self._origin(topic)
+            session = executions.session_by_origin(origin)
         # A group topic is a shared conversation with a workspace of its own; a private chat
         # works in its Principal's personal workspace.
         workspace = None if event.is_private else topic_workspace(topic)
@@ -283,9 +299,10 @@ class Conversations:
             return None
         if self._seen is not None:
             self._seen.mark(origin, event.create_time_ms or int(time.time() * 1000))
-        note = ""
+        note = left
         if context.unavailable is not None:
-            note = catalogue_text(self._lang, "context.unavailable", reason=context.unavailable)
+            unread = catalogue_text(self._lang, "context.unavailable", reason=context.unavailable)
+            note = f"{note} {unread}".strip()
         title = prompt.splitlines()[0][:TITLE_CHARS]
         project_name, branch = project_of(session)
         view = ProgressView(
@@ -322,6 +339,19 @@ class Conversations:
         self._outbox.follow(followed)
         await self._follow(followed)
         return Turn(submitted.id, session.id, progress_message_id)
+
+    def _left_project(self, chat_id: str, session: Session | None) -> str:
+        """The note for a topic whose conversation works in a project the chat is no longer
+        bound to (unbound, or bound to another since); empty for any other topic."""
+        if session is None or session.project is None:
+            return ""
+        bound = self._hub.projects.binding_of(chat_id)
+        if bound is not None and bound.name == session.project:
+            return ""
+        logger.info(
+            "a topic of project %s goes on outside it: its chat was unbound", session.project
+        )
+        return catalogue_text(self._lang, "conversation.left_project", project=session.project)
 
     def _provider_for(self, chat_id: str, session: Session | None, project: Project | None) -> str:
         """A conversation keeps its Agent; a new one runs the chat's choice, else its project's

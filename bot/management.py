@@ -98,6 +98,7 @@ class Drafts(TypedDict, total=False):
     draft_history_days: int
     draft_max_queued: int
     draft_messages_per_minute: int
+    draft_revision: str
     restarted: bool
 
 
@@ -222,6 +223,7 @@ class Management:
         draft_max_queued: int | None = None,
         draft_messages_per_minute: int | None = None,
         notice: str = "",
+        draft_revision: str | None = None,
     ) -> ManagementView:
         described = self._hub.config.describe()
         memory = described["memory.enabled"]
@@ -251,6 +253,10 @@ class Management:
             # Only the owner's card shows projects: where each chat's work and memory go.
             projects=self._projects.view() if principal.is_owner else ProjectsView(),
             notice=notice,
+            # A draft keeps the revision it was built from; a fresh card the current one.
+            settings_revision=(
+                self._hub.config.revision() if draft_revision is None else draft_revision
+            ),
         )
 
     def card(
@@ -275,6 +281,7 @@ class Management:
             draft_messages_per_minute=kept(
                 draft.messages_per_minute, saved.messages_per_minute.saved
             ),
+            draft_revision=draft.revision,
         )
 
     async def open(self, click: Click, _: None) -> Card:
@@ -322,8 +329,13 @@ class Management:
         return self.card(click.principal, chat_id=click.chat_id, notice=notice, **drafts)
 
     async def save_settings(self, click: Click, value: Draft) -> Card:
-        """``settings.save``: the draft saved, for the next restart."""
+        """``settings.save``: the draft saved, for the next restart; refused, with the current
+        values shown, when the settings changed after the card's draft was built from them."""
         hub, principal = self._hub, click.principal
+        if value.revision != hub.config.revision():
+            logger.warning("refused a stale settings card's Save from %s", principal.label)
+            stale = text(self.lang, "manage.stale")
+            return self.card(principal, chat_id=click.chat_id, notice=stale)
         draft = self._draft(value, self.view(principal))
         hub.config.save("memory.enabled", draft["draft_memory"])
         hub.config.save("memory.isolation", "on" if draft["draft_isolation"] else "off")
@@ -569,24 +581,23 @@ class Management:
         )
 
     async def undo(self, principal: Principal, value: dict[str, Any]) -> tuple[str, bool]:
-        """Undo one change a turn made, for the Principal whose memory it is (the owner, for a
-        project's): back to the revision before it, if the document is still as the turn left
-        it. Returns the message to show and whether it worked."""
+        """Undo one change a turn made, if the change log records it as the clicker's own (or,
+        for the owner, a project's): back to the revision before it, if the document is still as
+        the turn left it. Returns the message to show and whether it worked.
+
+        The button's ``principal_id`` is never read: a member who edits it to their own id
+        would otherwise undo a change of someone else's in the memory they share.
+        """
         lang = self.lang
         path = str(value.get("path") or "")
-        whose = str(value.get("principal_id") or "")
-        actor = in_person(principal, "card")
-        if whose != principal.id:
-            # A bound group's turn changed its project's memory: only the owner undoes that
-            # from a card, as with the group's other memory cards.
-            project = self._hub.projects.of_principal(whose) if principal.is_owner else None
-            if project is None:
-                logger.warning("refused an Undo of memory not theirs from %s", principal.label)
-                return text(lang, "memory.undo.not_yours"), False
-            actor = in_person(self._hub.projects.principal_of(project.name), "card")
         left = str(value.get("revision") or ABSENT)
         previous = value.get("previous_revision")
-        request = UndoRequest(path, left, previous if isinstance(previous, str) else None)
+        before = previous if isinstance(previous, str) and previous else None
+        actor = self._undoer(principal, path, None if left == ABSENT else left, before)
+        if actor is None:
+            logger.warning("refused an Undo of memory not theirs from %s", principal.label)
+            return text(lang, "memory.undo.not_yours"), False
+        request = UndoRequest(path, left, before)
         try:
             undone = await self._hub.memory.undo(actor, request, "card")
         except MemoryDisabled:
@@ -598,6 +609,23 @@ class Management:
             return text(lang, "memory.undo.done", path=path, revision=undone.revision[:8]), True
         logger.info("a turn's new memory document removed from Feishu by %s", principal.label)
         return text(lang, "memory.undo.removed", path=path), True
+
+    def _undoer(
+        self, principal: Principal, path: str, revision: str | None, previous: str | None
+    ) -> Actor | None:
+        """Whom an Undo acts for: the clicker when the log names them the change's author; for
+        the owner also a project whose (bound group's) turn made it, as with the group's other
+        memory cards; None when neither made it."""
+        memory = self._hub.memory
+        candidates = [principal]
+        if principal.is_owner:
+            projects = self._hub.projects
+            candidates += [projects.principal_of(p.name) for p in projects.all()]
+        for candidate in candidates:
+            actor = in_person(candidate, "card")
+            if memory.made_by(actor, path, revision, previous):
+                return actor
+        return None
 
     def pending_restart_card(self) -> tuple[str, Card] | None:
         """After a restart from Feishu: the card to refresh with the now-running values."""

@@ -16,7 +16,8 @@ action                     fields carried in the value
 ``history.days``           the draft *after* this click (a choice of days history is kept)
 ``turns.queued``           the draft *after* this click (a choice of waiting turns per person)
 ``feishu.rate``            the draft *after* this click (a choice of messages per minute)
-``settings.save``          the draft to save
+``settings.save``          the draft to save, refused (nothing saved) unless its
+                           ``settings_revision`` is the saved settings' revision still
 ``restart.now``            (none) restart the Hub now
 ``restart.later``          (none) keep the saved values pending until a later restart
 ``memory.list``            ``path_prefix`` (optional) list the caller's memory documents
@@ -31,13 +32,15 @@ action                     fields carried in the value
                            erase actions work while memory is off, no other memory action does
 ``memory.undo``            ``path``, ``revision`` (what the turn left; absent after a forget),
                            ``previous_revision`` (absent when the turn created it),
-                           ``principal_id`` (whose memory): undo one change of a turn
+                           ``principal_id`` (whose memory; shown, never trusted: the Hub's
+                           change log says whose change it is): undo one change of a turn
 ``run.cancel``             ``run_id``: stop a running Agent execution
 ``run.approve``            ``run_id``, ``request_id``, ``decision`` (``allow_once``,
                            ``allow_session`` or ``deny``): answer a permission request of a
                            running turn (its person or the owner; the handler checks)
 ``provider.set``           ``provider``, ``chat_id``: the Agent new conversations in a chat run
 ``conversation.new``       ``origin``: the next message in this topic starts a new conversation
+                           (refused for a topic of another chat than the one clicked in)
 ``agents.permissions``     ``permissions`` (``ask``, ``auto`` or ``read-only``) and the draft:
                            saved at once, for turns started after it (owner only)
 ``agents.timeout``         ``approval_timeout`` (seconds) and the draft: saved at once, for
@@ -56,8 +59,14 @@ action                     fields carried in the value
 =========================  ======================================================================
 
 The draft is ``memory_enabled``, ``isolation``, ``history_days``, ``max_queued`` and
-``messages_per_minute``. Cards from before ``max_queued`` and ``messages_per_minute`` existed
-carry neither: a draft without them keeps the saved values, as one without ``history_days`` does.
+``messages_per_minute``, and ``settings_revision``: the revision of the saved settings the draft
+was built from, carried from click to click. Cards from before ``max_queued`` and
+``messages_per_minute`` existed carry neither: a draft without them keeps the saved values, as one
+without ``history_days`` does. A draft without ``settings_revision`` cannot show it is current, so
+its Save is refused like a stale one's.
+
+Ids in a value (principal, chat, run, request, origin) name what a click is about, never who may
+make it: handlers authorise from the clicker and the stored state the click acts on.
 """
 
 from __future__ import annotations

@@ -37,6 +37,10 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         ),
         "manage.restart_pending": "Restart pending: saved values apply at the next Hub restart.",
         "manage.unsaved": "You have unsaved changes.",
+        "manage.stale": (
+            "**Nothing was saved**: these settings were changed elsewhere after your card was "
+            "shown. The card now shows the current values; choose again and save."
+        ),
         "manage.save": "Save",
         "manage.my_memory": "My memory",
         "manage.provider": "**Agent in this chat** `{provider}` (new conversations)",
@@ -170,6 +174,13 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         ),
         "conversation.renewed": "The next message in this topic starts a new conversation.",
         "conversation.not_yours": "Only whoever started this conversation can renew it.",
+        "conversation.elsewhere": (
+            "This button belongs to a conversation in another chat; nothing was changed."
+        ),
+        "conversation.left_project": (
+            "This chat is no longer bound to project {project}: this message starts a new "
+            "conversation outside it."
+        ),
         "run.toast.not_yours": "not yours to cancel",
         "run.toast.cancelling": "cancelling",
         "command.private_only": "Send /amux to the bot in a private chat.",
@@ -187,7 +198,8 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "project.memory.private": "Turns here keep your own memory.",
         "project.unbound": (
             "This chat is no longer bound to project **{project}**; new conversations work as "
-            "before (existing ones keep their branches)."
+            "before, and the next message in one of its topics starts a new conversation outside "
+            "the project (its branches stay)."
         ),
         "project.current": "This chat is bound to project **{project}** (from {branch}).",
         "project.none": (
@@ -449,6 +461,10 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "manage.history": "**历史保留**：被覆盖或遗忘的文档可恢复的天数",
         "manage.restart_pending": "待重启：已保存的值将在下次 Hub 重启后生效。",
         "manage.unsaved": "你有尚未保存的修改。",
+        "manage.stale": (
+            "**未保存任何修改**：在此卡片显示之后，这些设置已在别处被修改。卡片现在显示当前的值；"
+            "请重新选择并保存。"
+        ),
         "manage.save": "保存",
         "manage.my_memory": "我的记忆",
         "manage.provider": "**本会话的 Agent** `{provider}`（用于新的对话）",
@@ -565,6 +581,10 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         ),
         "conversation.renewed": "此话题中的下一条消息将开始新的对话。",
         "conversation.not_yours": "只有发起此对话的人可以开始新对话。",
+        "conversation.elsewhere": "此按钮属于另一个会话中的对话；未做任何修改。",
+        "conversation.left_project": (
+            "本会话已不再绑定项目 {project}：这条消息将在项目之外开始新的对话。"
+        ),
         "run.toast.not_yours": "只有发起此轮次的人或 Hub 所有者可以停止它",
         "run.toast.cancelling": "正在停止",
         "command.private_only": "请在与机器人的私聊中发送 /amux。",
@@ -577,7 +597,8 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "project.memory.group": "这里的轮次共享项目的记忆，不会带入任何人自己的记忆。",
         "project.memory.private": "这里的轮次使用你自己的记忆。",
         "project.unbound": (
-            "本会话已不再绑定项目 **{project}**；新对话恢复原样（已有对话保留其分支）。"
+            "本会话已不再绑定项目 **{project}**；新对话恢复原样，其话题中的下一条消息将在项目之外"
+            "开始新的对话（其分支保留）。"
         ),
         "project.current": "本会话绑定的项目是 **{project}**（基于 {branch}）。",
         "project.none": "本会话未绑定项目。所有者可发送 /amux project bind NAME 进行绑定。",

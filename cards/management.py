@@ -241,6 +241,7 @@ def management_card(view: ManagementView, lang: Lang) -> Card:
         "history_days": view.history_days.shown,
         "max_queued": view.max_queued.shown,
         "messages_per_minute": view.messages_per_minute.shown,
+        "settings_revision": view.settings_revision,
     }
     memory, isolation = view.memory.shown, view.isolation.shown
     elements += [

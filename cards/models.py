@@ -104,6 +104,8 @@ class ManagementView:
     projects: ProjectsView = ProjectsView()
     # What the click before did, or why it changed nothing, shown atop the card.
     notice: str = ""
+    # The revision of the saved settings the draft was built from; Save carries it back.
+    settings_revision: str = ""
 
     @property
     def restart_pending(self) -> bool:

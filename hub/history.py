@@ -391,6 +391,23 @@ class MemoryHistory:
             self.days,
         )
 
+    def authored(
+        self,
+        scope: str,
+        principal_id: str,
+        path: str,
+        revision: str | None,
+        previous: str | None,
+    ) -> bool:
+        """Whether the log holds a change ``principal_id`` made in ``scope`` that took ``path``
+        from ``previous`` to ``revision`` (None: no document)."""
+        row = self._state.db.execute(
+            "SELECT 1 FROM memory_log WHERE scope = ? AND path = ? AND principal_id = ? "
+            "AND new_revision IS ? AND previous_revision IS ? LIMIT 1",
+            (scope, path, principal_id, revision, previous),
+        ).fetchone()
+        return row is not None
+
     def _entry(self, row: sqlite3.Row) -> LogEntry:
         restorable_until = (
             row["at"] + self.days * DAY

@@ -249,6 +249,13 @@ class Memory:
         r = request
         return self._history.entries(scope, actor.principal.id, r.path, r.limit, r.before)
 
+    def made_by(self, actor: Actor, path: str, revision: str | None, previous: str | None) -> bool:
+        """Whether the change log records the actor as the author of the change that took
+        ``path`` from ``previous`` to ``revision`` (None: no document) in the scope the actor's
+        memory is in now: what an Undo button is authorised by, never the ids it carries."""
+        scope = memory_scope(actor.principal.id, self._config.isolation)
+        return self._history.authored(scope, actor.principal.id, path, revision, previous)
+
     async def global_documents(self) -> int:
         """How many documents the one shared scope holds: what per-person scopes do not see."""
         return await self._store.count_documents(GLOBAL_SCOPE)

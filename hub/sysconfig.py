@@ -9,6 +9,8 @@ takes it), so they never wait for a restart.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -291,6 +293,16 @@ class SystemConfig:
     def saved(self) -> dict[str, SettingValue]:
         stored = self._state.saved_settings()
         return {key: _value(stored.get(key), spec) for key, spec in SPECS.items()}
+
+    def revision(self) -> str:
+        """A digest of the saved values a restart applies, the ones the `/amux` card drafts and
+        saves together: a card carries the revision it was built from, so a stale card's Save
+        is refused instead of putting back what was changed since (from the CLI, or another
+        card)."""
+        saved = self.saved()
+        restarted = {key: saved[key] for key, spec in SPECS.items() if not spec.live}
+        encoded = json.dumps(restarted, sort_keys=True).encode("utf-8")
+        return hashlib.sha256(encoded).hexdigest()[:16]
 
     def describe(self) -> dict[str, SettingView]:
         """Every setting by key, in the order of ``SPECS``."""

@@ -155,10 +155,50 @@ async def test_a_card_from_before_the_history_setting_keeps_the_saved_window(
         toggled = await bot.card_after(old_toggle, message_id=message_id)
         assert save_button(toggled)["history_days"] == 14
 
+        # A card from before Save carried the settings' revision cannot tell what changed since
+        # it was shown: its Save is refused with the current values, whose own Save works.
         old_save = {"action": "settings.save", "memory_enabled": True, "isolation": False}
-        notice = await bot.card_after(old_save, message_id=message_id)
+        refused = await bot.card_after(old_save, message_id=message_id)
+        assert "Nothing was saved" in card_text(refused)
+        assert saved(bot) == dict(DEFAULTS, **{"memory.history_days": 14})
+        retried = dict(save_button(refused), memory_enabled=True)
+        notice = await bot.card_after(retried, message_id=message_id)
         assert "history kept: 14 days" in card_text(notice)
         assert saved(bot) == dict(DEFAULTS, **{"memory.enabled": True, "memory.history_days": 14})
+
+
+async def test_a_stale_cards_save_is_refused_and_shows_the_settings_changed_since(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        message_id, card = await open_management(bot)
+        # The owner turns isolation on from the CLI while the card above stays in the chat.
+        bot.hub.config.save("memory.isolation", "on")
+        # A switch clicked on the stale card keeps the draft it was built from ...
+        (memory_switch,) = [
+            e["behaviors"][0]["value"]
+            for e in card["body"]["elements"]
+            if e.get("tag") == "checker" and e["behaviors"][0]["value"]["action"] == "memory.toggle"
+        ]
+        toggled = await bot.card_after(memory_switch, message_id=message_id)
+        assert save_button(toggled)["isolation"] is False
+
+        # ... and neither its Save nor the old card's own puts isolation back off.
+        for stale in (save_button(toggled), save_button(card)):
+            refused = await bot.card_after(stale, message_id=message_id)
+            shown = card_text(refused)
+            assert "Nothing was saved" in shown
+            assert "changed elsewhere after your card was shown" in shown
+            assert "saved: **on**, running: **off**" in shown
+            assert saved(bot) == dict(DEFAULTS, **{"memory.isolation": "on"})
+            # The card shows the current values: isolation saved on, to save from here.
+            assert save_button(refused)["isolation"] is True
+            assert save_button(refused)["memory_enabled"] is False
+
+        fresh = dict(save_button(refused), memory_enabled=True)
+        notice = await bot.card_after(fresh, message_id=message_id)
+        assert "Restart now" in card_text(notice)
+        assert saved(bot) == dict(DEFAULTS, **{"memory.enabled": True, "memory.isolation": "on"})
 
 
 # -- erasing while memory is off ---------------------------------------------------------------

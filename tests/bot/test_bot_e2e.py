@@ -79,6 +79,24 @@ class Bot:
         return done.json()
 
 
+def callback_value(node: Any, action: str) -> dict[str, Any]:
+    """The callback value of the card's first element that reports ``action``."""
+    if isinstance(node, dict):
+        value = node.get("value")
+        if isinstance(value, dict) and value.get("action") == action:
+            return value
+        children: Any = list(node.values())
+    elif isinstance(node, list):
+        children = node
+    else:
+        children = []
+    for child in children:
+        found = callback_value(child, action)
+        if found:
+            return found
+    return {}
+
+
 def card_text(card: dict[str, Any]) -> str:
     return json.dumps(card, ensure_ascii=False)
 
@@ -137,10 +155,9 @@ async def test_owner_enables_memory_from_the_card_and_the_restart_applies_it(bot
         open_message_id=card_message.message_id,
     )
     assert toggled["card"]["type"] == "raw"
-    saved = await bot.click(
-        {"action": "settings.save", "memory_enabled": True, "isolation": False},
-        open_message_id=card_message.message_id,
-    )
+    # The Save of the card as shown (it carries the revision of the settings it was built from).
+    save = dict(callback_value(card_message.card, "settings.save"), memory_enabled=True)
+    saved = await bot.click(save, open_message_id=card_message.message_id)
     assert "Restart now" in card_text(saved["card"]["data"])
     config = await bot.cli("system", "config", "get")
     assert config["memory.enabled"] == {"saved": True, "running": False, "restart_pending": True}

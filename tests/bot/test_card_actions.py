@@ -26,7 +26,7 @@ from bot.feishu.events import CardAction, CardResponse, UserIds
 from cards import actions
 from hub.errors import InvalidArgument, InvalidPath
 from hub.history import Author
-from hub.paths import principal_scope
+from hub.paths import GLOBAL_SCOPE, principal_scope
 from hub.state import Principal
 from tests.bot.test_bot_flows import ALICE, BOB, buttons, card_text, running_bot
 
@@ -294,3 +294,33 @@ async def test_each_memory_action_answers_with_its_own_card(tmp_path: Path) -> N
         assert "Erase for good?" in card_text(preview)
         erased = await bot.card_after({"action": actions.MEMORY_ERASE_CONFIRM})
         assert "Erased" in card_text(erased)
+
+
+async def test_an_undo_edited_to_name_another_member_is_refused_and_the_change_stays(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Without isolation everyone's turns share one memory: the Undo's ids are all Bob can edit.
+    async with running_bot(tmp_path, memory=True) as bot:
+        alice, bob = bot.ids["alice"], bot.ids["bob"]
+        history, path = bot.hub.history, "team/plan.md"
+        first = await history.upsert(GLOBAL_SCOPE, path, "v1\n", "absent", Author(bob, "cli"))
+        # Alice's turn changed it; her result card's Undo names her.
+        turn = Author(alice, "mcp", "ses_alice", "exe_alice")
+        second = await history.upsert(GLOBAL_SCOPE, path, "v2\n", first.revision, turn)
+        undo = {
+            "action": actions.MEMORY_UNDO,
+            "path": path,
+            "revision": second.revision,
+            "previous_revision": first.revision,
+            "principal_id": alice,
+        }
+        for forged in (undo, dict(undo, principal_id=bob)):
+            refused = await bot.click(forged, BOB)
+            assert refused["toast"]["type"] == "error"
+            assert "Only the owner of this memory" in refused["toast"]["content"]
+            assert (await bot.hub.store.get(GLOBAL_SCOPE, path)).content == "v2\n"
+        # Whoever made the change still undoes it, whatever id the value names.
+        undone = await bot.click(dict(undo, principal_id=bob))
+        assert undone["toast"]["type"] == "success", undone
+        assert (await bot.hub.store.get(GLOBAL_SCOPE, path)).content == "v1\n"
+    assert len(logged(caplog, "refused an Undo of memory not theirs from bob")) == 2

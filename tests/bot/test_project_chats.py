@@ -174,3 +174,62 @@ async def test_a_project_turns_result_shows_its_branch_and_files_and_posts_the_d
             # Posted once, the bot's copy is gone.
             diffs = bot.hub.settings.home / "diffs"
             await until(lambda: not any(diffs.rglob("*.diff")))
+
+
+async def test_new_conversation_clicked_in_another_chat_leaves_the_groups_topic_as_it_was(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        await bot.hub.projects.add("web", by=bot.ids["alice"], path=str(make_repo(tmp_path / "r")))
+        assert "bound to project" in await said(bot, "/amux project bind web", ALICE, group=True)
+        asked = await bot.say("Add a changelog", BOB, group=True, mention=True)
+        await bot.reply_to(asked)
+        session = bot.session_of(asked)
+        assert session is not None and session.origin is not None
+
+        # The group card's value, copied into a click from Bob's private chat with the bot.
+        value = {"action": "conversation.new", "origin": session.origin}
+        refused = await bot.click(value, who=BOB)
+        assert refused["toast"]["type"] == "error"
+        assert "another chat; nothing was changed" in refused["toast"]["content"]
+
+        # The group's topic goes on in the same conversation.
+        again = await bot.say("and a readme", ALICE, group=True, mention=True, root_id=asked)
+        await bot.reply_to(again)
+        assert [e.submitted_by for e in bot.executions_of(session.id)] == [
+            bot.ids["bob"],
+            bot.ids["alice"],
+        ]
+        # Clicked in the group itself, it renews the topic as before.
+        renewed = await bot.click(value, who=BOB, chat_id=GROUP)
+        assert renewed["toast"]["type"] == "info"
+
+
+async def test_after_unbinding_a_projects_old_topic_goes_on_outside_the_project(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, memory=True, isolation=True) as bot:
+        project = await bot.hub.projects.add(
+            "web", by=bot.ids["alice"], path=str(make_repo(tmp_path / "r"))
+        )
+        assert "bound to project" in await said(bot, "/amux project bind web", ALICE, group=True)
+        asked = await bot.say("Add a changelog", BOB, group=True, mention=True)
+        await bot.reply_to(asked)
+        old = bot.session_of(asked)
+        assert old is not None and (old.project, old.principal_id) == ("web", project.principal_id)
+
+        unbound = await said(bot, "/amux project unbind", ALICE, group=True)
+        assert "no longer bound" in unbound and "outside the project" in unbound
+
+        again = await bot.say("and a readme", BOB, group=True, mention=True, root_id=asked)
+        progress = await bot.reply_to(again)
+        await until(lambda: len(bot.executions_of(old.id)) == 1 and progress.card is not None)
+        rows = bot.hub.executions.db.execute(
+            "SELECT session_id FROM executions ORDER BY rowid"
+        ).fetchall()
+        fresh = bot.hub.executions.session(str(rows[-1][0]))
+        # A new conversation: no project checkout, and Bob's own memory, not the project's.
+        assert fresh.id != old.id and fresh.origin == f"{old.origin}#1"
+        assert fresh.project is None and fresh.principal_id == bot.ids["bob"]
+        note = "no longer bound to project web: this message starts a new conversation outside it"
+        await until(lambda: note in card_text(progress.card))

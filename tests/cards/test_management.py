@@ -46,7 +46,11 @@ def test_non_owner_sees_identity_and_scope_but_no_switches(lang: Lang) -> None:
 
 
 def test_toggle_callbacks_carry_the_draft_after_the_click() -> None:
-    view = _view(memory=Setting(saved=False, running=False), isolation=Setting(True, True))
+    view = _view(
+        memory=Setting(saved=False, running=False),
+        isolation=Setting(True, True),
+        settings_revision="rev1",
+    )
     memory_box, isolation_box = _checkers(management_card(view, "en_us"))
     assert memory_box["checked"] is False
     assert memory_box["behaviors"][0]["value"] == {
@@ -56,6 +60,7 @@ def test_toggle_callbacks_carry_the_draft_after_the_click() -> None:
         "history_days": 30,
         "max_queued": 0,
         "messages_per_minute": 0,
+        "settings_revision": "rev1",
     }
     assert isolation_box["behaviors"][0]["value"] == {
         "action": "isolation.toggle",
@@ -64,6 +69,7 @@ def test_toggle_callbacks_carry_the_draft_after_the_click() -> None:
         "history_days": 30,
         "max_queued": 0,
         "messages_per_minute": 0,
+        "settings_revision": "rev1",
     }
 
 
@@ -152,7 +158,11 @@ def test_owner_sees_the_history_window_and_its_common_choices(lang: Lang) -> Non
 
 
 def test_every_history_choice_carries_the_whole_draft() -> None:
-    view = _view(memory=Setting(False, False, draft=True), isolation=Setting(True, True))
+    view = _view(
+        memory=Setting(False, False, draft=True),
+        isolation=Setting(True, True),
+        settings_revision="rev1",
+    )
     choices = _history_choices(management_card(view, "en_us"))
     assert choices[1] == {
         "action": "history.days",
@@ -161,6 +171,7 @@ def test_every_history_choice_carries_the_whole_draft() -> None:
         "history_days": 7,
         "max_queued": 0,
         "messages_per_minute": 0,
+        "settings_revision": "rev1",
     }
     assert all(v["memory_enabled"] is True and v["isolation"] is True for v in choices)
 

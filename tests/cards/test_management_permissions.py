@@ -40,7 +40,11 @@ def test_the_owner_sees_the_policy_and_the_timeout_with_a_button_for_each_choice
 
 
 def test_each_choice_carries_the_unsaved_draft_so_it_survives_the_click() -> None:
-    view = _view(memory=Setting(False, False, draft=True), history_days=Setting(30, 30, 7))
+    view = _view(
+        memory=Setting(False, False, draft=True),
+        history_days=Setting(30, 30, 7),
+        settings_revision="rev1",
+    )
     card = management_card(view, "en_us")
     (auto,) = [
         b
@@ -55,6 +59,7 @@ def test_each_choice_carries_the_unsaved_draft_so_it_survives_the_click() -> Non
         "history_days": 7,
         "max_queued": 0,
         "messages_per_minute": 0,
+        "settings_revision": "rev1",
     }
 
 
