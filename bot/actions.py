@@ -6,7 +6,8 @@ old), so the table does once, before any handler runs, what every handler would 
 
 - an action this version does not know, or a value naming none, is logged and the card is left
   as it is;
-- an owner-only action (``cards.actions.OWNER_ONLY``) from anyone else gets the Owner only card;
+- an owner-only action (``cards.actions.OWNER_ONLY``) from anyone else gets the Owner only card,
+  or for an action answered with a toast, an Owner only toast and the card left as it is;
 - the value is parsed into the route's typed value, and a value the setting refuses, like any
   Hub error of the handler, is answered readably: an error card, or an error toast for the
   actions that answer with a toast (their card belongs to a running turn, which updates it).
@@ -28,7 +29,7 @@ from cards.notices import error_card, owner_only_card
 from hub.errors import AmuxError, InvalidArgument, InvalidPath
 from hub.memory import ABSENT
 from hub.principals import Principal
-from hub.sysconfig import MAX_TOKENS, SPECS
+from hub.sysconfig import SPECS
 
 if TYPE_CHECKING:
     from bot.conversations import Conversations
@@ -79,17 +80,15 @@ class RunRef:
 
 @dataclass(frozen=True)
 class Extension:
-    """``budget.extend``: tokens to add to one Principal's day (the owner's click)."""
+    """``budget.extend``: the extension request the owner grants; whose and how much are the
+    Hub's record of the request, never the card's. Empty on a card from before requests."""
 
-    principal_id: str
-    tokens: int
+    request: str
 
     @classmethod
     def parse(cls, value: Value) -> Extension:
-        tokens = value.get("tokens")
-        if not isinstance(tokens, int) or isinstance(tokens, bool) or not 0 < tokens <= MAX_TOKENS:
-            raise InvalidArgument(f"tokens must be a whole number from 1 to {MAX_TOKENS}")
-        return cls(str(value.get("principal_id") or ""), tokens)
+        request = value.get("request")
+        return cls(request if isinstance(request, str) else "")
 
 
 @dataclass(frozen=True)
@@ -414,6 +413,10 @@ class ActionTable:
             logger.warning(
                 "refused owner-only card action %s from %s", route.action, principal.name
             )
+            if route.answer == "toast":
+                # The card is shared (a request in the owner's chat): it stays as it is.
+                refused = text(self._lang, "notice.owner_only.toast")
+                return CardResponse(toast=refused, toast_type="error")
             return CardResponse(card=owner_only_card(self._lang))
         click = Click(
             principal,
@@ -459,10 +462,8 @@ class TurnActions:
         return CardResponse(toast=message, toast_type="success" if undone else "error")
 
     async def extend(self, click: Click, extension: Extension) -> CardResponse:
-        extended = await self._management.extend_budget(
-            click.principal, extension.principal_id, extension.tokens
-        )
-        return CardResponse(toast=extended, toast_type="success")
+        message, kind = await self._management.extend_budget(click.principal, extension.request)
+        return CardResponse(toast=message, toast_type=kind)
 
     async def renew(self, click: Click, renewal: Renewal) -> CardResponse:
         renewed = await self._conversations.renew(renewal.origin, click.principal, click.chat_id)

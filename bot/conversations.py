@@ -66,6 +66,7 @@ from cards.catalogue import text as catalogue_text
 from cards.models import (
     ApprovalView,
     BranchView,
+    BudgetView,
     ChangedFileView,
     FinishView,
     Lang,
@@ -74,10 +75,17 @@ from cards.models import (
     TurnApprovals,
     TurnMemory,
 )
-from cards.notices import budget_card, error_card, own_topic_card, warning_card
+from cards.notices import (
+    budget_reached_card,
+    budget_request_card,
+    error_card,
+    own_topic_card,
+    warning_card,
+)
 from cards.progress import progress_card, result_cards
 from cards.streaming import stream_text
 from cards.times import DEFAULT_TIME_ZONE
+from hub.aliases import UNION_ID_KIND, alias_kind
 from hub.contract import (
     APPROVAL,
     BY_RULE,
@@ -95,12 +103,16 @@ from hub.contract import (
     WatchResult,
     visible,
 )
-from hub.errors import AmuxError, Conflict, Forbidden, NotFound
+from hub.errors import AmuxError, Conflict, Forbidden, NotFound, QuotaExceeded
+from hub.people import PRIVATE_CHAT_ALIAS
 from hub.principals import Principal
 from hub.projects import Project
 from hub.services import Hub
+from hub.usage import DAILY_TOKENS
 from runtime_bridge.checkouts import branch_of
+from runtime_bridge.gateway import WARN_SHARE
 from runtime_bridge.launch import Workplace
+from runtime_bridge.worker import BUDGET_WARNING
 
 logger = logging.getLogger("amux.bot")
 
@@ -294,6 +306,9 @@ class Conversations:
                 project=project.name if project is not None else None,
             )
         except AmuxError as error:
+            if isinstance(error, QuotaExceeded) and error.limit == DAILY_TOKENS:
+                await self._refuse_for_budget(event, error)
+                return None
             card = refusal_card(error, self._lang)
             await self._client.reply(event.message_id, card=card)
             return None
@@ -452,7 +467,10 @@ class Conversations:
                 elif event.kind in (MEMORY, APPROVAL):
                     continue
                 elif event.kind == WARNING:
-                    warnings.append(event.text)
+                    # The budget's share is told on the result card, in the chat's language
+                    # and naming the budget that binds (see ``_budget_warning``).
+                    if event.text != BUDGET_WARNING:
+                        warnings.append(event.text)
                     lines.append("⚠ " + event.text)
                 elif event.kind == EGRESS:
                     # Kept for the result too, once each however often the Agent retried.
@@ -633,7 +651,11 @@ class Conversations:
         if state == SUCCEEDED and text is not None:
             usage = execution.result.usage if execution.result is not None else {}
             # A follow recorded before topics were kept shows no conversation controls.
-            finish = FinishView(usage, elapsed, followed.topic) if followed.topic else None
+            finish = (
+                FinishView(usage, elapsed, followed.topic, self._budget_warning(execution))
+                if followed.topic
+                else None
+            )
             parts = result_cards(
                 text,
                 self._lang,
@@ -649,32 +671,28 @@ class Conversations:
             )
             owed.append(Owed("card", parts[0], sequence))
             owed.extend(Owed("reply", extra) for extra in parts[1:])
-        else:
+        elif state == CANCELLED:
+            # One card, saying who stopped it: a Stop is no failure to report.
+            stopper = execution.cancelled_by
+            found = self._hub.people.principal(stopper) if stopper else None
             view = ProgressView(
                 title,
-                "cancelled" if state == CANCELLED else "failed",
+                "cancelled",
                 (),
                 elapsed,
                 approvals=approvals.requests,
+                stopped_by=found.label if found is not None else "",
             )
+            owed.append(Owed("card", progress_card(view, self._lang), sequence))
+        else:
+            view = ProgressView(title, "failed", (), elapsed, approvals=approvals.requests)
             owed.append(Owed("card", progress_card(view, self._lang), sequence))
             reason = execution.error or "the Agent ended without an answer"
             result = execution.result
             if result is not None and result.budget_reached:
-                reached = catalogue_text(
-                    self._lang,
-                    "budget.reached",
-                    used=str(_tokens_of(result.usage)),
-                    ceiling=str(result.budget),
-                )
-                session = self._hub.executions.session(execution.session_id)
-                runs_as = (
-                    session.principal_id if session.workspace is None else execution.submitted_by
-                )
-                # The owner's one click: a day's budget more, or a round sum with none set.
-                extra = self._hub.config.daily_tokens or EXTEND_WITHOUT_DAILY
-                card = budget_card(reached, runs_as or session.principal_id, extra, self._lang)
-                owed.append(Owed("reply", card))
+                reached = self._budget_reached(execution)
+                asked = await self._ask_owner(self._runs_as(execution), reached)
+                owed.append(Owed("reply", budget_reached_card(reached, asked, self._lang)))
             else:
                 owed.append(Owed("reply", error_card(state, reason, self._lang)))
         if state == SUCCEEDED and self._files is not None:
@@ -743,16 +761,106 @@ class Conversations:
         return catalogue_text(lang, f"approval.toast.{decision}"), "success"
 
     async def cancel(self, execution_id: str, by: Principal) -> bool:
-        """Cancel a turn for its topic's owner (or the Hub owner); False when not theirs."""
+        """Stop a turn for whoever sent it, its topic's starter or the Hub owner (as the Hub
+        records them, whatever the card carried); False for anyone else."""
         executions = self._hub.executions
         execution = executions.describe(execution_id)
         session = executions.session(execution.session_id)
-        # In a bound group's conversation, each turn is its sender's to stop.
-        sent = is_team(session) and execution.submitted_by == by.id
+        sent = execution.submitted_by == by.id
         if session.principal_id != by.id and not sent and not by.is_owner:
             return False
-        await executions.cancel(execution_id)
+        await executions.cancel(execution_id, by.id)
         return True
+
+    # -- token budgets ---------------------------------------------------------------------
+
+    def _runs_as(self, execution: Execution) -> str:
+        """Whose budget a turn spends: a group topic's sender, a personal conversation's
+        Principal."""
+        session = self._hub.executions.session(execution.session_id)
+        if session.workspace is None:
+            return session.principal_id
+        return execution.submitted_by or session.principal_id
+
+    def _budget_warning(self, execution: Execution) -> BudgetView | None:
+        """The budget most of which is spent once the turn is recorded: the day's when it
+        binds, else the turn's; None while both have room."""
+        config = self._hub.config
+        now = self._hub.usage.standing(
+            self._runs_as(execution), config.daily_tokens, config.turn_tokens
+        )
+        if now.day_allowance and now.day_used >= WARN_SHARE * now.day_allowance:
+            return BudgetView("day", now.day_used, now.day_allowance)
+        used = _tokens_of(execution.result.usage if execution.result is not None else {})
+        if now.turn_allowance and used >= WARN_SHARE * now.turn_allowance:
+            return BudgetView("turn", used, now.turn_allowance)
+        return None
+
+    def _budget_reached(self, execution: Execution) -> BudgetView:
+        """The budget a turn that reached one ran out of, with its figures."""
+        config = self._hub.config
+        now = self._hub.usage.standing(
+            self._runs_as(execution), config.daily_tokens, config.turn_tokens
+        )
+        if now.day_allowance is not None and now.day_used >= now.day_allowance:
+            return BudgetView("day", now.day_used, now.day_allowance)
+        result = execution.result
+        used = _tokens_of(result.usage if result is not None else {})
+        allowance = now.turn_allowance or (result.budget if result is not None else None) or 0
+        return BudgetView("turn", used, allowance)
+
+    async def _refuse_for_budget(self, event: MessageEvent, error: QuotaExceeded) -> None:
+        """A message whose turn could not start for want of its sender's day: the figures in
+        the topic, and the owner asked to extend it."""
+        details = error.details
+        used, allowance = details.get("used"), details.get("allowance")
+        whose = details.get("principal_id")
+        view = BudgetView(
+            "day",
+            used if isinstance(used, int) else 0,
+            allowance if isinstance(allowance, int) else 0,
+        )
+        asked = isinstance(whose, str) and await self._ask_owner(whose, view)
+        card = budget_reached_card(view, asked, self._lang, refused=True)
+        await self._client.reply(event.message_id, card=card)
+
+    async def _ask_owner(self, whose: str, view: BudgetView) -> bool:
+        """Send the owner, in their private chat, a request to extend ``whose`` day, with its
+        Extend button; False when the owner cannot be reached there."""
+        people = self._hub.people
+        owner = people.owner()
+        target = self._private_chat_of(owner.id) if owner is not None else None
+        if target is None:
+            return False
+        tokens = self._hub.config.daily_tokens or EXTEND_WITHOUT_DAILY
+        request = await self._hub.usage.ask_extension(whose, tokens)
+        person = people.principal(whose)
+        name = person.label if person is not None else whose
+        card = budget_request_card(view, name, request, tokens, self._lang)
+        try:
+            await self._client.send_card(target[1], card, target[0])
+        except AmuxError as error:
+            logger.warning("the owner could not be asked to extend a budget: %s", error.message)
+            return False
+        return True
+
+    def _private_chat_of(
+        self, principal_id: str
+    ) -> tuple[Literal["chat_id", "open_id", "union_id"], str] | None:
+        """How to reach a Principal in their private chat with the bot: the chat as last seen,
+        else their open_id in this app, else their union_id; None without any."""
+        app = self._hub.people.recorded_app()
+        open_kind = alias_kind("open_id", app) if app is not None else None
+        found: dict[str, str] = {}
+        for alias in self._hub.people.aliases(principal_id):
+            found.setdefault(alias.kind, alias.value)
+        if PRIVATE_CHAT_ALIAS in found:
+            return "chat_id", found[PRIVATE_CHAT_ALIAS]
+        if open_kind is not None and open_kind in found:
+            return "open_id", found[open_kind]
+        if UNION_ID_KIND in found:
+            return "union_id", found[UNION_ID_KIND]
+        return None
 
 
 # The tokens the Extend button adds when only a per-turn ceiling is set.

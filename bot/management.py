@@ -8,7 +8,7 @@ handlers check the rest against the operator's Principal, not what the card show
 from __future__ import annotations
 
 import logging
-from typing import Any, TypedDict, TypeVar, Unpack
+from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 from bot.actions import (
     Click,
@@ -568,17 +568,25 @@ class Management:
         name = escape(entry.principal or "?")
         return text(self.lang, "memory.change.by_person", name=name, via=entry.via)
 
-    async def extend_budget(self, principal: Principal, whose: str, tokens: int) -> str:
-        """Add ``tokens`` to ``whose`` budget for today; the toast that says so."""
-        extended = await self._hub.usage.extend(in_person(principal, "card"), whose, tokens)
-        found = self._hub.people.principal(extended["principal_id"])
+    async def extend_budget(
+        self, principal: Principal, request: str
+    ) -> tuple[str, Literal["success", "info", "warning"]]:
+        """Grant an extension request (the owner's Extend); the toast that says what it did:
+        nothing for a request already granted, one of an earlier day, or a card from before
+        requests."""
+        if not request:
+            return text(self.lang, "budget.outdated"), "warning"
+        granted = await self._hub.usage.grant(in_person(principal, "card"), request)
+        found = self._hub.people.principal(granted.principal_id)
+        name = found.label if found is not None else granted.principal_id
+        tokens = f"{granted.tokens:,}"
+        if granted.outcome == "already":
+            said = text(self.lang, "budget.already", tokens=tokens, name=name, day=granted.day)
+            return said, "info"
+        if granted.outcome == "expired":
+            return text(self.lang, "budget.expired", day=granted.day), "warning"
         logger.info("a budget extended from Feishu by %s", principal.label)
-        return text(
-            self.lang,
-            "budget.extended",
-            tokens=str(tokens),
-            name=found.label if found is not None else extended["principal_id"],
-        )
+        return text(self.lang, "budget.extended", tokens=tokens, name=name), "success"
 
     async def undo(self, principal: Principal, value: dict[str, Any]) -> tuple[str, bool]:
         """Undo one change a turn made, if the change log records it as the clicker's own (or,

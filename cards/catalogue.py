@@ -161,6 +161,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "progress.title.cancelled": "Cancelled",
         "progress.elapsed": "{seconds} s elapsed",
         "progress.cancel": "Stop",
+        "progress.stopped_by": "Stopped by **{name}**.",
         "progress.restarting": "The Hub is restarting: this card carries on when it is back.",
         "context.unavailable": (
             "The topic's earlier messages could not be read ({reason}): the Agent sees only this "
@@ -298,9 +299,34 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "new code from its log."
         ),
         "usage.tokens": "{input} in / {output} out",
-        "budget.reached": "Budget reached: {used}/{ceiling} tokens",
+        "budget.title": "Token budget",
+        "budget.reached.day": (
+            "Today's token budget is spent: {used} of {allowance} tokens (UTC day)."
+        ),
+        "budget.reached.turn": "This turn reached its token budget: {used} of {allowance} tokens.",
+        "budget.warning.day": (
+            "⚠ {share} % of today's token budget is spent: {used} of {allowance} tokens (UTC day)."
+        ),
+        "budget.warning.turn": (
+            "⚠ This turn used {share} % of its token budget: {used} of {allowance} tokens."
+        ),
+        "budget.refused": "Not started: there are no tokens left for it.",
+        "budget.asked": "The owner of this Hub has been asked to extend it.",
+        "budget.ask_owner": "Ask the owner of this Hub to extend it.",
+        "budget.request": "**{name}** needs more tokens.",
         "budget.extend": "Extend (+{tokens} today)",
         "budget.extended": "{tokens} tokens added to today's budget of {name}",
+        "budget.already": (
+            "Already extended: {tokens} tokens were added to {name}'s budget for {day}."
+        ),
+        "budget.expired": (
+            "This request was for {day}: an extension counts for its own day only, so this card "
+            "adds nothing today. A new request comes when a turn needs one."
+        ),
+        "budget.outdated": (
+            "This card is out of date and extends nothing: use the latest request, or "
+            "amux usage extend."
+        ),
         "usage.elapsed": "{seconds} s",
         "result.title": "Result",
         "result.part": "Result ({index}/{total})",
@@ -428,6 +454,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         ),
         "notice.owner_only.title": "Owner only",
         "notice.owner_only": "Only the owner of this Hub can change its settings.",
+        "notice.owner_only.toast": "Only the owner of this Hub can do this.",
         "notice.project_memory": (
             "This group shares the memory of project **{project}**: only the owner of this Hub "
             "changes or erases it from a card. Turns in this group still read and save it."
@@ -571,6 +598,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "progress.title.cancelled": "已取消",
         "progress.elapsed": "已用时 {seconds} 秒",
         "progress.cancel": "停止",
+        "progress.stopped_by": "已由 **{name}** 停止。",
         "progress.restarting": "Hub 正在重启：恢复后此卡片会继续更新。",
         "context.unavailable": "无法读取话题中之前的消息（{reason}）：Agent 只看到这条消息。",
         "conversation.new": "新对话",
@@ -685,9 +713,26 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "错误的认领码太多：认领已锁定。重启 amux serve，使用其日志中的新认领码。"
         ),
         "usage.tokens": "输入 {input} / 输出 {output}",
-        "budget.reached": "已达预算：{used}/{ceiling} 个 token",
+        "budget.title": "Token 预算",
+        "budget.reached.day": "今日 token 预算已用完：{used} / {allowance} 个 token（UTC 日）。",
+        "budget.reached.turn": "本轮已达到 token 预算：{used} / {allowance} 个 token。",
+        "budget.warning.day": (
+            "⚠ 今日 token 预算已用 {share}%：{used} / {allowance} 个 token（UTC 日）。"
+        ),
+        "budget.warning.turn": (
+            "⚠ 本轮已用其 token 预算的 {share}%：{used} / {allowance} 个 token。"
+        ),
+        "budget.refused": "未开始处理：已没有可用的 token。",
+        "budget.asked": "已请本 Hub 的所有者延长预算。",
+        "budget.ask_owner": "请联系本 Hub 的所有者延长预算。",
+        "budget.request": "**{name}** 需要更多 token。",
         "budget.extend": "延长（今日 +{tokens}）",
         "budget.extended": "已为 {name} 的今日预算增加 {tokens} 个 token",
+        "budget.already": "已延长过：{name} 在 {day} 的预算已增加 {tokens} 个 token。",
+        "budget.expired": (
+            "此请求属于 {day}：延长只在当天有效，此卡片今天不会增加 token。需要时会发来新的请求。"
+        ),
+        "budget.outdated": "此卡片已过期，不会延长预算：请使用最新的请求，或 amux usage extend。",
         "usage.elapsed": "{seconds} 秒",
         "result.title": "结果",
         "result.part": "结果（{index}/{total}）",
@@ -794,6 +839,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         ),
         "notice.owner_only.title": "仅限所有者",
         "notice.owner_only": "只有本 Hub 的所有者可以修改设置。",
+        "notice.owner_only.toast": "只有本 Hub 的所有者可以执行此操作。",
         "notice.project_memory": (
             "本群共享项目 **{project}** 的记忆：只有本 Hub 的所有者可以通过卡片修改或删除它。"
             "本群的轮次仍可读取和保存它。"

@@ -227,6 +227,8 @@ class ProgressView:
     # A project conversation's project and branch; empty for any other.
     project: str = ""
     branch: str = ""
+    # Who stopped a cancelled turn (a display name); empty when nobody is known to have.
+    stopped_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -326,3 +328,15 @@ class FinishView:
     usage: Mapping[str, Any] = field(default_factory=dict)
     elapsed_seconds: float = 0.0
     origin: str = ""
+    # Shown when most of a token budget is spent (the day's or the turn's).
+    budget: BudgetView | None = None
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    """Where a token budget stands: ``scope`` says whose (the day's of one person, UTC, or one
+    turn's); ``used`` of ``allowance`` tokens."""
+
+    scope: Literal["day", "turn"]
+    used: int
+    allowance: int

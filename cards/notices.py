@@ -7,7 +7,7 @@ from typing import Literal
 from cards import actions
 from cards.catalogue import about_error, text
 from cards.elements import Card, Element, button, card, code, escape, markdown, row
-from cards.models import Lang
+from cards.models import BudgetView, Lang
 
 MESSAGE_CHARS = 1_000
 
@@ -26,16 +26,42 @@ def error_card(code_: str, message: str, lang: Lang) -> Card:
     return card(text(lang, "error.title"), "red", elements)
 
 
-def budget_card(message: str, principal_id: str, tokens: int, lang: Lang) -> Card:
-    """A turn that reached its token budget, with the owner's button to add ``tokens`` to whom
-    it ran as today (the action table refuses anyone else)."""
-    extend = button(
-        text(lang, "budget.extend", tokens=str(tokens)),
-        actions.BUDGET_EXTEND,
-        principal_id=principal_id,
-        tokens=tokens,
+def budget_line(key: str, view: BudgetView, lang: Lang) -> str:
+    """``key`` (``budget.reached``, ``budget.warning``) for the day's or the turn's budget, with
+    its figures."""
+    share = view.used * 100 // view.allowance if view.allowance > 0 else 100
+    return text(
+        lang,
+        f"{key}.{view.scope}",
+        used=f"{view.used:,}",
+        allowance=f"{view.allowance:,}",
+        share=share,
     )
-    return card(text(lang, "error.title"), "red", [markdown(escape(message)), row(extend)])
+
+
+def budget_reached_card(view: BudgetView, asked: bool, lang: Lang, refused: bool = False) -> Card:
+    """In the turn's topic: a budget is spent (``refused``: before the turn could start), and
+    whether the owner was asked to extend it."""
+    elements: list[Element] = []
+    if refused:
+        elements.append(markdown(text(lang, "budget.refused")))
+    elements.append(markdown(budget_line("budget.reached", view, lang)))
+    elements.append(markdown(text(lang, "budget.asked" if asked else "budget.ask_owner")))
+    return card(text(lang, "budget.title"), "yellow", elements)
+
+
+def budget_request_card(view: BudgetView, name: str, request: str, tokens: int, lang: Lang) -> Card:
+    """In the owner's private chat: whose budget is spent, with the button granting the
+    request (``tokens`` more for its day, once; the action table refuses anyone else)."""
+    extend = button(
+        text(lang, "budget.extend", tokens=f"{tokens:,}"), actions.BUDGET_EXTEND, request=request
+    )
+    elements: list[Element] = [
+        markdown(text(lang, "budget.request", name=escape(name))),
+        markdown(budget_line("budget.reached", view, lang)),
+        row(extend),
+    ]
+    return card(text(lang, "budget.title"), "yellow", elements)
 
 
 def warning_card(message: str, lang: Lang, title: str = "") -> Card:

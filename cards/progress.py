@@ -41,6 +41,7 @@ from cards.models import (
     TurnApprovals,
     TurnMemory,
 )
+from cards.notices import budget_line
 
 # One result card holds one markdown element of at most this many JSON-encoded bytes; the first
 # card's piece is smaller when its sections leave less room (see ``result_cards``).
@@ -83,6 +84,8 @@ def progress_card(view: ProgressView, lang: Lang) -> Card:
     else:
         requests = approvals_section(TurnApprovals(view.approvals), lang)
     tail: list[Element] = []
+    if view.status == "cancelled" and view.stopped_by:
+        tail.append(markdown(text(lang, "progress.stopped_by", name=escape(view.stopped_by))))
     if view.elapsed_seconds is not None:
         seconds = f"{view.elapsed_seconds:.0f}"
         tail.append(markdown(f"*{text(lang, 'progress.elapsed', seconds=seconds)}*"))
@@ -362,6 +365,8 @@ def _first_card(
     finish: FinishView | None,
     lang: Lang,
 ) -> Card:
+    if finish is not None and finish.budget is not None:
+        sections = [*sections, markdown(budget_line("budget.warning", finish.budget, lang))]
     built = card(heading, "green", [markdown(piece), *sections], subtitle=title[:120])
     if finish is None:
         return built

@@ -496,9 +496,16 @@ class HubClient:
         return Claim.from_wire(answer) if answer else None
 
     async def heartbeat(
-        self, execution_id: str, worker_id: str | None, used_tokens: int | None = None
+        self,
+        execution_id: str,
+        worker_id: str | None,
+        used_tokens: int | None = None,
+        wait_seconds: float = 0.0,
     ) -> Heartbeat:
+        """Keep the lease; with ``wait_seconds`` it answers early once a cancel is asked for."""
         params: dict[str, Any] = {"execution_id": execution_id, "worker_id": worker_id}
+        if wait_seconds:
+            params["wait_seconds"] = wait_seconds
         if used_tokens is not None:
             params["used_tokens"] = used_tokens
         return Heartbeat.from_wire(await self.call("executions.heartbeat", **params))

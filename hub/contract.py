@@ -322,6 +322,8 @@ class Execution:
     result: TurnResult | None
     error: str | None
     submitted_by: str | None
+    # Whose Stop cancelled it (a Principal id); None when nobody's did.
+    cancelled_by: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -336,6 +338,7 @@ class Execution:
             "result": self.result.to_wire() if self.result is not None else None,
             "error": self.error,
             "submitted_by": self.submitted_by,
+            "cancelled_by": self.cancelled_by,
         }
 
     @classmethod
@@ -349,6 +352,7 @@ class Execution:
             result=TurnResult.from_wire(result) if isinstance(result, Mapping) else None,
             error=_optional(wire, "error", str),
             submitted_by=_optional(wire, "submitted_by", str),
+            cancelled_by=_optional(wire, "cancelled_by", str),
         )
 
 

@@ -110,6 +110,7 @@ class Executions:
             DEFAULT_MAX_EVENTS,
             DEFAULT_MAX_BYTES,
         ),
+        budgets: Callable[[], tuple[int, int]] = lambda: (0, 0),
     ) -> None:
         # The Agents turns may name (the composition root knows its workers' adapters); a turn
         # naming any other is refused, so no caller picks a program for a worker to run.
@@ -145,6 +146,8 @@ class Executions:
         # settings applies to turns started after it.
         self._event_bounds = event_bounds
         self._budgets: dict[str, EventBudget] = {}
+        # The token budgets (per day, per turn; 0: none), read as each turn is submitted.
+        self._token_budgets = budgets
 
     async def _notify(self, execution_id: str | None = None, *, queue: bool = True) -> None:
         """Wake the waiters a change concerns: claims if ``queue``, watches of ``execution_id``
@@ -393,6 +396,8 @@ class Executions:
             InvalidArgument: bad prompt or provider, or a provider change on an existing Session.
             Forbidden: the Session belongs to another Principal.
             NotFound: no such project.
+            QuotaExceeded: too many turns waiting, or the day's token budget of whom it would
+                run as is spent.
         """
         if not prompt.strip():
             raise InvalidArgument("the prompt is empty")
@@ -432,6 +437,7 @@ class Executions:
             # Whose share the turn takes: whom it runs as.
             runs_as = session.principal_id if session.workspace is None else submitted_by
             self._check_queued_cap(db, runs_as)
+            self.usage.check_start(db, runs_as, *self._token_budgets())
             now = self._clock()
             db.execute(
                 "INSERT INTO executions (id, session_id, prompt, state, submitted_by, runs_as, "
@@ -492,6 +498,7 @@ class Executions:
             result=TurnResult.from_wire(json.loads(row["result"])) if row["result"] else None,
             error=row["error"],
             submitted_by=row["submitted_by"],
+            cancelled_by=row["cancelled_by"] if row["state"] == CANCELLED else None,
         )
 
     def events(self, execution_id: str, after: int = 0) -> list[ExecutionEvent]:
@@ -518,13 +525,20 @@ class Executions:
             finally:
                 self._drop_watch_waiter(execution_id, waiter)
 
-    async def cancel(self, execution_id: str) -> Execution:
+    async def cancel(self, execution_id: str, by: str | None = None) -> Execution:
+        """Stop a turn: a queued one at once, a running one once its worker hears (at once,
+        through its waiting heartbeat). ``by``: whose Stop it was, which the turn keeps."""
         described = self.describe(execution_id)
         if described.state == QUEUED:
             self._finish(execution_id, CANCELLED, None, "cancelled before it started")
         elif described.state == RUNNING:
             self.db.execute(
                 "UPDATE executions SET cancel_requested = 1 WHERE id = ?", (execution_id,)
+            )
+        if described.state in (QUEUED, RUNNING) and by is not None:
+            self.db.execute(
+                "UPDATE executions SET cancelled_by = COALESCE(cancelled_by, ?) WHERE id = ?",
+                (by, execution_id),
             )
         await self._notify(execution_id)
         return self.describe(execution_id)
@@ -781,8 +795,12 @@ class Executions:
             )
         return row
 
-    async def heartbeat(self, execution_id: str, worker_id: str) -> bool:
+    async def heartbeat(self, execution_id: str, worker_id: str, wait: float = 0.0) -> bool:
         """Extend the lease; returns whether the turn's user asked to cancel it.
+
+        With ``wait`` it is a long poll: it answers as soon as a cancel is asked for (or the
+        lease is lost), else after ``wait`` seconds, so a Stop reaches the worker at once
+        rather than at its next beat.
 
         Raises:
             Conflict: the lease was lost (the turn went elsewhere).
@@ -795,6 +813,20 @@ class Executions:
                 (now + self.lease_seconds, now, execution_id),
             )
             db.execute("UPDATE workers SET last_seen = ? WHERE id = ?", (now, worker_id))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while not row["cancel_requested"]:
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self._closing:
+                break
+            # Registered before the read, so a cancel between them still wakes it.
+            waiter = self._watch_waiter(execution_id)
+            try:
+                row = self._owned(execution_id, worker_id)
+                if not row["cancel_requested"]:
+                    await self._wait(waiter, remaining)
+            finally:
+                self._drop_watch_waiter(execution_id, waiter)
         return bool(row["cancel_requested"])
 
     async def add_event(self, execution_id: str, worker_id: str, kind: str, text: str) -> int:

@@ -18,6 +18,7 @@ Each table and the module that owns its rows (the one that writes them; others o
 - ``approvals``, ``session_rules``: ``hub.approvals``
 - ``usage``: ``hub.usage``, written with the completion of each turn the model gateway counted
 - ``budget_extensions``: ``hub.usage``, the tokens the owner added to a Principal's day
+- ``budget_requests``: ``hub.usage``, the extensions asked for and whether the owner granted each
 - ``projects``, ``chat_projects``: ``hub.projects``; ``sessions.project`` and
   ``sessions.home_worker``: ``hub.executions``
 
@@ -282,6 +283,22 @@ ALTER TABLE principals ADD COLUMN display_name TEXT NOT NULL DEFAULT '';
 ALTER TABLE principals ADD COLUMN display_name_at REAL NOT NULL DEFAULT 0;
 """
 
+# Version 12: who stopped a turn (the person whose Stop cancelled it), and the owner's answers to
+# budget extension requests, each request granted at most once and only on its own day (see
+# hub.usage).
+_V12_STOPS_AND_EXTENSION_REQUESTS = """
+ALTER TABLE executions ADD COLUMN cancelled_by TEXT;
+CREATE TABLE budget_requests (
+    id TEXT PRIMARY KEY,
+    principal_id TEXT NOT NULL,
+    day TEXT NOT NULL,
+    tokens INTEGER NOT NULL,
+    asked_at REAL NOT NULL,
+    granted_by TEXT,
+    granted_at REAL
+);
+"""
+
 MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (1, _V1_IDENTITY_AND_SETTINGS),
     (2, _queue_with_request_ids),
@@ -294,6 +311,7 @@ MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (9, _V9_BUDGET_EXTENSIONS),
     (10, _V10_PROJECTS),
     (11, _V11_DISPLAY_NAMES),
+    (12, _V12_STOPS_AND_EXTENSION_REQUESTS),
 )
 
 SCHEMA_VERSION = sqlite.latest(MIGRATIONS)

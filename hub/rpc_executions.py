@@ -154,7 +154,8 @@ class ExecutionParams(Params):
 
 async def executions_cancel(call: Call, params: ExecutionParams) -> dict[str, Any]:
     _visible_execution(call, params.execution_id)
-    return (await call.hub.executions.cancel(params.execution_id)).to_wire()
+    cancelled = await call.hub.executions.cancel(params.execution_id, call.actor.principal.id)
+    return cancelled.to_wire()
 
 
 class SessionParams(Params):
@@ -217,12 +218,16 @@ class HeartbeatParams(LeaseParams):
     used_tokens: int | None = Field(
         None, ge=0, le=usage.MAX_FIGURE, description=f"an integer from 0 to {usage.MAX_FIGURE}"
     )
+    # How long the beat may wait for a cancel before answering (0: answer at once).
+    wait_seconds: WaitSeconds = wait_field()
 
 
 async def executions_heartbeat(call: Call, params: HeartbeatParams) -> dict[str, Any]:
     require_service(call.actor)
     hub = call.hub
-    cancel = await hub.executions.heartbeat(params.execution_id, params.worker_id)
+    cancel = await hub.executions.heartbeat(
+        params.execution_id, params.worker_id, params.wait_seconds
+    )
     answer: dict[str, Any] = {"cancel_requested": cancel}
     if params.used_tokens is not None:
         row = hub.executions.db.execute(

@@ -112,6 +112,7 @@ class Hub:
                 max_queued_per_principal=config.max_queued_per_principal,
                 usage=usage,
                 event_bounds=lambda: (config.max_events_per_turn, config.max_event_bytes_per_turn),
+                budgets=lambda: (config.daily_tokens, config.turn_tokens),
             )
             history = MemoryHistory(
                 state, store, settings.home / HISTORY_DIR, config.history_days, store.limits

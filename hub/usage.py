@@ -16,7 +16,12 @@ Principal is allowed only what the day has left after it, so together they stay 
 daily budget (to within what they spend between two heartbeats). The owner may add tokens to a
 Principal's day (``extend``, the ``budget_extensions`` table): they raise that day's allowance,
 or with no daily budget set, the per-turn ceiling of that Principal's turns that day; a running
-turn gets them at its next heartbeat.
+turn gets them at its next heartbeat. From Feishu the owner answers a request
+(``ask_extension``, the ``budget_requests`` table) rather than naming tokens: each request is
+granted at most once, and only on the UTC day it was asked.
+
+A turn that would start with nothing of its day left is refused as it is submitted
+(``check_start``), with the figures, rather than launched to fail at its first model request.
 """
 
 from __future__ import annotations
@@ -25,12 +30,13 @@ import datetime
 import logging
 import sqlite3
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from hub.contract import UsageReport, UsageRow
-from hub.errors import Forbidden, NotFound
+from hub.errors import Forbidden, NotFound, QuotaExceeded
 from hub.identity import Actor
 from hub.state import State
 
@@ -39,6 +45,8 @@ logger = logging.getLogger("amux.hub.usage")
 # Far above any one turn, and low enough that a year of sums stays within SQLite's integers.
 MAX_FIGURE = 1 << 40
 GATEWAY = "gateway"
+# The ``limit`` of a turn refused for want of the day's budget.
+DAILY_TOKENS = "daily_tokens"
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,46 @@ def record(
     )
 
 
+@dataclass(frozen=True)
+class Standing:
+    """Where one Principal's budgets stand on one UTC day: the tokens recorded that day and
+    the allowances with the owner's extensions (None: no such budget)."""
+
+    day: str
+    day_used: int
+    day_allowance: int | None
+    turn_allowance: int | None
+
+    def day_share(self, in_flight: int = 0) -> float:
+        """How much of the day's allowance is spent (0 without a daily budget)."""
+        if not self.day_allowance:
+            return 0.0
+        return (self.day_used + in_flight) / self.day_allowance
+
+
+def standing(
+    db: sqlite3.Connection, principal_id: str, daily_tokens: int, turn_tokens: int, at: float
+) -> Standing:
+    day = day_of(at)
+    row = db.execute(
+        "SELECT COALESCE(SUM(tokens), 0) AS n FROM budget_extensions"
+        " WHERE principal_id = ? AND day = ?",
+        (principal_id, day),
+    ).fetchone()
+    extended = int(row["n"])
+    used = db.execute(
+        "SELECT COALESCE(SUM(input_tokens + output_tokens), 0) AS n FROM usage"
+        " WHERE principal_id = ? AND day = ?",
+        (principal_id, day),
+    ).fetchone()
+    return Standing(
+        day,
+        int(used["n"]),
+        daily_tokens + extended if daily_tokens else None,
+        turn_tokens + (0 if daily_tokens else extended) if turn_tokens else None,
+    )
+
+
 def ceiling(
     db: sqlite3.Connection,
     principal_id: str,
@@ -111,24 +159,40 @@ def ceiling(
 ) -> int | None:
     """The tokens a turn of ``principal_id`` at ``at`` may use, while its other running turns
     have counted ``in_flight`` not yet recorded; None when unlimited."""
-    day = day_of(at)
-    row = db.execute(
-        "SELECT COALESCE(SUM(tokens), 0) AS n FROM budget_extensions"
-        " WHERE principal_id = ? AND day = ?",
-        (principal_id, day),
-    ).fetchone()
-    extended = int(row["n"])
+    now = standing(db, principal_id, daily_tokens, turn_tokens, at)
     limits: list[int] = []
-    if daily_tokens:
-        used = db.execute(
-            "SELECT COALESCE(SUM(input_tokens + output_tokens), 0) AS n FROM usage"
-            " WHERE principal_id = ? AND day = ?",
-            (principal_id, day),
-        ).fetchone()
-        limits.append(max(0, daily_tokens + extended - int(used["n"]) - in_flight))
-    if turn_tokens:
-        limits.append(turn_tokens + (0 if daily_tokens else extended))
+    if now.day_allowance is not None:
+        limits.append(max(0, now.day_allowance - now.day_used - in_flight))
+    if now.turn_allowance is not None:
+        limits.append(now.turn_allowance)
     return min(limits) if limits else None
+
+
+def day_spent(principal_id: str, now: Standing, in_flight: int) -> QuotaExceeded:
+    """The refusal of a turn that would start with nothing of its day's budget left."""
+    spent = now.day_used + in_flight
+    return QuotaExceeded(
+        f"today's token budget is spent ({spent}/{now.day_allowance} tokens, UTC day); "
+        "the owner may extend it",
+        limit=DAILY_TOKENS,
+        principal_id=principal_id,
+        used=spent,
+        allowance=now.day_allowance,
+    )
+
+
+GrantOutcome = Literal["granted", "already", "expired"]
+
+
+@dataclass(frozen=True)
+class Granted:
+    """The owner's answer to one extension request: ``granted`` added ``tokens`` now;
+    ``already`` had been granted before; ``expired`` was asked on another day than today."""
+
+    outcome: GrantOutcome
+    principal_id: str
+    day: str
+    tokens: int
 
 
 Listener = Callable[[str, Counted], None]
@@ -169,12 +233,93 @@ class Usage:
                 del self._running[stale]
         if used_so_far is not None and execution_id in running:
             self._running[execution_id] = (runs_as, used_so_far)
-        in_flight = sum(
+        in_flight = self._in_flight(runs_as, execution_id)
+        return ceiling(db, runs_as, daily_tokens, turn_tokens, self.clock(), in_flight)
+
+    def _in_flight(self, runs_as: str, besides: str = "") -> int:
+        return sum(
             tokens
             for other, (who, tokens) in self._running.items()
-            if who == runs_as and other != execution_id
+            if who == runs_as and other != besides
         )
-        return ceiling(db, runs_as, daily_tokens, turn_tokens, self.clock(), in_flight)
+
+    def standing(self, principal_id: str, daily_tokens: int, turn_tokens: int) -> Standing:
+        return standing(self.state.db, principal_id, daily_tokens, turn_tokens, self.clock())
+
+    def check_start(
+        self, db: sqlite3.Connection, runs_as: str, daily_tokens: int, turn_tokens: int
+    ) -> None:
+        """Refuse a turn of ``runs_as`` that would start with nothing of its day left: a
+        launch could only fail at its first model request.
+
+        Raises:
+            QuotaExceeded: the day's budget is spent (limit ``daily_tokens``, with ``used``
+                and ``allowance``).
+        """
+        now = standing(db, runs_as, daily_tokens, turn_tokens, self.clock())
+        in_flight = self._in_flight(runs_as)
+        if now.day_allowance is not None and now.day_used + in_flight >= now.day_allowance:
+            raise day_spent(runs_as, now, in_flight)
+
+    async def ask_extension(self, principal_id: str, tokens: int) -> str:
+        """The id of today's open request to add ``tokens`` to ``principal_id``'s day: the one
+        not yet granted if there is one, so every card asking for the same shortfall grants it
+        once."""
+        day = day_of(self.clock())
+
+        def ask(db: sqlite3.Connection) -> str:
+            row = db.execute(
+                "SELECT id FROM budget_requests WHERE principal_id = ? AND day = ?"
+                " AND granted_at IS NULL ORDER BY asked_at LIMIT 1",
+                (principal_id, day),
+            ).fetchone()
+            if row is not None:
+                return str(row["id"])
+            request = uuid.uuid4().hex
+            db.execute(
+                "INSERT INTO budget_requests (id, principal_id, day, tokens, asked_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (request, principal_id, day, tokens, self.clock()),
+            )
+            return request
+
+        answer: str = await self.state.write(ask)
+        return answer
+
+    async def grant(self, actor: Actor, request: str) -> Granted:
+        """The owner's Extend on request ``request``: its tokens added to its Principal's day,
+        once, and only on the day it was asked (an old card extends nothing today).
+
+        Raises:
+            Forbidden: the caller is not the owner in person.
+            NotFound: no such request.
+        """
+        if not actor.owner_in_person:
+            raise Forbidden("only the owner may extend a budget")
+        today = day_of(self.clock())
+
+        def answer(db: sqlite3.Connection) -> Granted:
+            row = db.execute("SELECT * FROM budget_requests WHERE id = ?", (request,)).fetchone()
+            if row is None:
+                raise NotFound("no such budget request", request=request)
+            whose, day, tokens = str(row["principal_id"]), str(row["day"]), int(row["tokens"])
+            if row["granted_at"] is not None:
+                return Granted("already", whose, day, tokens)
+            if day != today:
+                return Granted("expired", whose, day, tokens)
+            db.execute(
+                "UPDATE budget_requests SET granted_by = ?, granted_at = ? WHERE id = ?",
+                (actor.principal.id, self.clock(), request),
+            )
+            db.execute(
+                "INSERT INTO budget_extensions (principal_id, day, tokens) VALUES (?, ?, ?)"
+                " ON CONFLICT (principal_id, day) DO UPDATE SET tokens = tokens + excluded.tokens",
+                (whose, day, tokens),
+            )
+            return Granted("granted", whose, day, tokens)
+
+        granted: Granted = await self.state.write(answer)
+        return granted
 
     def finished(self, execution_id: str) -> None:
         """Forget a turn's running count: its completion recorded the whole of it."""

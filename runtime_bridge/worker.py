@@ -70,7 +70,9 @@ def default_amux_executable() -> str:
     return str(Path(sys.executable).parent / "amux")
 
 
-BUDGET_WARNING = "80 % of this turn's token budget used"
+# What the turn may use is the less of the day's budget left and the per-turn one; the bot
+# tells which, with figures, on the result card.
+BUDGET_WARNING = "80 % of the tokens this turn may use are spent"
 
 
 def memory_warning(reason: str) -> str:
@@ -250,14 +252,17 @@ class Worker:
         self, claimed: Claim, runner: asyncio.Task[TurnOutcome]
     ) -> TurnOutcome | None:
         interval = max(0.05, claimed.lease_seconds / 3)
+        # Each beat is a long poll the Hub answers at once on a cancel: a Stop ends the Agent
+        # within a round trip, not at the next beat. Within the client's request timeout.
+        wait = min(interval, CLAIM_WAIT_SECONDS)
         while True:
-            await asyncio.sleep(interval)
             try:
                 grant = self._grants.get(claimed.execution_id)
                 beat = await self.hub.heartbeat(
                     claimed.execution_id,
                     self.worker_id,
                     grant.used if grant is not None else None,
+                    wait,
                 )
                 if grant is not None and beat.budget_given:
                     # The Principal's other running turns spent part of the same day since the
@@ -269,7 +274,9 @@ class Worker:
                 runner.cancel()
                 return None
             except Unavailable:
-                continue  # Keep working; the lease covers short Hub outages.
+                # Keep working; the lease covers short Hub outages.
+                await asyncio.sleep(interval)
+                continue
             if beat.cancel_requested:
                 runner.cancel()
                 return TurnOutcome(succeeded=False, result=None, error="cancelled")

@@ -97,12 +97,15 @@ async def test_under_isolation_a_member_in_someone_elses_topic_is_sent_to_their_
         assert len(model.main_requests) == 1
 
 
-async def test_cancelling_a_running_turn_stops_the_agent(tmp_path: Path) -> None:
+async def test_stop_ends_the_agent_at_once_and_one_card_says_who_stopped_it(
+    tmp_path: Path,
+) -> None:
     held = asyncio.Event()
-    # Short leases: the worker hears of a cancel at its next heartbeat (a third of the lease).
+    # A long lease: its heartbeat interval (a third of it, 200 s) is far beyond the wait below,
+    # so the Stop can only land because the worker is told at once.
     async with (
         FakeModelServer([Answer("too late", hold=held)]) as model,
-        running_bot(tmp_path, lease_seconds=3) as bot,
+        running_bot(tmp_path, lease_seconds=600) as bot,
         claude_worker(bot, tmp_path, model),
     ):
         try:
@@ -117,9 +120,16 @@ async def test_cancelling_a_running_turn_stops_the_agent(tmp_path: Path) -> None
             assert refused["toast"]["type"] == "error"
             accepted = await bot.click(cancel, who=BOB, chat_id=GROUP)
             assert accepted["toast"]["type"] != "error"
-            await until(lambda: bot.hub.executions.describe(run_id).state == "cancelled")
-            await until(lambda: "Cancelled" in card_text(progress.card))
-            assert "too late" not in json.dumps([m.card for m in bot.replies_to(asked)])
+            # Cancelled is recorded only once the worker has ended the Agent's process group.
+            await until(lambda: bot.hub.executions.describe(run_id).state == "cancelled", 15)
+            bob = bot.hub.people.principal(bot.ids["bob"])
+            assert bob is not None
+            await until(lambda: f"Stopped by **{bob.label}**" in card_text(progress.card))
+            await bot.idle()
+            said = json.dumps([m.card for m in bot.replies_to(asked)], ensure_ascii=False)
+            assert "too late" not in said
+            assert "Something went wrong" not in said
+            assert len(bot.replies_to(asked)) == 1
         finally:
             held.set()
 

@@ -55,7 +55,19 @@ def test_budgets_are_live_owner_settings_and_each_turn_is_claimed_with_what_is_l
     assert claimed_budget(hub, alice, runtime, used=700) == 600
     hub.restart()
     assert claimed_budget(hub, alice, runtime, used=200) == 200
-    assert claimed_budget(hub, alice, runtime, used=0) == 0
+    # Nothing is left of the day: the next turn is refused as it is submitted, with the figures,
+    # rather than launched to fail at its first model request.
+    status, refused_turn = hub.rpc(
+        "executions.submit", token=alice, provider="claude", prompt="one more"
+    )
+    assert status == 422, refused_turn
+    error = refused_turn["error"]
+    assert (error["code"], error["limit"], error["used"], error["allowance"]) == (
+        "quota_exceeded",
+        "daily_tokens",
+        1000,
+        1000,
+    )
 
     refused = hub.cli("usage", "extend", "alice", "--tokens", "500", env={"AMUX_TOKEN": alice})
     assert refused.returncode == 5

@@ -114,6 +114,7 @@ ALL_TABLES = {
     "session_rules",
     "usage",
     "budget_extensions",
+    "budget_requests",
     "projects",
     "chat_projects",
 }

@@ -67,15 +67,19 @@ async def test_a_spent_day_refuses_the_next_turn_until_the_owner_extends_it(
         hub = start_hub(tmp_path, model.base_url, settings={"budget.daily_tokens": CEILING})
         try:
             first = await agent_run(hub, "--provider", "claude", "One")
-            spent = await agent_run(hub, "--provider", "claude", "Two")
+            spent = await cli(hub, "agent", "run", "--json", "--provider", "claude", "Two")
             extended = await cli(hub, "usage", "extend", "owner", "--tokens", "1000")
             third = await agent_run(hub, "--provider", "claude", "Three")
         finally:
             await asyncio.to_thread(hub.stop)
     # The first turn ran within the day's budget and went past it with its one answer.
     assert first["state"] == "succeeded" and first["text"] == "First.", first
-    assert spent["state"] == "failed" and spent["budget_reached"] is True, spent
-    assert spent["error"] == "budget reached: 0/0 tokens"
+    # Nothing left of the day: refused as it was submitted, with the figures, not launched.
+    assert spent.returncode != 0, spent.stdout
+    used = INPUT_TOKENS + OUTPUT_TOKENS
+    assert "quota_exceeded" in spent.stderr, spent.stderr
+    assert f"today's token budget is spent ({used}/{CEILING} tokens" in spent.stderr
+    assert len(model.requests) == 2
     assert extended.returncode == 0, extended.stderr
     assert third["state"] == "succeeded" and third["text"] == "After the extension.", third
 
