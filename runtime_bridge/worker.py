@@ -255,7 +255,9 @@ class Worker:
         # Each beat is a long poll the Hub answers at once on a cancel: a Stop ends the Agent
         # within a round trip, not at the next beat. Within the client's request timeout.
         wait = min(interval, CLAIM_WAIT_SECONDS)
+        loop = asyncio.get_running_loop()
         while True:
+            sent = loop.time()
             try:
                 grant = self._grants.get(claimed.execution_id)
                 beat = await self.hub.heartbeat(
@@ -280,6 +282,11 @@ class Worker:
             if beat.cancel_requested:
                 runner.cancel()
                 return TurnOutcome(succeeded=False, result=None, error="cancelled")
+            # A Hub that answers at once (draining, or one that does not wait) is not asked
+            # again at once: beats stay ``wait`` apart.
+            rest = wait - (loop.time() - sent)
+            if rest > 0:
+                await asyncio.sleep(rest)
 
     async def _launch(self, claimed: Claim) -> TurnOutcome:
         session = claimed.session
