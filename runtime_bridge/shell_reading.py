@@ -87,21 +87,32 @@ def script_of(command: str) -> str | None:
     return command
 
 
-def reads_only(script: str) -> bool:
-    """Whether bash running ``script`` would only run read-only programs on literal words."""
+def literal_commands(script: str) -> list[list[str]] | None:
+    """The words of each simple command in ``script``, as bash would run them, when the script
+    is only simple commands on literal words with harmless redirections; None otherwise."""
     if not script.strip() or len(script) > MAX_CHARS or not _plain_text(script):
-        return False
+        return None
     source = script.encode("utf-8")
     tree = Parser(BASH).parse(source)
     if tree.root_node.has_error:
-        return False
+        return None
+    reading = _Reading(source)
     try:
-        _Reading(source).program(tree.root_node)
+        reading.program(tree.root_node)
     except (_Doubt, ValueError, RecursionError):
         # ValueError: a node without the children its type promises (or splitting a character);
         # RecursionError: commands nested deeper than a person would write them.
-        return False
-    return True
+        return None
+    return reading.commands
+
+
+def reads_only(script: str) -> bool:
+    """Whether bash running ``script`` would only run read-only programs on literal words."""
+    commands = literal_commands(script)
+    # A path names a program other than the one the allow-list means.
+    return commands is not None and all(
+        "/" not in argv[0] and argv_reads_only(argv) for argv in commands
+    )
 
 
 def argv_reads_only(argv: list[str]) -> bool:
@@ -145,6 +156,7 @@ class _Reading:
         self._source = source
         # Bodies of two here-documents started on one line follow each other; one is enough.
         self._heredocs = 0
+        self.commands: list[list[str]] = []
 
     def _text(self, node: Node) -> str:
         return self._source[node.start_byte : node.end_byte].decode("utf-8")
@@ -206,9 +218,7 @@ class _Reading:
         argv += [self._literal(child) for child in rest if child.type != "file_redirect"]
         if heredoc and argv[:2] != ["amux", "memory"]:
             raise _Doubt
-        if "/" in argv[0] or not argv_reads_only(argv):
-            # A path names a program other than the one the list means.
-            raise _Doubt
+        self.commands.append(argv)
 
     def _redirects(self, nodes: list[Node]) -> bool:
         """Checks each redirection; whether one of them is a here-document."""

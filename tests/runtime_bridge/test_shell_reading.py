@@ -8,14 +8,20 @@ below is asked, and the everyday reads stay quiet.
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from runtime_bridge import approvals
 from runtime_bridge.approvals import ApprovalRequest
 from runtime_bridge.providers import codex, pi
-from runtime_bridge.shell_reading import reads_only, script_of
+from runtime_bridge.shell_reading import literal_commands, reads_only, script_of
 
 # Each once let a command run unasked that writes, deletes or runs something.
 BYPASSES = [
@@ -335,3 +341,113 @@ def test_a_script_too_long_or_too_deep_to_read_at_a_glance_is_asked() -> None:
     assert not reads_only("ls " + "a " * 20_000)
     assert reads_only(" && ".join(["ls"] * 50))
     assert not reads_only(" && ".join(["ls"] * 3_000))
+
+
+# What bash itself makes of what the reading accepts: stub programs on PATH record the words
+# (and the standard input) they were run with, in a directory of planted files that any glob,
+# tilde or variable would bring into those words.
+STUBS = ("cat", "ls", "grep", "find", "rg", "head", "wc", "sed", "amux")
+STUB = """#!/bin/sh
+printf '%s\\0' "${0##*/}" "$@" > "$STUB_LOG/$$.argv"
+if [ "${0##*/}" = amux ]; then /bin/cat > "$STUB_LOG/$$.stdin"; fi
+"""
+PLANTED = ("-delete", "--pre=sh", "a.md", "{b,c}")
+# Mostly word characters, and every character a shell could read as more than itself.
+ALPHABET = "abcxyz-_./,:=+%@0123456789é说" + "*?[]{}~$`\\!#()<>|&;'\" \t\n^"
+
+words = st.one_of(
+    st.text("abcxyz-_./,:=+%@0123456789é说", min_size=1, max_size=8),
+    st.text(ALPHABET, min_size=1, max_size=8),
+    st.text(ALPHABET.replace("'", ""), max_size=6).map(lambda text: f"'{text}'"),
+    st.text(ALPHABET, max_size=6).map(lambda text: f'"{text}"'),
+)
+simple_commands = st.tuples(
+    st.sampled_from(STUBS[:-1]),
+    st.lists(words, max_size=4),
+    st.sampled_from(["", " 2>/dev/null", " >/dev/null", " 2>&1", " &>/dev/null", " >&2"]),
+).map(lambda parts: " ".join([parts[0], *parts[1]]) + parts[2])
+scripts = st.lists(simple_commands, min_size=1, max_size=3).flatmap(
+    lambda commands: st.lists(
+        st.sampled_from([" ; ", " && ", " | ", "\n", ";"]),
+        min_size=len(commands) - 1,
+        max_size=len(commands) - 1,
+    ).map(lambda joiners: "".join(c + j for c, j in zip(commands, [*joiners, ""], strict=True)))
+)
+bodies = st.lists(
+    st.text(ALPHABET.replace("\n", ""), max_size=12).filter(lambda line: line.strip() != "EOF"),
+    max_size=3,
+)
+heredocs = st.tuples(
+    st.sampled_from(["'EOF'", '"EOF"', "EOF", "\\EOF", "E'O'F"]),
+    st.sampled_from(["<<", "<<-"]),
+    bodies,
+    st.sampled_from(["", "\nls"]),
+).map(
+    lambda p: (
+        (f"amux memory upsert x.md {p[1]}{p[0]}\n" + "".join(b + "\n" for b in p[2])) + "EOF" + p[3]
+    )
+)
+
+
+@pytest.fixture(scope="module")
+def stub_shell(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("stub-shell")
+    (root / "bin").mkdir()
+    for name in STUBS:
+        stub = root / "bin" / name
+        stub.write_text(STUB)
+        stub.chmod(0o755)
+    return root
+
+
+def run_in_bash(root: Path, script: str) -> tuple[list[list[str]], list[str], list[str]]:
+    """The words of each stub bash ran, the standard input ``amux`` read, and the files left."""
+    work = Path(tempfile.mkdtemp(dir=root))
+    log = Path(tempfile.mkdtemp(dir=root))
+    for name in PLANTED:
+        (work / name).write_text("")
+    env = {"PATH": str(root / "bin"), "HOME": "/home-of-nobody", "STUB_LOG": str(log)}
+    subprocess.run(["/bin/bash", "-c", script], cwd=work, env=env, timeout=20, check=False)
+    ran = [p.read_bytes().split(b"\0")[:-1] for p in sorted(log.glob("*.argv"))]
+    fed = [p.read_text() for p in sorted(log.glob("*.stdin"))]
+    return sorted([w.decode() for w in argv] for argv in ran), fed, sorted(os.listdir(work))
+
+
+def comparable(script: str) -> list[list[str]] | None:
+    """The reading's words of ``script``, if it accepts it and each of its programs records its
+    words (a line break inside a generated word may start another program)."""
+    commands = literal_commands(script)
+    compared = commands is not None and all(argv[0] in STUBS for argv in commands)
+    event("compared with bash" if compared else "not compared")
+    return commands if compared else None
+
+
+@pytest.mark.e2e
+@settings(max_examples=150, deadline=None)
+@given(script=scripts)
+def test_what_the_reading_accepts_is_what_bash_runs(stub_shell: Path, script: str) -> None:
+    commands = comparable(script)
+    if commands is None:
+        return
+    ran, _, left = run_in_bash(stub_shell, script)
+    assert ran == sorted(commands)
+    assert left == sorted(PLANTED)
+
+
+@pytest.mark.e2e
+@settings(max_examples=40, deadline=None)
+@given(script=heredocs)
+def test_a_here_document_the_reading_accepts_reaches_amux_as_written(
+    stub_shell: Path, script: str
+) -> None:
+    commands = comparable(script)
+    if commands is None:
+        return
+    ran, fed, left = run_in_bash(stub_shell, script)
+    assert ran == sorted(commands)
+    head, _, rest = script.partition("\n")
+    body = rest.rsplit("EOF", 1)[0]
+    if "<<-" in head:
+        body = "".join(line.lstrip("\t") + "\n" for line in body.splitlines())
+    assert fed == [body]
+    assert left == sorted(PLANTED)
