@@ -398,6 +398,37 @@ class LaunchGroup:
                 logger.warning("launch group %s is left: %s", directory, error)
 
 
+def _is_launch_group(directory: Path) -> bool:
+    return directory.parent.name == PARENT and bool(NAME.match(directory.name))
+
+
+def launch_group_of(pid: int, root: Path = CGROUP_ROOT) -> tuple[Path, ...] | None:
+    """The ``cgroup.procs`` files of the launch group process ``pid`` is in (one per v1
+    hierarchy, one in v2), for a process that serves that launch to join; None when ``pid`` is
+    in no launch group or its groups cannot be read. Never raises."""
+    try:
+        lines = _read(Path(f"/proc/{pid}/cgroup")).splitlines()
+        if (root / "cgroup.controllers").exists():
+            paths = [line[3:].strip() for line in lines if line.startswith("0::")]
+            directories = [root / path.lstrip("/") for path in paths]
+        else:
+            mounts = _v1_mounts(root)
+            directories = []
+            for line in lines:
+                _, controllers, path = line.split(":", 2)
+                for controller in controllers.split(","):
+                    if controller in CONTROLLERS and controller in mounts:
+                        directories.append(mounts[controller] / path.strip().lstrip("/"))
+    except (OSError, ValueError):
+        return None
+    unique = tuple(dict.fromkeys(directories))
+    if not unique or not all(_is_launch_group(d) for d in unique):
+        return None
+    if len({d.name for d in unique}) != 1:
+        return None
+    return tuple(d / "cgroup.procs" for d in unique)
+
+
 def _enabled(group: Path) -> set[str]:
     # The kernel lists names bare; a plain file standing in for it holds what was written.
     return {token.lstrip("+") for token in _read(group / "cgroup.subtree_control").split()}

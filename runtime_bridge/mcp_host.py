@@ -12,31 +12,54 @@ A root worker runs each Principal's Agents as a uid of their own, so the socket 
 user that reaches it (its directory is root's alone: only sandboxes it is bound into reach it),
 and each child first becomes the user at the other end of its connection (``SO_PEERCRED``): an
 Agent's server has that Agent's rights and no more.
+
+A child is part of the launch that connected, not of the worker: it first joins the control
+group of the process at the other end (``cgroups.launch_group_of``), so the launch's memory and
+task bounds count it and the launch's end kills it; a child that cannot join serves nothing. An
+Agent may connect as often as it likes, so each launch (its group; its pid namespace where
+there is no group) has at most ``CONNECTIONS_PER_LAUNCH`` children at once: a connection past
+that is closed at once, logged once per launch, and never waits for a turn. The other end is
+known by a pidfd the kernel took at ``connect`` (``SO_PEERPIDFD``, Linux 6.5 and later), so an
+Agent cannot exit and leave its pid to a process outside its launch to be mistaken for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import struct
 import sys
+from collections.abc import Hashable
+from pathlib import Path
+from types import FrameType
 
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import jsonrpc_message_adapter
 
 from runtime_bridge import mcp_server
+from runtime_bridge.cgroups import launch_group_of
 from runtime_bridge.launch_env import NO_OWNER_TOKEN
 from runtime_bridge.mcp_paging import CONTINUE_TOOL
 from runtime_bridge.mcp_shim import FORWARDED, HOST_HUB_URL
 
 HEADER_LIMIT = 64 * 1024
+# The shim sends its line at once; a connection that does not is holding a child.
+HEADER_SECONDS = 10.0
 READY = "ready"
+# An Agent's CLI starts one amux server; a few more allow for restarts and subagents.
+CONNECTIONS_PER_LAUNCH = 8
+# Not in Python's socket module before 3.14; Linux 6.5 and later.
+SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)
+
+logger = logging.getLogger("amux.mcp_host")
 
 
 def _read_header(conn: socket.socket) -> dict[str, str]:
@@ -66,13 +89,71 @@ def _become_peer(conn: socket.socket) -> None:
     os.setuid(uid)
 
 
-def _child(conn: socket.socket, built: tuple[MCPServer, mcp_server.BridgeSlot]) -> None:
+def _peer_pid(conn: socket.socket) -> tuple[int, int | None]:
+    """The pid at the other end of ``conn`` and a pidfd of that very process (None on a kernel
+    without ``SO_PEERPIDFD``, where the pid is the one it had at ``connect``)."""
+    credentials = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid = struct.unpack("3i", credentials)[0]
+    try:
+        pidfd = conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+    except OSError:
+        return pid, None
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}", encoding="ascii") as info:
+            for line in info:
+                if line.startswith("Pid:"):
+                    pid = int(line.split()[1])
+    except (OSError, ValueError):
+        os.close(pidfd)
+        raise
+    return pid, pidfd
+
+
+def _peer_launch(conn: socket.socket) -> tuple[Hashable, tuple[Path, ...]]:
+    """Which launch ``conn`` comes from (a key to count its connections by) and the procs
+    files of its group to join (none where it is in no launch group).
+
+    Raises:
+        OSError: the other end is gone (or, without pidfds, cannot be told apart).
+    """
+    pid, pidfd = _peer_pid(conn)
+    try:
+        if pid <= 0:
+            raise OSError("the other end is outside this pid namespace")
+        procs = launch_group_of(pid) or ()
+        key: Hashable = procs or ("pidns", os.stat(f"/proc/{pid}/ns/pid").st_ino)
+        # Read while the process was alive: its pid then named it, not a later process.
+        if pidfd is not None and select.select([pidfd], [], [], 0)[0]:
+            raise OSError("the other end exited")
+        return key, procs
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _join(procs: tuple[Path, ...]) -> None:
+    """Move this process into the launch's group (as root, before it becomes the peer)."""
+    for path in procs:
+        with open(path, "w", encoding="ascii") as file:
+            file.write(str(os.getpid()))
+
+
+def _child(
+    conn: socket.socket,
+    built: tuple[MCPServer, mcp_server.BridgeSlot],
+    procs: tuple[Path, ...] = (),
+) -> None:
     """Serve one launch on ``conn`` with the server built before the fork; never returns."""
     code = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+        _join(procs)
         _become_peer(conn)
+        conn.settimeout(HEADER_SECONDS)
         header = _read_header(conn)
+        # Back to blocking: stdin and stdout share this socket's file status flags.
+        conn.setblocking(True)
         for key in FORWARDED:
             os.environ.pop(key, None)
         os.environ.update(header)
@@ -131,6 +212,49 @@ async def _rehearse(server: MCPServer) -> None:
     )
 
 
+class Children:
+    """The host's children by launch, reaped as they end."""
+
+    def __init__(self, limit: int = CONNECTIONS_PER_LAUNCH) -> None:
+        self.limit = limit
+        self._launch: dict[int, Hashable] = {}
+        self._count: dict[Hashable, int] = {}
+        self._logged: set[Hashable] = set()
+
+    def full(self, key: Hashable) -> bool:
+        return self._count.get(key, 0) >= self.limit
+
+    def add(self, pid: int, key: Hashable) -> None:
+        self._launch[pid] = key
+        self._count[key] = self._count.get(key, 0) + 1
+
+    def refused(self, key: Hashable) -> None:
+        if key in self._logged:
+            return
+        if len(self._logged) > 4096:
+            self._logged.clear()
+        self._logged.add(key)
+        logger.warning(
+            "an Agent opened more than %d connections to the warm MCP host at once; the rest "
+            "are closed (logged once per launch)",
+            self.limit,
+        )
+
+    def reap(self, signum: int = 0, frame: FrameType | None = None) -> None:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            key = self._launch.pop(pid, None)
+            if key is not None:
+                self._count[key] -= 1
+                if not self._count[key]:
+                    del self._count[key]
+
+
 def serve(socket_path: str) -> None:
     """Listen on ``socket_path`` and fork one server per connection.
 
@@ -142,7 +266,8 @@ def serve(socket_path: str) -> None:
     # host imported would copy those pages and spend a launch's time on them.
     gc.collect()
     gc.freeze()
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    children = Children()
+    signal.signal(signal.SIGCHLD, children.reap)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     previous = os.umask(0o111 if os.geteuid() == 0 else 0o177)
     try:
@@ -153,9 +278,25 @@ def serve(socket_path: str) -> None:
     print(READY, flush=True)
     while True:
         conn, _ = listener.accept()
-        if os.fork() == 0:
-            listener.close()
-            _child(conn, built)
+        try:
+            key, procs = _peer_launch(conn)
+        except OSError:
+            conn.close()
+            continue
+        # Until the child is counted, its end must not be reaped uncounted.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        try:
+            if children.full(key):
+                children.refused(key)
+            else:
+                with contextlib.suppress(OSError):
+                    pid = os.fork()
+                    if pid == 0:
+                        listener.close()
+                        _child(conn, built, procs)
+                    children.add(pid, key)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         conn.close()
 
 
