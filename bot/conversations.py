@@ -469,8 +469,10 @@ class Conversations:
                 elif event.kind == WARNING:
                     # The budget's share is told on the result card, in the chat's language
                     # and naming the budget that binds (see ``_budget_warning``).
-                    if event.text != BUDGET_WARNING:
-                        warnings.append(event.text)
+                    if event.text == BUDGET_WARNING:
+                        lines.append(catalogue_text(self._lang, "budget.warning.running"))
+                        continue
+                    warnings.append(event.text)
                     lines.append("⚠ " + event.text)
                 elif event.kind == EGRESS:
                     # Kept for the result too, once each however often the Agent retried.

@@ -310,6 +310,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "budget.warning.turn": (
             "⚠ This turn used {share} % of its token budget: {used} of {allowance} tokens."
         ),
+        "budget.warning.running": "⚠ 80 % of the tokens this turn may use are spent.",
         "budget.refused": "Not started: there are no tokens left for it.",
         "budget.asked": "The owner of this Hub has been asked to extend it.",
         "budget.ask_owner": "Ask the owner of this Hub to extend it.",
@@ -722,6 +723,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "budget.warning.turn": (
             "⚠ 本轮已用其 token 预算的 {share}%：{used} / {allowance} 个 token。"
         ),
+        "budget.warning.running": "⚠ 本轮可用的 token 已用去 80%。",
         "budget.refused": "未开始处理：已没有可用的 token。",
         "budget.asked": "已请本 Hub 的所有者延长预算。",
         "budget.ask_owner": "请联系本 Hub 的所有者延长预算。",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -44,17 +45,19 @@ async def finish(
     tokens: int,
     *,
     reached: bool = False,
-    warned: bool = False,
+    warned: Callable[[], bool] | None = None,
 ) -> None:
     """Claim the turn as a worker would and complete it having used ``tokens``: with its
-    answer, or (``reached``) ended by its budget; ``warned``: the worker said 80 % was spent."""
+    answer, or (``reached``) ended by its budget. With ``warned`` the worker first says 80 % is
+    spent, and the turn completes once ``warned`` holds."""
     executions = bot.hub.executions
     runtime = bot.hub.state.add_principal(f"runtime-{run_id[:8]}", "service")
     worker = executions.register_worker("budget-worker", runtime.id)
     claimed = await executions.claim(worker, runtime.id, 0)
     assert claimed is not None and claimed.execution_id == run_id
-    if warned:
+    if warned is not None:
         await executions.add_event(run_id, worker, WARNING, BUDGET_WARNING)
+        await until(warned)
     usage = {"gateway": {"input_tokens": tokens - tokens // 4, "output_tokens": tokens // 4}}
     if reached:
         result = TurnResult(usage=usage, budget=tokens // 2, budget_reached=True)
@@ -186,7 +189,11 @@ async def test_the_budget_warning_is_on_the_result_card_in_the_chats_language(
         bot.hub.config.save("budget.daily_tokens", 1000)
         asked = await bot.say("a job", BOB)
         progress = await bot.reply_to(asked)
-        await finish(bot, await run_of(bot, asked), 850, warned=True)
+        # While it runs, the progress says so in the chat's language too.
+        running = "本轮可用的 token 已用去 80%"
+        await finish(
+            bot, await run_of(bot, asked), 850, warned=lambda: running in card_text(progress.card)
+        )
         await until(lambda: "All done." in card_text(progress.card))
         shown = markdown_of(progress.card)
         assert "今日 token 预算已用 85%：850 / 1,000 个 token（UTC 日）" in shown, shown
