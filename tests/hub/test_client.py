@@ -130,6 +130,29 @@ async def test_a_permission_request_asked_answered_and_waited_for(
         assert settled == answered
 
 
+async def test_a_waiting_heartbeat_answers_as_soon_as_the_turn_is_stopped(
+    hub: tuple[Connect, dict[str, str]],
+) -> None:
+    connect, ids = hub
+    async with connect(ids["alice-token"]) as alice, connect(ids["runtime-token"]) as runtime:
+        worker = (await runtime.register_worker("w")).worker_id
+        submitted = await alice.submit("claude", "run")
+        claim = await runtime.claim(worker, wait_seconds=5)
+        assert claim is not None
+        # Nothing to tell: the beat answers when its wait is over.
+        quiet = await runtime.heartbeat(claim.execution_id, worker, wait_seconds=0.2)
+        assert quiet.cancel_requested is False
+        # Told at once: far sooner than the 25 s the beat may wait.
+        beat = asyncio.create_task(runtime.heartbeat(claim.execution_id, worker, wait_seconds=25))
+        await alice.cancel(submitted.execution.id)
+        told = await asyncio.wait_for(beat, 10)
+        assert told.cancel_requested
+        stopped = await runtime.complete(
+            claim.execution_id, worker, TurnOutcome(False, None, "cancelled")
+        )
+        assert stopped.state == "cancelled" and stopped.cancelled_by == ids["alice"]
+
+
 async def test_claim_cancel_and_unbind(hub: tuple[Connect, dict[str, str]]) -> None:
     connect, ids = hub
     async with connect(ids["alice-token"]) as alice, connect(ids["runtime-token"]) as runtime:
