@@ -828,14 +828,18 @@ class Conversations:
 
     async def _ask_owner(self, whose: str, view: BudgetView) -> bool:
         """Send the owner, in their private chat, a request to extend ``whose`` day, with its
-        Extend button; False when the owner cannot be reached there."""
+        Extend button, once per shortfall (the request not yet granted is asked no more);
+        False when the owner cannot be reached there."""
         people = self._hub.people
         owner = people.owner()
         target = self._private_chat_of(owner.id) if owner is not None else None
         if target is None:
             return False
         tokens = self._hub.config.daily_tokens or EXTEND_WITHOUT_DAILY
-        request = await self._hub.usage.ask_extension(whose, tokens)
+        request, new = await self._hub.usage.ask_extension(whose, tokens)
+        if not new:
+            # A member out of tokens sending message after message does not flood the owner.
+            return True
         person = people.principal(whose)
         name = person.label if person is not None else whose
         card = budget_request_card(view, name, request, tokens, self._lang)

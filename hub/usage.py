@@ -261,29 +261,29 @@ class Usage:
         if now.day_allowance is not None and now.day_used + in_flight >= now.day_allowance:
             raise day_spent(runs_as, now, in_flight)
 
-    async def ask_extension(self, principal_id: str, tokens: int) -> str:
-        """The id of today's open request to add ``tokens`` to ``principal_id``'s day: the one
-        not yet granted if there is one, so every card asking for the same shortfall grants it
-        once."""
+    async def ask_extension(self, principal_id: str, tokens: int) -> tuple[str, bool]:
+        """The id of today's open request to add ``tokens`` to ``principal_id``'s day, and
+        whether it is new: the one not yet granted if there is one, so the same shortfall is
+        asked once and granted once."""
         day = day_of(self.clock())
 
-        def ask(db: sqlite3.Connection) -> str:
+        def ask(db: sqlite3.Connection) -> tuple[str, bool]:
             row = db.execute(
                 "SELECT id FROM budget_requests WHERE principal_id = ? AND day = ?"
                 " AND granted_at IS NULL ORDER BY asked_at LIMIT 1",
                 (principal_id, day),
             ).fetchone()
             if row is not None:
-                return str(row["id"])
+                return str(row["id"]), False
             request = uuid.uuid4().hex
             db.execute(
                 "INSERT INTO budget_requests (id, principal_id, day, tokens, asked_at)"
                 " VALUES (?, ?, ?, ?, ?)",
                 (request, principal_id, day, tokens, self.clock()),
             )
-            return request
+            return request, True
 
-        answer: str = await self.state.write(ask)
+        answer: tuple[str, bool] = await self.state.write(ask)
         return answer
 
     async def grant(self, actor: Actor, request: str) -> Granted:

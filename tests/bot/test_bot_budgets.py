@@ -149,7 +149,7 @@ async def test_an_extend_card_from_yesterday_adds_nothing_today(tmp_path: Any) -
         bob = bot.hub.state.principal_by_name("bob")
         # A request the bot made yesterday: the Hub's own record, made with yesterday's clock.
         yesterday = Usage(bot.hub.state, clock=lambda: time.time() - 86_400)
-        old = await yesterday.ask_extension(bob.id, 1000)
+        old, _ = await yesterday.ask_extension(bob.id, 1000)
         stale = await bot.click({"action": EXTEND, "request": old})
         assert stale["toast"]["type"] == "warning" and "for its own day only" in str(stale)
         # A card from before requests named whom and how much: it extends nothing either.
@@ -180,6 +180,11 @@ async def test_a_turn_with_nothing_left_of_the_day_is_refused_before_it_starts_i
         ).fetchone()[0]
         assert queued == 1
         await until(lambda: owners_requests(bot))
+        # Another message while the request waits is refused too, and asks the owner no more.
+        again = await bot.say("third job", BOB)
+        assert "已请本 Hub 的所有者延长预算" in card_text((await bot.reply_to(again)).card)
+        await bot.idle()
+        assert len(owners_requests(bot)) == 1
 
 
 async def test_the_budget_warning_is_on_the_result_card_in_the_chats_language(
