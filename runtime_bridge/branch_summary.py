@@ -35,6 +35,7 @@ DIFF_ARGS_MAX = 128 * 1024
 # One entry of git's output longer than this (a name no file system allows) is counted, not kept.
 TOKEN_MAX = 64 * 1024
 NO_OBJECT = "0" * 40
+GITLINK = b"160000"
 # Names a note or warning lists before it counts the rest.
 NAMED_MAX = 10
 
@@ -110,7 +111,7 @@ class RawListing:
                 continue
             header, self._header = self._header, None
             self.total += 1
-            words = header.split()
+            words = header.lstrip(b":").split()
             if self._full:
                 continue
             if (
@@ -123,8 +124,12 @@ class RawListing:
                 self._full = True
                 continue
             self.room -= len(token)
-            old, new = words[2].decode("ascii", "replace"), words[3].decode("ascii", "replace")
-            self.entries.append(RawEntry(token, old, new))
+            sides = [
+                # A submodule's commit is no object here, and its diff is one line: no size.
+                NO_OBJECT if mode == GITLINK else oid.decode("ascii", "replace")
+                for mode, oid in zip(words[:2], words[2:4], strict=True)
+            ]
+            self.entries.append(RawEntry(token, sides[0], sides[1]))
 
     @property
     def complete(self) -> bool:

@@ -29,6 +29,12 @@ diff drivers, includes) or point git at another repository (``commondir``, a ``.
 before any git command of its own there the worker puts back its own copy of ``.git/config``,
 the alternates and ``HEAD``, drops ``commondir``, and runs git with hooks and fsmonitor off, no
 system or global config, an empty HOME and, on a root worker, as the Agent's uid (never root).
+
+What a checkout holds costs what git spends reading it: a sparse file of gigabytes costs the
+Agent no disk. So after a turn every git process of the worker's runs within ``GitBounds`` (a
+cgroup of the launch's bounds, a deadline per step, killed with what it started past it), a file
+too large to commit is left out of the commit, and the summary reads no file over its bound
+(``runtime_bridge.branch_summary``).
 """
 
 from __future__ import annotations

@@ -50,6 +50,13 @@ def test_the_listing_keeps_the_first_files_within_its_budgets_and_counts_every_o
     assert len(by_bytes.entries) == 10 and by_bytes.total == 300
 
 
+def test_a_submodules_commit_is_no_object_to_size_and_goes_into_the_diff() -> None:
+    listing = RawListing()
+    listing.feed(f":160000 160000 {oid(1)} {oid(2)} M".encode() + b"\0vendor/lib\0")
+    plan = plan_diff(listing, {})
+    assert plan.included == (b"vendor/lib",) and not plan.too_large
+
+
 def test_a_name_longer_than_any_file_system_allows_is_counted_never_held() -> None:
     huge = b"d/" * TOKEN_MAX
     listing = RawListing()
