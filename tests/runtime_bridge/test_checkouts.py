@@ -559,9 +559,12 @@ def test_a_file_sent_to_a_pruned_conversation_survives_its_checkout_being_made_a
     assert not list((area / "work" / "projects" / "web" / "incoming").iterdir())
 
 
+@pytest.mark.parametrize("sandbox", ["bwrap", "off"])
 def test_the_workers_git_after_a_turn_runs_in_the_control_group_it_is_given(
-    area: Path, owner: Owner
+    area: Path, owner: Owner, sandbox: str
 ) -> None:
+    if sandbox == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bwrap (bubblewrap) is not installed")
     bounds = Bounds(
         memory_bytes=256 * MiB, tasks=64, cpu=1.0, open_files=256, workspace_bytes=1 * GiB
     )
@@ -571,13 +574,17 @@ def test_the_workers_git_after_a_turn_runs_in_the_control_group_it_is_given(
     try:
         repo = operator_repo(area)
         work_dir = area / "work"
-        site = LaunchSite(RuntimeSettings(sandbox="bwrap", work_dir=work_dir), work_dir)
+        site = LaunchSite(RuntimeSettings(sandbox=sandbox, work_dir=work_dir), work_dir)
         projects = Projects(work_dir, os.environ, site.git_sandbox)
         checkout = projects.prepare(path_project(repo), FIRST, owner, [])
         (checkout.path / "notes.txt").write_text("hello\n")
         confine = site.git_confinement(group.procs_files, ())
         work = projects.finish(checkout, "e-1", owner, [], GitBounds(confine))
         assert [(f.path, f.added) for f in work.files] == [("notes.txt", 1)]
+        if owner is not None:
+            # Committed as the Agent's uid, whether a jail or the worker switched to it.
+            objects = checkout.path / ".git" / "objects"
+            assert {p.stat().st_uid for p in objects.rglob("*") if p.is_file()} == {owner[0]}
         # The kernel charged the group with git's memory, within the group's bound.
         peaks = [
             int(path.read_text())
