@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from hub.client import HubClient
 from hub.history import Author
 from hub.paths import principal_scope
 from tests.bot.test_bot_flows import (
@@ -173,7 +174,9 @@ async def test_a_stale_cards_save_is_refused_and_shows_the_settings_changed_sinc
     async with running_bot(tmp_path) as bot:
         message_id, card = await open_management(bot)
         # The owner turns isolation on from the CLI while the card above stays in the chat.
-        bot.hub.config.save("memory.isolation", "on")
+        token, _ = bot.hub.state.issue_credential(bot.ids["alice"], "cli")
+        async with HubClient(bot.url, token) as cli:
+            await cli.config_set("memory.isolation", "on")
         # A switch clicked on the stale card keeps the draft it was built from ...
         (memory_switch,) = [
             e["behaviors"][0]["value"]
