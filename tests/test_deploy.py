@@ -122,6 +122,12 @@ def test_worker_unit_is_a_template_running_a_runtime_worker() -> None:
 
 
 @pytest.mark.parametrize("path", [HUB_UNIT, WORKER_UNIT], ids=lambda p: p.name)
+def test_the_units_lift_systemds_default_of_1024_open_files(path: Path) -> None:
+    service = {k.removeprefix("Service."): v[-1] for k, v in unit(path).items()}
+    assert int(service["LimitNOFILE"]) >= 65536
+
+
+@pytest.mark.parametrize("path", [HUB_UNIT, WORKER_UNIT], ids=lambda p: p.name)
 def test_systemd_accepts_the_units(path: Path, tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import shutil
 import stat
 from collections.abc import Awaitable, Callable
@@ -152,18 +153,11 @@ def _home_fix(home: Path) -> str:
 
 
 def check_root_lock(memory_root: Path, proc_locks: Path = Path("/proc/locks")) -> Check:
-    path = memory_root / LOCK_NAME
-    try:
-        inode = path.stat().st_ino
-    except FileNotFoundError:
+    if not (memory_root / LOCK_NAME).exists():
         return Check(
             "memory_root_lock", "warn", f"no Hub has used {memory_root} yet", "start `amux serve`"
         )
-    holder = _flock_holder(inode, proc_locks)
-    recorded = _recorded_pid(path)
-    if holder is None and recorded is not None and _alive(recorded):
-        # Without /proc/locks, a live process with the recorded pid is the best evidence.
-        holder = recorded
+    holder = hub_pid(memory_root, proc_locks)
     if holder is None:
         return Check(
             "memory_root_lock",
@@ -172,6 +166,63 @@ def check_root_lock(memory_root: Path, proc_locks: Path = Path("/proc/locks")) -
             "start the Hub (`amux serve`, or `systemctl start amux`)",
         )
     return Check("memory_root_lock", "ok", f"held by a running Hub (pid {holder})")
+
+
+def hub_pid(memory_root: Path, proc_locks: Path = Path("/proc/locks")) -> int | None:
+    """The running Hub that holds ``memory_root``'s lock, if one does."""
+    path = memory_root / LOCK_NAME
+    try:
+        inode = path.stat().st_ino
+    except OSError:
+        return None
+    holder = _flock_holder(inode, proc_locks)
+    recorded = _recorded_pid(path)
+    if holder is None and recorded is not None and _alive(recorded):
+        # Without /proc/locks, a live process with the recorded pid is the best evidence.
+        holder = recorded
+    return holder
+
+
+# Below this a busy Hub can run out of files (as ``amux serve`` warns at start).
+LOW_OPEN_FILES = 4096
+OPEN_FILES_FIX = (
+    "raise the service's hard limit: LimitNOFILE=65536 in its systemd unit (the shipped units "
+    "set it), or `ulimit -Hn 65536` before `amux serve`"
+)
+
+
+def _limits_of(pid: int, proc: Path) -> int | None:
+    """The soft open-file limit in ``proc/<pid>/limits`` (None: unreadable or unlimited)."""
+    try:
+        text = (proc / str(pid) / "limits").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Max open files"):
+            soft = line.split()[3]
+            return int(soft) if soft.isdigit() else None
+    return None
+
+
+def check_open_files(
+    running: int | None, proc: Path = Path("/proc"), hard: int | None = None
+) -> Check:
+    """How many files the Hub may open: the running Hub's limit (pid ``running``), else the
+    hard limit a Hub started from here would raise itself to."""
+    name = "open_files"
+    limit = _limits_of(running, proc) if running is not None else None
+    if limit is not None:
+        detail = f"the running Hub (pid {running}) may open {limit} files"
+    else:
+        if hard is None:
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        if hard == resource.RLIM_INFINITY:
+            return Check(name, "ok", "amux serve started from here may open files without limit")
+        limit = hard
+        detail = f"amux serve started from here may open {limit} files (its hard limit)"
+    if limit < LOW_OPEN_FILES:
+        return Check(name, "warn", detail + f", under {LOW_OPEN_FILES}", OPEN_FILES_FIX)
+    return Check(name, "ok", detail)
 
 
 def _flock_holder(inode: int, proc_locks: Path) -> int | None:
@@ -867,6 +918,7 @@ async def diagnose(
         return checks
     checks.append(check_home(settings.hub.home))
     checks.append(check_root_lock(settings.hub.memory_root))
+    checks.append(check_open_files(hub_pid(settings.hub.memory_root)))
     checks.append(check_memory_disk(settings.hub.memory_root))
     client = settings.client
     token = client.resolved_token()

@@ -540,6 +540,10 @@ def runtime_worker(
     settings = RuntimeSettings()
     work_dir = settings.standalone_work_dir()
     logs.configure(logs.LogSettings(), secrets=[token])
+    # Its launches' doors hold files in this process, as in `amux serve`.
+    from bot.service.serve import raise_open_files
+
+    raise_open_files()
     warning = settings.unsandboxed_warning()
     if warning is not None:
         logging.getLogger("amux.worker").warning(warning)

@@ -13,9 +13,11 @@ import asyncio
 import errno
 import logging
 import os
+import resource
 import signal
 import sys
 from enum import Enum
+from pathlib import Path
 
 from aiohttp import web
 
@@ -35,6 +37,40 @@ logger = logging.getLogger("amux.serve")
 RESTART_EXIT_STATUS = 75
 # In-flight HTTP requests (not turns) get this long once turns have drained.
 REQUEST_DRAIN_SECONDS = 30.0
+# Below this many open files a busy Hub (its connections, its worker's doors and launches, its
+# databases) can run out and stop answering everyone.
+LOW_OPEN_FILES = 4096
+NR_OPEN = Path("/proc/sys/fs/nr_open")
+
+
+def raise_open_files() -> int:
+    """Raise this process's soft open-file limit to its hard limit; the limit it now has.
+
+    A service manager's default soft limit (systemd: 1,024) is far below what the kernel lets
+    the process take, and every request, door and launch holds files in this one process.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard
+    if hard == resource.RLIM_INFINITY:
+        try:
+            wanted = int(NR_OPEN.read_text())
+        except (OSError, ValueError):
+            wanted = soft
+    if soft != resource.RLIM_INFINITY and wanted > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (OSError, ValueError) as error:
+            logger.warning("cannot raise the open-file limit from %d: %s", soft, error)
+    if soft != resource.RLIM_INFINITY and soft < LOW_OPEN_FILES:
+        logger.warning(
+            "open files limited to %d: a busy Hub may run out and stop answering; raise the "
+            "hard limit (systemd: LimitNOFILE=65536, as deploy/systemd/amux.service sets)",
+            soft,
+        )
+    else:
+        logger.info("open files: up to %d", soft)
+    return soft
 
 
 def local_url(host: str, port: int) -> str:
@@ -73,6 +109,7 @@ class Outcome(Enum):
 
 async def serve(settings: HubSettings) -> Outcome:
     """Serve until SIGTERM/SIGINT or an owner's restart request, then drain in-flight work."""
+    raise_open_files()
     runtime = RuntimeSettings()
     feishu = FeishuSettings()
     warning = runtime.unsandboxed_warning() if runtime.in_process else None

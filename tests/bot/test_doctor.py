@@ -201,6 +201,26 @@ def test_the_lock_is_reported_free_once_the_hub_stops(hub_process: HubProcess) -
     assert check.detail.startswith("free: no running Hub")
 
 
+def test_a_hub_held_to_1024_open_files_is_a_warning_naming_the_unit_setting(
+    tmp_path: Path, stub_agents: dict[str, str]
+) -> None:
+    # systemd's default for a unit without LimitNOFILE=, the hard limit too: no way to raise it.
+    hub = HubProcess(tmp_path / "amux-home", free_port(), prefix=["prlimit", "--nofile=1024", "--"])
+    hub.start()
+    try:
+        _, _, checks = doctor(hub, stub_agents)
+        assert hub.proc is not None
+        pid = hub.proc.pid
+    finally:
+        if hub.proc is not None:
+            hub.proc.terminate()
+        hub.stop()
+    check = checks["open_files"]
+    assert check["status"] == "warn", check
+    assert check["detail"] == f"the running Hub (pid {pid}) may open 1024 files, under 4096"
+    assert "LimitNOFILE=65536" in check["fix"]
+
+
 # -- Feishu ---------------------------------------------------------------------------------------
 
 

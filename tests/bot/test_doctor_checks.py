@@ -17,6 +17,7 @@ from bot.commands.doctor import (
     check_bounds,
     check_feishu_topic_scope,
     check_memory_disk,
+    check_open_files,
     check_sandbox,
     passed,
     permissions_check,
@@ -237,6 +238,14 @@ def test_the_bounds_and_the_mechanism_that_applies_them_are_reported(tmp_path: P
     assert bare.status == "warn"
     assert bare.detail.startswith("rlimits") and "memory and CPU are not bounded" in bare.detail
     assert "Delegate=yes" in bare.fix
+
+
+def test_without_a_running_hub_the_open_file_limit_one_would_start_with_is_reported() -> None:
+    low = check_open_files(None, hard=1024)
+    assert low.status == "warn" and "may open 1024 files (its hard limit)" in low.detail
+    assert "LimitNOFILE=65536" in low.fix
+    high = check_open_files(None, hard=65536)
+    assert high.status == "ok" and "65536" in high.detail
 
 
 # -- the permission policy ------------------------------------------------------------------------

@@ -60,6 +60,29 @@ def test_serve_warns_at_start_that_agents_run_unconfined_when_the_sandbox_is_off
     assert "set AMUX_RUNTIME_SANDBOX=bwrap" in message
 
 
+def test_serve_lifts_its_open_file_limit_to_the_hard_limit_and_says_so(tmp_path: Path) -> None:
+    # Started as systemd starts a service by default: 1,024 files, more allowed on request.
+    hub = HubProcess(
+        tmp_path / "amux-home",
+        free_port(),
+        extra_env={"AMUX_LOG_FORMAT": "json"},
+        prefix=["prlimit", "--nofile=1024:8192", "--"],
+    )
+    hub.start()
+    try:
+        assert hub.proc is not None
+        # prlimit runs amux serve in its own place: the process is the Hub itself.
+        limits = Path(f"/proc/{hub.proc.pid}/limits").read_text()
+        said = [r["message"] for r in records(hub) if "open files" in r["message"]]
+    finally:
+        if hub.proc is not None:
+            hub.proc.terminate()
+        hub.stop()
+    (line,) = [line for line in limits.splitlines() if line.startswith("Max open files")]
+    assert line.split()[3:5] == ["8192", "8192"], line
+    assert said == ["open files: up to 8192"], said
+
+
 def test_serve_says_nothing_about_the_sandbox_when_it_is_on_or_agents_run_elsewhere(
     tmp_path: Path,
 ) -> None:
