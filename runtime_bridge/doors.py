@@ -57,13 +57,14 @@ _DROPPED = frozenset({b"connection", b"keep-alive", b"proxy-connection"})
 
 class DoorRefusal(Exception):
     """A request a door does not pass on: ``status`` and ``reason`` are the Agent's answer,
-    ``kind`` what the log says once."""
+    ``kind`` what the log says once per launch, ``example`` this request's part in it."""
 
-    def __init__(self, status: int, reason: str, kind: str) -> None:
+    def __init__(self, status: int, reason: str, kind: str, example: str = "") -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
         self.kind = kind
+        self.example = example
 
 
 async def read_head(reader: asyncio.StreamReader) -> bytes:
@@ -94,7 +95,7 @@ def hub_request(head: bytes) -> tuple[bytes, int]:
     method, target = words[0], words[1].decode("latin-1")
     if method != b"POST" or not HUB_PATH.fullmatch(target):
         shown = f"{method.decode('latin-1')[:16]} {target[:80]}"
-        raise DoorRefusal(404, HUB_ONLY, f"a request for {shown!r}")
+        raise DoorRefusal(404, HUB_ONLY, "a request that is not POST /rpc/v1/<method>", shown)
     kept: list[bytes] = []
     lengths: list[bytes] = []
     for line in lines:
@@ -208,12 +209,17 @@ class LaunchDoors:
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def _refused(self, door: str, kind: str) -> None:
+    def _refused(self, door: str, kind: str, example: str = "") -> None:
+        # Keyed by the kind alone: an Agent varying its requests still makes one line.
         if (door, kind) in self._logged:
             return
         self._logged.add((door, kind))
         logger.warning(
-            "launch %s: its %s door refused %s (logged once per launch)", self._label, door, kind
+            "launch %s: its %s door refused %s%s (logged once per launch)",
+            self._label,
+            door,
+            kind,
+            f", first {example!r}" if example else "",
         )
 
     def _tracked(self, door: str, handler: Handler) -> Handler:
@@ -233,7 +239,7 @@ class LaunchDoors:
                 self._refused(door, f"a request head not complete within {HEAD_SECONDS:g}s")
             except DoorRefusal as refusal:
                 await answer(writer, refusal.status, refusal.reason)
-                self._refused(door, refusal.kind)
+                self._refused(door, refusal.kind, refusal.example)
             except (ConnectionError, OSError, ssl.SSLError, asyncio.IncompleteReadError):
                 pass
             finally:

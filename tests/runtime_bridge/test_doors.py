@@ -207,8 +207,9 @@ def rpc(method: str, body: bytes = b"{}") -> bytes:
 
 
 async def test_the_hub_door_passes_only_rpc_requests_and_nothing_that_follows_them(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level("WARNING", logger="amux.worker")
     run_dir = tmp_path / "run"
     run_dir.mkdir(mode=0o700)
     door = run_dir / "hub.sock"
@@ -243,6 +244,12 @@ async def test_the_hub_door_passes_only_rpc_requests_and_nothing_that_follows_th
         ("POST", "/rpc/v1/memory.search", b'{"query": "x"}'),
         ("POST", "/rpc/v1/system.whoami", b"{}"),
     ]
+    # Seven paths refused, one line: the first of them.
+    (path_refusal,) = [
+        r.getMessage() for r in caplog.records if "not POST /rpc/v1" in r.getMessage()
+    ]
+    assert "launch launch-1: its hub door refused" in path_refusal
+    assert "first 'GET /metrics'" in path_refusal
 
 
 async def closed(reader: asyncio.StreamReader, seconds: float) -> bool:
