@@ -5,6 +5,7 @@ Agent's uid's alone."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import ssl
 import stat
@@ -160,6 +161,9 @@ class StandInHub:
         self.connections = 0
         self._runner: web.AppRunner | None = None
         self._counter: asyncio.Server | None = None
+        # Connections still open when the test ends are closed with the stand-in, not left for
+        # the garbage collector to find after their loop is gone.
+        self._writers: set[asyncio.StreamWriter] = set()
 
     async def __aenter__(self) -> StandInHub:
         async def anything(request: web.Request) -> web.Response:
@@ -176,9 +180,12 @@ class StandInHub:
         async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             self.connections += 1
             upstream = await asyncio.open_connection("127.0.0.1", inner)
-            await splice((reader, writer), upstream)
-            writer.close()
-            upstream[1].close()
+            self._writers |= {writer, upstream[1]}
+            try:
+                await splice((reader, writer), upstream)
+            finally:
+                writer.close()
+                upstream[1].close()
 
         self._counter = await asyncio.start_server(count, "127.0.0.1", self.port)
         return self
@@ -186,6 +193,11 @@ class StandInHub:
     async def __aexit__(self, *exc: object) -> None:
         assert self._runner is not None and self._counter is not None
         self._counter.close()
+        for writer in self._writers:
+            writer.close()
+        for writer in self._writers:
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
         await self._runner.cleanup()
 
 
