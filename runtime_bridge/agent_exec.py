@@ -34,6 +34,7 @@ RLIMITS = {
     "nproc": resource.RLIMIT_NPROC,
     "core": resource.RLIMIT_CORE,
     "as": resource.RLIMIT_AS,
+    "fsize": resource.RLIMIT_FSIZE,
 }
 
 # Per machine: (AUDIT_ARCH_*, unshare, clone, clone3, keyctl) syscall numbers.

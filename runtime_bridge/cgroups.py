@@ -544,7 +544,11 @@ def rlimits(
 ) -> dict[int, tuple[int, int]]:
     """The rlimits (resource -> (soft, hard)) a launch sets on itself.
 
-    Open files are always bounded this way: no cgroup counts them. Without a cgroup this is
+    Open files are always bounded this way: no cgroup counts them. So is the size of any one file
+    the launch writes (``RLIMIT_FSIZE``, the workspace bound): a write or ``fallocate`` past it
+    fails (``SIGXFSZ``, else ``EFBIG``), so a single fast writer cannot fill the disk between two
+    measurements of the workspace, and no sparse file larger than the bound can be made there.
+    Without a cgroup this is
     the whole fallback, and a weaker one:
 
     - ``RLIMIT_NPROC`` is ``bounds.tasks`` only when the launch runs as a uid of its own
@@ -563,7 +567,10 @@ def rlimits(
     ``ceilings`` caps each value at a hard limit the caller cannot raise (a process that is not
     root cannot lift its own hard limit).
     """
-    wanted = {resource.RLIMIT_NOFILE: bounds.open_files}
+    wanted = {
+        resource.RLIMIT_NOFILE: bounds.open_files,
+        resource.RLIMIT_FSIZE: bounds.workspace_bytes,
+    }
     if own_uid:
         wanted[resource.RLIMIT_NPROC] = bounds.tasks
     limits: dict[int, tuple[int, int]] = {}

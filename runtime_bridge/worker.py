@@ -27,7 +27,7 @@ from hub.errors import AmuxError, Conflict, InvalidArgument, NotFound, Unavailab
 from hub.requestid import REQUEST_ID
 from runtime_bridge.agent_users import configured_user
 from runtime_bridge.approvals import ASK
-from runtime_bridge.bounds import bounds_from_settings
+from runtime_bridge.bounds import bounds_from_settings, format_size
 from runtime_bridge.cgroups import LaunchGroup, rlimits
 from runtime_bridge.checkouts import Checkout, GitBounds, Projects, SummaryCut
 from runtime_bridge.config import RuntimeSettings
@@ -49,12 +49,17 @@ from runtime_bridge.providers import (
     run,
 )
 from runtime_bridge.providers.confined import open_dir, open_root
-from runtime_bridge.workspace_usage import workspace_size
+from runtime_bridge.workspace_usage import MAX_ENTRIES
+from runtime_bridge.workspace_watch import WorkspaceGuard
 
 logger = logging.getLogger("amux.worker")
 
 CLAIM_WAIT_SECONDS = 20.0
-RLIMIT_NAMES = {resource.RLIMIT_NOFILE: "nofile", resource.RLIMIT_NPROC: "nproc"}
+RLIMIT_NAMES = {
+    resource.RLIMIT_NOFILE: "nofile",
+    resource.RLIMIT_NPROC: "nproc",
+    resource.RLIMIT_FSIZE: "fsize",
+}
 RETRY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
 
 
@@ -347,6 +352,7 @@ class Worker:
             native_id: str | None = None
             usage: dict[str, Any] = {}
             failure: str | None = None
+            guard = await self._guard_workspace(claimed, plan.cwd, warnings)
             group = await asyncio.to_thread(LaunchGroup.create, claimed.execution_id, self.bounds)
             plan = dataclasses.replace(
                 plan,
@@ -361,7 +367,7 @@ class Worker:
                 approver = HubApprover(self.hub, claimed.execution_id, self.worker_id)
                 doors = await self._doors(claimed, plan, approver)
                 async with doors or contextlib.nullcontext():
-                    async for event in run(plan, approver):
+                    async for event in guard.events(run(plan, approver)):
                         if grant.warn_due():
                             warnings.append(BUDGET_WARNING)
                             await self._event(claimed, WARNING, BUDGET_WARNING)
@@ -389,7 +395,7 @@ class Worker:
                 # The Agent may word the refusal as an answer; the turn ended for want of budget.
                 failure = f"budget reached: {grant.used}/{grant.budget} tokens"
             failure = await self._bounds_reached(claimed, reached, failure, warnings)
-            await self._check_workspace(claimed, plan.cwd, warnings)
+            failure = await self._workspace_reached(guard, failure)
             result = TurnResult(
                 text=text,
                 provider=provider,
@@ -545,22 +551,43 @@ class Worker:
             await self._event(claimed, WARNING, said)
         return failure
 
-    async def _check_workspace(self, claimed: Claim, cwd: Path, warnings: list[str]) -> None:
-        """Warn when the workspace holds more than its bound, at the end of each turn."""
-        limit = self.bounds.workspace_bytes
+    async def _guard_workspace(
+        self, claimed: Claim, cwd: Path, warnings: list[str]
+    ) -> WorkspaceGuard:
+        """The turn's workspace bound, measured once before the Agent starts."""
+        guard = WorkspaceGuard(cwd, self.bounds.workspace_bytes)
         try:
-            used = await asyncio.to_thread(workspace_size, cwd, limit)
+            already = await guard.start()
         except OSError as error:
             logger.warning("cannot measure the workspace %s: %s", cwd, error.strerror)
-            return
-        if used <= limit:
-            return
-        said = (
-            f"the workspace holds more than its {self.bounds.describe('workspace')}; "
-            "remove files it no longer needs"
+            return guard
+        if already is not None:
+            said = (
+                f"the workspace already holds more than its {self.bounds.describe('workspace')}: "
+                "this turn may remove files, and is stopped if the workspace grows"
+            )
+            warnings.append(said)
+            await self._event(claimed, WARNING, said)
+        return guard
+
+    async def _workspace_reached(self, guard: WorkspaceGuard, failure: str | None) -> str | None:
+        """The turn's failure once its workspace passed the bound, while the Agent ran (it was
+        stopped) or by the time it ended (measured once more: the last writes may have come
+        after the last measurement). Nothing is deleted."""
+        usage = guard.reached or await guard.check()
+        if usage is None:
+            return failure
+        held = (
+            f"more than {MAX_ENTRIES} files and directories, more than amux measures"
+            if usage.crowded
+            else f"at least {format_size(usage.used)}"
         )
-        warnings.append(said)
-        await self._event(claimed, WARNING, said)
+        said = (
+            f"the Agent reached its {self.bounds.describe('workspace')} and was stopped: the "
+            f"workspace held {held}. Nothing was deleted; the next turn may remove files, and is "
+            "stopped if the workspace grows"
+        )
+        return f"{said} ({failure})" if failure is not None else said
 
     def _prepare(
         self,

@@ -15,7 +15,11 @@ The workspace is written by untrusted code, and may be measured while that code 
   to the limit, not to the tree;
 - entries that vanish or change while being walked are skipped: the Agent may be deleting them;
 - a tree nested deeper than ``MAX_DEPTH`` directories counts as over the limit: walking it
-  would hold one open descriptor per level, and no real workspace is that deep.
+  would hold one open descriptor per level, and no real workspace is that deep;
+- a tree of more than ``MAX_ENTRIES`` files and directories counts as over the limit too
+  (``crowded``): empty files use no blocks, so without it a million of them would make every
+  measurement walk a million names while the total stays zero. A file's apparent size is never
+  read, so a sparse file of a terabyte costs one ``stat`` like any other.
 """
 
 from __future__ import annotations
@@ -23,9 +27,13 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 MAX_DEPTH = 128
+# Far above a real checkout (a large monorepo with its node_modules has a few hundred thousand);
+# walking this many takes about a second.
+MAX_ENTRIES = 1_000_000
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # Errors meaning "this entry is gone or is no longer a directory": the tree changed under us.
 _CHANGED = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP}
@@ -35,12 +43,34 @@ class _OverLimit(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class Usage:
+    """One measurement: ``used`` bytes of disk, the whole usage unless it passed the limit (then
+    a lower bound); ``crowded`` when the tree held more than the entries a measurement walks."""
+
+    used: int
+    crowded: bool = False
+
+    def over(self, limit: int) -> bool:
+        return self.crowded or self.used > limit
+
+
 class _Walk:
-    def __init__(self, device: int, limit: int) -> None:
+    def __init__(self, device: int, limit: int, max_entries: int) -> None:
         self.device = device
         self.limit = limit
         self.total = 0
+        self.entries = 0
+        self.max_entries = max_entries
+        self.crowded = False
         self.linked: set[tuple[int, int]] = set()
+
+    def seen(self) -> None:
+        """One more name walked, of any kind (a million symbolic links cost a walk too)."""
+        self.entries += 1
+        if self.entries > self.max_entries:
+            self.crowded = True
+            raise _OverLimit
 
     def count(self, info: os.stat_result) -> None:
         allocated = info.st_blocks * 512
@@ -63,6 +93,7 @@ class _Walk:
         # Listing first and descending after keeps one descriptor open per level, not two.
         with os.scandir(fd) as entries:
             for entry in entries:
+                self.seen()
                 try:
                     info = entry.stat(follow_symlinks=False)
                 except OSError as error:
@@ -94,10 +125,19 @@ class _Walk:
 
 
 def workspace_size(path: Path, limit: int) -> int:
+    """The bytes of disk ``path`` uses, or a number above ``limit`` as soon as that is certain
+    (a crowded tree counts as above it); see ``measure``."""
+    usage = measure(path, limit)
+    return max(usage.used, limit + 1) if usage.crowded else usage.used
+
+
+def measure(path: Path, limit: int, max_entries: int = MAX_ENTRIES) -> Usage:
     """The bytes of disk ``path`` uses, or a number above ``limit`` as soon as that is certain.
 
-    A result ``<= limit`` is the tree's whole usage; a result ``> limit`` means over the bound
-    (and is only a lower bound of the usage). A ``path`` that does not exist uses 0 bytes.
+    A ``used <= limit`` that is not ``crowded`` is the tree's whole usage; ``used > limit`` means
+    over the bound (and is only a lower bound of the usage); ``crowded`` means the tree holds more
+    than ``max_entries`` files and directories, and ``used`` is what the walk counted before it
+    stopped. A ``path`` that does not exist uses 0 bytes.
 
     Raises:
         OSError: ``path`` is not a directory, or a directory in it cannot be read (permission):
@@ -106,15 +146,15 @@ def workspace_size(path: Path, limit: int) -> int:
     try:
         fd = os.open(path, _OPEN_DIR)
     except FileNotFoundError:
-        return 0
+        return Usage(0)
     try:
         info = os.fstat(fd)
-        walk = _Walk(info.st_dev, limit)
+        walk = _Walk(info.st_dev, limit, max_entries)
         try:
             walk.count(info)
             walk.directory(fd, 1)
         except _OverLimit:
             pass
-        return walk.total
+        return Usage(walk.total, walk.crowded)
     finally:
         os.close(fd)

@@ -295,6 +295,43 @@ def check_memory_disk(
     return Check(name, "ok", detail)
 
 
+def _existing(path: Path) -> Path:
+    """``path``, or its nearest parent that exists: before the first start that is where it
+    will be made, on that file system."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_workspace_disk(home: Path, runtime: RuntimeSettings) -> Check:
+    """Whether the Hub's state and memory share a file system with Agents' workspaces: each
+    Agent may fill its workspace up to its bound, and with enough of them the disk is full, and
+    then the Hub can neither record a turn nor hand one out."""
+    name = "workspace_disk"
+    agent_places = [("the worker's directory", runtime.work_dir_beside(home))]
+    if runtime.default_cwd is not None:
+        agent_places.append(("AMUX_RUNTIME_DEFAULT_CWD", runtime.default_cwd))
+    try:
+        devices = {where: os.stat(_existing(where)).st_dev for _, where in agent_places}
+        hub_devices = {os.stat(_existing(where)).st_dev for where in (home, home / "memory")}
+    except OSError as error:
+        return Check(name, "warn", f"cannot inspect {error.filename}: {error.strerror}")
+    shared = [(label, where) for label, where in agent_places if devices[where] in hub_devices]
+    if not shared:
+        return Check(name, "ok", "Agents' workspaces are on another file system than AMUX_HOME")
+    named = ", ".join(f"{label} {where}" for label, where in shared)
+    bound = bounds_from_settings(runtime).describe("workspace")
+    return Check(
+        name,
+        "warn",
+        f"AMUX_HOME {home} (the state database and memory) shares a file system with {named}: "
+        f"each Agent may fill its workspace up to its {bound}, and once that disk is full the "
+        "Hub can no longer record or hand out turns",
+        "put AMUX_RUNTIME_WORK_DIR (and AMUX_RUNTIME_DEFAULT_CWD, if set) on another file "
+        "system, e.g. a partition or a size-limited mount of its own, or move AMUX_HOME",
+    )
+
+
 async def check_sandbox(
     runtime: RuntimeSettings,
     feishu: FeishuSettings,
@@ -947,6 +984,7 @@ async def diagnose(
         if settings.runtime.in_process:
             checks.append(check_agent_user(settings.runtime))
             checks.append(check_bounds(settings.runtime))
+            checks.append(check_workspace_disk(settings.hub.home, settings.runtime))
         # Beside the sandbox checks it builds on (it imports their helpers from here).
         from bot.commands.doctor_network import check_egress, check_network, check_upstreams
 

@@ -19,6 +19,7 @@ from bot.commands.doctor import (
     check_memory_disk,
     check_open_files,
     check_sandbox,
+    check_workspace_disk,
     passed,
     permissions_check,
     render,
@@ -202,6 +203,27 @@ def test_a_read_only_memory_disk_fails(tmp_path: Path) -> None:
     assert check.status == "fail", check
     assert "read-only" in check.detail
     assert check.fix == f"remount the file system holding {home} read-write"
+
+
+def test_workspaces_on_the_hubs_file_system_are_a_warning_naming_both_and_the_fix(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "amux-home"
+    shared = check_workspace_disk(home, RuntimeSettings(workspace_max="20M"))
+    assert shared.status == "warn", shared
+    assert shared.name == "workspace_disk"
+    assert f"AMUX_HOME {home}" in shared.detail
+    assert f"the worker's directory {home / 'runtime'}" in shared.detail
+    assert "workspace bound (20 MiB, AMUX_RUNTIME_WORKSPACE_MAX)" in shared.detail
+    assert "AMUX_RUNTIME_WORK_DIR" in shared.fix and "another file system" in shared.fix
+    with tmpfs(tmp_path / "workspaces", "16m") as apart:
+        separate = check_workspace_disk(home, RuntimeSettings(work_dir=apart))
+        # One shared directory on the Hub's disk is named by its own setting.
+        default_cwd = RuntimeSettings(work_dir=apart, default_cwd=tmp_path)
+        through_cwd = check_workspace_disk(home, default_cwd)
+    assert separate.status == "ok", separate
+    assert through_cwd.status == "warn" and "AMUX_RUNTIME_DEFAULT_CWD" in through_cwd.detail
+    assert "the worker's directory" not in through_cwd.detail
 
 
 def test_a_configuration_running_agents_as_root_fails_and_names_the_fix() -> None:

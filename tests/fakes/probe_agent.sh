@@ -16,6 +16,9 @@
 #                `release` file there                            -> forked STARTED of N
 #   allocate MIB allocate and touch MIB MiB of memory            -> allocated MIB | allocate-failed MIB
 #   fill MIB     write a file of MIB MiB in the workspace        -> filled MIB
+#   flood MIB    write MIB files of 1 MiB each in the workspace  -> flooded MIB
+#   hold         wait (up to 90 s) for a `release` file in the workspace -> held
+#   clean        remove the files fill and flood wrote           -> cleaned
 # add_key / keyctl(KEYCTL_SEARCH) on the user keyring, through the C library.
 KEYS='
 import ctypes, platform, sys
@@ -75,6 +78,18 @@ while IFS= read -r line; do
       fi ;;
     forkbomb) python3 -c "$FORKS" "$arg" ;;
     fill) head -c "$((arg * 1048576))" /dev/urandom > filled.bin && echo "filled $arg" ;;
+    flood)
+      n=0
+      while [ "$n" -lt "$arg" ]; do
+        n=$((n + 1))
+        head -c 1048576 /dev/urandom > "flood-$n.bin"
+      done
+      echo "flooded $arg" ;;
+    hold)
+      n=0
+      while [ ! -e release ] && [ "$n" -lt 900 ]; do sleep 0.1; n=$((n + 1)); done
+      echo "held" ;;
+    clean) rm -f filled.bin flood-*.bin && echo "cleaned" ;;
     allocate)
       if python3 -c "b = bytearray($arg * 1048576); print(len(b))" >/dev/null 2>&1; then
         echo "allocated $arg"

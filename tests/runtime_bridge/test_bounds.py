@@ -3,9 +3,11 @@ messages, and measuring a workspace an Agent may be changing (real files in a tm
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,8 @@ from runtime_bridge.bounds import (
     parse_size,
 )
 from runtime_bridge.config import RuntimeSettings
-from runtime_bridge.workspace_usage import MAX_DEPTH, workspace_size
+from runtime_bridge.workspace_usage import MAX_DEPTH, measure, workspace_size
+from runtime_bridge.workspace_watch import WorkspaceGuard
 
 BOUND_ENV = (
     "AMUX_RUNTIME_MEMORY_MAX",
@@ -221,3 +224,58 @@ def test_entries_vanishing_while_measured_are_skipped(tmp_path: Path) -> None:
         stop.set()
         thread.join()
     assert all(1 * MiB <= size < 2 * MiB for size in sizes)
+
+
+def test_a_tree_of_more_names_than_a_measurement_walks_counts_as_over(tmp_path: Path) -> None:
+    """Empty files and links use no blocks: without a count, a million of them would make every
+    measurement walk a million names and still find nothing over the bound."""
+    for index in range(150):
+        (tmp_path / f"empty{index}").touch()
+        (tmp_path / f"link{index}").symlink_to("/")
+    usage = measure(tmp_path, 1 * GiB, max_entries=200)
+    assert usage.crowded and usage.over(1 * GiB)
+    assert not measure(tmp_path, 1 * GiB, max_entries=400).crowded
+
+
+async def test_a_turn_writing_past_its_workspace_bound_is_stopped_where_it_waits(
+    tmp_path: Path,
+) -> None:
+    stopped = asyncio.Event()
+
+    async def turn() -> AsyncIterator[str]:
+        try:
+            for index in range(1000):
+                write(tmp_path / f"f{index}", 256 * 1024)
+                yield f"wrote {index}"
+                await asyncio.sleep(0.01)
+            yield "finished"
+        finally:
+            stopped.set()
+
+    guard = WorkspaceGuard(tmp_path, 2 * MiB, poll=0.05)
+    assert await guard.start() is None
+    seen = [event async for event in guard.events(turn())]
+    assert stopped.is_set() and "finished" not in seen
+    assert guard.reached is not None and guard.reached.used > 2 * MiB
+    # Stopped within a few measurements of the bound, not at the end of the turn.
+    assert len(seen) < 40
+
+
+async def test_a_workspace_past_its_bound_at_the_start_may_shrink_but_not_grow(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path / "old", 3 * MiB)
+    guard = WorkspaceGuard(tmp_path, 2 * MiB, poll=0.05)
+    already = await guard.start()
+    assert already is not None and already.used >= 3 * MiB
+
+    async def shrink() -> AsyncIterator[str]:
+        (tmp_path / "old").unlink()
+        for index in range(5):
+            await asyncio.sleep(0.05)
+            yield f"step {index}"
+
+    assert len([event async for event in guard.events(shrink())]) == 5
+    assert guard.reached is None and await guard.check() is None
+    write(tmp_path / "new", 4 * MiB)
+    assert await guard.check() is not None

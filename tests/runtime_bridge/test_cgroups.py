@@ -232,9 +232,14 @@ def test_a_group_name_is_one_safe_path_component(name: str) -> None:
 
 def test_the_rlimit_fallback_bounds_open_files_and_tasks_only_for_an_own_uid() -> None:
     shared = rlimits(SMALL, own_uid=False)
-    assert shared == {resource.RLIMIT_NOFILE: (256, 256)}
+    fsize = (SMALL.workspace_bytes, SMALL.workspace_bytes)
+    assert shared == {resource.RLIMIT_NOFILE: (256, 256), resource.RLIMIT_FSIZE: fsize}
     own = rlimits(SMALL, own_uid=True)
-    assert own == {resource.RLIMIT_NOFILE: (256, 256), resource.RLIMIT_NPROC: (32, 32)}
+    assert own == {
+        resource.RLIMIT_NOFILE: (256, 256),
+        resource.RLIMIT_NPROC: (32, 32),
+        resource.RLIMIT_FSIZE: fsize,
+    }
     capped = rlimits(SMALL, own_uid=True, ceilings={resource.RLIMIT_NOFILE: 128})
     assert capped[resource.RLIMIT_NOFILE] == (128, 128)
     # Memory and CPU are not rlimits at all (see rlimits' docstring).

@@ -140,20 +140,32 @@ async def test_an_agent_allocating_past_the_memory_bound_fails_its_turn_naming_i
     assert "memory bound (128 MiB, AMUX_RUNTIME_MEMORY_MAX)" in str(large["error"])
 
 
-async def test_a_workspace_past_its_bound_gets_a_warning_naming_it_and_keeps_its_files(
+async def test_an_agent_filling_its_workspace_is_stopped_at_the_bound_and_may_clean_up_after(
     tmp_path: Path,
 ) -> None:
-    hub = start_hub(tmp_path, AMUX_RUNTIME_WORKSPACE_MAX="2M")
+    hub = start_hub(tmp_path, AMUX_RUNTIME_WORKSPACE_MAX="20M")
+    workspaces = hub.home / "runtime" / "workspaces"
     try:
         within = await asyncio.to_thread(probe, hub, hub.owner_token, "fill 1")
-        over = await asyncio.to_thread(probe, hub, hub.owner_token, "fill 3")
+        # Many files, then a wait the Agent never leaves by itself: only the bound ends the turn.
+        flooded = await asyncio.to_thread(probe, hub, hub.owner_token, "flood 60", "hold")
+        (workspace,) = workspaces.iterdir()
+        floods = len(list(workspace.glob("flood-*.bin")))
+        cleaned = await asyncio.to_thread(probe, hub, hub.owner_token, "clean")
+        # One file written as fast as the disk takes it stops at the bound itself.
+        filled = await asyncio.to_thread(probe, hub, hub.owner_token, "fill 60", "hold")
+        big = (workspace / "filled.bin").stat().st_size
     finally:
         hub.stop()
-    bound = "workspace bound (2 MiB, AMUX_RUNTIME_WORKSPACE_MAX)"
+    bound = "workspace bound (20 MiB, AMUX_RUNTIME_WORKSPACE_MAX)"
     assert within["state"] == "succeeded" and "filled 1" in within["lines"], within
     assert not any(bound in warning for warning in within["warnings"]), within
-    assert over["state"] == "succeeded" and "filled 3" in over["lines"], over
-    assert any(bound in warning for warning in over["warnings"]), over
-    # Nothing is deleted: the bound is a warning to clean up, not a loss.
-    (filled,) = (hub.home / "runtime" / "workspaces").glob("*/filled.bin")
-    assert filled.stat().st_size == 3 * 1048576
+    for stopped in (flooded, filled):
+        assert stopped["state"] == "failed", stopped
+        assert f"the Agent reached its {bound} and was stopped" in str(stopped["error"]), stopped
+    # Nothing is deleted; the partial files stay, short of what the Agent meant to write.
+    assert 20 <= floods < 60
+    assert big <= 20 * 1048576
+    # A turn starting past the bound may still remove files: it is told, and is not stopped.
+    assert cleaned["state"] == "succeeded" and "cleaned" in cleaned["lines"], cleaned
+    assert any("already holds more than its " + bound in w for w in cleaned["warnings"]), cleaned
