@@ -67,7 +67,11 @@ def opened_dedup(path: Path) -> contextlib.AbstractContextManager[sqlite3.Connec
 
 
 def opened_agent_users(path: Path) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-    return AgentUsers(path.parent)._db()
+    return AgentUsers(path.parent, host_registry=path.parent / "host" / "uids.sqlite3")._db()
+
+
+def opened_agent_uids(path: Path) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+    return AgentUsers(path.parent / "work", host_registry=path)._host_db()
 
 
 Opener = Callable[[Path], contextlib.AbstractContextManager[sqlite3.Connection]]
@@ -83,6 +87,13 @@ DATABASES: dict[str, tuple[str, Opener, Steps, bool, int]] = {
         agent_users.REGISTRY,
         opened_agent_users,
         agent_users.MIGRATIONS,
+        True,
+        30000,
+    ),
+    "agent_uids": (
+        agent_users.HOST_REGISTRY.name,
+        opened_agent_uids,
+        agent_users.HOST_MIGRATIONS,
         True,
         30000,
     ),
