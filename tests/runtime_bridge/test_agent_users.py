@@ -6,6 +6,8 @@ import os
 import pwd
 import shutil
 import stat
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -132,3 +134,31 @@ def test_a_reservation_of_an_installation_that_is_gone_is_reclaimed(tmp_path: Pa
         second.of("bob")
     shutil.rmtree(tmp_path / "first")
     assert second.of("bob") == first
+
+
+ALLOCATE = (
+    "import sys; from pathlib import Path; from runtime_bridge.agent_users import AgentUsers; "
+    "print(AgentUsers(Path(sys.argv[1])).of(sys.argv[2])[0])"
+)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the host's registry is root's")
+def test_two_processes_with_work_dirs_of_their_own_on_this_host_get_different_uids(
+    tmp_path: Path,
+) -> None:
+    """As two Hubs would, each in a process of its own, through this host's own registry."""
+    checkout = Path(__file__).resolve().parents[2]
+
+    def allocate(work_dir: Path) -> int:
+        done = subprocess.run(
+            [sys.executable, "-c", ALLOCATE, str(work_dir), "the-same-principal"],
+            cwd=checkout,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return int(done.stdout)
+
+    first, second = allocate(tmp_path / "one"), allocate(tmp_path / "two")
+    assert first != second
+    assert allocate(tmp_path / "one") == first
