@@ -45,7 +45,9 @@ from runtime_bridge.providers import LaunchPlan, LaunchRequest, MemoryAttachment
 from runtime_bridge.providers.errors import ExecutableMissing
 from runtime_bridge.providers.plan import GatewayPass
 from runtime_bridge.providers.process import resolve_executable, user_switch
+from runtime_bridge.reach import amux_in_use, check_launch
 from runtime_bridge.sandbox import (
+    SYSTEM_PATHS,
     bwrap_argv,
     check_workspace,
     sandbox_layout,
@@ -386,6 +388,13 @@ class LaunchSite:
         )
         check_workspace(cwd, self.hidden(), roots, checkouts if is_checkout else self.workspaces)
 
+    @staticmethod
+    def _amux_used(
+        plan: LaunchPlan, request: LaunchRequest, executables: tuple[str, ...]
+    ) -> tuple[str, ...]:
+        memory_cli = request.memory.cli_dir if request.memory is not None else None
+        return amux_in_use(plan, executables, memory_cli)
+
     def sandbox(
         self,
         plan: LaunchPlan,
@@ -405,6 +414,8 @@ class LaunchSite:
 
         Raises:
             ExecutableMissing: bwrap, or an executable the launch needs, is not installed.
+            ExecutableUnreachable: the Agent's uid cannot run its CLI or amux's own
+                installation (``extra_executables``) where they are.
             InvalidArgument: the working directory would expose what the sandbox hides, or a
                 root worker's plan names no other user to run the Agent as.
         """
@@ -416,6 +427,9 @@ class LaunchSite:
                 "a root worker never runs an Agent as root; the plan names no uid"
             )
         if not self.sandboxed:
+            check_launch(
+                plan, resolve_executable(plan), self._amux_used(plan, request, extra_executables)
+            )
             warnings = plan.warnings
             if plan.permissions == READ_ONLY:
                 warnings += (READ_ONLY_UNSANDBOXED,)
@@ -460,6 +474,9 @@ class LaunchSite:
             seccomp_fd=agent_exec.SECCOMP_FD if agent_exec.seccomp_filter() else None,
             own_network=isolate,
         )
+        bound = (*layout.installations, *(Path(path) for path in SYSTEM_PATHS))
+        amux = self._amux_used(plan, request, extra_executables)
+        check_launch(plan, plan.argv[0], amux, bound)
         env = {**plan.env, "TMPDIR": "/tmp"}
         sandboxed = dataclasses.replace(
             plan, sandbox=bwrap_argv(bwrap, layout), env=env, confine=self.confinement()

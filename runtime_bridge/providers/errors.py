@@ -2,7 +2,9 @@
 
 Unavailable (503)
 ├── ExecutableMissing          executable_missing          the agent CLI is not installed
-│                                                          (executable, provider)
+│   │                                                      (executable, provider)
+│   └── ExecutableUnreachable  executable_unreachable      it is, where the Agent's uid cannot
+│                                                          run it (executable, provider, blocked)
 ├── NativeMemoryUnconfirmed    native_memory_unconfirmed   the agent could not confirm that its
 │                                                          own long-term memory is off
 └── AgentProtocolError         agent_protocol              the agent broke its control protocol
@@ -28,6 +30,15 @@ class ExecutableMissing(Unavailable):
     def provider(self) -> str | None:
         """Whose launch needed it: an Agent provider, or ``sandbox`` / ``amux``."""
         return self._text_detail("provider")
+
+
+class ExecutableUnreachable(ExecutableMissing):
+    code = "executable_unreachable"
+
+    @property
+    def blocked(self) -> str | None:
+        """The directory (or the file itself) the Agent's uid is stopped at."""
+        return self._text_detail("blocked")
 
 
 class NativeMemoryUnconfirmed(Unavailable):
