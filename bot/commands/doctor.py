@@ -982,7 +982,10 @@ async def diagnose(
             checks.append(await check_agent(provider, executable, required, declared))
         checks.append(await check_sandbox(settings.runtime, settings.feishu))
         if settings.runtime.in_process:
+            from bot.commands.doctor_reach import check_agent_reach
+
             checks.append(check_agent_user(settings.runtime))
+            checks.append(check_agent_reach(settings.runtime, settings.hub.home))
             checks.append(check_bounds(settings.runtime))
             checks.append(check_workspace_disk(settings.hub.home, settings.runtime))
         # Beside the sandbox checks it builds on (it imports their helpers from here).

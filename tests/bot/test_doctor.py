@@ -22,11 +22,12 @@ AGENT_BIN = REPO / "tools" / "agent-clis" / "node_modules" / ".bin"
 
 
 @pytest.fixture
-def stub_agents(tmp_path: Path) -> dict[str, str]:
-    """Agent CLIs that answer --version at once, so checks not about agents stay quick."""
+def stub_agents(shared_dir: Path) -> dict[str, str]:
+    """Agent CLIs that answer --version at once, so checks not about agents stay quick; where
+    an Agent's uid may run them."""
     env = {}
     for provider in ("claude", "codex", "pi"):
-        script = tmp_path / f"{provider}-stub"
+        script = shared_dir / f"{provider}-stub"
         script.write_text(f"#!/bin/sh\necho '{provider} 9.9.9-stub'\n")
         script.chmod(0o755)
         env[f"AMUX_RUNTIME_{provider.upper()}"] = str(script)
@@ -326,6 +327,38 @@ def test_doctor_reports_the_sandbox_of_the_hub_it_runs_beside(
     assert code == 0
     assert checks["sandbox"]["status"] == "warn"
     assert "AMUX_RUNTIME_SANDBOX=bwrap" in checks["sandbox"]["fix"]
+
+
+def test_doctor_names_the_closed_directory_above_an_agent_cli_with_the_sandbox_on_or_off(
+    hub_process: HubProcess, stub_agents: dict[str, str], shared_dir: Path
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only a root worker runs Agents as other uids")
+    closed = shared_dir / "closed"
+    tool = closed / "bin"
+    tool.mkdir(parents=True)
+    agent = tool / "stand-in"
+    agent.write_text("#!/bin/sh\necho answered\n")
+    agent.chmod(0o755)
+    declared = {**stub_agents, "AMUX_RUNTIME_PROVIDERS": json.dumps({"stand-in": str(agent)})}
+    code, _, checks = doctor(hub_process, declared)
+    assert checks["agent_reach"]["status"] == "ok", checks["agent_reach"]
+
+    closed.chmod(0o700)
+    code, _, checks = doctor(hub_process, {**declared, "AMUX_RUNTIME_SANDBOX": "off"})
+    reach = checks["agent_reach"]
+    assert code == 1 and reach["status"] == "fail", reach
+    assert f"stand-in ({agent}) cannot be run by an Agent's user" in reach["detail"]
+    assert f"{closed} is not searchable by others" in reach["detail"]
+    assert f"chmod o+x {closed}" in reach["fix"]
+    # In the sandbox, bwrap makes the directories above what it binds (here the CLI's own
+    # directory): a closed one there stops nothing, a closed one bound does.
+    code, _, checks = doctor(hub_process, declared)
+    assert checks["agent_reach"]["status"] == "ok", checks["agent_reach"]
+    tool.chmod(0o700)
+    code, _, checks = doctor(hub_process, declared)
+    assert checks["agent_reach"]["status"] == "fail"
+    assert f"{tool} is not searchable by others" in checks["agent_reach"]["detail"]
 
 
 async def test_webhook_mode_without_an_encrypt_key_is_a_warning_when_explicitly_allowed(
