@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
+import functools
 import json
 import os
 import pty
@@ -374,6 +376,31 @@ async def hub_client(
     """The whole service in-process, behind aiohttp's test client."""
     client = await aiohttp_client(create_app(hub_settings))
     yield client
+
+
+@functools.cache
+def _stand_ins() -> Path:
+    made = Path(tempfile.mkdtemp(prefix="amux-stand-ins-", dir="/tmp"))
+    atexit.register(shutil.rmtree, made, True)
+    for source in (REPO / "tests" / "fakes").iterdir():
+        if source.is_file():
+            copy = made / source.name
+            shutil.copyfile(source, copy)
+            # Whatever the checkout's umask made them: every uid may read and run the copies.
+            copy.chmod(0o755 if os.access(source, os.X_OK) else 0o644)
+    made.chmod(0o755)
+    return made
+
+
+def stand_in(name: str) -> Path:
+    """``tests/fakes/<name>``, copied once per test run where an Agent's uid can run it.
+
+    A root worker runs each Principal's Agents as an unprivileged uid of their own, which cannot
+    enter a checkout under a directory closed to others (a ``mktemp -d``, root's home): a stand-in
+    named inside the checkout would fail there with "Permission denied". The copies live in a
+    directory of their own under ``/tmp``, open to every uid, whatever the checkout's place.
+    """
+    return _stand_ins() / name
 
 
 @pytest.fixture

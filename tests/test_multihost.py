@@ -34,7 +34,7 @@ import pytest
 
 from hub.executions import moves_to_worker
 from runtime_bridge.checkouts import short_id
-from tests.conftest import AMUX, git, wait_until
+from tests.conftest import AMUX, git, stand_in, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -365,7 +365,7 @@ def test_workers_on_two_hosts_run_turns_and_a_killed_workers_turn_is_retried_on_
     assert third["result"]["text"].startswith("done: a third conversation @ ")
 
 
-AGENT = Path(__file__).resolve().parent / "fakes" / "project_agent.sh"
+AGENT = "project_agent.sh"
 GIT_PORT = 9418
 # Short, so that the test sees a gone worker's conversation move; far above how often a live
 # worker is seen (every few seconds).
@@ -443,7 +443,7 @@ def project_cluster(network: Network, tmp_path: Path) -> Iterator[ProjectCluster
         wait_until(
             lambda: subprocess.run(listed, capture_output=True, timeout=30).returncode == 0, 30
         )
-        providers = json.dumps({"edit": str(AGENT)})
+        providers = json.dumps({"edit": str(stand_in(AGENT))})
         with running_cluster(
             network,
             tmp_path,

@@ -19,13 +19,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.conftest import HubProcess, free_port, until
+from tests.conftest import HubProcess, free_port, stand_in, until
 from tests.fakes.feishu import FakeFeishu, StoredMessage
 from tests.fakes.feishu_events import FeishuSigner
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
-GATE_AGENT = Path(__file__).resolve().parents[1] / "fakes" / "gate_agent.sh"
+GATE_AGENT = "gate_agent.sh"
 signer = FeishuSigner(encrypt_key="ek_rs", verification_token="vt_rs", app_id="cli_rs")
 ALICE = {"sender_open_id": "ou_alice", "sender_union_id": "on_alice", "sender_user_id": "u_alice"}
 HANDED_BACK = "it runs again from the start after the restart"
@@ -91,7 +91,7 @@ async def bot(
                 "AMUX_FEISHU_LANGUAGE": "en_us",
                 "AMUX_FEISHU_CARD_UPDATE_INTERVAL_SECONDS": "0.2",
                 "AMUX_FEISHU_PROVIDER": "gate",
-                "AMUX_RUNTIME_PROVIDERS": json.dumps({"gate": str(GATE_AGENT)}),
+                "AMUX_RUNTIME_PROVIDERS": json.dumps({"gate": str(stand_in(GATE_AGENT))}),
                 "AMUX_RUNTIME_SANDBOX": "off",
                 "AMUX_RUNTIME_WORK_DIR": str(tmp_path / "runtime"),
                 "AMUX_DRAIN_SECONDS": drain,

@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import HubProcess, free_port, save_settings, until
+from tests.conftest import HubProcess, free_port, save_settings, stand_in, until
 from tests.fakes.feishu import FakeFeishu, StoredMessage
 from tests.fakes.feishu_events import FeishuSigner
 from tests.runtime_bridge.test_sandbox_e2e import PROBE
@@ -126,7 +126,7 @@ async def running_bot(tmp_path: Path, isolation: bool) -> AsyncIterator[Bot]:
                 "AMUX_FEISHU_DOMAIN": feishu.url,
                 "AMUX_FEISHU_LANGUAGE": "en_us",
                 "AMUX_FEISHU_PROVIDER": "probe",
-                "AMUX_RUNTIME_PROVIDERS": json.dumps({"probe": str(PROBE)}),
+                "AMUX_RUNTIME_PROVIDERS": json.dumps({"probe": str(stand_in(PROBE))}),
             },
         )
         await asyncio.to_thread(hub.start)

@@ -19,13 +19,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import HubProcess, free_port, until
+from tests.conftest import HubProcess, free_port, stand_in, until
 from tests.fakes.feishu import FakeFeishu, StoredMessage
 from tests.fakes.feishu_events import FeishuSigner
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
-TURN_AGENT = Path(__file__).resolve().parents[1] / "fakes" / "turn_agent.sh"
+TURN_AGENT = "turn_agent.sh"
 APP = "cli_fair"
 signer = FeishuSigner(encrypt_key="ek_fair", verification_token="vt_fair", app_id=APP)
 MEMBER: dict[str, Any] = {
@@ -95,7 +95,7 @@ async def bot(tmp_path: Path, shared_dir: Path) -> AsyncIterator[Bot]:
                 "AMUX_FEISHU_DOMAIN": feishu.url,
                 "AMUX_FEISHU_LANGUAGE": "en_us",
                 "AMUX_FEISHU_PROVIDER": "turn",
-                "AMUX_RUNTIME_PROVIDERS": json.dumps({"turn": str(TURN_AGENT)}),
+                "AMUX_RUNTIME_PROVIDERS": json.dumps({"turn": str(stand_in(TURN_AGENT))}),
                 "AMUX_RUNTIME_SANDBOX": "off",
                 "AMUX_RUNTIME_SLOTS": str(SLOTS),
                 "AMUX_RUNTIME_WORK_DIR": str(tmp_path / "runtime"),

@@ -12,7 +12,7 @@ import pytest
 
 from runtime_bridge.config import RuntimeSettings
 from tests.bot.test_bot_flows import ALICE, Bot, card_text, private_chat, running_bot
-from tests.conftest import git, until
+from tests.conftest import git, stand_in, until
 from tests.fakes.feishu import CARD_LIMIT_BYTES
 from tests.runtime_bridge.test_projects_e2e import AGENT, operator_repo
 
@@ -25,7 +25,7 @@ pytestmark = [
 
 def edit_runtime(tmp_path: Path) -> RuntimeSettings:
     return RuntimeSettings(
-        providers={"edit": str(AGENT)}, sandbox="bwrap", work_dir=tmp_path / "runtime"
+        providers={"edit": str(stand_in(AGENT))}, sandbox="bwrap", work_dir=tmp_path / "runtime"
     )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runtime_bridge.worker import BUDGET_WARNING
-from tests.conftest import MEMORY_ON, until
+from tests.conftest import MEMORY_ON, stand_in, until
 from tests.fakes.model_server import INPUT_TOKENS, OUTPUT_TOKENS, Answer, CallTool, FakeModelServer
 from tests.runtime_bridge.test_worker import agent_run, cli, start_hub
 from tests.runtime_bridge.test_worker_codex import start_codex_hub
@@ -84,7 +84,7 @@ async def test_a_spent_day_refuses_the_next_turn_until_the_owner_extends_it(
     assert third["state"] == "succeeded" and third["text"] == "After the extension.", third
 
 
-SPEND_AGENT = Path(__file__).resolve().parents[1] / "fakes" / "spend_agent.py"
+SPEND_AGENT = "spend_agent.py"
 HEARTBEAT = "POST /rpc/v1/executions.heartbeat 200"
 
 
@@ -98,7 +98,7 @@ async def test_a_running_turn_gets_the_owners_extension_at_its_next_heartbeat(
     gates.chmod(0o1777)
     gate = gates / "go"
     env = {
-        "AMUX_RUNTIME_PROVIDERS": json.dumps({"spend": str(SPEND_AGENT)}),
+        "AMUX_RUNTIME_PROVIDERS": json.dumps({"spend": str(stand_in(SPEND_AGENT))}),
         "AMUX_RUNTIME_DEFAULT_CWD": str(gates),
         "AMUX_LEASE_SECONDS": "0.6",
     }

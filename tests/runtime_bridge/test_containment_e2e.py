@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import MEMORY_ISOLATED, HubProcess, free_port, save_settings, until
+from tests.conftest import MEMORY_ISOLATED, HubProcess, free_port, save_settings, stand_in, until
 from tests.runtime_bridge.test_sandbox_e2e import PROBE, add_principal
 
 pytestmark = [
@@ -40,7 +40,7 @@ def start_hub(
     hub = HubProcess(
         tmp_path / "amux-home",
         free_port(),
-        extra_env={"AMUX_RUNTIME_PROVIDERS": json.dumps({"probe": str(PROBE)}), **env},
+        extra_env={"AMUX_RUNTIME_PROVIDERS": json.dumps({"probe": str(stand_in(PROBE))}), **env},
     )
     hub.start()
     return hub

@@ -25,7 +25,7 @@ from aiohttp import web
 from runtime_bridge.memoryprotocol import protocol_text
 from runtime_bridge.providers import LaunchRequest, MemoryAttachment, build_plan
 from runtime_bridge.providers.codex import EFFECTIVE_CONFIG_SOURCE
-from tests.conftest import AMUX, MEMORY_ON, REPO, free_port
+from tests.conftest import AMUX, MEMORY_ON, free_port, stand_in
 from tests.fakes.model_server import Answer, CallTool, FakeModelServer, Step
 from tests.runtime_bridge.conftest import find_agent_cli
 from tests.runtime_bridge.test_providers_codex import codex_config
@@ -36,7 +36,7 @@ from tests.runtime_bridge.test_workers_remote import cluster_for as cluster_for 
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
-STUB_MCP = REPO / "tests" / "fakes" / "stub_mcp.py"
+STUB_MCP = "stub_mcp.py"
 OPERATOR_RULE = "OPERATOR-RULE-7: cite the file you changed."
 
 
@@ -95,7 +95,7 @@ async def test_an_operators_mcp_server_is_callable_beside_memory_in_a_bound_clau
             "ops": {
                 "type": "stdio",
                 "command": sys.executable,
-                "args": [str(STUB_MCP)],
+                "args": [str(stand_in(STUB_MCP))],
                 # Relative: the server runs in the Agent's workspace, the one place it may write.
                 "env": {"STUB_MCP_LOG": "ops-calls.jsonl"},
             }

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from runtime_bridge.doors import DOOR_CONNECTIONS
 from runtime_bridge.network import EGRESS, EGRESS_SETTING, HUB, door_url
-from tests.conftest import REPO, HubProcess, free_port, save_settings, until
+from tests.conftest import HubProcess, free_port, save_settings, stand_in, until
 from tests.fakes.model_server import Answer, FakeModelServer
 from tests.runtime_bridge.test_sandbox_e2e import add_principal
 
@@ -34,7 +34,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap (bubblewrap) is not installed"),
 ]
 
-NET_AGENT = REPO / "tests" / "fakes" / "net_agent.py"
+NET_AGENT = "net_agent.py"
 OPERATOR_KEY = "sk-ant-operator-net-" + uuid.uuid4().hex[:12]
 HUB_DOOR = door_url(HUB)
 EGRESS_DOOR = door_url(EGRESS)
@@ -51,7 +51,7 @@ def start_hub(
         free_port(),
         extra_env={
             "HOME": str(agent_home),
-            "AMUX_RUNTIME_PROVIDERS": json.dumps({"probe": str(NET_AGENT)}),
+            "AMUX_RUNTIME_PROVIDERS": json.dumps({"probe": str(stand_in(NET_AGENT))}),
             "AMUX_RUNTIME_WORK_DIR": str(tmp_path / "runtime"),
             "ANTHROPIC_BASE_URL": model.base_url,
             "ANTHROPIC_API_KEY": OPERATOR_KEY,

@@ -29,7 +29,7 @@ from runtime_bridge.checkouts import short_id
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.worker import Worker
 from tests.bot.test_bot_flows import ALICE, private_chat, running_bot, signer
-from tests.conftest import AMUX, free_port, git, until
+from tests.conftest import AMUX, free_port, git, stand_in, until
 from tests.fakes.git_server import git_server
 
 pytestmark = [
@@ -38,7 +38,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap (bubblewrap) is not installed"),
 ]
 
-AGENT = Path(__file__).resolve().parents[1] / "fakes" / "project_agent.sh"
+AGENT = "project_agent.sh"
 
 
 def operator_repo(path: Path) -> Path:
@@ -96,7 +96,7 @@ async def serving(tmp_path: Path) -> AsyncIterator[Service]:
     home = tmp_path / "amux-home"
     work_dir = home / "runtime"
     runtime = RuntimeSettings(
-        slots=2, providers={"edit": str(AGENT)}, sandbox="bwrap", work_dir=work_dir
+        slots=2, providers={"edit": str(stand_in(AGENT))}, sandbox="bwrap", work_dir=work_dir
     )
     port = free_port()
     app = create_app(
@@ -195,7 +195,7 @@ async def test_two_conversations_of_one_project_run_at_once_each_on_its_own_bran
             "AMUX_HOME": str(service.home),
             "AMUX_HUB_URL": service.url,
             "AMUX_RUNTIME_SANDBOX": "bwrap",
-            "AMUX_RUNTIME_PROVIDERS": json.dumps({"edit": str(AGENT)}),
+            "AMUX_RUNTIME_PROVIDERS": json.dumps({"edit": str(stand_in(AGENT))}),
         }
         process = await asyncio.create_subprocess_exec(
             AMUX,
@@ -328,7 +328,9 @@ async def test_a_remote_projects_token_stays_with_the_worker_and_out_of_the_sand
     git("clone", "--quiet", "--bare", str(upstream), str(served / "web.git"), cwd=tmp_path)
     home = tmp_path / "amux-home"
     work_dir = home / "runtime"
-    runtime = RuntimeSettings(providers={"edit": str(AGENT)}, sandbox="bwrap", work_dir=work_dir)
+    runtime = RuntimeSettings(
+        providers={"edit": str(stand_in(AGENT))}, sandbox="bwrap", work_dir=work_dir
+    )
     port = free_port()
     app = create_app(HubSettings(home=home), runtime, worker_url=f"http://127.0.0.1:{port}")
     with git_server(served, token) as server:
@@ -372,7 +374,9 @@ async def two_workers(tmp_path: Path) -> AsyncIterator[tuple[Service, list[Path]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     # The Hub accepts the workers' provider; without a worker URL it runs no worker itself.
-    app = create_app(HubSettings(home=home), RuntimeSettings(providers={"edit": str(AGENT)}))
+    app = create_app(
+        HubSettings(home=home), RuntimeSettings(providers={"edit": str(stand_in(AGENT))})
+    )
     async with TestClient(TestServer(app, host="127.0.0.1", port=port)):
         hub = app[HUB]
         owner = hub.state.owner()
@@ -390,7 +394,7 @@ async def two_workers(tmp_path: Path) -> AsyncIterator[tuple[Service, list[Path]
             settings = RuntimeSettings(
                 name=name,
                 slots=1,
-                providers={"edit": str(AGENT)},
+                providers={"edit": str(stand_in(AGENT))},
                 sandbox="bwrap",
                 work_dir=work_dir,
             )
@@ -450,7 +454,7 @@ async def test_a_file_sent_with_a_project_conversations_first_message_is_in_its_
 ) -> None:
     # Through the bot: the real lark-oapi client against the fake Feishu, the in-process worker.
     runtime = RuntimeSettings(
-        providers={"edit": str(AGENT)}, sandbox="bwrap", work_dir=tmp_path / "runtime"
+        providers={"edit": str(stand_in(AGENT))}, sandbox="bwrap", work_dir=tmp_path / "runtime"
     )
     async with running_bot(tmp_path, runtime=runtime) as bot:
         repo = operator_repo(tmp_path / "web")

@@ -24,11 +24,11 @@ import pytest
 from hub.config import OWNER_TOKEN_FILE
 from tests.conftest import (
     MEMORY_ISOLATED,
-    REPO,
     HubProcess,
     free_port,
     processes_tagged,
     save_settings,
+    stand_in,
     until,
 )
 
@@ -38,7 +38,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap (bubblewrap) is not installed"),
 ]
 
-PROBE = REPO / "tests" / "fakes" / "probe_agent.sh"
+PROBE = "probe_agent.sh"
 HUB_SECRET = "feishu-app-secret-" + uuid.uuid4().hex
 
 
@@ -52,7 +52,7 @@ def start_hub(
         tmp_path / "amux-home",
         free_port(),
         extra_env={
-            "AMUX_RUNTIME_PROVIDERS": json.dumps({"probe": str(PROBE)}),
+            "AMUX_RUNTIME_PROVIDERS": json.dumps({"probe": str(stand_in(PROBE))}),
             "AMUX_RUNTIME_SANDBOX": sandbox,
             # A secret in the Hub's own environment (the bot stays off without an app id).
             "AMUX_FEISHU_APP_SECRET": HUB_SECRET,

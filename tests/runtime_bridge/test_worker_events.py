@@ -15,11 +15,11 @@ from hub.eventbudget import DEFAULT_MAX_BYTES
 from hub.rpc import HUB
 from hub.services import Hub
 from runtime_bridge.config import RuntimeSettings
-from tests.conftest import free_port, until
+from tests.conftest import free_port, stand_in, until
 
 pytestmark = pytest.mark.timeout(300)
 
-CHATTY_AGENT = Path(__file__).resolve().parents[1] / "fakes" / "chatty_agent.py"
+CHATTY_AGENT = "chatty_agent.py"
 MESSAGES = 6000
 MESSAGE_CHARS = 16 * 1024
 
@@ -34,7 +34,9 @@ def logical_size(hub: Hub) -> int:
 async def test_an_agent_printing_6000_messages_of_16_kb_keeps_its_bound_and_answers(
     tmp_path: Path,
 ) -> None:
-    runtime = RuntimeSettings(claude=str(CHATTY_AGENT), sandbox="off", work_dir=tmp_path / "rt")
+    runtime = RuntimeSettings(
+        claude=str(stand_in(CHATTY_AGENT)), sandbox="off", work_dir=tmp_path / "rt"
+    )
     port = free_port()
     app = create_app(
         HubSettings(home=tmp_path / "amux-home"),

@@ -19,11 +19,11 @@ from hub.config import HubSettings
 from hub.rpc import HUB
 from hub.services import Hub
 from runtime_bridge.config import RuntimeSettings, default_slots
-from tests.conftest import free_port, until
+from tests.conftest import free_port, stand_in, until
 
 pytestmark = pytest.mark.timeout(120)
 
-TURN_AGENT = Path(__file__).resolve().parents[1] / "fakes" / "turn_agent.sh"
+TURN_AGENT = "turn_agent.sh"
 
 
 @dataclass
@@ -60,7 +60,7 @@ async def serving(tmp_path: Path, shared_dir: Path, slots: int) -> AsyncIterator
     log.chmod(0o666)
     runtime = RuntimeSettings(
         slots=slots,
-        providers={"turn": str(TURN_AGENT)},
+        providers={"turn": str(stand_in(TURN_AGENT))},
         sandbox="off",
         work_dir=tmp_path / "runtime",
     )
