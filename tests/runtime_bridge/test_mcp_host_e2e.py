@@ -18,12 +18,12 @@ import pytest
 from runtime_bridge.mcp_host import CONNECTIONS_PER_LAUNCH
 from tests.conftest import (
     MEMORY_ISOLATED,
-    REPO,
     HubProcess,
     free_port,
     parent_of,
     processes_tagged,
     save_settings,
+    stand_in,
     until,
 )
 
@@ -34,7 +34,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="what a root worker's Agents run as"),
 ]
 
-FLOOD_AGENT = REPO / "tests" / "fakes" / "mcp_flood_agent.py"
+FLOOD_AGENT = "mcp_flood_agent.py"
 TASKS_MAX = 64
 CGROUPS = Path("/sys/fs/cgroup")
 
@@ -83,7 +83,7 @@ async def test_an_agent_connecting_300_times_to_the_mcp_host_gets_a_few_servers_
         tmp_path / "amux-home",
         free_port(),
         extra_env={
-            "AMUX_RUNTIME_CLAUDE": str(FLOOD_AGENT),
+            "AMUX_RUNTIME_CLAUDE": str(stand_in(FLOOD_AGENT)),
             "AMUX_RUNTIME_WORK_DIR": str(tmp_path / "runtime"),
             "AMUX_RUNTIME_TASKS_MAX": str(TASKS_MAX),
         },
