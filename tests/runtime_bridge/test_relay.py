@@ -15,17 +15,9 @@ import pytest
 from runtime_bridge.network import RELAY
 from runtime_bridge.relay import DOOR_CONNECTIONS
 from tests.conftest import free_port, until
+from tests.runtime_bridge.test_doors import closed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
-
-
-async def closed(reader: asyncio.StreamReader, seconds: float) -> bool:
-    try:
-        return await asyncio.wait_for(reader.read(), seconds) == b""
-    except TimeoutError:
-        return False
-    except ConnectionError:
-        return True
 
 
 async def test_a_door_carries_at_most_its_bound_and_closes_the_rest_at_once(
