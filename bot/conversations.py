@@ -58,6 +58,7 @@ from bot.topic_context import SeenTopics, TopicContext, TopicReader, with_contex
 from cards.approvals import (
     approval_card,
     outcome,
+    request_file_text,
     request_line,
     shows_whole,
     subject_file_name,
@@ -547,8 +548,8 @@ class Conversations:
         )
 
     async def _post_subject(self, followed: Followed, approval: Approval) -> bool:
-        """Post a request's whole command in its topic as a file when no card can show it
-        whole; whether the file is there for a person to read (False also when none was
+        """Post a request's whole command and detail in its topic as a file when no card can
+        show them whole; whether the file is there for a person to read (False also when none was
         needed)."""
         view = self._approval_view(approval)
         if shows_whole(view):
@@ -556,7 +557,7 @@ class Conversations:
         key = request_file_key(approval.execution_id, approval.request_id)
         try:
             uploaded = await self._client.upload(
-                subject_file_name(view), (view.subject + "\n").encode(), image=False
+                subject_file_name(view), request_file_text(view, self._lang).encode(), image=False
             )
             await self._client.reply_upload(
                 followed.reply_to, uploaded, image=False, idempotency_key=key

@@ -2,14 +2,14 @@
 
 Rules:
 
-- A pending request shows the tool, the whole command or path and a short diff or input, each in
-  a code block (mentions defused, no fence inside can close it), when it expires, whose it is to
-  answer, and three buttons: Allow once, Allow for this conversation, Deny. The handler checks
-  who presses them; the card only offers.
-- A person never allows what they could not see: a command too long for a card
-  (``SUBJECT_BYTES``) shows its start and says the whole of it is in a file posted in the topic
-  (``subject_file_name``; the bot posts it, see ``shows_whole``); when that file could not be
-  posted, the card offers Deny alone.
+- A pending request shows the tool, the whole command or path and the whole diff or input, each
+  in a code block (mentions defused, no fence inside can close it), when it expires, whose it is
+  to answer, and three buttons: Allow once, Allow for this conversation, Deny. The handler
+  checks who presses them; the card only offers.
+- A person never allows what they could not see: a command or a detail too long for a card
+  (``SUBJECT_BYTES``, ``REQUEST_BYTES``) shows its start and says the whole of it is in a file
+  posted in the topic (``subject_file_name``, ``request_file_text``; the bot posts it, see
+  ``shows_whole``); when that file could not be posted, the card offers Deny alone.
 - Its text arrives with its controls already escaped (the bot applies ``hub.contract.visible``
   to what an Agent wrote, which this package may not import).
 - A settled one shows who decided and when (or that a conversation rule allowed it, nobody
@@ -43,12 +43,13 @@ from cards.elements import (
 from cards.models import ApprovalView, Lang, TurnApprovals
 from cards.times import clock_time
 
-# A request's command or paths are shown whole up to this many bytes of card JSON; a longer one
-# goes whole into a file. With a detail (itself bounded) and the buttons, one pending request
-# stays within ``PENDING_BYTES``.
+# A request's command or paths are shown whole up to this many bytes of card JSON, and with its
+# detail (an edit's diff or new content, a tool's input) up to ``REQUEST_BYTES``: the detail has
+# the room the subject left, so beside a path about 9,000 bytes of an edit show whole. What does
+# not fit goes whole into a file. With the buttons, one pending request stays within
+# ``PENDING_BYTES``.
 SUBJECT_BYTES = 7_000
-DETAIL_CHARS = 1500
-DETAIL_BYTES = 3_000
+REQUEST_BYTES = 10_000
 PENDING_BYTES = 13_000
 # What a one-line mention of a request keeps of its subject, and any card of a tool's or a
 # person's name: the lines stay short whatever an Agent or a directory calls them.
@@ -95,30 +96,41 @@ def _within_bytes(value: str, budget: int) -> str:
     return value[:low]
 
 
-def _block(value: str, limit: int, lang: Lang) -> str:
-    """A detail as a code block, cut to ``limit`` characters and ``DETAIL_BYTES``."""
-    shown = _within_bytes(value[:limit], DETAIL_BYTES)
-    block = _fenced(shown)
-    return f"{block}\n*{text(lang, 'approval.detail_cut')}*" if shown != value else block
+def _shown(view: ApprovalView) -> tuple[str, str]:
+    """What a card shows of the request's subject and detail: each whole, or its start."""
+    subject = _within_bytes(view.subject, SUBJECT_BYTES)
+    if not view.detail.strip():
+        return subject, view.detail
+    room = REQUEST_BYTES - encoded_size(_fenced(subject))
+    return subject, _within_bytes(view.detail, room)
 
 
 def shows_whole(view: ApprovalView) -> bool:
-    """Whether a card shows the request's whole command or paths; if not, the bot posts them
-    as the file ``subject_file_name`` in the topic."""
-    return encoded_size(_fenced(view.subject)) <= SUBJECT_BYTES
+    """Whether a card shows the request's whole command or paths and its whole detail; if not,
+    the bot posts them as the file ``subject_file_name`` (``request_file_text``) in the topic."""
+    return _shown(view) == (view.subject, view.detail)
 
 
 def subject_file_name(view: ApprovalView) -> str:
-    """The file a command too long for a card is posted in."""
+    """The file a request too long for a card is posted in."""
     return f"request-{view.request_id}.txt"
 
 
-def _subject(view: ApprovalView, lang: Lang) -> list[str]:
-    """The request's command or paths: whole, or its start and where the whole of it is."""
-    if shows_whole(view):
-        return [_fenced(view.subject)]
-    start = _fenced(_within_bytes(view.subject, SUBJECT_BYTES))
-    count = len(view.subject)
+def request_file_text(view: ApprovalView, lang: Lang) -> str:
+    """The whole request as its file holds it: the command or paths, then the detail under a
+    line that says what follows."""
+    if not view.detail.strip():
+        return view.subject + "\n"
+    rule = text(lang, "approval.file_detail", count=len(view.detail))
+    return f"{view.subject}\n\n{rule}\n{view.detail}\n"
+
+
+def _part(value: str, shown: str, view: ApprovalView, lang: Lang) -> list[str]:
+    """A command, paths or detail as a code block: whole, or its start and where the whole of
+    it is."""
+    if shown == value:
+        return [_fenced(value)]
+    count = len(value)
     if view.subject_file:
         name = code(subject_file_name(view))
         note = text(lang, "approval.subject_in_file", count=count, name=f"`{name}`")
@@ -126,7 +138,7 @@ def _subject(view: ApprovalView, lang: Lang) -> list[str]:
         note = text(lang, "approval.subject_unseen", count=count)
     else:
         note = text(lang, "approval.subject_cut", count=count)
-    return [start, f"**{note}**"]
+    return [_fenced(shown), f"**{note}**"]
 
 
 def request_line(view: ApprovalView) -> str:
@@ -186,11 +198,12 @@ def request_elements(view: ApprovalView, lang: Lang) -> list[Element]:
     """One request in full: what is wanted, then its buttons (pending) or its outcome."""
     action = view.action if view.action in ("command", "edit", "tool") else "tool"
     wants = text(lang, f"approval.wants.{action}", tool=_name(view.tool))
-    subject, *unseen = _subject(view, lang)
+    subject_shown, detail_shown = _shown(view)
+    subject, *unseen = _part(view.subject, subject_shown, view, lang)
     elements: list[Element] = [markdown(f"{wants}\n{subject}")]
     elements += [markdown(note) for note in unseen]
     if view.detail.strip():
-        elements.append(markdown(_block(view.detail, DETAIL_CHARS, lang)))
+        elements += [markdown(part) for part in _part(view.detail, detail_shown, view, lang)]
     if not view.pending:
         elements.append(markdown(f"{_icon(view)} {outcome(view, lang)}"))
         return elements
@@ -199,7 +212,7 @@ def request_elements(view: ApprovalView, lang: Lang) -> list[Element]:
         notes.append(text(lang, "approval.asked_of", name=_name(view.asked_of)))
     elements.append(markdown("\n".join(f"*{note}*" for note in notes)))
     answers = [_answer(view, lang, "deny", "danger")]
-    if shows_whole(view) or view.subject_file:
+    if (subject_shown, detail_shown) == (view.subject, view.detail) or view.subject_file:
         answers[:0] = [
             _answer(view, lang, "allow_once", "primary"),
             _answer(view, lang, "allow_session", "default"),

@@ -38,18 +38,26 @@ from hub.contract import (
     DECISIONS,
     DENY,
     LAPSED,
+    MAX_DETAIL_CHARS,
     MAX_SUBJECT_CHARS,
+    WARNING,
     Approval,
     too_long,
 )
-from hub.errors import Conflict, Forbidden, InvalidArgument, NotFound
+from hub.errors import Conflict, Forbidden, InvalidArgument, NotFound, QuotaExceeded
 from hub.state import Principal
 
 if TYPE_CHECKING:
     from hub.executions import Executions
 
-MAX_DETAIL_CHARS = 6000
 MAX_REASON_CHARS = 500
+# What one turn may ask, in requests and in UTF-8 bytes of their commands, paths and details.
+# Each request is recorded whole, as a row and an event or two, past the turn's bound on events
+# (a dropped request would leave a person no button to answer it); an Agent holding a rule for
+# one file could otherwise write it again and again, each time up to 128 KiB, without end. Past
+# either bound a request is denied without asking, the Agent told why, and the turn goes on.
+MAX_REQUESTS_PER_TURN = 500
+MAX_REQUEST_BYTES_PER_TURN = 8 * 1024 * 1024
 # Shell syntax after which a command is no longer "the same program with other arguments": a
 # rule for ``npm test`` must not allow ``npm test; curl … | sh``.
 _SHELL_CONTROL = re.compile(r"[;&|<>`$\n\\()]")
@@ -154,6 +162,10 @@ def lapse_pending(db: sqlite3.Connection, execution_id: str, now: float) -> list
     return [_approval(row) for row in rows]
 
 
+def _bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def event_text(approval: Approval) -> str:
     return json.dumps(approval.to_wire(), ensure_ascii=False)
 
@@ -161,10 +173,18 @@ def event_text(approval: Approval) -> str:
 class Approvals:
     """Permission requests on the Hub's state database; waits ride the executions' wake-ups."""
 
-    def __init__(self, executions: Executions, timeout_seconds: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        executions: Executions,
+        timeout_seconds: Callable[[], float],
+        most_requests: int = MAX_REQUESTS_PER_TURN,
+        most_bytes: int = MAX_REQUEST_BYTES_PER_TURN,
+    ) -> None:
         self._executions = executions
         # A callable, so a change of ``agents.approval_timeout`` applies to the next request.
         self._timeout = timeout_seconds
+        self._most_requests = most_requests
+        self._most_bytes = most_bytes
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -222,19 +242,25 @@ class Approvals:
 
         Raises:
             Conflict: the worker no longer holds the turn's lease.
-            InvalidArgument: an unknown action.
+            InvalidArgument: an unknown action; a subject or detail too long to show whole.
+            QuotaExceeded: the turn has asked as much as it may (``limit``
+                ``turn_permission_requests``); denied without asking.
         """
         if action not in ACTIONS:
             raise InvalidArgument(f"action must be one of {', '.join(ACTIONS)}")
-        if len(subject) > MAX_SUBJECT_CHARS:
-            # Kept whole or not at all: a person allows what they were shown, all of it.
-            raise InvalidArgument(too_long(len(subject)))
+        for part, bound in ((subject, MAX_SUBJECT_CHARS), (detail, MAX_DETAIL_CHARS)):
+            if len(part) > bound:
+                # Kept whole or not at all: a person allows what they were shown, all of it.
+                raise InvalidArgument(too_long(len(part), action))
         executions = self._executions
         now = executions.now()
         timeout = float(self._timeout())
+        size = _bytes(subject) + _bytes(detail)
 
-        def record(db: sqlite3.Connection) -> Approval:
+        def record(db: sqlite3.Connection) -> Approval | None:
             row = executions.lease_row(execution_id, worker_id)
+            if not self._within_bounds(db, execution_id, size):
+                return None
             runs_as = str(row["runs_as"])
             session_id = str(row["session_id"])
             rule = next(
@@ -258,7 +284,7 @@ class Approvals:
                     tool[:128],
                     action,
                     subject,
-                    detail[:MAX_DETAIL_CHARS],
+                    detail,
                     now,
                     now + timeout,
                     ALLOW_SESSION if decided else None,
@@ -271,9 +297,40 @@ class Approvals:
             executions.insert_event(db, execution_id, APPROVAL, event_text(approval))
             return approval
 
-        approval: Approval = await executions.write(record)
+        approval: Approval | None = await executions.write(record)
         await executions.changed(execution_id)
+        if approval is None:
+            raise QuotaExceeded(self.bound_reached(), limit="turn_permission_requests")
         return approval
+
+    def bound_reached(self) -> str:
+        """Why a request past the turn's bound was denied without asking (for the Agent too)."""
+        return (
+            "denied without asking anyone: this turn has reached its bound of "
+            f"{self._most_requests} permission requests or {self._most_bytes / (1024 * 1024):g} "
+            "MiB of them, the most amux records for one turn; finish this turn, and the next one "
+            "may ask again"
+        )
+
+    def _within_bounds(self, db: sqlite3.Connection, execution_id: str, size: int) -> bool:
+        """Whether one more request of ``size`` bytes fits the turn's bounds; the first one
+        that does not says so in a warning event of the turn, once, inside the caller's
+        transaction."""
+        count, used = db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(subject AS BLOB)) "
+            "+ LENGTH(CAST(detail AS BLOB))), 0) FROM approvals WHERE execution_id = ?",
+            (execution_id,),
+        ).fetchone()
+        if count < self._most_requests and used + size <= self._most_bytes:
+            return True
+        notice = self.bound_reached()
+        told = db.execute(
+            "SELECT 1 FROM execution_events WHERE execution_id = ? AND kind = ? AND text = ?",
+            (execution_id, WARNING, notice),
+        ).fetchone()
+        if told is None:
+            self._executions.insert_event(db, execution_id, WARNING, notice)
+        return False
 
     async def decision(
         self, execution_id: str, worker_id: str, request_id: str, wait: float

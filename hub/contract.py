@@ -552,18 +552,25 @@ ACTIONS = ("command", "edit", "tool")
 # How a request was settled: by a person, by a session rule, by the timeout, or lapsed with the
 # run that asked (a restart or a lost worker).
 BY_PERSON, BY_RULE, BY_TIMEOUT, LAPSED = "person", "rule", "timeout", "lapsed"
-# The longest command (or path list) a permission request carries: stored, shown and matched
-# whole. A longer one is denied without asking anyone, never cut: a cut one would be allowed for
-# what a person saw and run with what they did not.
+# The longest command (or path list) a permission request carries, and the longest detail (an
+# edit's diff or new content, a tool's input): stored, shown and matched whole. A longer one is
+# denied without asking anyone, never cut: a cut one would be allowed for what a person saw and
+# run with what they did not.
 MAX_SUBJECT_CHARS = 64 * 1024
+MAX_DETAIL_CHARS = 64 * 1024
+# What an Agent is told to do instead, by what it asked to do.
+_SMALLER = {
+    "command": "put the command in a script file and run that",
+    "edit": "make the change in smaller edits",
+}
 
 
-def too_long(chars: int) -> str:
+def too_long(chars: int, action: str = "command") -> str:
     """Why a request of ``chars`` characters was denied without asking (for the Agent too)."""
     return (
         f"denied without asking anyone: this request is {chars:,} characters long, more than "
-        f"the {MAX_SUBJECT_CHARS:,} amux shows a person whole; put the command in a script file "
-        "and run that"
+        f"the {MAX_SUBJECT_CHARS:,} amux shows a person whole; "
+        + _SMALLER.get(action, "give the tool a smaller input")
     )
 
 

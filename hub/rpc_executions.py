@@ -11,9 +11,10 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field
 
 from hub import usage
-from hub.approvals import MAX_DETAIL_CHARS, MAX_REASON_CHARS
+from hub.approvals import MAX_REASON_CHARS
 from hub.contract import (
     BOT_ORIGIN_PREFIX,
+    MAX_DETAIL_CHARS,
     MAX_SUBJECT_CHARS,
     Session,
     TurnOutcome,

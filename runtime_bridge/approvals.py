@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from hub.contract import MAX_SUBJECT_CHARS, too_long
+from hub.contract import MAX_DETAIL_CHARS, MAX_SUBJECT_CHARS, too_long
 from runtime_bridge import permission_shim
 
 logger = logging.getLogger("amux.approvals")
@@ -51,10 +51,10 @@ TOOL = "tool"
 SOCKET_NAME = "approvals.sock"
 SOCKET_ENV = "AMUX_APPROVAL_SOCKET"
 MAX_REQUEST_BYTES = 1 << 20
-# Bounds on what a request carries to a person: a command or path list whole, up to the Hub's
-# bound (a longer one is denied without asking, never cut); a diff or a tool's input shortened.
+# Bounds on what a request carries to a person: a command or path list, and a diff or a tool's
+# input, each whole up to the Hub's bound (a longer one is denied without asking, never cut).
 SUBJECT_CHARS = MAX_SUBJECT_CHARS
-DETAIL_CHARS = 6000
+DETAIL_CHARS = MAX_DETAIL_CHARS
 
 
 @dataclass(frozen=True)
@@ -66,22 +66,21 @@ class ApprovalRequest:
     action: str
     # The exact command line, or the path(s) an edit changes.
     subject: str
-    # A bounded diff of an edit, or the tool's input.
+    # The diff or new content of an edit, or the tool's input, whole.
     detail: str = ""
 
     def bounded(self) -> ApprovalRequest:
-        """The request with its detail shortened; its subject stays whole (see ``refusal``)."""
+        """The request with its tool's name bounded; its subject and detail stay whole (see
+        ``refusal``)."""
         return ApprovalRequest(
-            tool=self.tool[:128],
-            action=self.action,
-            subject=self.subject,
-            detail=_cut(self.detail, DETAIL_CHARS),
+            tool=self.tool[:128], action=self.action, subject=self.subject, detail=self.detail
         )
 
     def refusal(self) -> ApprovalAnswer | None:
         """The denial of a request too long to show a person whole; None for any other."""
-        if len(self.subject) > SUBJECT_CHARS:
-            return ApprovalAnswer(False, too_long(len(self.subject)))
+        for part, bound in ((self.subject, SUBJECT_CHARS), (self.detail, DETAIL_CHARS)):
+            if len(part) > bound:
+                return ApprovalAnswer(False, too_long(len(part), self.action))
         return None
 
 
@@ -100,12 +99,6 @@ class Approver(Protocol):
 # A provider's reading of one raw request: what to ask a person, or None when the request needs
 # nobody (a read-only command, an amux memory call), so it runs at once.
 Describe = Callable[[str, Mapping[str, Any]], "ApprovalRequest | None"]
-
-
-def _cut(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return text[: limit - 1] + "…"
 
 
 def deny_all(reason: str) -> Approver:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 
 from hub.client import HubClient
-from hub.errors import AmuxError, Unavailable
+from hub.errors import AmuxError, QuotaExceeded, Unavailable
 from runtime_bridge.approvals import ApprovalAnswer, ApprovalRequest
 
 logger = logging.getLogger("amux.worker")
@@ -36,7 +36,7 @@ class HubApprover:
             logger.warning(
                 "denied a permission request of %s without asking: %d characters",
                 self._execution_id,
-                len(request.subject),
+                max(len(request.subject), len(request.detail)),
             )
             return refused
         try:
@@ -48,6 +48,9 @@ class HubApprover:
                 subject=request.subject,
                 detail=request.detail,
             )
+        except QuotaExceeded as error:
+            # The turn asked too much (see hub.approvals): the Hub's own words, which say so.
+            return ApprovalAnswer(False, error.message)
         except AmuxError as error:
             return ApprovalAnswer(False, f"amux could not ask for permission: {error.message}")
         loop = asyncio.get_running_loop()

@@ -59,10 +59,6 @@ def memory_line(use: MemoryUse) -> str:
 
 APPROVE_CHOICES = {"once": ALLOW_ONCE, "session": ALLOW_SESSION, "deny": DENY}
 NO_TERMINAL = "no terminal to ask; rerun with --approve once|session|deny"
-# What the terminal prompt shows of a request's detail (a diff, a tool's input): enough to judge
-# an edit by, never a screenful of one file.
-DETAIL_LINES = 20
-DETAIL_CHARS = 2000
 _VERBS = {"command": "run", "edit": "edit", "tool": "use"}
 
 
@@ -82,19 +78,16 @@ def settled_line(approval: Approval, how: str = "") -> str:
 
 
 def prompt_text(approval: Approval) -> str:
-    """The terminal prompt for one request: the tool, the whole command or path, a bounded
-    detail, and the three answers. Whatever could move the cursor or reorder text (ESC, CR, a
+    """The terminal prompt for one request: the tool, the whole command or path, the whole
+    detail (an edit's diff or new content, a tool's input: a person allows all of it or none),
+    and the three answers. Whatever could move the cursor or reorder text (ESC, CR, a
     bidi override) is shown as an escape: a command cannot redraw itself as another."""
     verb = _VERBS.get(approval.action, "use")
     lines = [f"permission request: {visible(approval.tool)} wants to {verb}:"]
     lines += [f"  {line}" for line in visible(approval.subject).split("\n")]
     detail = visible(approval.detail).strip("\n")
     if detail:
-        shown = detail[:DETAIL_CHARS].splitlines()[:DETAIL_LINES]
-        lines += [f"  | {line}" for line in shown]
-        rest = len(detail.splitlines()) - len(shown)
-        if rest > 0 or len(detail) > DETAIL_CHARS:
-            lines.append(f"  | … ({max(rest, 1)} more line(s) not shown)")
+        lines += [f"  | {line}" for line in detail.split("\n")]
     lines.append("allow? [o]nce, [s]ession (this conversation), [d]eny: ")
     return "\n".join(lines)
 

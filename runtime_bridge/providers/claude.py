@@ -69,9 +69,10 @@ PERMISSION_SHIM = Path(permission_shim.__file__)
 EDIT_TOOLS = ("Write", "Edit", "MultiEdit", "NotebookEdit")
 # Tools that only read or search: never worth a person's time (the sandbox bounds what is seen).
 READ_TOOLS = ("Read", "Glob", "Grep", "LS", "NotebookRead")
-# A request's detail is cut to its shown bound plus this before it is masked: masking costs time
-# that grows with the square of the text, and a secret cut at this edge lies beyond what is shown.
-MASK_MARGIN = 1024
+# An edit whose old and new text together pass this is not diffed (a diff of huge strings
+# costs far more than it shows): its detail lists both whole, past the bound a person is shown,
+# so it is denied unasked with the advice to make smaller edits.
+DIFFED_CHARS = approvals.DETAIL_CHARS
 
 
 def build_plan(request: LaunchRequest) -> LaunchPlan:
@@ -194,9 +195,9 @@ def describe(tool_name: str, tool_input: Mapping[str, Any]) -> ApprovalRequest |
     return ApprovalRequest(
         tool_name,
         action,
-        # Whole: a person allows all of it or nothing (one too long is denied unasked).
+        # Both whole: a person allows all of it or nothing (one too long is denied unasked).
         subject,
-        detail[: approvals.DETAIL_CHARS + MASK_MARGIN],
+        detail,
     )
 
 
@@ -219,21 +220,23 @@ def _edit_detail(tool_name: str, tool_input: Mapping[str, Any]) -> str:
             if tool_input.get(key)
         )
         return (head + "\n" if head else "") + str(tool_input.get("new_source", ""))
-    # Only what can be shown is compared: a diff of huge strings costs far more than it shows.
-    limit = approvals.DETAIL_CHARS + MASK_MARGIN
+    pairs = [
+        (str(edit.get("old_string", "")), str(edit.get("new_string", "")))
+        for edit in edits
+        if isinstance(edit, dict)
+    ]
+    if sum(len(old) + len(new) for old, new in pairs) > DIFFED_CHARS:
+        return "".join(f"--- {path}\n{old}\n+++ {path}\n{new}\n" for old, new in pairs)
     parts: list[str] = []
-    shown = 0
-    for edit in edits:
-        if shown >= limit:
-            break
-        if not isinstance(edit, dict):
-            continue
-        old = str(edit.get("old_string", ""))[:limit].splitlines(keepends=True)
-        new = str(edit.get("new_string", ""))[:limit].splitlines(keepends=True)
-        diff = difflib.unified_diff(old, new, fromfile=path, tofile=path, lineterm="\n")
-        part = "".join(line if line.endswith("\n") else line + "\n" for line in diff)
-        parts.append(part)
-        shown += len(part)
+    for old, new in pairs:
+        diff = difflib.unified_diff(
+            old.splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile=path,
+            tofile=path,
+            lineterm="\n",
+        )
+        parts.append("".join(line if line.endswith("\n") else line + "\n" for line in diff))
     return "".join(parts)
 
 

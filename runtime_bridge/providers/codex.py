@@ -99,8 +99,6 @@ FILE_CHANGE_APPROVAL = "item/fileChange/requestApproval"
 # The v1 forms, which a v2 thread is not sent; answered alike should a build send them.
 LEGACY_COMMAND_APPROVAL = "execCommandApproval"
 LEGACY_PATCH_APPROVAL = "applyPatchApproval"
-# Room for masking to work on whole secrets before a request's detail is cut to its bound.
-MASK_MARGIN = 1024
 
 
 def _toml(value: Any) -> str:
@@ -391,8 +389,8 @@ class CodexApprovals:
     async def _ask(self, request: ApprovalRequest | None) -> ApprovalAnswer:
         if request is None:
             return ApprovalAnswer(True)
-        # Judged before masking, whose cost grows faster than the text; the subject is never
-        # cut, so a person allows all of it or nothing.
+        # Judged before masking, whose cost grows faster than the text; neither the subject nor
+        # the detail is ever cut, so a person allows all of it or nothing.
         refused = request.refusal()
         if refused is not None:
             return refused
@@ -401,7 +399,7 @@ class CodexApprovals:
             request.tool,
             request.action,
             mask(request.subject),
-            mask(request.detail[: approvals.DETAIL_CHARS + MASK_MARGIN]),
+            mask(request.detail),
         ).bounded()
         return await self._approver(masked)
 

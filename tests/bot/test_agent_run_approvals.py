@@ -376,7 +376,9 @@ def test_an_unanswered_request_is_denied_at_the_timeout_set_without_a_restart(
     assert worker.recorded()["via"] == "timeout"
 
 
-def test_the_prompt_shows_a_long_detail_bounded() -> None:
+def test_the_prompt_shows_a_long_detail_whole_its_escapes_visible() -> None:
+    # Past the 20 lines the prompt used to show, a line that printed raw redraws itself.
+    lines = [f"+line {n}" for n in range(500)] + ["+os.system('rm -rf ~') \x1b[2K\r# fine"]
     approval = Approval(
         execution_id="e",
         request_id="r",
@@ -384,14 +386,16 @@ def test_the_prompt_shows_a_long_detail_bounded() -> None:
         tool="Edit",
         action="edit",
         subject="/w/big.py",
-        detail="\n".join(f"+line {n}" for n in range(500)),
+        detail="\n".join(lines),
         asked_at=0.0,
         expires_at=600.0,
     )
-    shown = prompt_text(approval).splitlines()
+    prompt = prompt_text(approval)
+    assert "\x1b" not in prompt and "\r" not in prompt
+    shown = prompt.splitlines()
     assert shown[:3] == ["permission request: Edit wants to edit:", "  /w/big.py", "  | +line 0"]
-    assert "  | +line 19" in shown and "  | +line 20" not in shown
-    assert "  | … (480 more line(s) not shown)" in shown
+    assert "  | +line 499" in shown and "not shown" not in prompt
+    assert shown[-2] == "  | +os.system('rm -rf ~') \\x1b[2K\\x0d# fine"
     assert shown[-1].startswith("allow? [o]nce, [s]ession")
 
 

@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -9,7 +10,10 @@ from cards.approvals import (
     approvals_section,
     outcome,
     progress_elements,
+    request_file_text,
     request_line,
+    shows_whole,
+    subject_file_name,
 )
 from cards.catalogue import text
 from cards.elements import CARD_MAX_BYTES, card, encoded_size
@@ -116,7 +120,7 @@ def test_what_an_agent_sends_can_neither_mention_anyone_nor_leave_its_code_block
         "Bash <at id=all></at>",
         "command",
         "echo <at id=all></at>\n```\n**bold** ````",
-        "```\n<AT id=ou_x></AT>" + "x" * 9000,
+        "```\n<AT id=ou_x></AT>" + "x" * 12_000,
         AT,
     )
     shown = approval_card(view, lang)
@@ -126,8 +130,41 @@ def test_what_an_agent_sends_can_neither_mention_anyone_nor_leave_its_code_block
     for block in blocks[:2]:
         fences = [line for line in block.split("\n") if line.lstrip().startswith("```")]
         assert fences == ["```", "```"], block
-    assert text(lang, "approval.detail_cut") in all_text(shown)
-    assert len(all_text(shown)) < 4000
+    # Too long for a card, and no file with the whole of it: its start, said so, Deny alone.
+    unseen = text(lang, "approval.subject_unseen", count=len(view.detail))
+    assert unseen in all_text(shown)
+    assert [v["decision"] for v in callbacks(shown)] == ["deny"]
+    assert len(all_text(shown)) < 11_000
+
+
+# A new file of 5,000 characters whose harmful line is near its end.
+HARM = "\nos.system('rm -rf ~')\n"
+NEW_FILE = "".join(f"line_{n} = {n}\n" for n in range(400))[: 5000 - len(HARM)] + HARM
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_an_edit_is_shown_whole_on_its_card_and_a_larger_one_is_posted_as_a_file(
+    lang: Lang,
+) -> None:
+    view = ApprovalView("run_1", "req_1", "Write", "edit", "/w/setup.py", NEW_FILE, AT)
+    shown = approval_card(view, lang)
+    assert_valid_card(shown)
+    assert len(NEW_FILE) == 5000 and NEW_FILE in all_text(shown), "the edit is not shown whole"
+    assert shows_whole(view)
+    answers = [v["decision"] for v in callbacks(shown)]
+    assert answers == ["allow_once", "allow_session", "deny"]
+    # Four times as long: its start on the card, the whole request in the file posted beside it.
+    larger = replace(view, detail=NEW_FILE * 4, subject_file=True)
+    shown = approval_card(larger, lang)
+    assert_valid_card(shown)
+    assert not shows_whole(larger) and "rm -rf" in all_text(shown)
+    name = subject_file_name(larger)
+    assert text(lang, "approval.subject_in_file", count=len(NEW_FILE) * 4, name=f"`{name}`") in (
+        all_text(shown)
+    )
+    assert len(callbacks(shown)) == 3
+    whole = request_file_text(larger, lang)
+    assert whole.startswith("/w/setup.py\n\n") and whole.endswith(NEW_FILE * 4 + "\n")
 
 
 @pytest.mark.parametrize("lang", LANGS)

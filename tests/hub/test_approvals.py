@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from hub.approvals import Rule, rule_matches, rule_pattern
+from hub.approvals import MAX_REQUEST_BYTES_PER_TURN, Rule, rule_matches, rule_pattern
 from hub.client import HubClient
-from hub.contract import MAX_SUBJECT_CHARS
+from hub.contract import MAX_DETAIL_CHARS, MAX_SUBJECT_CHARS
 from hub.rpc import HUB
 from hub.services import Hub
 from runtime_bridge.approvals import ApprovalRequest
@@ -404,6 +404,85 @@ async def test_a_long_command_is_asked_and_ruled_whole_and_a_longer_one_is_denie
             subject=huge,
         )
         assert status == 400 and body["error"]["code"] == "invalid_argument"
+
+
+async def test_a_long_edit_is_asked_whole_and_a_longer_one_is_denied_unasked(
+    served: tuple[Client, dict[str, str]],
+) -> None:
+    client, ids = served
+    execution, _, worker = await running_turn(client, ids)
+    hub: Hub = client.server.app[HUB]
+    # 6,000 characters of new content, the harmful line past the 6,000 a request used to keep.
+    content = ("x = 1\n" * 1000)[:5960] + "os.system('rm -rf ~')\n"
+    content = content.ljust(6100, "#")
+    async with HubClient(str(client.make_url("")), ids["runtime-token"]) as runtime:
+        approver = HubApprover(runtime, execution, worker)
+        first = asyncio.create_task(
+            approver(ApprovalRequest("Write", "edit", "/w/setup.py", content).bounded())
+        )
+        (asked,) = await until(lambda: hub.approvals.of_execution(execution), seconds=10)
+        assert asked.detail == content, "the edit was not kept whole"
+        await answered(client, ids["alice-token"], asked.to_wire(), "deny")
+        assert not (await asyncio.wait_for(first, 10)).allowed
+
+        # Longer than a person is shown whole: denied at once, saying why, and nobody is asked.
+        huge = "y" * (MAX_DETAIL_CHARS + 1)
+        refused = await approver(ApprovalRequest("Write", "edit", "/w/setup.py", huge))
+        assert not refused.allowed and "smaller edits" in refused.message
+        assert len(hub.approvals.of_execution(execution)) == 1
+        status, body = await call(
+            client,
+            ids["runtime-token"],
+            "executions.ask",
+            execution_id=execution,
+            worker_id=worker,
+            tool="Write",
+            action="edit",
+            subject="/w/setup.py",
+            detail=huge,
+        )
+        assert status == 400 and body["error"]["code"] == "invalid_argument"
+        assert len(hub.approvals.of_execution(execution)) == 1
+
+
+def state_size(hub: Hub) -> int:
+    """The state database's pages in use (its free pages left out), the log's included."""
+    used = hub.state.db.execute("PRAGMA page_count").fetchone()[0]
+    free = hub.state.db.execute("PRAGMA freelist_count").fetchone()[0]
+    return int(used - free) * int(hub.state.db.execute("PRAGMA page_size").fetchone()[0])
+
+
+async def test_a_turn_asking_past_its_bound_is_denied_unasked_and_grows_the_state_no_more(
+    served: tuple[Client, dict[str, str]],
+) -> None:
+    client, ids = served
+    execution, _, worker = await running_turn(client, ids)
+    hub: Hub = client.server.app[HUB]
+    # The person allows one file for the conversation; the Agent then writes it again and
+    # again, 60,000 characters each time, every one allowed by the rule.
+    body = "z" * 60_000
+    first = await ask(client, ids, execution, worker, subject="/w/big.txt", detail=body)
+    await answered(client, ids["alice-token"], first, "allow_session")
+    allowed = 1
+    async with HubClient(str(client.make_url("")), ids["runtime-token"]) as runtime:
+        approver = HubApprover(runtime, execution, worker)
+        while True:
+            said = await approver(ApprovalRequest("Write", "edit", "/w/big.txt", body))
+            if not said.allowed:
+                break
+            allowed += 1
+            assert allowed <= MAX_REQUEST_BYTES_PER_TURN // 60_000, "the bound was never reached"
+        assert allowed == MAX_REQUEST_BYTES_PER_TURN // 60_000
+        assert said.message.startswith("denied without asking anyone: this turn has reached")
+        assert "bound of 500 permission requests or 8 MiB" in said.message
+        size = state_size(hub)
+        for _ in range(20):
+            again = await approver(ApprovalRequest("Write", "edit", "/w/big.txt", body))
+            assert not again.allowed and again.message == said.message
+    assert len(hub.approvals.of_execution(execution)) == allowed
+    assert state_size(hub) <= size, "requests past the bound were recorded"
+    warnings = [e.text for e in hub.executions.events(execution) if e.kind == "warning"]
+    assert warnings == [said.message]
 
 
 def test_a_command_rule_keeps_the_program_and_subcommand_and_never_a_chained_command() -> None:

@@ -40,7 +40,6 @@ from runtime_bridge.providers import (
     run,
 )
 from runtime_bridge.providers.claude import (
-    MASK_MARGIN,
     MCP_CONFIG,
     PERMISSION_SHIM,
     describe,
@@ -374,16 +373,22 @@ async def test_the_socket_masks_secrets_and_bounds_what_the_person_sees(
         answer = await ask_over_socket(
             str(socket), "Bash", {"command": f"curl -H 'Authorization: {CREDENTIAL}' hub"}
         )
-        # A secret where the request is cut before masking lies beyond what is shown.
-        content = "x" * (DETAIL_CHARS + MASK_MARGIN - 10) + CREDENTIAL + "x" * 10**5
+        # The whole new content is shown, masked to its end.
+        content = "x" * 60_000 + CREDENTIAL + "\nrm -rf ~\n"
         await ask_over_socket(str(socket), "Write", {"file_path": "/w/big", "content": content})
+        # More than a person is shown whole: nobody is asked.
+        huge = {"file_path": "/w/big", "content": "y" * (DETAIL_CHARS + 1)}
+        too_big = await ask_over_socket(str(socket), "Write", huge)
         free = await ask_over_socket(str(socket), "Read", {"file_path": "/w/a"})
 
     assert answer == ApprovalAnswer(False, "no")
     assert free == ApprovalAnswer(True)
     command, write = asked
     assert CREDENTIAL not in command.subject and "********" in command.subject
-    assert len(write.detail) == DETAIL_CHARS and write.detail == content[: DETAIL_CHARS - 1] + "…"
+    assert CREDENTIAL not in write.detail
+    assert write.detail == "x" * 60_000 + "********\nrm -rf ~\n"
+    assert not too_big.allowed and "65,537 characters" in too_big.message
+    assert "make the change in smaller edits" in too_big.message
 
 
 # -- the permission prompt's answers, in Claude's contract -------------------------------------

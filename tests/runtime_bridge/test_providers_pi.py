@@ -266,8 +266,12 @@ def test_a_write_is_asked_with_its_path_and_content() -> None:
     assert describe("write", {"path": "src/a.py", "content": "print(1)\n"}) == ApprovalRequest(
         "write", approvals.EDIT, "src/a.py", "print(1)\n"
     )
+    # Never cut: one too long to show a person whole is denied without asking anyone.
     big = describe("write", {"path": "big.txt", "content": "x" * (approvals.DETAIL_CHARS * 2)})
-    assert big is not None and len(big.detail) == approvals.DETAIL_CHARS
+    assert big is not None and len(big.detail) == approvals.DETAIL_CHARS * 2
+    refused = big.refusal()
+    assert refused is not None and not refused.allowed
+    assert "smaller edits" in refused.message
 
 
 def test_an_edit_is_asked_with_its_path_and_each_replacement() -> None:
