@@ -51,11 +51,12 @@ if TYPE_CHECKING:
     from hub.executions import Executions
 
 MAX_REASON_CHARS = 500
-# What one turn may ask, in requests and in UTF-8 bytes of their commands, paths and details.
+# What one turn may ask: requests, and UTF-8 bytes of the ``approval`` events that record them.
 # Each request is recorded whole, as a row and an event or two, past the turn's bound on events
 # (a dropped request would leave a person no button to answer it); an Agent holding a rule for
-# one file could otherwise write it again and again, each time up to 128 KiB, without end. Past
-# either bound a request is denied without asking, the Agent told why, and the turn goes on.
+# one file could otherwise write it again and again, each time up to 128 KiB, without end. A
+# request is let in only while its own two events (asked, settled) fit the bytes left; past
+# either bound it is denied without asking, the Agent told why, and the turn goes on.
 MAX_REQUESTS_PER_TURN = 500
 MAX_REQUEST_BYTES_PER_TURN = 8 * 1024 * 1024
 # Shell syntax after which a command is no longer "the same program with other arguments": a
@@ -255,7 +256,9 @@ class Approvals:
         executions = self._executions
         now = executions.now()
         timeout = float(self._timeout())
-        size = _bytes(subject) + _bytes(detail)
+        # Its events as JSON (a control character takes six bytes there), with room for their
+        # other fields: asked, then settled.
+        size = 2 * (_bytes(json.dumps([subject, detail], ensure_ascii=False)) + 1024)
 
         def record(db: sqlite3.Connection) -> Approval | None:
             row = executions.lease_row(execution_id, worker_id)
@@ -308,18 +311,22 @@ class Approvals:
         return (
             "denied without asking anyone: this turn has reached its bound of "
             f"{self._most_requests} permission requests or {self._most_bytes / (1024 * 1024):g} "
-            "MiB of them, the most amux records for one turn; finish this turn, and the next one "
-            "may ask again"
+            "MiB of their records, the most amux keeps for one turn; finish this turn, and the "
+            "next one may ask again"
         )
 
     def _within_bounds(self, db: sqlite3.Connection, execution_id: str, size: int) -> bool:
-        """Whether one more request of ``size`` bytes fits the turn's bounds; the first one
+        """Whether one more request whose events take ``size`` bytes fits the turn's bounds
+        (``MAX_REQUESTS_PER_TURN``, ``MAX_REQUEST_BYTES_PER_TURN``); the first one
         that does not says so in a warning event of the turn, once, inside the caller's
         transaction."""
-        count, used = db.execute(
-            "SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(subject AS BLOB)) "
-            "+ LENGTH(CAST(detail AS BLOB))), 0) FROM approvals WHERE execution_id = ?",
-            (execution_id,),
+        (count,) = db.execute(
+            "SELECT COUNT(*) FROM approvals WHERE execution_id = ?", (execution_id,)
+        ).fetchone()
+        (used,) = db.execute(
+            "SELECT COALESCE(SUM(LENGTH(CAST(text AS BLOB))), 0) FROM execution_events "
+            "WHERE execution_id = ? AND kind = ?",
+            (execution_id, APPROVAL),
         ).fetchone()
         if count < self._most_requests and used + size <= self._most_bytes:
             return True

@@ -870,8 +870,9 @@ class Executions:
     # statuses, refused hosts), which a hostile Agent or worker can make endless, and the
     # memory reads and searches its credential makes. Not counted, and never dropped:
     # ``approval`` events, since a dropped pending request would leave a person no button to
-    # answer it and the Agent waiting for its timeout (each request waits for a decision, and
-    # its fields have bounds of their own, hub.approvals); memory changes (saved, forgot), the
+    # answer it and the Agent waiting for its timeout (each request waits for a decision; its
+    # fields, and a turn's requests in number and bytes, have bounds of their own, past which
+    # hub.approvals denies a request unasked instead); memory changes (saved, forgot), the
     # record the result card's undo goes back to, each a durable write the scope's quotas
     # bound; and the Hub's own statuses (a hand-back, a lost worker), a few per attempt.
     _BOUNDED_KINDS = (*sorted(WORKER_EVENT_KINDS), MEMORY)

@@ -310,9 +310,9 @@ def agent_run(
     """Run one Agent turn; progress on stderr, the answer on stdout. When the Agent asks
     permission (under agents.permissions ask), --approve answers; else a terminal on stdin is
     asked (o once, s session, d deny; end of input or Ctrl-C denies), shown the whole command
-    with its control characters as escapes such as \\x1b; else the request is denied, saying so
-    on stderr. --json prints the structured result instead of the answer, each request's final
-    state under approvals."""
+    and the whole diff or input with control characters as escapes such as \\x1b; else the
+    request is denied, saying so on stderr. --json prints the structured result instead of the
+    answer, each request's final state under approvals."""
     env = env_of(ctx)
     if approve is not None and approve not in APPROVE_CHOICES:
         fail(InvalidArgument(f"--approve must be one of {', '.join(APPROVE_CHOICES)}"))

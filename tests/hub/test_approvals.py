@@ -472,9 +472,13 @@ async def test_a_turn_asking_past_its_bound_is_denied_unasked_and_grows_the_stat
                 break
             allowed += 1
             assert allowed <= MAX_REQUEST_BYTES_PER_TURN // 60_000, "the bound was never reached"
-        assert allowed == MAX_REQUEST_BYTES_PER_TURN // 60_000
+        # Their records fill the bound, leaving less than two events of one more request.
+        recorded = sum(
+            len(e.text.encode()) for e in hub.executions.events(execution) if e.kind == "approval"
+        )
+        assert MAX_REQUEST_BYTES_PER_TURN - 2 * 62_000 < recorded <= MAX_REQUEST_BYTES_PER_TURN
         assert said.message.startswith("denied without asking anyone: this turn has reached")
-        assert "bound of 500 permission requests or 8 MiB" in said.message
+        assert "bound of 500 permission requests or 8 MiB of their records" in said.message
         size = state_size(hub)
         for _ in range(20):
             again = await approver(ApprovalRequest("Write", "edit", "/w/big.txt", body))
