@@ -9,9 +9,16 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from hub.approvals import MAX_REQUEST_BYTES_PER_TURN, Rule, rule_matches, rule_pattern
+from hub.approvals import (
+    MAX_REQUEST_BYTES_PER_TURN,
+    Approvals,
+    Rule,
+    rule_matches,
+    rule_pattern,
+)
 from hub.client import HubClient
 from hub.contract import MAX_DETAIL_CHARS, MAX_SUBJECT_CHARS
+from hub.errors import QuotaExceeded
 from hub.rpc import HUB
 from hub.services import Hub
 from runtime_bridge.approvals import ApprovalRequest
@@ -487,6 +494,30 @@ async def test_a_turn_asking_past_its_bound_is_denied_unasked_and_grows_the_stat
     assert state_size(hub) <= size, "requests past the bound were recorded"
     warnings = [e.text for e in hub.executions.events(execution) if e.kind == "warning"]
     assert warnings == [said.message]
+
+
+async def test_a_turn_past_its_count_of_requests_is_denied_unasked_and_told_once(
+    served: tuple[Client, dict[str, str]],
+) -> None:
+    client, ids = served
+    execution, _, worker = await running_turn(client, ids)
+    hub: Hub = client.server.app[HUB]
+    # The Hub's requests, bounded at three a turn.
+    approvals = Approvals(hub.executions, lambda: 600.0, most_requests=3)
+    for n in range(3):
+        asked = await approvals.ask(
+            execution, worker, tool="Bash", action="command", subject=f"touch {n}", detail=""
+        )
+        assert asked.pending
+    for _ in range(3):
+        with pytest.raises(QuotaExceeded) as refused:
+            await approvals.ask(
+                execution, worker, tool="Bash", action="command", subject="touch x", detail=""
+            )
+        assert "bound of 3 permission requests" in refused.value.message
+    assert len(approvals.of_execution(execution)) == 3
+    warnings = [e.text for e in hub.executions.events(execution) if e.kind == "warning"]
+    assert warnings == [refused.value.message]
 
 
 def test_a_command_rule_keeps_the_program_and_subcommand_and_never_a_chained_command() -> None:

@@ -329,6 +329,23 @@ def test_a_multi_edit_shows_each_of_its_edits() -> None:
     assert "-alpha\n+beta\n" in request.detail and "-gamma\n+delta\n" in request.detail
 
 
+def test_a_large_edit_is_diffed_whole_and_one_past_the_bound_is_denied_unasked() -> None:
+    # The harmful line lies in the second edit, past the 7,000 characters once compared.
+    edits = [
+        {"old_string": "a = 1\n", "new_string": "b = 2\n" * 1200},
+        {"old_string": "c = 3", "new_string": "os.system('rm -rf ~')"},
+    ]
+    request = describe("MultiEdit", {"file_path": "/w/b.py", "edits": edits})
+    assert request is not None and request.refusal() is None
+    assert "-c = 3\n+os.system('rm -rf ~')\n" in request.detail
+    # Old and new text past what a person is shown whole: not diffed, and nobody asked.
+    huge = {"file_path": "/w/b.py", "old_string": "x" * 40_000, "new_string": "y" * 40_000}
+    refused = describe("Edit", huge)
+    assert refused is not None
+    answer = refused.refusal()
+    assert answer is not None and not answer.allowed and "smaller edits" in answer.message
+
+
 def test_a_notebook_edit_names_the_notebook_and_shows_the_new_cell() -> None:
     request = describe(
         "NotebookEdit",
