@@ -301,6 +301,37 @@ async def test_approval_requests_reach_the_approver_as_a_person_reads_them_and_g
     assert start["params"]["sandbox"] == "danger-full-access"
 
 
+async def test_a_large_file_change_reaches_the_approver_whole_and_a_larger_one_nobody(
+    tmp_path: Path, attachment_for: Callable[..., MemoryAttachment]
+) -> None:
+    # Its harmful line past the 6,000 characters a request used to keep.
+    diff = "+x = 1\n" * 1500 + "+os.system('rm -rf ~')\n"
+    huge = "+y = 2\n" * 10_000
+    sent: list[dict[str, Any]] = []
+    for number, (item, body) in enumerate((("fc1", diff), ("fc2", huge))):
+        change = {"path": "/w/a.py", "kind": {"type": "update"}, "diff": body}
+        item_fields = {"type": "fileChange", "id": item, "changes": [change]}
+        sent.append({"method": "item/started", "params": {"threadId": "t-42", "item": item_fields}})
+        sent.append(server_request(910 + number, "item/fileChange/requestApproval", itemId=item))
+    executable, log = stand_in(tmp_path, config=MEMORY_OFF, send=sent)
+    asked: list[ApprovalRequest] = []
+
+    async def person(request: ApprovalRequest) -> ApprovalAnswer:
+        asked.append(request)
+        return ApprovalAnswer(True)
+
+    request = dataclasses.replace(
+        request_for(tmp_path, executable, attachment_for()), permissions=ASK
+    )
+    events = await collect(run(build_plan(request), person))
+
+    assert isinstance(events[-1], Result), events
+    assert [r.detail for r in asked] == ["update /w/a.py\n" + diff.rstrip("\n")]
+    answers = answers_by_id(log)
+    assert answers[910]["result"] == {"decision": "accept"}
+    assert answers[911]["result"] == {"decision": "decline"}
+
+
 async def pipe_pair() -> tuple[
     asyncio.StreamReader, asyncio.StreamWriter, asyncio.StreamReader, asyncio.StreamWriter
 ]:
