@@ -86,6 +86,8 @@ def _fenced(value: str) -> str:
 
 def _within_bytes(value: str, budget: int) -> str:
     """The longest start of ``value`` whose code block is at most ``budget`` bytes of card JSON."""
+    if encoded_size(_fenced(value)) <= budget:
+        return value
     low, high = 0, len(value)
     while low < high:
         middle = (low + high + 1) // 2
