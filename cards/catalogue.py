@@ -419,6 +419,9 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         ),
         "error.about.conflict": "It changed meanwhile: open it again and retry.",
         "error.about.executable_missing": "The Agent's program is not installed on the worker.",
+        "error.about.executable_unreachable": (
+            "The Agent's program is installed where the Agent's user cannot reach it."
+        ),
         "error.about.feishu_api_error": "Feishu refused the request.",
         "error.about.forbidden": "You may not do this.",
         "error.about.internal": "amux failed unexpectedly; the owner can find why in its log.",
@@ -813,6 +816,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "error.about.binding_mismatch": "此对话的记忆现在属于另一个范围：请开始新的对话。",
         "error.about.conflict": "内容已被修改：请重新打开后再试。",
         "error.about.executable_missing": "工作节点上没有安装该 Agent 程序。",
+        "error.about.executable_unreachable": "Agent 程序所在的目录不允许 Agent 的用户进入。",
         "error.about.feishu_api_error": "飞书拒绝了这个请求。",
         "error.about.forbidden": "你无权执行此操作。",
         "error.about.internal": "amux 发生了意外错误；所有者可在日志中查看原因。",
