@@ -193,7 +193,9 @@ class HubProcess:
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return False
 
-    def wait_healthy(self, timeout: float = 20.0) -> None:
+    def wait_healthy(self, timeout: float = 60.0) -> None:
+        # With the bot on, amux serve imports lark-oapi before it listens: seconds on a quiet
+        # machine, tens of seconds on a busy 2-core one. The wait ends as soon as it answers.
         def up() -> bool:
             assert self.proc is not None
             if self.proc.poll() is not None:
