@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
@@ -36,10 +36,39 @@ class Snapshot:
 
 SnapshotSource = Callable[[], Snapshot]
 
+LINK_STATES = ("connected", "reconnecting", "disconnected")
+
+
+@dataclass(frozen=True)
+class FeishuLink:
+    """The Feishu long connection as last seen: state, ages of the last frame and event."""
+
+    state: str
+    frame_age_seconds: float | None
+    event_age_seconds: float | None
+    silent_reconnects: int
+    silence_bound_seconds: float
+
+    def to_json(self) -> dict[str, object]:
+        def rounded(value: float | None) -> float | None:
+            return None if value is None else round(value, 1)
+
+        return {
+            "state": self.state,
+            "last_frame_age_seconds": rounded(self.frame_age_seconds),
+            "last_event_age_seconds": rounded(self.event_age_seconds),
+            "silent_reconnects": self.silent_reconnects,
+            "silence_bound_seconds": rounded(self.silence_bound_seconds),
+        }
+
+
+LinkSource = Callable[[], FeishuLink]
+
 
 class _StateCollector(Collector):
     def __init__(self) -> None:
         self.source: SnapshotSource | None = None
+        self.link: LinkSource | None = None
 
     def collect(self) -> Iterable[Metric]:
         snapshot = self.source() if self.source is not None else Snapshot()
@@ -54,6 +83,36 @@ class _StateCollector(Collector):
             "Runtime workers that polled or heart-beat recently.",
             value=snapshot.connected_workers,
         )
+        if self.link is not None:
+            yield from _link_metrics(self.link())
+
+
+def _link_metrics(link: FeishuLink) -> Iterable[Metric]:
+    state = GaugeMetricFamily(
+        "amux_feishu_long_connection_state",
+        "The Feishu long connection's state: 1 for the current one.",
+        labels=["state"],
+    )
+    for name in LINK_STATES:
+        state.add_metric([name], 1 if link.state == name else 0)
+    yield state
+    if link.frame_age_seconds is not None:
+        yield GaugeMetricFamily(
+            "amux_feishu_long_connection_last_frame_age_seconds",
+            "Seconds since the long connection last received a frame (pong, event, anything).",
+            value=link.frame_age_seconds,
+        )
+    if link.event_age_seconds is not None:
+        yield GaugeMetricFamily(
+            "amux_feishu_long_connection_last_event_age_seconds",
+            "Seconds since the long connection last delivered an event or card click.",
+            value=link.event_age_seconds,
+        )
+    yield CounterMetricFamily(
+        "amux_feishu_long_connection_silent_reconnects",
+        "Reconnects forced because the long connection heard nothing for 3 ping intervals.",
+        value=link.silent_reconnects,
+    )
 
 
 class Metrics:
@@ -140,6 +199,10 @@ class Metrics:
     def set_snapshot_source(self, source: SnapshotSource | None) -> None:
         """Where scrape-time gauges come from; None while the Hub is not open."""
         self._state.source = source
+
+    def set_feishu_link_source(self, source: LinkSource | None) -> None:
+        """Where the long connection's gauges come from; None in webhook mode."""
+        self._state.link = source
 
     def observe_rpc(
         self, method: str, status: int, seconds: float, error_code: str | None, body: bytes

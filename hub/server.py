@@ -1,7 +1,8 @@
 """Mounts the Hub onto an aiohttp application: its services, its middleware (request ids and the
 drain), the RPC route, health and metrics.
 
-``/healthz`` answers while the process is up; ``/readyz`` runs every readiness check (the Hub's own
+``/healthz`` answers while the process is up, with what other parts register on ``app[HEALTH]``
+(the Feishu long connection's state); ``/readyz`` runs every readiness check (the Hub's own
 plus those other parts of the service register on ``app[READINESS]``) and answers 503 if one fails.
 """
 
@@ -69,6 +70,22 @@ class Readiness:
 
 READINESS = web.AppKey("readiness", Readiness)
 
+# A health detail is cheap, synchronous and free of secrets: /healthz is unauthenticated.
+HealthDetail = Callable[[], dict[str, object]]
+
+
+@dataclass
+class Health:
+    """Details ``/healthz`` shows beside its status; others register theirs with ``add``."""
+
+    details: dict[str, HealthDetail] = field(default_factory=dict)
+
+    def add(self, name: str, detail: HealthDetail) -> None:
+        self.details[name] = detail
+
+
+HEALTH = web.AppKey("health", Health)
+
 # Every method the Hub serves over RPC.
 HUB_METHODS = combine(
     MEMORY_METHODS,
@@ -100,6 +117,7 @@ def add_hub(
     readiness = Readiness()
     app[METRICS] = metrics
     app[READINESS] = readiness
+    app[HEALTH] = Health()
 
     async def hub_lifetime(app: web.Application) -> AsyncIterator[None]:
         hub = Hub.open(settings, providers)
@@ -140,7 +158,10 @@ def add_hub(
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    body: dict[str, object] = {"status": "ok"}
+    for name, detail in request.app[HEALTH].details.items():
+        body[name] = detail()
+    return web.json_response(body)
 
 
 async def readyz(request: web.Request) -> web.Response:

@@ -28,6 +28,7 @@ from bot.feishu.dedup import SqliteEventDedup
 from bot.feishu.dispatcher import EventDispatcher
 from bot.feishu.events import EventSink
 from bot.feishu.ingress import WebhookIngress
+from bot.feishu.liveness import LinkHealth
 from bot.feishu.longconn import LongConnection
 from bot.feishu.throttle import CardUpdateThrottle
 from bot.feishu.verifier import WebhookVerifier
@@ -99,6 +100,11 @@ class FeishuAdapter:
     def routes(self) -> list[web.RouteDef]:
         """The webhook route in webhook mode; nothing for the long connection."""
         return self._webhook.routes() if self._webhook else []
+
+    @property
+    def link_health(self) -> LinkHealth | None:
+        """The long connection's liveness; None in webhook mode."""
+        return self._longconn.health if self._longconn is not None else None
 
     @property
     def bot_open_id(self) -> str:

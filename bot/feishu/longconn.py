@@ -6,6 +6,10 @@ the client's connect/ping/receive coroutines itself, which makes a clean stop po
 subclass handles ``event`` *and* ``card`` data frames (1.7.5 drops card frames) by handing the
 plaintext payload to the :class:`EventDispatcher` on the main loop and writing its answer back
 within Feishu's 3 s. Only one long connection can run per process (the SDK's loop is global).
+
+A watchdog beside the SDK's ping loop notes every frame; when none has arrived for three ping
+intervals the socket is aborted, and the SDK's receive loop reconnects as it does after any drop
+(see :mod:`bot.feishu.liveness`). If the SDK gives up reconnecting, the watchdog starts again.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from bot.config import FeishuSettings
 from bot.feishu.dispatcher import Accepted, EventDispatcher
 from bot.feishu.errors import FeishuApiError
 from bot.feishu.events import CARD_ACTION, event_type_of
+from bot.feishu.liveness import LinkHealth
 from bot.feishu.sdk import lark, ws_client
 from hub.errors import AmuxError, Unavailable
 
@@ -31,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 # Feishu waits 3 s for a frame's answer; the dispatcher bounds card handlers below this.
 ANSWER_TIMEOUT_SECONDS = 2.8
+# The watchdog looks at least this often (more often when the ping interval is short).
+WATCH_SECONDS = 5.0
 
 # The answer, whether it is a card's, and what to call once it was written (or failed to be).
 PayloadHandler = Callable[[bytes], Awaitable[tuple[dict[str, Any], bool, Callable[[], None]]]]
@@ -50,14 +57,49 @@ def _header(frame: Any, key: str) -> str:
 class _WsClient(ws_client.Client):  # type: ignore[misc]
     """The SDK client with data frames (events and card clicks) routed to amux."""
 
-    def __init__(self, handle_payload: PayloadHandler, **kwargs: Any) -> None:
+    def __init__(self, handle_payload: PayloadHandler, health: LinkHealth, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._handle_payload = handle_payload
+        self._health = health
+        self.on_reconnecting = self._reconnecting
+
+    def _reconnecting(self) -> None:
+        self._health.state = "reconnecting"
+
+    def _configure(self, conf: Any) -> None:
+        super()._configure(conf)
+        if self._ping_interval and self._ping_interval > 0:
+            self._health.ping_interval = float(self._ping_interval)
+
+    async def _connect(self) -> None:
+        await super()._connect()
+        if self._conn is not None:
+            self._health.connected()
+
+    async def _reconnect(self) -> None:
+        try:
+            await super()._reconnect()
+        except Exception as error:
+            # The SDK stops after the server's reconnect count; the watchdog tries again later.
+            self._health.gave_up()
+            logger.error("Feishu long connection gave up reconnecting: %s", error)
+
+    async def _handle_message(self, msg: bytes) -> None:
+        self._health.frame()
+        await super()._handle_message(msg)
+
+    def abort(self) -> None:
+        """Drop the socket at once: a silent peer cannot be relied on to finish a close."""
+        conn = self._conn
+        transport = getattr(conn, "transport", None)
+        if transport is not None:
+            transport.abort()
 
     async def _handle_data_frame(self, frame: Any) -> None:
         kind = _header(frame, "type")
         if kind not in ("event", "card"):
             return
+        self._health.frame(is_event=True)
         payload = frame.payload
         parts = int(_header(frame, "sum") or 1)
         if parts > 1:
@@ -101,6 +143,7 @@ class LongConnection:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self.error: AmuxError | None = None
+        self.health = LinkHealth()
 
     def start(self) -> None:
         """Start the connection thread; call from the main loop."""
@@ -153,6 +196,7 @@ class LongConnection:
             loop.run_until_complete(loop.shutdown_asyncgens())
             asyncio.set_event_loop(None)
             loop.close()
+            self.health.state = "disconnected"
             self._ready.set()
 
     async def _serve(self) -> None:
@@ -161,6 +205,7 @@ class LongConnection:
             return
         client = _WsClient(
             self._handle_payload,
+            self.health,
             app_id=self._settings.app_id,
             app_secret=self._settings.app_secret.get_secret_value(),
             log_level=lark.LogLevel.WARNING,
@@ -180,16 +225,44 @@ class LongConnection:
             await client._disconnect()
             await client._reconnect()
         self._ready.set()
-        logger.info("Feishu long connection established")
+        if self.health.state == "connected":
+            logger.info("Feishu long connection established")
         pinger = asyncio.get_running_loop().create_task(client._ping_loop())
+        watchdog = asyncio.get_running_loop().create_task(self._watch(client))
         await self._stop_event.wait()
         client._auto_reconnect = False
         current = asyncio.current_task()
         for task in asyncio.all_tasks():
             if task is not current:
                 task.cancel()
-        await asyncio.gather(pinger, return_exceptions=True)
+        await asyncio.gather(pinger, watchdog, return_exceptions=True)
         await client._disconnect()
+
+    async def _watch(self, client: _WsClient) -> None:
+        """Replace a connection that has heard nothing for three ping intervals."""
+        health = self.health
+        retry: asyncio.Task[None] | None = None
+        while True:
+            await asyncio.sleep(min(health.ping_interval / 2, WATCH_SECONDS))
+            silent, bound = health.silent_for(), health.silence_bound
+            if silent <= bound:
+                continue
+            if client._conn is not None:
+                logger.warning(
+                    "Feishu long connection silent for %.1fs (over %.1fs, 3 ping intervals); "
+                    "reconnecting",
+                    silent,
+                    bound,
+                )
+                health.silent_reconnects += 1
+                health.state = "reconnecting"
+                # Counted once: the next count starts when the new connection is up.
+                health.quiet_since = None
+                client.abort()
+            elif health.state == "disconnected" and (retry is None or retry.done()):
+                logger.warning("Feishu long connection down for %.1fs; reconnecting", silent)
+                health.quiet_since = time.monotonic()
+                retry = asyncio.get_running_loop().create_task(client._reconnect())
 
     async def _handle_payload(self, raw: bytes) -> tuple[dict[str, Any], bool, Callable[[], None]]:
         """Runs on the connection loop: accept on the main loop and wait for the answer."""

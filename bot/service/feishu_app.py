@@ -26,7 +26,7 @@ from hub.config import HubSettings
 from hub.errors import AmuxError
 from hub.metrics import METRICS
 from hub.rpc import HUB
-from hub.server import READINESS
+from hub.server import HEALTH, READINESS
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.launch import LaunchSite
 
@@ -35,6 +35,8 @@ logger = logging.getLogger("amux.serve")
 # The running adapter, for whatever needs Feishu beside the bot (and for tests to wait on it).
 FEISHU = web.AppKey("feishu_adapter", FeishuAdapter)
 OUTBOX_GRACE_SECONDS = 10.0
+# The key of the long connection's state in /healthz (read by `amux doctor`).
+LINK_HEALTH = "feishu_long_connection"
 
 
 class _DeferredSink:
@@ -88,6 +90,11 @@ def add_feishu(
         return False, "the bot's identity is not known yet: check the app id, secret and domain"
 
     app[READINESS].add("feishu", feishu_ready)
+    link = adapter.link_health
+    if link is not None:
+        app[HEALTH].add(LINK_HEALTH, lambda: link.snapshot().to_json())
+        if metrics is not None:
+            metrics.set_feishu_link_source(link.snapshot)
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         hub = app[HUB]

@@ -248,11 +248,17 @@ async def running_bot(
     lease_seconds: float = 30.0,
     owner_in_feishu: bool = True,
     language: str = "en_us",
+    long_connection_config: dict[str, int] | None = None,
 ) -> AsyncIterator[Bot]:
-    """The service with Feishu on; ``runtime`` adds the in-process worker ``amux serve`` runs."""
+    """The service with Feishu on; ``runtime`` adds the in-process worker ``amux serve`` runs.
+
+    ``long_connection_config`` is what the fake's long-connection endpoint tells the SDK
+    (``ping_interval``, ``reconnect_count``).
+    """
     home = tmp_path / "amux-home"
     ids = seed(home, memory=memory, isolation=isolation, owner_in_feishu=owner_in_feishu)
-    async with FakeFeishu(app_id=APP_ID, bot_open_id=BOT_OPEN_ID) as feishu:
+    fake = FakeFeishu(app_id=APP_ID, bot_open_id=BOT_OPEN_ID, **(long_connection_config or {}))
+    async with fake as feishu:
         settings = signer.settings(
             feishu,
             enroll=enroll,

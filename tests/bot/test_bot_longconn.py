@@ -6,7 +6,10 @@ frame's acknowledgement (there is no HTTP response to carry it) and messages thr
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +22,8 @@ from tests.bot.test_bot_flows import (
     running_bot,
     signer,
 )
+from tests.bot.test_feishu_monitoring import sample
+from tests.conftest import until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -64,3 +69,51 @@ async def test_messages_and_card_clicks_work_over_the_long_connection(tmp_path: 
         ack = await feishu.push(refused, kind="card")
         assert "Owner only" in card_text(ack["data"]["card"]["data"])
         assert bot.hub.config.describe()["memory.enabled"].saved is False
+
+
+async def test_a_silent_long_connection_is_replaced_and_healthz_shows_it(tmp_path: Path) -> None:
+    # Feishu's client config sets a 1 s ping interval: 3 s without a frame is a dead connection.
+    config = {"ping_interval": 1, "reconnect_count": -1}
+    async with running_bot(tmp_path, mode="long_connection", long_connection_config=config) as bot:
+        feishu = bot.feishu
+
+        async def health() -> dict[str, Any]:
+            body: dict[str, Any] = await (await bot.client.get("/healthz")).json()
+            return body
+
+        link = (await health())["feishu_long_connection"]
+        assert link["state"] == "connected" and link["silence_bound_seconds"] == 3.0
+        assert link["silent_reconnects"] == 0 and link["last_event_age_seconds"] is None
+        await until(lambda: feishu.ws_pings >= 1)
+
+        feishu.go_silent()
+        silenced = time.monotonic()
+        seen: list[dict[str, Any]] = []
+
+        async def replaced() -> bool:
+            seen.append((await health())["feishu_long_connection"])
+            return seen[-1]["silent_reconnects"] == 1 and seen[-1]["state"] == "connected"
+
+        deadline = silenced + 10
+        while not await replaced():
+            assert time.monotonic() < deadline, seen[-1]
+            await asyncio.sleep(0.1)
+        assert feishu.ws_connections == 2
+        # The silence grew in plain view before the connection was replaced.
+        assert max(s["last_frame_age_seconds"] or 0 for s in seen) >= 2.0
+
+        stored = feishu.add_message(private_chat(ALICE), "/amux")
+        await feishu.push(
+            signer.message(
+                "/amux", **ALICE, chat_id=private_chat(ALICE), message_id=stored.message_id
+            )
+        )
+        assert "alice" in card_text((await bot.reply_to(stored.message_id)).card)
+        link = (await health())["feishu_long_connection"]
+        assert link["last_event_age_seconds"] is not None and link["last_event_age_seconds"] < 5
+
+        metrics = await (await bot.client.get("/metrics")).text()
+        assert sample(metrics, "amux_feishu_long_connection_state", state="connected") == 1
+        assert sample(metrics, "amux_feishu_long_connection_state", state="reconnecting") == 0
+        assert "\namux_feishu_long_connection_silent_reconnects_total 1.0\n" in metrics
+        assert "amux_feishu_long_connection_last_frame_age_seconds " in metrics

@@ -1,3 +1,4 @@
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from bot.feishu.dispatcher import EventDispatcher
 from bot.feishu.errors import FeishuApiError
 from bot.feishu.events import CardResponse
 from bot.feishu.longconn import LongConnection
+from tests.conftest import until
 from tests.fakes.feishu import FakeFeishu
 from tests.fakes.feishu_events import FeishuSigner, RecordingSink
 
@@ -88,6 +90,47 @@ async def test_legacy_card_callbacks_are_understood(connected: Connected) -> Non
     assert ack["data"]["toast"]["content"] == "ok"
     action = connected.sink.card_actions[0]
     assert action.open_message_id == "om_old" and action.operator.union_id == "on_user1"
+
+
+async def test_a_connection_gone_silent_is_replaced_and_events_flow_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink = RecordingSink()
+    dedup = SqliteEventDedup(tmp_path / "state.sqlite3")
+    dispatcher = EventDispatcher(sink, dedup, bot_open_id="ou_bot")
+    # Feishu's client config sets the SDK's ping interval: 1 s, so 3 s of silence is too long.
+    async with FakeFeishu(
+        app_id=f"cli_{uuid.uuid4().hex[:12]}", ping_interval=1, reconnect_count=-1
+    ) as fake:
+        settings = FeishuSettings(
+            app_id=fake.app_id, app_secret=SecretStr(fake.app_secret), domain=fake.url
+        )
+        connection = LongConnection(settings, dispatcher)
+        connection.start()
+        try:
+            await connection.wait_connected()
+            assert connection.health.state == "connected"
+            assert connection.health.silence_bound == 3.0
+            await until(lambda: fake.ws_pings >= 1 and connection.health.last_frame is not None, 15)
+            fake.go_silent()
+            silenced = time.monotonic()
+            await until(lambda: fake.ws_connections == 2, 15)
+            # Three ping intervals and one look of the watchdog, plus the reconnect.
+            assert time.monotonic() - silenced < 3.0 + 0.5 + 2.0
+            await until(lambda: connection.health.state == "connected", 15)
+            assert connection.health.silent_reconnects == 1
+            assert any(
+                "long connection silent for" in record.getMessage() for record in caplog.records
+            )
+            ack = await fake.push(signer.message("still there?", event_id="ev_after_silence"))
+            assert ack == {"code": 200}
+            await sink.wait_for(lambda s: len(s.messages) == 1)
+            assert connection.health.snapshot().event_age_seconds is not None
+        finally:
+            await connection.stop()
+            await dispatcher.drain()
+            dedup.close()
+    assert connection.health.state == "disconnected"
 
 
 async def test_wrong_credentials_fail_clearly(tmp_path: Path) -> None:

@@ -134,6 +134,8 @@ class FakeFeishu:
         app_secret: str = "secret",
         bot_open_id: str = "ou_bot",
         token_expire: int = 7200,
+        ping_interval: int = 120,
+        reconnect_count: int = 0,
     ) -> None:
         self.app_id = app_id
         self.app_secret = app_secret
@@ -169,6 +171,12 @@ class FakeFeishu:
         self._ws: web.WebSocketResponse | None = None
         self._ws_acks: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.ws_pings = 0
+        self.ws_connections = 0
+        # The long-connection client config the endpoint hands out (the SDK pings at this pace).
+        self.ping_interval = ping_interval
+        self.reconnect_count = reconnect_count
+        # A connection gone silent stays open but answers nothing, as one a dead path holds.
+        self._silent: web.WebSocketResponse | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -580,10 +588,10 @@ class FakeFeishu:
             return web.json_response({"code": 10014, "msg": "app secret invalid"})
         ws_url = self.url.replace("http://", "ws://") + "/ws?device_id=dev1&service_id=7"
         config = {
-            "ReconnectCount": 0,
+            "ReconnectCount": self.reconnect_count,
             "ReconnectInterval": 1,
             "ReconnectNonce": 0,
-            "PingInterval": 120,
+            "PingInterval": self.ping_interval,
         }
         return web.json_response({"code": 0, "data": {"URL": ws_url, "ClientConfig": config}})
 
@@ -591,9 +599,10 @@ class FakeFeishu:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         self._ws = ws
+        self.ws_connections += 1
         self.ws_connected.set()
         async for msg in ws:
-            if msg.type != WSMsgType.BINARY:
+            if msg.type != WSMsgType.BINARY or ws is self._silent:
                 continue
             frame = Frame()
             frame.ParseFromString(msg.data)
@@ -607,8 +616,16 @@ class FakeFeishu:
                 future = self._ws_acks.pop(headers.get("message_id", ""), None)
                 if future is not None and not future.done():
                     future.set_result(json.loads(frame.payload))
-        self._ws = None
+        # A newer connection may have replaced this one already.
+        if self._ws is ws:
+            self._ws = None
         return ws
+
+    def go_silent(self) -> None:
+        """The current long connection stays open but gets no pong, event or answer any more."""
+        if self._ws is None:
+            raise RuntimeError("no long-connection client is connected")
+        self._silent = self._ws
 
     async def push(self, payload: dict[str, Any], kind: str = "event") -> dict[str, Any]:
         """Send one data frame (``kind`` "event" or "card") and return the client's ack.
