@@ -52,7 +52,8 @@ from hub.errors import Unavailable
 
 logger = logging.getLogger(__name__)
 
-RATE_LIMIT_CODES = frozenset({99991400, 99991402, 230020, 11020, 11021})
+# 11232: the tenant as a whole creates messages too fast (HTTP 400), which passes with time too.
+RATE_LIMIT_CODES = frozenset({99991400, 99991402, 230020, 11020, 11021, 11232})
 # The tenant token the SDK cached was rejected (expired early, revoked, or from another server).
 TOKEN_INVALID_CODES = frozenset({99991661, 99991663, 99991668, 99991677})
 # Where lark-oapi's TokenManager caches an app's tenant token; not a public API of the SDK.

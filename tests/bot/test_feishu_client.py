@@ -123,6 +123,16 @@ async def test_rate_limit_code_with_http_200_is_retried(fake: FakeFeishu) -> Non
     assert len(fake.calls("POST", "/reply")) == 2
 
 
+async def test_the_tenants_create_message_limit_is_waited_out(fake: FakeFeishu) -> None:
+    client = _client(fake)
+    await client.bot_info()
+    # Feishu answers HTTP 400 with 11232 when the tenant creates messages too fast.
+    fake.fail_next(1, status=400, code=11232, path_contains="/im/v1/messages")
+    sent = await client.send_text("oc_chat1", "hi")
+    assert len(fake.calls("POST", "/im/v1/messages")) == 2
+    assert list(fake.messages) == [sent.message_id]
+
+
 async def test_server_errors_are_retried(fake: FakeFeishu) -> None:
     fake.fail_next(1, status=503, code=0, path_contains="/bot/v3/info")
     assert (await _client(fake).bot_info()).open_id == "ou_bot"
