@@ -837,6 +837,57 @@ async def check_feishu_ingress(feishu: FeishuSettings, hub_url: str) -> Check:
     return await _probe_long_connection(feishu)
 
 
+async def check_feishu_connection(feishu: FeishuSettings, hub_url: str) -> Check:
+    """The running Hub's long connection, as its /healthz shows it: state and last frame's age."""
+    from bot.feishu.liveness import LINK_HEALTH
+
+    name = "feishu_connection"
+    if not feishu.enabled or feishu.mode != "long_connection":
+        return Check(name, "skip", "no long connection configured")
+    url = hub_url.rstrip("/") + "/healthz"
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HTTP_SECONDS)) as session,
+            session.get(url) as response,
+        ):
+            body = await response.json(content_type=None)
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as error:
+        return Check(
+            name, "skip", f"not checked: cannot read {url}: {error or type(error).__name__}"
+        )
+    link = body.get(LINK_HEALTH) if isinstance(body, dict) else None
+    if not isinstance(link, dict):
+        return Check(
+            name,
+            "warn",
+            f"the Hub at {hub_url} runs no Feishu long connection",
+            "restart `amux serve` with AMUX_FEISHU_MODE=long_connection and the app's credentials",
+        )
+    state = link.get("state")
+    frame_age = link.get("last_frame_age_seconds")
+    event_age = link.get("last_event_age_seconds")
+    heard = "nothing heard yet" if frame_age is None else f"last frame {_age(frame_age)} ago"
+    detail = f"{state}; {heard}, last event " + (
+        "none yet" if event_age is None else f"{_age(event_age)} ago"
+    )
+    forced = link.get("silent_reconnects") or 0
+    if forced:
+        detail += f"; {forced} reconnect(s) after silence"
+    network = (
+        'see the Hub\'s log ("Feishu long connection"); allow outbound HTTPS and WebSocket '
+        "to AMUX_FEISHU_DOMAIN from the Hub host"
+    )
+    if state == "connected":
+        return Check(name, "ok", detail)
+    if state == "reconnecting":
+        return Check(name, "warn", detail, network)
+    return Check(name, "fail", detail, network)
+
+
+def _age(seconds: object) -> str:
+    return f"{float(seconds):.0f}s" if isinstance(seconds, int | float) else "?"
+
+
 async def _probe_webhook(hub_url: str) -> Check:
     from bot.feishu.ingress import EVENTS_PATH
 
@@ -975,6 +1026,7 @@ async def diagnose(
         checks.append(await check_feishu_topic_scope(settings.feishu))
         checks.append(await check_feishu_names(settings.feishu))
         checks.append(await check_feishu_ingress(settings.feishu, client.hub_url))
+        checks.append(await check_feishu_connection(settings.feishu, client.hub_url))
         for provider in settings.runtime.accepted_providers():
             executable = settings.runtime.executable(provider) or provider
             required = settings.runtime.in_process and provider == settings.feishu.provider

@@ -8,7 +8,8 @@ The bot plugs its handlers in as an :class:`~bot.feishu.events.EventSink`.
     events.py      typed events, EventSink / EventDedup seams, the pure parser
     verifier.py    webhook signature, freshness, token and decryption (pure)
     ingress.py     POST /feishu/events
-    longconn.py    the SDK's WebSocket client in its own thread
+    longconn.py    the SDK's WebSocket client in its own thread, with a silence watchdog
+    liveness.py    the long connection's state and last-frame age (/healthz, /metrics)
     dispatcher.py  parse → de-duplicate → sink, ack first
     dedup.py       SQLite event-id memory
     client.py      outbound API calls off the event loop

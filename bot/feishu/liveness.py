@@ -19,6 +19,8 @@ from hub.metrics import FeishuLink
 
 LinkState = Literal["connected", "reconnecting", "disconnected"]
 
+# The key of the long connection's state in /healthz (`amux doctor` reads it there).
+LINK_HEALTH = "feishu_long_connection"
 # Pongs missed in a row before the connection counts as dead.
 SILENT_PINGS = 3
 

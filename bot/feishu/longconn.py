@@ -84,6 +84,15 @@ class _WsClient(ws_client.Client):  # type: ignore[misc]
             self._health.gave_up()
             logger.error("Feishu long connection gave up reconnecting: %s", error)
 
+    async def retry(self) -> None:
+        """One more connection attempt after the SDK gave up (it may be told to try 0 times)."""
+        self._reconnecting()
+        try:
+            await self._connect()
+        except Exception as error:
+            self._health.gave_up()
+            logger.warning("Feishu long connection still down: %s", error or type(error).__name__)
+
     async def _handle_message(self, msg: bytes) -> None:
         self._health.frame()
         await super()._handle_message(msg)
@@ -262,7 +271,7 @@ class LongConnection:
             elif health.state == "disconnected" and (retry is None or retry.done()):
                 logger.warning("Feishu long connection down for %.1fs; reconnecting", silent)
                 health.quiet_since = time.monotonic()
-                retry = asyncio.get_running_loop().create_task(client._reconnect())
+                retry = asyncio.get_running_loop().create_task(client.retry())
 
     async def _handle_payload(self, raw: bytes) -> tuple[dict[str, Any], bool, Callable[[], None]]:
         """Runs on the connection loop: accept on the main loop and wait for the answer."""

@@ -13,6 +13,7 @@ from bot.diffs import DIFFS_DIR, BranchDiffs
 from bot.feishu.adapter import FeishuAdapter
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
+from bot.feishu.liveness import LINK_HEALTH
 from bot.files import TurnFiles
 from bot.identity import FeishuIdentities
 from bot.management import Management
@@ -35,8 +36,6 @@ logger = logging.getLogger("amux.serve")
 # The running adapter, for whatever needs Feishu beside the bot (and for tests to wait on it).
 FEISHU = web.AppKey("feishu_adapter", FeishuAdapter)
 OUTBOX_GRACE_SECONDS = 10.0
-# The key of the long connection's state in /healthz (read by `amux doctor`).
-LINK_HEALTH = "feishu_long_connection"
 
 
 class _DeferredSink:

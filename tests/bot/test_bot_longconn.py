@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from bot.commands.doctor import Check, check_feishu_connection
+from bot.config import FeishuSettings
 from tests.bot.test_bot_flows import (
     ALICE,
     BOB,
@@ -117,3 +119,39 @@ async def test_a_silent_long_connection_is_replaced_and_healthz_shows_it(tmp_pat
         assert sample(metrics, "amux_feishu_long_connection_state", state="reconnecting") == 0
         assert "\namux_feishu_long_connection_silent_reconnects_total 1.0\n" in metrics
         assert "amux_feishu_long_connection_last_frame_age_seconds " in metrics
+
+
+async def test_doctor_shows_a_long_connection_that_is_down_and_back(tmp_path: Path) -> None:
+    # Feishu tells the SDK not to reconnect on its own (0 attempts); amux tries again itself.
+    config = {"ping_interval": 1, "reconnect_count": 0}
+    async with running_bot(tmp_path, mode="long_connection", long_connection_config=config) as bot:
+        settings = bot.adapter.settings
+        check = await check_feishu_connection(settings, bot.url)
+        assert check.status == "ok" and check.detail.startswith("connected; last frame")
+        assert "last event none yet" in check.detail
+
+        bot.feishu.go_silent()
+        await bot.feishu.go_down()
+        await until(
+            lambda: bot.adapter.link_health is not None
+            and bot.adapter.link_health.state == "disconnected",
+            15,
+        )
+        check = await check_feishu_connection(settings, bot.url)
+        assert check.status == "fail", check
+        assert "reconnect(s) after silence" in check.detail
+        assert "AMUX_FEISHU_DOMAIN" in check.fix
+
+        await bot.feishu.come_back()
+        await until(lambda: bot.feishu.ws_connections == 2, 15)
+        check = await until_ok(settings, bot.url)
+        assert check.status == "ok"
+
+
+async def until_ok(settings: FeishuSettings, url: str) -> Check:
+    deadline = time.monotonic() + 10
+    while True:
+        check = await check_feishu_connection(settings, url)
+        if check.status == "ok" or time.monotonic() > deadline:
+            return check
+        await asyncio.sleep(0.1)
