@@ -103,6 +103,8 @@ class _WsClient(ws_client.Client):  # type: ignore[misc]
         transport = getattr(conn, "transport", None)
         if transport is not None:
             transport.abort()
+        elif conn is not None:
+            asyncio.get_running_loop().create_task(conn.close())
 
     async def _handle_data_frame(self, frame: Any) -> None:
         kind = _header(frame, "type")

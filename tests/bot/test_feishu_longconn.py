@@ -115,8 +115,9 @@ async def test_a_connection_gone_silent_is_replaced_and_events_flow_again(
             fake.go_silent()
             silenced = time.monotonic()
             await until(lambda: fake.ws_connections == 2, 15)
-            # Three ping intervals and one look of the watchdog, plus the reconnect.
-            assert time.monotonic() - silenced < 3.0 + 0.5 + 2.0
+            # Three ping intervals and one look of the watchdog, plus the reconnect (with room
+            # for a busy machine; without the watchdog it never comes).
+            assert time.monotonic() - silenced < 3.0 + 0.5 + 4.0
             await until(lambda: connection.health.state == "connected", 15)
             assert connection.health.silent_reconnects == 1
             assert any(
