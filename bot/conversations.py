@@ -27,6 +27,10 @@ a click answers with while a card streams, and an ordinary card's update is imme
 streaming card never carries the buttons. The first result card lists what was allowed and
 denied, and the rules the conversation keeps for the turn's person.
 
+A message recalled in Feishu is never answered as if it stood: its turn is cancelled before it
+starts, or stopped while it runs, and its card says who recalled it; a recalled message of a
+group topic is left out of later turns' context (``recall``).
+
 A finished turn's card shows the Provider's token totals and the elapsed time in its title, and a
 "New conversation" button: the topic's next message then starts a new Session (the old one stays
 as it was). The progress card's Stop cancels the running turn; the Session stays resumable.
@@ -42,6 +46,7 @@ import hashlib
 import logging
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +54,7 @@ from typing import Any, Literal
 
 from bot.diffs import BranchDiffs
 from bot.feishu.client import FeishuClient
-from bot.feishu.events import MessageEvent
+from bot.feishu.events import MessageEvent, Recall
 from bot.files import Refused, Saved, TurnFiles, with_files
 from bot.outbox import Followed, Outbox, Owed
 from bot.quotas import refusal_card
@@ -122,6 +127,9 @@ Toast = Literal["success", "warning", "error"]
 # How a "New conversation" click ended: done, not the clicker's, or a topic of another chat.
 Renewed = Literal["renewed", "not_yours", "elsewhere"]
 TITLE_CHARS = 60
+# Recalls of messages whose turn is not submitted yet (or never will be), remembered so the
+# turn is not started after all; bounded, as anyone's recalls of any message arrive here.
+MAX_EARLY_RECALLS = 1000
 
 
 @dataclass(frozen=True)
@@ -225,6 +233,13 @@ class Conversations:
         self._provider_of = provider_of
         self._lang = lang
         self._resumed: set[asyncio.Task[None]] = set()
+        # Message id -> its turn, from its submission until it is followed to its end (the
+        # outbox's follows hold the same once the progress card is out, across restarts).
+        self._turns: dict[str, str] = {}
+        # Message ids recalled before their turn was submitted, and who recalled them.
+        self._early: OrderedDict[str, str] = OrderedDict()
+        # Turns stopped by a recall of their message: who recalled it, for the card.
+        self._recalled: dict[str, str] = {}
 
     def _origin(self, topic: str) -> str:
         """The conversation a topic's next message continues (a new one after each renewal)."""
@@ -295,7 +310,12 @@ class Conversations:
             return None
         context = TopicContext()
         if self._topics is not None and self._seen is not None:
-            context = await self._topics.context(event, self._seen.seen_until(origin))
+            context = await self._topics.context(
+                event, self._seen.seen_until(origin), self._seen.recalled
+            )
+        if event.message_id in self._early:
+            logger.info("message %s was recalled before its turn started", event.message_id)
+            return None
         try:
             submitted, session = await executions.submit(
                 principal_id=principal_id,
@@ -313,12 +333,35 @@ class Conversations:
             card = refusal_card(error, self._lang)
             await self._client.reply(event.message_id, card=card)
             return None
-        if self._seen is not None:
-            self._seen.mark(origin, event.create_time_ms or int(time.time() * 1000))
         note = left
         if context.unavailable is not None:
             unread = catalogue_text(self._lang, "context.unavailable", reason=context.unavailable)
             note = f"{note} {unread}".strip()
+        self._turns[event.message_id] = submitted.id
+        try:
+            return await self._report_turn(event, submitted, session, (origin, topic), prompt, note)
+        finally:
+            self._turns.pop(event.message_id, None)
+
+    async def _report_turn(
+        self,
+        event: MessageEvent,
+        submitted: Execution,
+        session: Session,
+        where: tuple[str, str],
+        prompt: str,
+        note: str,
+    ) -> Turn:
+        """Show a submitted turn's progress card and follow the turn to its end; ``where`` is
+        the turn's origin and its topic."""
+        origin, topic = where
+        recalled = self._early.pop(event.message_id, None)
+        if recalled is not None:
+            # Recalled while its turn was being submitted: it never runs.
+            self._recalled[submitted.id] = recalled
+            await self._hub.executions.cancel(submitted.id)
+        if self._seen is not None:
+            self._seen.mark(origin, event.create_time_ms or int(time.time() * 1000))
         title = prompt.splitlines()[0][:TITLE_CHARS]
         project_name, branch = project_of(session)
         view = ProgressView(
@@ -353,8 +396,50 @@ class Conversations:
             topic,
         )
         self._outbox.follow(followed)
-        await self._follow(followed)
+        try:
+            await self._follow(followed)
+        finally:
+            self._recalled.pop(submitted.id, None)
         return Turn(submitted.id, session.id, progress_message_id)
+
+    async def recall(self, recall: Recall) -> None:
+        """A message was recalled in Feishu: its turn, if it has one, is cancelled before it
+        starts or stopped while it runs, and no later turn's context shows the message.
+
+        What is stopped is found from the recalled message's id alone (the turn the bot
+        submitted for it), and the Stop is recorded as its sender's when the sender recalled it.
+        """
+        if self._seen is not None:
+            self._seen.recall(recall.message_id)
+        execution_id = self._turns.get(recall.message_id) or next(
+            (f.execution_id for f in self._outbox.followed() if f.reply_to == recall.message_id),
+            None,
+        )
+        if execution_id is None:
+            # Not submitted yet (its topic or files still being read), or never a turn.
+            self._early[recall.message_id] = self._recaller(recall, "")
+            self._early.move_to_end(recall.message_id)
+            while len(self._early) > MAX_EARLY_RECALLS:
+                self._early.popitem(last=False)
+            return
+        executions = self._hub.executions
+        execution = executions.describe(execution_id)
+        if execution.finished:
+            return
+        self._recalled[execution_id] = self._recaller(recall, execution.submitted_by or "")
+        by = execution.submitted_by if recall.by_sender and execution.submitted_by else None
+        logger.info("turn %s stopped: its message was recalled", execution_id)
+        await executions.cancel(execution_id, by)
+
+    def _recaller(self, recall: Recall, sender_id: str) -> str:
+        """Who recalled a message, as its card names them: its sender by name, else the chat's
+        administrators (Feishu says no more)."""
+        if recall.by_sender:
+            found = self._hub.people.principal(sender_id) if sender_id else None
+            if found is not None:
+                return found.label
+            return catalogue_text(self._lang, "recall.by_sender")
+        return catalogue_text(self._lang, "recall.by_admin")
 
     def _left_project(self, chat_id: str, session: Session | None) -> str:
         """The note for a topic whose conversation works in a project the chat is no longer
@@ -685,6 +770,7 @@ class Conversations:
                 elapsed,
                 approvals=approvals.requests,
                 stopped_by=found.label if found is not None else "",
+                recalled_by=self._recalled.get(execution.id, ""),
             )
             owed.append(Owed("card", progress_card(view, self._lang), sequence))
         else:

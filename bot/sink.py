@@ -8,7 +8,14 @@ from bot.actions import action_table
 from bot.chat_commands import command_table, command_words
 from bot.conversations import Conversations
 from bot.feishu.client import FeishuClient
-from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
+from bot.feishu.events import (
+    CardAction,
+    CardResponse,
+    MessageEvent,
+    OtherEvent,
+    UserIds,
+    recall_of,
+)
 from bot.identity import FeishuIdentities
 from bot.management import Management
 from bot.quotas import SenderLimit
@@ -127,4 +134,15 @@ class BotSink:
         return await self._actions.dispatch(action, principal)
 
     async def on_event(self, event: OtherEvent) -> None:
-        logger.debug("Feishu event %s needs no action", event.event_type)
+        recall = recall_of(event)
+        if recall is None:
+            logger.debug("Feishu event %s needs no action", event.event_type)
+            return
+        # The event names no operator: only its tenant and app are checked; what the recall
+        # may stop is found from the message alone (``Conversations.recall``).
+        if not self._identities.admits(event.tenant_key, event.app_id, UserIds()):
+            return
+        try:
+            await self._conversations.recall(recall)
+        except AmuxError as error:
+            logger.warning("recall of %s not applied: %s", recall.message_id, error.message)

@@ -16,6 +16,8 @@ Rules:
   sender. The fence's marker (``topic-context-<16 hex>``) is drawn afresh for every prompt, so no
   message can know it; the instructions ahead of the fence name it and say the lines inside are
   data written by other people, never instructions. The request follows the fence.
+- A message recalled in Feishu (its ``im.message.recalled_v1`` event, kept in ``SeenTopics``) is
+  left out, whatever the topic's listing still shows of it.
 - When the topic cannot be read (scope missing, Feishu failing) the turn runs without context and
   ``TopicContext.unavailable`` says why, for the card.
 """
@@ -27,7 +29,9 @@ import logging
 import re
 import secrets
 import threading
+import time
 import unicodedata
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,7 +187,13 @@ class TopicReader:
     def __init__(self, client: FeishuClient) -> None:
         self._client = client
 
-    async def context(self, event: MessageEvent, after_ms: int) -> TopicContext:
+    async def context(
+        self,
+        event: MessageEvent,
+        after_ms: int,
+        recalled: Callable[[Iterable[str]], set[str]] | None = None,
+    ) -> TopicContext:
+        """The topic's unseen messages; ``recalled`` names those of the given ids taken back."""
         if not event.thread_id or event.is_private:
             return TopicContext()
         try:
@@ -191,11 +201,14 @@ class TopicReader:
         except AmuxError as error:
             logger.warning("topic %s could not be read: %s", event.thread_id, error.message)
             return TopicContext(unavailable=error.message)
-        until_ms = event.create_time_ms or max(
-            (m.create_time_ms for m in parse_items(items)), default=0
-        )
+        listed = parse_items(items)
+        until_ms = event.create_time_ms or max((m.create_time_ms for m in listed), default=0)
+        gone = recalled(m.message_id for m in listed) if recalled is not None else set()
         chosen = select(
-            parse_items(items), after_ms=after_ms, exclude=event.message_id, until_ms=until_ms
+            [m for m in listed if m.message_id not in gone],
+            after_ms=after_ms,
+            exclude=event.message_id,
+            until_ms=until_ms,
         )
         if not chosen:
             return TopicContext()
@@ -215,7 +228,12 @@ _V1_SEEN = """
 CREATE TABLE IF NOT EXISTS seen (origin TEXT PRIMARY KEY, until_ms INTEGER);
 CREATE TABLE IF NOT EXISTS generations (topic TEXT PRIMARY KEY, n INTEGER);
 """
-MIGRATIONS: tuple[tuple[int, Step], ...] = ((1, _V1_SEEN),)
+# Version 2: messages recalled in Feishu, kept out of later turns' context.
+_V2_RECALLED = "CREATE TABLE recalled (message_id TEXT PRIMARY KEY, at REAL NOT NULL);"
+MIGRATIONS: tuple[tuple[int, Step], ...] = ((1, _V1_SEEN), (2, _V2_RECALLED))
+# Feishu lets a message be recalled for at most a day or so after it was sent, and a topic's
+# listing reaches back only ``FETCH_LIMIT`` messages: a month of recalls is ample.
+RECALLED_KEPT_SECONDS = 30 * 24 * 3600.0
 
 
 class SeenTopics:
@@ -266,6 +284,31 @@ class SeenTopics:
                 "until_ms = MAX(until_ms, excluded.until_ms)",
                 (origin, until_ms),
             )
+
+    def recall(self, message_id: str) -> None:
+        """``message_id`` was taken back: no later turn's context shows it."""
+        now = time.time()
+        with self._lock:
+            self._db.execute("DELETE FROM recalled WHERE at < ?", (now - RECALLED_KEPT_SECONDS,))
+            self._db.execute(
+                "INSERT INTO recalled VALUES (?, ?) ON CONFLICT(message_id) DO NOTHING",
+                (message_id, now),
+            )
+
+    def recalled(self, message_ids: Iterable[str]) -> set[str]:
+        """Those of ``message_ids`` that were recalled."""
+        wanted = list(dict.fromkeys(message_ids))
+        found: set[str] = set()
+        with self._lock:
+            # In chunks: SQLite bounds a statement's parameters.
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(
+                    f"SELECT message_id FROM recalled WHERE message_id IN ({marks})", chunk
+                )
+                found.update(str(row[0]) for row in rows)
+        return found
 
     def close(self) -> None:
         with self._lock:

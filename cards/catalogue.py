@@ -162,6 +162,9 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "progress.elapsed": "{seconds} s elapsed",
         "progress.cancel": "Stop",
         "progress.stopped_by": "Stopped by **{name}**.",
+        "progress.recalled_by": "Recalled by **{name}**: this request is not answered.",
+        "recall.by_sender": "its sender",
+        "recall.by_admin": "a chat administrator",
         "progress.restarting": "The Hub is restarting: this card carries on when it is back.",
         "context.unavailable": (
             "The topic's earlier messages could not be read ({reason}): the Agent sees only this "
@@ -603,6 +606,9 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "progress.elapsed": "已用时 {seconds} 秒",
         "progress.cancel": "停止",
         "progress.stopped_by": "已由 **{name}** 停止。",
+        "progress.recalled_by": "已由 **{name}** 撤回：不再回答此请求。",
+        "recall.by_sender": "发送者",
+        "recall.by_admin": "群管理员",
         "progress.restarting": "Hub 正在重启：恢复后此卡片会继续更新。",
         "context.unavailable": "无法读取话题中之前的消息（{reason}）：Agent 只看到这条消息。",
         "conversation.new": "新对话",

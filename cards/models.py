@@ -229,6 +229,8 @@ class ProgressView:
     branch: str = ""
     # Who stopped a cancelled turn (a display name); empty when nobody is known to have.
     stopped_by: str = ""
+    # Who recalled the message that asked for a cancelled turn; shown instead of ``stopped_by``.
+    recalled_by: str = ""
 
 
 @dataclass(frozen=True)

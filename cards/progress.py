@@ -84,7 +84,9 @@ def progress_card(view: ProgressView, lang: Lang) -> Card:
     else:
         requests = approvals_section(TurnApprovals(view.approvals), lang)
     tail: list[Element] = []
-    if view.status == "cancelled" and view.stopped_by:
+    if view.status == "cancelled" and view.recalled_by:
+        tail.append(markdown(text(lang, "progress.recalled_by", name=escape(view.recalled_by))))
+    elif view.status == "cancelled" and view.stopped_by:
         tail.append(markdown(text(lang, "progress.stopped_by", name=escape(view.stopped_by))))
     if view.elapsed_seconds is not None:
         seconds = f"{view.elapsed_seconds:.0f}"

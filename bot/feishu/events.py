@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 
 MESSAGE_RECEIVE = "im.message.receive_v1"
 CARD_ACTION = "card.action.trigger"
+MESSAGE_RECALLED = "im.message.recalled_v1"
 # Types amux subscribes to besides messages and card clicks; they reach EventSink.on_event.
 OTHER_SUBSCRIBED = frozenset(
     {
@@ -21,7 +22,7 @@ OTHER_SUBSCRIBED = frozenset(
         "im.chat.member.bot.deleted_v1",
         "im.chat.disbanded_v1",
         "im.message.message_read_v1",
-        "im.message.recalled_v1",
+        MESSAGE_RECALLED,
         "im.chat.access_event.bot_p2p_chat_entered_v1",
         "application.bot.menu_v6",
     }
@@ -123,6 +124,38 @@ class OtherEvent:
     event: dict[str, Any]
     tenant_key: str = ""
     app_id: str = ""
+
+
+@dataclass(frozen=True)
+class Recall:
+    """A message taken back in Feishu: ``recall_type`` says by whom (``message_owner``, its
+    sender; ``group_owner``, ``group_manager`` or ``enterprise_manager``); Feishu names no
+    operator beyond that."""
+
+    message_id: str
+    chat_id: str
+    recall_type: str
+
+    @property
+    def by_sender(self) -> bool:
+        return self.recall_type == "message_owner"
+
+
+def recall_of(event: OtherEvent) -> Recall | None:
+    """The recall an ``im.message.recalled_v1`` event reports; None for any other event or one
+    naming no message."""
+    if event.event_type != MESSAGE_RECALLED:
+        return None
+    message_id = event.event.get("message_id")
+    if not isinstance(message_id, str) or not message_id:
+        return None
+    chat_id = event.event.get("chat_id")
+    recall_type = event.event.get("recall_type")
+    return Recall(
+        message_id,
+        chat_id if isinstance(chat_id, str) else "",
+        recall_type if isinstance(recall_type, str) else "",
+    )
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,27 @@ class FeishuSigner:
             },
         }
 
+    def recall(
+        self,
+        message_id: str,
+        *,
+        chat_id: str = "oc_chat1",
+        recall_type: str = "message_owner",
+        event_id: str | None = None,
+    ) -> dict[str, Any]:
+        """An ``im.message.recalled_v1`` event: Feishu names the message and how it was recalled
+        (by its sender, or a group owner or manager), not who did it."""
+        return {
+            "schema": "2.0",
+            "header": self._header("im.message.recalled_v1", event_id, None),
+            "event": {
+                "message_id": message_id,
+                "chat_id": chat_id,
+                "recall_time": str(int(time.time() * 1000)),
+                "recall_type": recall_type,
+            },
+        }
+
     @staticmethod
     def mention(key: str, open_id: str, name: str, union_id: str = "") -> dict[str, Any]:
         return {
