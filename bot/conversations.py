@@ -770,7 +770,7 @@ class Conversations:
                 elapsed,
                 approvals=approvals.requests,
                 stopped_by=found.label if found is not None else "",
-                recalled_by=self._recalled.get(execution.id, ""),
+                recalled_by=self._recalled.pop(execution.id, ""),
             )
             owed.append(Owed("card", progress_card(view, self._lang), sequence))
         else:

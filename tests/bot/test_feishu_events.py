@@ -8,9 +8,11 @@ from bot.feishu.events import (
     MalformedEvent,
     MessageEvent,
     OtherEvent,
+    Recall,
     UrlVerification,
     message_text,
     parse_event,
+    recall_of,
 )
 from tests.fakes.feishu_events import FeishuSigner
 
@@ -155,6 +157,23 @@ def test_url_verification_and_other_events() -> None:
     assert parse_event(other) == OtherEvent(
         "ev_o", "im.chat.member.bot.added_v1", {"chat_id": "oc_1"}
     )
+
+
+def test_a_recall_names_the_message_and_whether_its_sender_recalled_it() -> None:
+    parsed = parse_event(signer.recall("om_1", chat_id="oc_g", recall_type="group_manager"))
+    assert isinstance(parsed, OtherEvent)
+    recall = recall_of(parsed)
+    assert recall == Recall("om_1", "oc_g", "group_manager")
+    assert not recall.by_sender
+    own = recall_of(
+        OtherEvent(
+            "e", "im.message.recalled_v1", {"message_id": "om_2", "recall_type": "message_owner"}
+        )
+    )
+    assert own is not None and own.by_sender
+    # Only a recall naming a message counts; other events are no recall.
+    assert recall_of(OtherEvent("e", "im.message.recalled_v1", {"message_id": 7})) is None
+    assert recall_of(OtherEvent("e", "im.chat.disbanded_v1", {"message_id": "om_1"})) is None
 
 
 @pytest.mark.parametrize(

@@ -214,3 +214,15 @@ def test_every_result_card_fits_whatever_its_sections_hold_and_the_answer_is_who
     first = all_text(cards[0])
     # Each section shows what fits its budget, and counts the rest.
     assert "200 file(s)" in first or "200 个文件" in first
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_recalled_turn_says_who_recalled_it_instead_of_who_stopped_it(lang: Lang) -> None:
+    view = ProgressView("deploy", "cancelled", (), 3.0, stopped_by="bob", recalled_by="Bob *Li*")
+    card = progress_card(view, lang)
+    assert_valid_card(card)
+    shown = all_text(card)
+    recalled = {"en_us": "Recalled by", "zh_cn": "撤回"}[lang]
+    # The name is escaped: it cannot restyle the card.
+    assert recalled in shown and "Bob &#42;Li&#42;" in shown
+    assert "Stopped by" not in shown and "由 **bob** 停止" not in shown
