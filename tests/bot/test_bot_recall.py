@@ -110,3 +110,24 @@ async def test_a_recalled_message_of_a_topic_is_left_out_of_the_next_turns_conte
         (prompt,) = await until(lambda: prompts(bot))
         assert "Shall we ship on Friday?" in prompt
         assert "hunter2" not in prompt
+
+
+async def test_a_request_recalled_before_its_turn_is_queued_is_never_started_nor_answered(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        root = bot.feishu.add_message(
+            GROUP, "Shall we ship on Friday?", sender_open_id="ou_bob", thread_id=TOPIC
+        )
+        # Reading the topic waits out a rate limit: the request is not queued yet meanwhile.
+        bot.feishu.fail_next(
+            1, path_contains="/im/v1/messages", headers={"x-ogw-ratelimit-reset": "2"}
+        )
+        asked = await mention_in_topic(bot, "what do you think?", ALICE, root)
+        await until(lambda: bot.feishu.failures_left() == 0)
+        await recall(bot, asked, GROUP)
+        # Done once the request's handler has ended, or the turn was answered after all.
+        await until(lambda: bot.adapter.dispatcher.pending == 0 or bot.replies_to(asked))
+        assert len(bot.feishu.calls("GET", "/im/v1/messages")) == 2
+        assert prompts(bot) == []
+        assert bot.replies_to(asked) == []
