@@ -313,7 +313,7 @@ class Conversations:
             context = await self._topics.context(
                 event, self._seen.seen_until(origin), self._seen.recalled
             )
-        if event.message_id in self._early:
+        if self._early.pop(event.message_id, None) is not None:
             logger.info("message %s was recalled before its turn started", event.message_id)
             return None
         try:
