@@ -23,9 +23,12 @@ pytestmark = [
 ]
 
 
-def edit_runtime(tmp_path: Path) -> RuntimeSettings:
+def edit_runtime(tmp_path: Path, workspace_max: str | None = None) -> RuntimeSettings:
     return RuntimeSettings(
-        providers={"edit": str(stand_in(AGENT))}, sandbox="bwrap", work_dir=tmp_path / "runtime"
+        providers={"edit": str(stand_in(AGENT))},
+        sandbox="bwrap",
+        work_dir=tmp_path / "runtime",
+        workspace_max=workspace_max,
     )
 
 
@@ -74,7 +77,8 @@ async def test_a_project_turn_that_changed_nothing_posts_no_diff_file_again(
 async def test_a_sparse_file_of_gigabytes_is_named_not_committed_and_a_large_one_not_diffed(
     tmp_path: Path,
 ) -> None:
-    async with running_bot(tmp_path, runtime=edit_runtime(tmp_path)) as bot:
+    # Under the default workspace bound (2G) no file may grow to 3 GiB at all.
+    async with running_bot(tmp_path, runtime=edit_runtime(tmp_path, "4G")) as bot:
         await bound_to_project(bot, operator_repo(tmp_path / "web"))
         asked = await bot.say("sparse sparse.bin 3G\nfill table.csv 2M\nwrite notes.txt hello")
         progress = await bot.reply_to(asked)

@@ -92,11 +92,15 @@ class Service:
 
 
 @asynccontextmanager
-async def serving(tmp_path: Path) -> AsyncIterator[Service]:
+async def serving(tmp_path: Path, workspace_max: str | None = None) -> AsyncIterator[Service]:
     home = tmp_path / "amux-home"
     work_dir = home / "runtime"
     runtime = RuntimeSettings(
-        slots=2, providers={"edit": str(stand_in(AGENT))}, sandbox="bwrap", work_dir=work_dir
+        slots=2,
+        providers={"edit": str(stand_in(AGENT))},
+        sandbox="bwrap",
+        work_dir=work_dir,
+        workspace_max=workspace_max,
     )
     port = free_port()
     app = create_app(
@@ -218,7 +222,9 @@ async def test_two_conversations_of_one_project_run_at_once_each_on_its_own_bran
 async def test_a_sparse_file_of_gigabytes_is_not_committed_and_costs_the_workers_git_little(
     tmp_path: Path,
 ) -> None:
-    async with serving(tmp_path) as service:
+    # No Agent file may outgrow the workspace bound (2G by default): under a larger one a sparse
+    # file of 3 GiB takes no disk, so only the worker's git could be made to read it.
+    async with serving(tmp_path, workspace_max="4G") as service:
         # What the worker's git children have used at most so far (KiB), this process's own.
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         started = time.monotonic()
