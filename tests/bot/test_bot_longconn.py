@@ -126,7 +126,8 @@ async def test_doctor_shows_a_long_connection_that_is_down_and_back(tmp_path: Pa
     config = {"ping_interval": 1, "reconnect_count": 0}
     async with running_bot(tmp_path, mode="long_connection", long_connection_config=config) as bot:
         settings = bot.adapter.settings
-        check = await check_feishu_connection(settings, bot.url)
+        # Connected before its first frame reads "nothing heard yet": wait for one.
+        check = await until_ok(settings, bot.url, heard=True)
         assert check.status == "ok" and check.detail.startswith("connected; last frame")
         assert "last event none yet" in check.detail
 
@@ -148,10 +149,11 @@ async def test_doctor_shows_a_long_connection_that_is_down_and_back(tmp_path: Pa
         assert check.status == "ok"
 
 
-async def until_ok(settings: FeishuSettings, url: str) -> Check:
+async def until_ok(settings: FeishuSettings, url: str, heard: bool = False) -> Check:
     deadline = time.monotonic() + 10
     while True:
         check = await check_feishu_connection(settings, url)
-        if check.status == "ok" or time.monotonic() > deadline:
+        done = check.status == "ok" and (not heard or "nothing heard yet" not in check.detail)
+        if done or time.monotonic() > deadline:
             return check
         await asyncio.sleep(0.1)
