@@ -16,6 +16,7 @@ edit one that shipped, since databases already past it will not run it again.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -46,13 +47,28 @@ def connect(path: Path | str, *, durable: bool, timeout: float = 5.0) -> sqlite3
     """
     db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
     try:
-        db.execute("PRAGMA journal_mode=WAL")
+        _enter_wal(db, timeout)
         db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
         db.execute("PRAGMA foreign_keys=ON")
     except BaseException:
         db.close()
         raise
     return db
+
+
+def _enter_wal(db: sqlite3.Connection, timeout: float) -> None:
+    # Switching a new file to WAL needs a moment's exclusive lock, and SQLite reports a rival
+    # switching at the same time as "locked" at once, without its busy wait: processes that
+    # create one file together would fail where they should have waited their turn.
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 def run_script(db: sqlite3.Connection, script: str) -> None:

@@ -369,8 +369,9 @@ async def test_a_restart_is_not_held_by_clients_dribbling_their_bodies(tmp_path:
         await asyncio.gather(*dribblers)
         log = hub.process.log()
 
-    # Without cutting them off the drain would wait 30 s for these requests.
-    assert took < 10.0, f"the restart took {took:.1f}s"
+    # Without cutting them off the drain would wait 30 s for these requests; a restart's own
+    # start-up on a loaded 2-core machine takes up to about 10 s, so only the drain's wait is told.
+    assert took < 25.0, f"the restart took {took:.1f}s"
     assert "requests still running" not in log
     # Each was told the Hub is restarting, or its connection went with the old listener.
     assert all(d.done and d.status in (503, None) for d in slow), slow

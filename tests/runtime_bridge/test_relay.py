@@ -4,6 +4,7 @@ its Unix socket, and no more connections at once than the worker's side would ke
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -27,9 +28,14 @@ async def test_a_door_carries_at_most_its_bound_and_closes_the_rest_at_once(
 
     async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         carried.add(writer)
-        await reader.read()
-        carried.discard(writer)
-        writer.close()
+        try:
+            with contextlib.suppress(ConnectionError):
+                await reader.read()
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+            carried.discard(writer)
 
     socket_path = tmp_path / "hub.sock"
     server = await asyncio.start_unix_server(hold, str(socket_path))
@@ -54,11 +60,15 @@ async def test_a_door_carries_at_most_its_bound_and_closes_the_rest_at_once(
         assert not await closed(again[0], 0.2)
         for _, writer in [*opened, *extra, again]:
             writer.close()
+        await asyncio.gather(*(w.wait_closed() for _, w in [*opened, *extra, again]))
     finally:
         # The relay's door-serving child is in the session it started: end them together.
         os.killpg(relay.pid, signal.SIGKILL)
         await relay.wait()
+        # Every connection the relay carried now reads its end; none is left for the loop's close.
+        await until(lambda: not carried, 10)
         server.close()
+        await server.wait_closed()
 
 
 def _listening(port: int) -> bool:
