@@ -37,6 +37,10 @@ as it was). The progress card's Stop cancels the running turn; the Session stays
 
 Images and files of the message are saved in the workspace and named in the prompt; files the
 Agent leaves in ``outbox/`` are posted after the answer (``bot.files``).
+
+What a message forwards, a chat's messages (``bot.forwards``) or a card, goes in the same fence
+as a topic's context, with its original senders, never as the requester's words; a forward with
+no words of the requester's is a turn too.
 """
 
 from __future__ import annotations
@@ -54,8 +58,9 @@ from typing import Any, Literal
 
 from bot.diffs import BranchDiffs
 from bot.feishu.client import FeishuClient
-from bot.feishu.events import MessageEvent, Recall
+from bot.feishu.events import Forwarded, MessageEvent, Recall
 from bot.files import Refused, Saved, TurnFiles, with_files
+from bot.forwards import ForwardReader
 from bot.outbox import Followed, Outbox, Owed
 from bot.quotas import refusal_card
 from bot.streaming import StreamingCard, open_streaming
@@ -162,9 +167,7 @@ def branch_view(work: BranchWork, diff_attached: bool, diff_unchanged: bool = Fa
     return BranchView(
         branch=work.branch,
         base=work.base,
-        files=tuple(
-            ChangedFileView(f.path, f.added, f.removed, f.too_large) for f in work.files
-        ),
+        files=tuple(ChangedFileView(f.path, f.added, f.removed, f.too_large) for f in work.files),
         files_total=work.files_total,
         diff_attached=diff_attached,
         diff_truncated=work.diff_truncated and diff_attached,
@@ -219,8 +222,10 @@ class Conversations:
         files: TurnFiles | None = None,
         diffs: BranchDiffs | None = None,
         zone: str = DEFAULT_TIME_ZONE,
+        forwards: ForwardReader | None = None,
     ) -> None:
         self._hub = hub
+        self._forwards = forwards
         self._zone = zone
         self._files = files
         self._diffs = diffs
@@ -306,7 +311,8 @@ class Conversations:
                 origin=origin,
             )
             prompt = await self._bring_in(event, target, prompt)
-        if not prompt:
+        forwarded, request = await self._forwarded(event, prompt)
+        if not request:
             return None
         context = TopicContext()
         if self._topics is not None and self._seen is not None:
@@ -321,7 +327,7 @@ class Conversations:
                 principal_id=principal_id,
                 submitted_by=sender.id,
                 provider=self._provider_for(event.chat_id, session, project),
-                prompt=with_context(with_sender(prompt, sender), context),
+                prompt=with_context(with_sender(request, sender), context, forwarded, self._zone),
                 origin=origin,
                 workspace=workspace,
                 project=project.name if project is not None else None,
@@ -339,7 +345,8 @@ class Conversations:
             note = f"{note} {unread}".strip()
         self._turns[event.message_id] = submitted.id
         try:
-            return await self._report_turn(event, submitted, session, (origin, topic), prompt, note)
+            title = prompt or catalogue_text(self._lang, "forward.title")
+            return await self._report_turn(event, submitted, session, (origin, topic), title, note)
         finally:
             self._turns.pop(event.message_id, None)
 
@@ -462,6 +469,30 @@ class Conversations:
         if project is not None and self._hub.chats.provider(chat_id) is None:
             return project.provider
         return self._provider_of(chat_id)
+
+    async def _forwarded(
+        self, event: MessageEvent, prompt: str
+    ) -> tuple[tuple[Forwarded, ...], str]:
+        """What ``event`` forwards (a forwarded chat read from Feishu), and the request to put
+        after it: ``prompt``, or a line saying the sender only forwarded; empty when there is
+        nothing to ask. A forward that cannot be read is told."""
+        forwarded = event.forwarded
+        left_out = 0
+        if event.is_forward and self._forwards is not None:
+            read = await self._forwards.read(event)
+            if read.unavailable is not None:
+                unread = catalogue_text(self._lang, "forward.unavailable", reason=read.unavailable)
+                await self._client.reply(event.message_id, text=unread)
+            forwarded += read.messages
+            left_out = read.left_out
+        if not forwarded:
+            return (), prompt
+        request = prompt or "(No words of their own: they forwarded what is quoted above.)"
+        if left_out:
+            request += (
+                f"\n({left_out} more forwarded messages were left out: too many or too long.)"
+            )
+        return forwarded, request
 
     async def _bring_in(self, event: MessageEvent, target: Session | Workplace, prompt: str) -> str:
         """Save the message's files where ``target``'s turns work (a new project

@@ -2,14 +2,15 @@
 
 Rules:
 
-- In: a message's images and files are downloaded (``im.v1.message_resource.get``) into
+- In: a message's images, files, voice messages and videos are downloaded
+  (``im.v1.message_resource.get``; voice and video are files to it) into
   ``<workspace>/inbox/<message id>/`` before the turn is queued, at most ``MAX_IN_BYTES`` per
   turn. The budget counts bytes downloaded: each download is streamed and cut off past what is
   left of it (a file cut off spends what was read), and once it is spent the rest are refused
   without being downloaded. Names are sanitized (no directories, no hidden names, a safe
   character set). The prompt names each saved path relative to the workspace (the Agent's working
-  directory). Kinds the bot does not read (audio, video, stickers) and what would exceed the
-  budget are refused, and the sender is told which and why.
+  directory). What would exceed the budget is refused, and the sender is told which and why
+  (stickers never get here: Feishu serves no sticker's file to an app).
 - Out: files the Agent writes to ``<workspace>/outbox/`` during the turn (modified after it
   started) are uploaded and posted in the topic after the answer, at most ``MAX_OUT_FILES``, each
   at most ``MAX_OUT_BYTES``; symbolic links and anything that is not a regular file are skipped.
@@ -282,15 +283,12 @@ class TurnFiles:
         inbox = workspace / INBOX / sanitize(event.message_id, "message")
         for n, item in enumerate(event.attachments, 1):
             label = item.name or f"{item.kind} {n}"
-            if item.kind not in ("image", "file"):
-                refused.append(Refused(label, f"{item.kind} messages are not read"))
-                continue
             if budget <= 0:
                 refused.append(Refused(label, OVER_BUDGET))
                 continue
             try:
                 content = await self._client.message_resource(
-                    event.message_id, item.key, item.kind, limit=budget
+                    event.message_id, item.key, item.resource_type, limit=budget
                 )
             except ResourceTooLarge as error:
                 # The budget counts bytes downloaded: what was read before the cut is spent.
@@ -301,11 +299,15 @@ class TurnFiles:
                 refused.append(Refused(label, f"download failed: {error.message}"))
                 continue
             budget -= len(content)
-            name = (
-                f"image-{n}{image_suffix(content)}"
-                if item.kind == "image"
-                else sanitize(item.name, f"file-{n}")
-            )
+            if item.kind == "image":
+                name = f"image-{n}{image_suffix(content)}"
+            elif item.kind == "audio":
+                # Feishu keeps voice messages as Opus (in an Ogg container).
+                name = f"voice-{n}.opus"
+            else:
+                name = sanitize(
+                    item.name, f"{item.kind}-{n}" + (".mp4" if item.kind == "video" else "")
+                )
             target = inbox / name
             try:
                 # Every directory below the workspace is opened without following links (a

@@ -8,6 +8,7 @@ from bot.actions import action_table
 from bot.chat_commands import command_table, command_words
 from bot.conversations import Conversations
 from bot.feishu.client import FeishuClient
+from bot.feishu.content import STICKER
 from bot.feishu.events import (
     CardAction,
     CardResponse,
@@ -86,11 +87,10 @@ class BotSink:
                 return
             if event.is_private:
                 self._management.note_private_chat(event.chat_id, principal)
-            if not text and not event.attachments:
-                # A bare mention, or a kind of message with nothing to read: say so.
-                await self._client.reply(
-                    event.message_id, text=plain_text(self._lang, "command.text_only")
-                )
+            if not event.readable:
+                # A bare mention, a sticker, or a kind of message with nothing to read: say so.
+                said = "message.sticker" if event.message_type == STICKER else "command.text_only"
+                await self._client.reply(event.message_id, text=plain_text(self._lang, said))
                 return
             await self._conversations.handle(event, principal)
         except AmuxError as error:

@@ -189,7 +189,14 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "run.toast.cancelling": "cancelling",
         "command.private_only": "Send /amux to the bot in a private chat.",
         "command.text_only": (
-            "Please write your request as text (text, rich text, images and files are read)."
+            "Please write your request as text (text, rich text, images, files, voice messages, "
+            "videos, shares, cards and forwarded chats are read)."
+        ),
+        "message.sticker": "A sticker alone gives the Agent nothing to read: please write your "
+        "request as text.",
+        "forward.title": "Forwarded messages",
+        "forward.unavailable": (
+            "The forwarded messages could not be read ({reason}): the Agent does not see them."
         ),
         "provider.set": "New conversations in this chat now run {provider}.",
         "project.bound": (
@@ -626,7 +633,12 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "run.toast.not_yours": "只有发起此轮次的人或 Hub 所有者可以停止它",
         "run.toast.cancelling": "正在停止",
         "command.private_only": "请在与机器人的私聊中发送 /amux。",
-        "command.text_only": "请用文字描述你的请求（读取文字、富文本、图片和文件消息）。",
+        "command.text_only": (
+            "请用文字描述你的请求（读取文字、富文本、图片、文件、语音、视频、分享、卡片和合并转发的聊天记录）。"
+        ),
+        "message.sticker": "单独一个表情包没有可供 Agent 读取的内容：请用文字描述你的请求。",
+        "forward.title": "转发的消息",
+        "forward.unavailable": "无法读取转发的消息（{reason}）：Agent 看不到它们。",
         "provider.set": "本会话的新对话将使用 {provider}。",
         "project.bound": (
             "本会话已绑定到项目 **{project}**：每个新对话都在从 {branch} 创建的独立分支上"

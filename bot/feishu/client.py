@@ -237,6 +237,20 @@ class FeishuClient:
         items = (data.get("data") or {}).get("items") or []
         return [item for item in items if isinstance(item, dict)]
 
+    async def message_items(self, message_id: str) -> dict[str, Any]:
+        """A message as ``im.v1.message.get`` answers (``{"data": {"items": [...]}}``): for a
+        forwarded chat, the forward and every message in it, each naming the forward it sits in
+        as ``upper_message_id``."""
+        data = await self._call(
+            "message_get",
+            HttpMethod.GET,
+            "/open-apis/im/v1/messages/:message_id",
+            paths={"message_id": message_id},
+            queries=[("user_id_type", "open_id")],
+        )
+        items = (data.get("data") or {}).get("items") or []
+        return {"data": {"items": [item for item in items if isinstance(item, dict)]}}
+
     async def user_names(self, open_ids: Sequence[str]) -> dict[str, str]:
         """Display names of users by open_id (``contact.v3.user.batch``); needs a contact scope."""
         if not open_ids:

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
+from bot.feishu.content import INTERACTIVE, MERGE_FORWARD, READ_AS_TEXT, card_text, shared_text
+
 MESSAGE_RECEIVE = "im.message.receive_v1"
 CARD_ACTION = "card.action.trigger"
 MESSAGE_RECALLED = "im.message.recalled_v1"
@@ -49,13 +51,32 @@ class Mention:
 
 @dataclass(frozen=True)
 class Attachment:
-    """An image or file of a message: ``kind`` is image or file, the resource type to fetch.
+    """An image, file, voice message (``audio``) or video of a message.
 
-    Audio, video and stickers are not attachments: such a message has nothing to read."""
+    Stickers are not attachments: Feishu serves no sticker's file to an app."""
 
-    kind: str
+    kind: Literal["image", "file", "audio", "video"]
     key: str
     name: str = ""
+
+    @property
+    def resource_type(self) -> str:
+        """The resource type Feishu serves it as: audio and video are files to its API."""
+        return "image" if self.kind == "image" else "file"
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """Something a message carries that its sender did not write: one message of a forwarded
+    chat, or a forwarded card. Who wrote it is ``sender_open_id`` / ``sender_name`` (empty when
+    Feishu does not say, as for a card); ``sender_type`` is Feishu's (user, app)."""
+
+    text: str
+    sender_open_id: str = ""
+    sender_name: str = ""
+    sender_type: str = ""
+    create_time_ms: int = 0
+    message_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,10 +101,23 @@ class MessageEvent:
     # The tenant and app the event was delivered for (its header's).
     tenant_key: str = ""
     app_id: str = ""
+    # What the message carries of other people's (a forwarded card); a forwarded chat's
+    # messages are not in the event, they are read when its turn starts (``bot.forwards``).
+    forwarded: tuple[Forwarded, ...] = ()
 
     @property
     def is_private(self) -> bool:
         return self.chat_type == "p2p"
+
+    @property
+    def is_forward(self) -> bool:
+        """A forwarded chat, whose messages are read from Feishu."""
+        return self.message_type == MERGE_FORWARD
+
+    @property
+    def readable(self) -> bool:
+        """Whether the message has anything for an Agent: words, files or forwarded content."""
+        return bool(self.text.strip() or self.attachments or self.forwarded or self.is_forward)
 
     @property
     def conversation_key(self) -> str:
@@ -240,16 +274,21 @@ def _post_text(content: dict[str, Any]) -> str:
         parts: list[str] = []
         for element in paragraph if isinstance(paragraph, list) else []:
             tag = element.get("tag") if isinstance(element, dict) else None
-            if tag in ("text", "a", "code_block"):
+            if tag in ("text", "a", "code_block", "md"):
                 parts.append(str(element.get("text", "")))
             elif tag == "at":
                 parts.append(str(element.get("user_id", "")))
+            elif tag == "emotion":
+                parts.append(f":{element.get('emoji_type') or ''}:")
         lines.append("".join(parts))
     return "\n".join(lines)
 
 
 def message_text(message_type: str, content: str) -> str:
-    """The plain text of a received message's ``content`` JSON (mention placeholders kept)."""
+    """The plain text the sender wrote or shared in a received message's ``content`` JSON
+    (mention placeholders kept); empty for kinds that carry none (files, cards, forwards)."""
+    if message_type in READ_AS_TEXT:
+        return shared_text(message_type, content)
     try:
         parsed = json.loads(content) if content else {}
     except ValueError:
@@ -275,6 +314,10 @@ def attachments_of(message_type: str, content: str) -> tuple[Attachment, ...]:
         return (Attachment("image", str(parsed["image_key"])),)
     if message_type == "file" and parsed.get("file_key"):
         return (Attachment("file", str(parsed["file_key"]), str(parsed.get("file_name") or "")),)
+    if message_type == "audio" and parsed.get("file_key"):
+        return (Attachment("audio", str(parsed["file_key"])),)
+    if message_type in ("media", "video") and parsed.get("file_key"):
+        return (Attachment("video", str(parsed["file_key"]), str(parsed.get("file_name") or "")),)
     if message_type == "post":
         found: list[Attachment] = []
         body = (
@@ -286,6 +329,8 @@ def attachments_of(message_type: str, content: str) -> tuple[Attachment, ...]:
             for element in paragraph if isinstance(paragraph, list) else []:
                 if isinstance(element, dict) and element.get("tag") == "img":
                     found.append(Attachment("image", str(element.get("image_key") or "")))
+                elif isinstance(element, dict) and element.get("tag") == "media":
+                    found.append(Attachment("video", str(element.get("file_key") or "")))
         return tuple(a for a in found if a.key)
     return ()
 
@@ -389,7 +434,11 @@ def _message(event_id: str, event: dict[str, Any], bot_open_id: str) -> MessageE
         if isinstance(m, dict)
     )
     message_type = str(message.get("message_type", ""))
-    raw_text = message_text(message_type, str(message.get("content") or ""))
+    content = str(message.get("content") or "")
+    raw_text = message_text(message_type, content)
+    # A card reaches a person only as someone else's message (an app's, a bot's): one sent on
+    # is forwarded content, never the sender's own words.
+    card = card_text(content) if message_type == INTERACTIVE else ""
     text, mentions_bot = strip_mentions(raw_text, mentions, bot_open_id)
     try:
         created = int(message.get("create_time") or 0)
@@ -414,7 +463,8 @@ def _message(event_id: str, event: dict[str, Any], bot_open_id: str) -> MessageE
         mentions_bot=mentions_bot,
         mentions=tuple(m for m in mentions if not (bot_open_id and m.ids.open_id == bot_open_id)),
         create_time_ms=created,
-        attachments=attachments_of(message_type, str(message.get("content") or "")),
+        attachments=attachments_of(message_type, content),
+        forwarded=(Forwarded(card, message_type=INTERACTIVE),) if card else (),
     )
 
 

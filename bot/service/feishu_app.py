@@ -15,6 +15,7 @@ from bot.feishu.client import FeishuClient
 from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
 from bot.feishu.liveness import LINK_HEALTH
 from bot.files import TurnFiles
+from bot.forwards import ForwardReader
 from bot.identity import FeishuIdentities
 from bot.management import Management
 from bot.names import DisplayNames
@@ -144,6 +145,7 @@ def add_feishu(
             files=files,
             diffs=diffs,
             zone=settings.time_zone,
+            forwards=ForwardReader(client),
         )
         limit = SenderLimit(hub.config.messages_per_minute)
         sink.target = BotSink(adapter.client, identities, management, conversations, lang, limit)

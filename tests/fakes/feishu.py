@@ -14,6 +14,11 @@ API calls answer with that HTTP status and Feishu error code; ``go_down()`` refu
 (and drops kept-alive ones) until ``come_back()``. Replies with a ``uuid`` already seen answer
 with the message it created, as Feishu's idempotency key does.
 
+Forwarded chats: ``add_forward`` stores a ``merge_forward`` message and the messages in it;
+``GET /open-apis/im/v1/messages/{id}`` answers as Feishu does, the message itself first, then,
+for a forward, every message in it (nested forwards' too), each naming the forward it sits in as
+``upper_message_id``.
+
 Size: a card over Feishu's limit (``CARD_LIMIT_BYTES`` of JSON) is refused with code 230025, as
 Feishu refuses it, wherever a card is sent (a message, a reply, a card update, a CardKit entity
 created or replaced, a delayed update); so is a text message over ``TEXT_LIMIT_BYTES``. Nothing of
@@ -104,6 +109,19 @@ class CardEntity:
 
 
 @dataclass
+class ForwardedChild:
+    """A message inside a forwarded chat: who sent it, its kind and content, and for a nested
+    forward the messages inside it."""
+
+    sender_id: str
+    content: dict[str, Any]
+    msg_type: str = "text"
+    sender_type: str = "user"
+    mentions: list[dict[str, Any]] = field(default_factory=list)
+    children: list[ForwardedChild] = field(default_factory=list)
+
+
+@dataclass
 class StoredMessage:
     message_id: str
     chat_id: str
@@ -165,6 +183,8 @@ class FakeFeishu:
         self.large_resources: dict[tuple[str, str], LargeResource] = {}
         self.uploads: dict[str, tuple[str, bytes]] = {}
         self.user_names: dict[str, str] = {}
+        # A forward's message id -> the messages in it, as message.get lists them.
+        self.forwarded: dict[str, list[dict[str, Any]]] = {}
         self.url = ""
         # Long connection state.
         self.ws_connected = asyncio.Event()
@@ -186,6 +206,7 @@ class FakeFeishu:
         app.router.add_post("/open-apis/im/v1/messages", self._create)
         app.router.add_get("/open-apis/im/v1/messages", self._list)
         app.router.add_get("/open-apis/contact/v3/users/batch", self._users)
+        app.router.add_get("/open-apis/im/v1/messages/{message_id}", self._get_message)
         app.router.add_get("/open-apis/im/v1/messages/{message_id}/resources/{key}", self._resource)
         app.router.add_post("/open-apis/im/v1/files", self._upload)
         app.router.add_post("/open-apis/im/v1/images", self._upload)
@@ -257,6 +278,55 @@ class FakeFeishu:
         body = {"msg_type": "text", "content": json.dumps({"text": text})}
         message = self._store(chat_id, body, thread_id=thread_id)
         message.sender_open_id = sender_open_id
+        return message
+
+    def add_forward(
+        self,
+        chat_id: str,
+        children: list[ForwardedChild],
+        *,
+        sender_open_id: str = "ou_user",
+        source_chat_id: str = "oc_forwarded_from",
+    ) -> StoredMessage:
+        """A forwarded chat a user sent (``merge_forward``), holding ``children`` in order."""
+        body = {
+            "msg_type": "merge_forward",
+            "content": json.dumps({"content": "Merged and Forwarded Message"}),
+        }
+        message = self._store(chat_id, body)
+        message.sender_open_id = sender_open_id
+        listed: list[dict[str, Any]] = []
+        # Older than the forward, a minute apart, as a chat's messages were before forwarding.
+        start = message.create_time_ms - 3_600_000
+
+        def add(upper: str, items: list[ForwardedChild]) -> None:
+            for child in items:
+                child_id = f"om_{next(self._ids)}"
+                created = str(start + 60_000 * len(listed))
+                item: dict[str, Any] = {
+                    "message_id": child_id,
+                    "msg_type": child.msg_type,
+                    "create_time": created,
+                    "update_time": created,
+                    "deleted": False,
+                    "updated": False,
+                    "chat_id": source_chat_id,
+                    "sender": {
+                        "id": child.sender_id,
+                        "id_type": "open_id" if child.sender_type == "user" else "app_id",
+                        "sender_type": child.sender_type,
+                        "tenant_key": "tenant_1",
+                    },
+                    "body": {"content": json.dumps(child.content, ensure_ascii=False)},
+                    "upper_message_id": upper,
+                }
+                if child.mentions:
+                    item["mentions"] = child.mentions
+                listed.append(item)
+                add(child_id, child.children)
+
+        add(message.message_id, children)
+        self.forwarded[message.message_id] = listed
         return message
 
     def calls(self, method: str, path_contains: str) -> list[Recorded]:
@@ -423,6 +493,29 @@ class FakeFeishu:
             {"code": 0, "msg": "success", "data": {"items": items, "has_more": False}}
         )
 
+    async def _get_message(self, request: web.Request) -> web.Response:
+        message = self.messages.get(request.match_info["message_id"])
+        if message is None:
+            return web.json_response({"code": 230011, "msg": "message not found"}, status=400)
+        item = {
+            "message_id": message.message_id,
+            "msg_type": message.msg_type,
+            "create_time": str(message.create_time_ms),
+            "update_time": str(message.create_time_ms),
+            "deleted": False,
+            "updated": False,
+            "chat_id": message.chat_id,
+            "sender": {
+                "id": message.sender_open_id or self.app_id,
+                "id_type": "open_id" if message.sender_open_id else "app_id",
+                "sender_type": "user" if message.sender_open_id else "app",
+                "tenant_key": "tenant_1",
+            },
+            "body": {"content": message.content},
+        }
+        items = [item, *self.forwarded.get(message.message_id, [])]
+        return web.json_response({"code": 0, "msg": "success", "data": {"items": items}})
+
     async def _users(self, request: web.Request) -> web.Response:
         if self.contact_refused:
             return web.json_response(
@@ -434,6 +527,9 @@ class FakeFeishu:
         return web.json_response({"code": 0, "msg": "success", "data": {"items": items}})
 
     async def _resource(self, request: web.Request) -> web.StreamResponse:
+        if request.query.get("type") not in ("image", "file"):
+            # Feishu serves images and files only; voice and video are files to it.
+            return web.json_response({"code": 234001, "msg": "invalid resource type"}, status=400)
         where = (request.match_info["message_id"], request.match_info["key"])
         large = self.large_resources.get(where)
         if large is not None:
