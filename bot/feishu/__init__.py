@@ -6,6 +6,7 @@ connection), event-id de-duplication and the card-update throttle from ``FeishuS
 The bot plugs its handlers in as an :class:`~bot.feishu.events.EventSink`.
 
     events.py      typed events, EventSink / EventDedup seams, the pure parser
+    content.py     each kind of message content read through the SDK's normalizers (pure)
     verifier.py    webhook signature, freshness, token and decryption (pure)
     ingress.py     POST /feishu/events
     longconn.py    the SDK's WebSocket client in its own thread, with a silence watchdog
@@ -15,5 +16,5 @@ The bot plugs its handlers in as an :class:`~bot.feishu.events.EventSink`.
     client.py      outbound API calls off the event loop
     ratelimit.py   pacing under Feishu's per-chat and app-wide limits
     throttle.py    coalesced in-place card updates
-    sdk.py         the one import of lark-oapi
+    sdk.py         the one import of lark-oapi (and of its message normalizers)
 """

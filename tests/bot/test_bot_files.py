@@ -148,6 +148,34 @@ async def test_images_and_files_are_saved_in_the_workspace_within_the_budget(
     assert f"- {inbox}/notes_1.txt (23 bytes)" in prompt
 
 
+async def test_voice_messages_and_videos_are_saved_as_files_for_the_agent(
+    feishu: FakeFeishu, files: TurnFiles, tmp_path: Path
+) -> None:
+    message = feishu.add_message("oc_chat", "")
+    feishu.resources[(message.message_id, "file_v3_voice")] = b"OggS voice"
+    feishu.resources[(message.message_id, "file_v3_video")] = b"\0\0\0 ftypmp42"
+    feishu.resources[(message.message_id, "file_v3_clip")] = b"\0\0\0 ftypisom"
+    event = event_with(
+        message.message_id,
+        Attachment("audio", "file_v3_voice"),
+        Attachment("video", "file_v3_video", "demo day.mp4"),
+        Attachment("video", "file_v3_clip"),
+    )
+    workspace = tmp_path / "workspace"
+    saved, refused = await files.bring_in(event, session_in(workspace))
+    inbox = f"inbox/{message.message_id}"
+    assert refused == []
+    assert [s.path for s in saved] == [
+        f"{inbox}/voice-1.opus",
+        f"{inbox}/demo_day.mp4",
+        f"{inbox}/video-3.mp4",
+    ]
+    assert (workspace / inbox / "voice-1.opus").read_bytes() == b"OggS voice"
+    # Feishu serves voice and video as files.
+    fetched = feishu.calls("GET", f"/messages/{message.message_id}/resources/")
+    assert {call.query["type"] for call in fetched} == {"file"}
+
+
 async def test_files_left_in_the_outbox_during_the_turn_are_posted_once_and_bounded(
     feishu: FakeFeishu, files: TurnFiles, tmp_path: Path
 ) -> None:
