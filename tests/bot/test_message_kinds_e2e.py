@@ -153,12 +153,18 @@ async def test_forwarded_chats_and_cards_reach_the_agent_fenced_and_a_sticker_is
         sticker = feishu.add_message(CHAT, "", sender_open_id="ou_dave")
         asked = await bot.send(sticker, "sticker", {"file_key": "file_v3_sticker"})
 
-        def told() -> str | None:
+        def told(words: str) -> str | None:
             for message in list(feishu.messages.values()):
-                if message.root_id == asked and "sticker" in message.content:
+                if message.root_id == asked and words in message.content:
                     return message.content
             return None
 
-        said = json.loads(await until(told))["text"]
+        said = json.loads(await until(lambda: told("sticker")))["text"]
         assert said.startswith("A sticker alone gives the Agent nothing to read")
+
+        hidden = feishu.add_forward(CHAT, [ForwardedChild("ou_alice", {"text": "secret"})])
+        feishu.fail_next(1, status=400, code=230027, path_contains=f"/messages/{hidden.message_id}")
+        asked = await bot.send(hidden, "merge_forward", {"content": "Merged and Forwarded Message"})
+        said = json.loads(await until(lambda: told("could not be read")))["text"]
+        assert said.startswith("The forwarded messages could not be read")
         assert len(bot.prompts()) == 2
