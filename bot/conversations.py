@@ -167,7 +167,9 @@ def branch_view(work: BranchWork, diff_attached: bool, diff_unchanged: bool = Fa
     return BranchView(
         branch=work.branch,
         base=work.base,
-        files=tuple(ChangedFileView(f.path, f.added, f.removed, f.too_large) for f in work.files),
+        files=tuple(
+            ChangedFileView(f.path, f.added, f.removed, f.too_large) for f in work.files
+        ),
         files_total=work.files_total,
         diff_attached=diff_attached,
         diff_truncated=work.diff_truncated and diff_attached,

@@ -35,6 +35,7 @@ MAX_ITEMS = 50
 MAX_DEPTH = 3
 MAX_TEXT_CHARS = 4000
 MAX_BYTES = 32 * 1024
+MAX_NAMES = 50
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,8 @@ class ForwardReader:
             if not people:
                 return {}
             try:
-                return await self._client.user_names(people)
+                # The contact API takes at most MAX_NAMES ids a call; the rest go by their id.
+                return await self._client.user_names(people[:MAX_NAMES])
             except AmuxError as error:
                 # Names are a courtesy: without the contact scope the messages still go out.
                 logger.info("sender names unavailable: %s", error.message)
