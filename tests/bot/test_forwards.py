@@ -12,7 +12,7 @@ from pydantic import SecretStr
 from bot.config import FeishuSettings
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import Forwarded, MessageEvent, parse_event
-from bot.forwards import ForwardReader
+from bot.forwards import MAX_BYTES, MAX_ITEMS, MAX_TEXT_CHARS, ForwardReader
 from bot.topic_context import TopicContext, TopicMessage, with_context
 from tests.bot.test_topic_context import fenced
 from tests.fakes.feishu import FakeFeishu, ForwardedChild, StoredMessage
@@ -169,3 +169,17 @@ def test_forwarded_messages_and_cards_go_inside_the_fence_with_their_own_senders
     alone = fenced(with_context("Message from Dave:\nsee this", TopicContext(), forwarded[:1]))
     assert alone.preamble.startswith("What the request forwarded")
     assert json.dumps(alone.records[0], ensure_ascii=False).count("Alice Wang") == 1
+
+
+async def test_a_long_forward_is_cut_to_its_first_messages_and_says_how_many_are_left_out(
+    feishu: FakeFeishu, reader: ForwardReader
+) -> None:
+    children = [ForwardedChild("ou_alice", text(f"line {n}")) for n in range(MAX_ITEMS + 5)]
+    stored = feishu.add_forward("oc_chat", children)
+    read = await reader.read(forward_event(stored))
+    assert [m.text for m in read.messages] == [f"line {n}" for n in range(MAX_ITEMS)]
+    assert read.left_out == 5
+    big = [ForwardedChild("ou_bob", text("x" * MAX_TEXT_CHARS)) for _ in range(10)]
+    read = await reader.read(forward_event(feishu.add_forward("oc_chat", big)))
+    assert sum(len(m.text) for m in read.messages) <= MAX_BYTES
+    assert len(read.messages) + read.left_out == 10 and read.left_out > 0
