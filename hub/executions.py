@@ -384,8 +384,12 @@ class Executions:
         origin: str | None = None,
         workspace: str | None = None,
         project: str | None = None,
+        record: Callable[[sqlite3.Connection, str], None] | None = None,
     ) -> tuple[Execution, Session]:
         """Queue one turn, in a new Session or resuming one of this Principal's.
+
+        ``record`` writes what started the turn (a schedule's firing) in the transaction that
+        queues it, given the turn's id: if it raises, nothing of the turn is written.
 
         A new Session made with a ``workspace`` is a shared conversation (a group topic, which
         only the bot makes): its turns run as whoever ``submitted_by`` names, each its sender.
@@ -454,6 +458,8 @@ class Executions:
                     now,
                 ),
             )
+            if record is not None:
+                record(db, execution_id)
             if self.connected_workers() == 0:
                 self._insert_event(db, execution_id, STATUS, NO_WORKER)
             else:

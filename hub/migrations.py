@@ -19,6 +19,8 @@ Each table and the module that owns its rows (the one that writes them; others o
 - ``usage``: ``hub.usage``, written with the completion of each turn the model gateway counted
 - ``budget_extensions``: ``hub.usage``, the tokens the owner added to a Principal's day
 - ``budget_requests``: ``hub.usage``, the extensions asked for and whether the owner granted each
+- ``schedules``, ``schedule_firings``: ``hub.schedules``; ``Executions.submit`` writes a firing's
+  row through the callback the scheduler hands it, in the commit that queues the turn
 - ``projects``, ``chat_projects``: ``hub.projects``; ``sessions.project`` and
   ``sessions.home_worker``: ``hub.executions``
 
@@ -299,6 +301,46 @@ CREATE TABLE budget_requests (
 );
 """
 
+# Version 13: schedules and triggers (turns that start on a clock or a signed request, as their
+# creator, into one chat) and each of their firings, keyed by schedule and scheduled time so a
+# firing runs at most once (see hub.schedules).
+_V13_SCHEDULES = """
+CREATE TABLE schedules (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    created_by TEXT NOT NULL,
+    chat_id TEXT NOT NULL,
+    chat_type TEXT NOT NULL CHECK (chat_type IN ('p2p', 'group')),
+    prompt TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('cron', 'once', 'trigger')),
+    spec TEXT NOT NULL,
+    time_zone TEXT NOT NULL,
+    overlap TEXT NOT NULL CHECK (overlap IN ('skip', 'queue')),
+    paused TEXT,
+    failures INTEGER NOT NULL DEFAULT 0,
+    next_run_at REAL,
+    last_run_at REAL,
+    last_result TEXT NOT NULL DEFAULT '',
+    secret TEXT,
+    created_at REAL NOT NULL
+);
+CREATE INDEX schedules_due ON schedules(next_run_at) WHERE paused IS NULL;
+CREATE INDEX schedules_by_chat ON schedules(chat_id);
+CREATE TABLE schedule_firings (
+    schedule_id TEXT NOT NULL,
+    scheduled_at REAL NOT NULL,
+    outcome TEXT NOT NULL CHECK (outcome IN ('run', 'skipped', 'missed')),
+    count INTEGER NOT NULL DEFAULT 1,
+    execution_id TEXT,
+    recorded_at REAL NOT NULL,
+    said_at REAL,
+    settled_at REAL,
+    PRIMARY KEY (schedule_id, scheduled_at)
+);
+CREATE INDEX schedule_firings_by_execution ON schedule_firings(execution_id);
+"""
+
 MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (1, _V1_IDENTITY_AND_SETTINGS),
     (2, _queue_with_request_ids),
@@ -312,6 +354,7 @@ MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (10, _V10_PROJECTS),
     (11, _V11_DISPLAY_NAMES),
     (12, _V12_STOPS_AND_EXTENSION_REQUESTS),
+    (13, _V13_SCHEDULES),
 )
 
 SCHEMA_VERSION = sqlite.latest(MIGRATIONS)

@@ -117,6 +117,8 @@ ALL_TABLES = {
     "budget_requests",
     "projects",
     "chat_projects",
+    "schedules",
+    "schedule_firings",
 }
 
 
