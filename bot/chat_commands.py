@@ -25,6 +25,7 @@ from bot.feishu.client import FeishuClient
 from bot.feishu.events import MessageEvent
 from bot.identity import CLAIM_LOCK_SECONDS, CLAIM_SECONDS, ClaimRefused, FeishuIdentities
 from bot.management import Management
+from bot.schedule_commands import ScheduleCommands
 from cards.catalogue import plain_text
 from cards.models import Lang
 from cards.notices import enrollment_closed_card, owner_only_card
@@ -222,7 +223,11 @@ class ChatCommands:
 
 
 def command_table(
-    client: FeishuClient, identities: FeishuIdentities, management: Management, lang: Lang
+    client: FeishuClient,
+    identities: FeishuIdentities,
+    management: Management,
+    lang: Lang,
+    schedules: ScheduleCommands | None = None,
 ) -> CommandTable:
     """Every chat command amux answers, who may send it, and where."""
     table = CommandTable(client, identities, management, lang)
@@ -237,4 +242,13 @@ def command_table(
     table.add(("project",), commands.project, private="member", group="member")
     table.add(("project", "bind"), commands.bind, private="owner", group="owner")
     table.add(("project", "unbind"), commands.unbind, private="owner", group="owner")
+    if schedules is not None:
+        # A schedule runs as whoever adds it and delivers where it was added; changing one is
+        # its creator's or the owner's, which the Hub checks per schedule.
+        table.add(
+            ("schedule",),
+            lambda said: schedules.run(said.event, said.sender(), said.args),
+            private="member",
+            group="member",
+        )
     return table

@@ -114,7 +114,15 @@ from hub.contract import (
     WatchResult,
     visible,
 )
-from hub.errors import AmuxError, Conflict, Forbidden, NotFound, QuotaExceeded
+from hub.errors import (
+    AmuxError,
+    Conflict,
+    Forbidden,
+    InvalidArgument,
+    NotFound,
+    QuotaExceeded,
+)
+from hub.executions import Recorder
 from hub.people import PRIVATE_CHAT_ALIAS
 from hub.principals import Principal
 from hub.projects import Project
@@ -199,6 +207,16 @@ def request_file_key(execution_id: str, request_id: str) -> str:
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\[\]()]")
 
 
+@dataclass(frozen=True)
+class Started:
+    """A turn no Feishu message of a person asked for (a schedule's run, a trigger's request):
+    ``record`` writes what started it in the commit that queues it, and ``queued`` learns the
+    turn's id, or the refusal that queued nothing."""
+
+    record: Recorder
+    queued: asyncio.Future[str]
+
+
 def with_sender(prompt: str, sender: Principal) -> str:
     """``prompt`` headed by who sent it: the Agent always knows whose turn this is, and a name
     cannot break the header line."""
@@ -268,8 +286,21 @@ class Conversations:
         self._seen.renew(topic)
         return "renewed"
 
-    async def handle(self, event: MessageEvent, sender: Principal) -> Turn | None:
-        """Queue the message as a turn and follow it to its result in the topic."""
+    async def handle(
+        self, event: MessageEvent, sender: Principal, started: Started | None = None
+    ) -> Turn | None:
+        """Queue the message as a turn and follow it to its result in the topic; ``started``
+        when no person's message asked for it (``event`` is then the run's own card)."""
+        try:
+            return await self._handle(event, sender, started)
+        finally:
+            if started is not None and not started.queued.done():
+                # Refused before the Hub was asked (a topic of someone else's, nothing to run).
+                started.queued.set_exception(InvalidArgument("this run could not be queued"))
+
+    async def _handle(
+        self, event: MessageEvent, sender: Principal, started: Started | None
+    ) -> Turn | None:
         topic = origin_of(event)
         origin = self._origin(topic)
         executions = self._hub.executions
@@ -333,8 +364,14 @@ class Conversations:
                 origin=origin,
                 workspace=workspace,
                 project=project.name if project is not None else None,
+                record=None if started is None else started.record,
             )
         except AmuxError as error:
+            if started is not None:
+                started.queued.set_exception(error)
+                if isinstance(error, Conflict):
+                    # Another loop queued this very run: its card says so, not this one.
+                    return None
             if isinstance(error, QuotaExceeded) and error.limit == DAILY_TOKENS:
                 await self._refuse_for_budget(event, error)
                 return None
@@ -345,6 +382,8 @@ class Conversations:
         if context.unavailable is not None:
             unread = catalogue_text(self._lang, "context.unavailable", reason=context.unavailable)
             note = f"{note} {unread}".strip()
+        if started is not None:
+            started.queued.set_result(submitted.id)
         self._turns[event.message_id] = submitted.id
         try:
             title = prompt or catalogue_text(self._lang, "forward.title")

@@ -20,6 +20,7 @@ from bot.feishu.events import (
 from bot.identity import FeishuIdentities
 from bot.management import Management
 from bot.quotas import SenderLimit
+from bot.schedule_commands import ScheduleCommands
 from cards.catalogue import plain_text
 from cards.elements import Card
 from cards.models import Lang
@@ -41,6 +42,7 @@ class BotSink:
         conversations: Conversations,
         lang: Lang,
         limit: SenderLimit | None = None,
+        schedules: ScheduleCommands | None = None,
     ) -> None:
         self._client = client
         self._identities = identities
@@ -49,7 +51,7 @@ class BotSink:
         self._lang = lang
         self._limit = limit or SenderLimit(0)
         self._actions = action_table(management, conversations, lang)
-        self._commands = command_table(client, identities, management, lang)
+        self._commands = command_table(client, identities, management, lang, schedules)
 
     async def on_message(self, event: MessageEvent) -> None:
         if event.sender_type not in ("user", ""):

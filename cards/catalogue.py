@@ -483,8 +483,72 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "{limit} of your turns are already waiting for a free Agent slot, the most one "
             "person may queue. Try again in about {seconds} s, once one of them has started."
         ),
+        "schedule.run.title": "⏰ {name}",
+        "schedule.run.clock": "Scheduled run for {time}, as **{creator}**.",
+        "schedule.run.manual": "Run now, asked at {time}, as **{creator}**.",
+        "schedule.run.trigger": "Started by a request to this trigger at {time}, as **{creator}**.",
+        "schedule.added": "Added schedule {name} ({id}); next run {time}.",
+        "schedule.added_trigger": (
+            "Added trigger {name} ({id}). Its secret is sent to you in our private chat."
+        ),
+        "schedule.paused": "Paused schedule {name} ({id}).",
+        "schedule.resumed": "Resumed schedule {name} ({id}); next run {time}.",
+        "schedule.removed": "Removed schedule {name} ({id}).",
+        "schedule.run_asked": "Schedule {name} ({id}) runs now, in a topic of its own.",
+        "schedule.none": "No schedules deliver into this chat.",
+        "schedule.list.title": "Schedules of this chat:",
+        "schedule.list.line": "{id} · {name} · {when} · next: {next} · last: {last}",
+        "schedule.list.paused": "paused",
+        "schedule.list.no_next": "none",
+        "schedule.not_here": "Schedule {id} does not deliver into this chat.",
+        "schedule.refused": "Not done: {reason}",
+        "schedule.usage": (
+            'Usage: /amux schedule add "<cron or YYYY-MM-DD HH:MM>" <prompt> | list | '
+            "pause <id> | resume <id> | remove <id> | run <id>"
+        ),
+        "schedule.missed": (
+            "Schedule {name} ({id}) missed {count} run(s) from {time} while amux was not running; "
+            "they are not run late."
+        ),
+        "schedule.paused.failures": (
+            "Schedule {name} ({id}) is paused: its last three runs failed (the last: {reason}). "
+            "Resume it with /amux schedule resume {id}."
+        ),
+        "schedule.paused.creator_gone": (
+            "Schedule {name} ({id}) is paused: the person who made it is no longer a member."
+        ),
     },
     "zh_cn": {
+        "schedule.run.title": "⏰ {name}",
+        "schedule.run.clock": "定时运行，计划时间 {time}，以 **{creator}** 的身份。",
+        "schedule.run.manual": "立即运行，请求于 {time}，以 **{creator}** 的身份。",
+        "schedule.run.trigger": "由对此触发器的请求于 {time} 启动，以 **{creator}** 的身份。",
+        "schedule.added": "已添加定时任务 {name}（{id}）；下次运行 {time}。",
+        "schedule.added_trigger": "已添加触发器 {name}（{id}）。它的密钥已在我们的私聊中发给你。",
+        "schedule.paused": "已暂停定时任务 {name}（{id}）。",
+        "schedule.resumed": "已恢复定时任务 {name}（{id}）；下次运行 {time}。",
+        "schedule.removed": "已删除定时任务 {name}（{id}）。",
+        "schedule.run_asked": "定时任务 {name}（{id}）现在运行，在它自己的话题中。",
+        "schedule.none": "没有定时任务向此会话发送结果。",
+        "schedule.list.title": "此会话的定时任务：",
+        "schedule.list.line": "{id} · {name} · {when} · 下次：{next} · 上次：{last}",
+        "schedule.list.paused": "已暂停",
+        "schedule.list.no_next": "无",
+        "schedule.not_here": "定时任务 {id} 不向此会话发送结果。",
+        "schedule.refused": "未完成：{reason}",
+        "schedule.usage": (
+            '用法：/amux schedule add "<cron 表达式或 YYYY-MM-DD HH:MM>" <提示词> | list | '
+            "pause <id> | resume <id> | remove <id> | run <id>"
+        ),
+        "schedule.missed": (
+            "定时任务 {name}（{id}）在 amux 未运行期间错过了自 {time} 起的 {count} 次运行；"
+            "这些运行不会补跑。"
+        ),
+        "schedule.paused.failures": (
+            "定时任务 {name}（{id}）已暂停：最近三次运行都失败了（最后一次：{reason}）。"
+            "用 /amux schedule resume {id} 恢复它。"
+        ),
+        "schedule.paused.creator_gone": ("定时任务 {name}（{id}）已暂停：创建它的人已不再是成员。"),
         "manage.title": "amux 管理",
         "manage.identity": "**你是** {name}（`{principal}`，{kind}）",
         "manage.kind.user": "用户",

@@ -516,6 +516,10 @@ LIVE_SCOPE = {
     "agents.approval_timeout": "permission requests made from now on",
     "agents.max_events_per_turn": "turns started from now on",
     "agents.max_event_bytes_per_turn": "turns started from now on",
+    "schedules.min_interval_seconds": "schedules added from now on",
+    "schedules.max_per_principal": "schedules added from now on",
+    "schedules.grace_seconds": "runs due from now on",
+    "schedules.time_zone": "schedules added from now on",
 }
 
 

@@ -401,6 +401,14 @@ class HubClient:
         """Remove a project no chat is bound to; its memory stays with its service Principal."""
         return await self.call("projects.remove", name=name)
 
+    # -- schedules and triggers
+
+    async def schedule_call(self, method: str, **params: Any) -> dict[str, Any]:
+        """One ``schedules.*`` or ``triggers.*`` call; parameters left None are not sent."""
+        if not method.startswith(("schedules.", "triggers.")):
+            raise ValueError(f"{method} is not a schedules method")
+        return await self.call(method, **{k: v for k, v in params.items() if v is not None})
+
     # -- credentials
 
     async def delegate_credential(

@@ -78,6 +78,11 @@ HANDED_BACK = (
 )
 
 
+# Writes what started a turn (a schedule's firing) in the transaction that queues it, given the
+# turn's id; whoever hands one to ``submit`` never touches the database itself.
+Recorder = Callable[[sqlite3.Connection, str], None]
+
+
 def no_such_execution(execution_id: str) -> NotFound:
     """The answer for an execution that does not exist, or that the caller may not see."""
     return NotFound("no such execution", execution_id=execution_id)
@@ -384,7 +389,7 @@ class Executions:
         origin: str | None = None,
         workspace: str | None = None,
         project: str | None = None,
-        record: Callable[[sqlite3.Connection, str], None] | None = None,
+        record: Recorder | None = None,
     ) -> tuple[Execution, Session]:
         """Queue one turn, in a new Session or resuming one of this Principal's.
 

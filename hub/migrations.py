@@ -323,14 +323,16 @@ CREATE TABLE schedules (
     last_run_at REAL,
     last_result TEXT NOT NULL DEFAULT '',
     secret TEXT,
+    run_requested_at REAL,
     created_at REAL NOT NULL
 );
 CREATE INDEX schedules_due ON schedules(next_run_at) WHERE paused IS NULL;
+CREATE INDEX schedules_asked ON schedules(run_requested_at) WHERE run_requested_at IS NOT NULL;
 CREATE INDEX schedules_by_chat ON schedules(chat_id);
 CREATE TABLE schedule_firings (
     schedule_id TEXT NOT NULL,
     scheduled_at REAL NOT NULL,
-    outcome TEXT NOT NULL CHECK (outcome IN ('run', 'skipped', 'missed')),
+    outcome TEXT NOT NULL CHECK (outcome IN ('run', 'skipped', 'missed', 'refused')),
     count INTEGER NOT NULL DEFAULT 1,
     execution_id TEXT,
     recorded_at REAL NOT NULL,

@@ -36,12 +36,13 @@ from cronsim import CronSim, CronSimError
 
 from hub.contract import provider_name_problem
 from hub.errors import Conflict, Forbidden, InvalidArgument, NotFound, QuotaExceeded
+from hub.executions import Recorder
 from hub.principals import Principal
 from hub.state import State
 
 Kind = Literal["cron", "once", "trigger"]
 Overlap = Literal["skip", "queue"]
-Outcome = Literal["run", "skipped", "missed"]
+Outcome = Literal["run", "skipped", "missed", "refused"]
 ChatType = Literal["p2p", "group"]
 
 MAX_NAME_CHARS = 80
@@ -128,7 +129,11 @@ class Firing:
     @property
     def key(self) -> str:
         """Stable for this firing everywhere (a Feishu message's idempotency key, a topic's)."""
-        return f"{self.schedule.id}-{int(self.scheduled_at)}"
+        return f"{self.schedule.id}-{round(self.scheduled_at * 1000)}"
+
+    def recorder(self, now: float) -> Recorder:
+        """``record`` at ``now``, as ``Executions.submit`` takes it."""
+        return lambda db, execution_id: self.record(db, execution_id, now)
 
     def record(self, db: sqlite3.Connection, execution_id: str, now: float) -> None:
         """Write that this firing ran ``execution_id``, inside the transaction that queues it.
@@ -354,14 +359,37 @@ class Schedules:
     # -- firing ----------------------------------------------------------------------------------
 
     def due(self) -> list[Firing]:
-        """Every active clock schedule whose next run has come, as one firing each."""
+        """Every schedule whose next run has come (active ones), or whose run someone asked
+        for (Run now, paused or not), as one firing each."""
         now = self.clock()
         rows = self._state.db.execute(
-            "SELECT * FROM schedules WHERE paused IS NULL AND next_run_at IS NOT NULL "
-            "AND next_run_at <= ? ORDER BY next_run_at, id",
+            "SELECT * FROM schedules WHERE (paused IS NULL AND next_run_at IS NOT NULL "
+            "AND next_run_at <= ?) OR run_requested_at IS NOT NULL "
+            "ORDER BY coalesce(run_requested_at, next_run_at), id",
             (now,),
         ).fetchall()
-        return [self._coalesce(_schedule(row), now) for row in rows]
+        firings = []
+        for row in rows:
+            schedule = _schedule(row)
+            clock_due = schedule.active and (schedule.next_run_at or now + 1) <= now
+            if clock_due or row["run_requested_at"] is None:
+                firings.append(self._coalesce(schedule, now))
+            else:
+                firings.append(Firing(schedule, float(row["run_requested_at"])))
+        return firings
+
+    async def request_run(self, schedule_id: str, by: Principal) -> Schedule:
+        """Ask for one run now (the scheduler starts it within its next look); asking again
+        before it started asks for the same run."""
+        schedule = self._changeable(schedule_id, by)
+        await self._state.write(
+            lambda db: db.execute(
+                "UPDATE schedules SET run_requested_at = coalesce(run_requested_at, ?) "
+                "WHERE id = ?",
+                (self.clock(), schedule.id),
+            )
+        )
+        return self.get(schedule.id)
 
     def now_firing(self, schedule: Schedule) -> Firing:
         """A firing at this moment, for Run now and for a trigger's request."""
@@ -445,6 +473,27 @@ class Schedules:
         ).fetchall()
         return [(row["schedule_id"], row["execution_id"]) for row in rows]
 
+    async def record_refused(self, firing: Firing, reason: str) -> Schedule | None:
+        """Record a firing whose turn could not be queued (a budget spent, the chat refusing
+        the bot): a failed run, so it is not tried again at every look. Returns the schedule
+        when this failure paused it."""
+        now = self.clock()
+
+        def write(db: sqlite3.Connection) -> bool:
+            try:
+                db.execute(
+                    "INSERT INTO schedule_firings (schedule_id, scheduled_at, outcome, count, "
+                    "recorded_at, settled_at) VALUES (?, ?, 'refused', 1, ?, ?)",
+                    (firing.schedule.id, firing.scheduled_at, now, now),
+                )
+            except sqlite3.IntegrityError:
+                return False
+            _advance(db, firing.schedule, firing.scheduled_at, now, ran=False)
+            return _count_failure(db, firing.schedule.id, ok=False, result=reason)
+
+        paused = await self._state.write(write)
+        return self.get(firing.schedule.id) if paused else None
+
     async def finished(
         self, schedule_id: str, execution_id: str, *, ok: bool, result: str
     ) -> Schedule | None:
@@ -460,19 +509,7 @@ class Schedules:
             ).rowcount
             if not settled:
                 return False
-            row = db.execute(
-                "SELECT failures, paused FROM schedules WHERE id = ?", (schedule_id,)
-            ).fetchone()
-            if row is None:
-                return False
-            failures = 0 if ok else row["failures"] + 1
-            pause = not ok and failures >= FAILURES_TO_PAUSE and row["paused"] is None
-            db.execute(
-                "UPDATE schedules SET failures = ?, last_result = ?, paused = "
-                "CASE WHEN ? THEN ? ELSE paused END WHERE id = ?",
-                (failures, result[:200], pause, PAUSED_BY_FAILURES, schedule_id),
-            )
-            return pause
+            return _count_failure(db, schedule_id, ok=ok, result=result)
 
         paused = await self._state.write(write)
         return self.get(schedule_id) if paused else None
@@ -566,11 +603,29 @@ def _advance(
         next_run = schedule.next_run_at
     else:
         next_run = _next_after(schedule, max(scheduled_at, now))
+    # Whatever fires a schedule answers a Run now asked before it.
     db.execute(
         "UPDATE schedules SET next_run_at = ?, last_run_at = CASE WHEN ? THEN ? ELSE last_run_at "
-        "END, last_result = COALESCE(?, last_result) WHERE id = ?",
+        "END, last_result = COALESCE(?, last_result), run_requested_at = NULL WHERE id = ?",
         (next_run, ran, scheduled_at, result, schedule.id),
     )
+
+
+def _count_failure(db: sqlite3.Connection, schedule_id: str, *, ok: bool, result: str) -> bool:
+    """Count a run's end; True when it is the failure that pauses the schedule."""
+    row = db.execute(
+        "SELECT failures, paused FROM schedules WHERE id = ?", (schedule_id,)
+    ).fetchone()
+    if row is None:
+        return False
+    failures = 0 if ok else row["failures"] + 1
+    pause = not ok and failures >= FAILURES_TO_PAUSE and row["paused"] is None
+    db.execute(
+        "UPDATE schedules SET failures = ?, last_result = ?, paused = "
+        "CASE WHEN ? THEN ? ELSE paused END WHERE id = ?",
+        (failures, result[:200], pause, PAUSED_BY_FAILURES, schedule_id),
+    )
+    return pause
 
 
 def _record_missed(

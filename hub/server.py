@@ -36,6 +36,7 @@ from hub.rpc import (
 )
 from hub.rpc_executions import EXECUTION_METHODS
 from hub.rpc_projects import PROJECT_METHODS
+from hub.rpc_schedules import SCHEDULE_METHODS
 from hub.services import Hub
 
 logger = logging.getLogger("amux.hub")
@@ -95,6 +96,7 @@ HUB_METHODS = combine(
     IDENTITY_METHODS,
     EXECUTION_METHODS,
     PROJECT_METHODS,
+    SCHEDULE_METHODS,
 )
 
 

@@ -20,6 +20,7 @@ from hub.people import People
 from hub.preferences import ChatPreferences, RestartCards
 from hub.projects import Projects
 from hub.rootlock import RootLock
+from hub.schedules import Schedules
 from hub.state import State
 from hub.store import MemoryStore
 from hub.sysconfig import SystemConfig
@@ -73,6 +74,8 @@ class Hub:
     usage: Usage
     # The git repositories chats are bound to, and those bindings.
     projects: Projects
+    # Turns that start on a clock or a signed request, as their creator.
+    schedules: Schedules
     restart_requested: asyncio.Event = field(default_factory=asyncio.Event)
     # Hooks other packages register to extend ``system.capabilities`` (e.g. connected workers).
     capability_hooks: list[Callable[[], dict[str, object]]] = field(default_factory=list)
@@ -134,6 +137,7 @@ class Hub:
                 RestartCards(state),
                 usage,
                 Projects(state, executions.providers),
+                Schedules(state, lambda: executions.providers, config.schedule_rules),
             )
             hub._bootstrap_owner()
         except BaseException:

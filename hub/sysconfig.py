@@ -13,9 +13,11 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from hub.errors import InvalidArgument
 from hub.eventbudget import DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS
+from hub.schedules import ScheduleRules
 from hub.state import State
 
 # What a setting holds: a switch, a number or a word, as saved in the state database.
@@ -154,6 +156,39 @@ def _parse_event_bytes(raw: object) -> int:
     return size
 
 
+MIN_SCHEDULE_INTERVAL = 60
+MAX_SCHEDULE_SECONDS = 7 * 24 * 3600
+
+
+def _parse_schedule_interval(raw: object) -> int:
+    problem = (
+        f"expected a whole number of seconds from {MIN_SCHEDULE_INTERVAL} to {MAX_SCHEDULE_SECONDS}"
+    )
+    if isinstance(raw, str) and raw.strip().isdigit():
+        raw = int(raw.strip())
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        if MIN_SCHEDULE_INTERVAL <= raw <= MAX_SCHEDULE_SECONDS:
+            return raw
+    raise InvalidArgument(problem)
+
+
+def _parse_grace(raw: object) -> int:
+    if isinstance(raw, str) and raw.strip().isdigit():
+        raw = int(raw.strip())
+    if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= MAX_SCHEDULE_SECONDS:
+        return raw
+    raise InvalidArgument(f"expected a whole number of seconds from 0 to {MAX_SCHEDULE_SECONDS}")
+
+
+def _parse_zone(raw: object) -> str:
+    if isinstance(raw, str):
+        try:
+            return ZoneInfo(raw.strip()).key
+        except (ZoneInfoNotFoundError, ValueError):
+            pass
+    raise InvalidArgument("expected an IANA time zone such as Asia/Shanghai or UTC")
+
+
 @dataclass(frozen=True)
 class SettingSpec:
     key: str
@@ -274,6 +309,37 @@ SPECS: dict[str, SettingSpec] = {
             "(its branch stays; applies from the next turn a worker takes)",
             live=True,
         ),
+        SettingSpec(
+            "schedules.min_interval_seconds",
+            300,
+            _parse_schedule_interval,
+            "the shortest time between two runs of one schedule (applies to schedules added "
+            "after the change)",
+            live=True,
+        ),
+        SettingSpec(
+            "schedules.max_per_principal",
+            20,
+            _parse_limit,
+            "schedules and triggers one Principal may have (0: no cap; applies to schedules "
+            "added after the change)",
+            live=True,
+        ),
+        SettingSpec(
+            "schedules.grace_seconds",
+            3600,
+            _parse_grace,
+            "how late a schedule's run may still start after the Hub was down; older runs are "
+            "reported as missed",
+            live=True,
+        ),
+        SettingSpec(
+            "schedules.time_zone",
+            "Asia/Shanghai",
+            _parse_zone,
+            "the time zone a schedule's clock is read in when its creator names none",
+            live=True,
+        ),
     )
 }
 
@@ -345,6 +411,14 @@ class SystemConfig:
     @property
     def worktree_days(self) -> int:
         return int(self._live("projects.worktree_days"))
+
+    def schedule_rules(self) -> ScheduleRules:
+        return ScheduleRules(
+            min_interval_seconds=int(self._live("schedules.min_interval_seconds")),
+            max_per_principal=int(self._live("schedules.max_per_principal")),
+            grace_seconds=int(self._live("schedules.grace_seconds")),
+            time_zone=str(self._live("schedules.time_zone")),
+        )
 
     def save(self, key: object, value: object) -> SettingView:
         """Validate and save one setting; the running value is untouched until restart.

@@ -26,6 +26,7 @@ from hub.cli import (
 )
 from hub.config import ClientSettings, HubSettings, invalid_settings, unparsable_setting
 from hub.errors import AmuxError, InvalidArgument, Unavailable
+from hub.schedule_cli import schedule_app, trigger_app
 
 # Only what builds the command tree is imported above: every Agent launch may start `amux mcp`
 # (when the worker's warm host is not up), and its first model request waits for it. The
@@ -204,6 +205,8 @@ def doctor(as_json: JsonOutput = False) -> None:
 
 app.add_typer(usage_app, name="usage")
 app.add_typer(project_app, name="project")
+app.add_typer(schedule_app, name="schedule")
+app.add_typer(trigger_app, name="trigger")
 
 
 def main() -> None:

@@ -162,10 +162,17 @@ class FeishuClient:
     # -- public API ------------------------------------------------------------------------
 
     async def send_card(
-        self, receive_id: str, card: dict[str, Any], receive_id_type: ReceiveIdType = "chat_id"
+        self,
+        receive_id: str,
+        card: dict[str, Any],
+        receive_id_type: ReceiveIdType = "chat_id",
+        *,
+        idempotency_key: str | None = None,
     ) -> SentMessage:
-        """Send a new card message to a chat or a user."""
-        return await self._send(receive_id, receive_id_type, "interactive", card)
+        """Send a new card message to a chat or a user; ``idempotency_key`` (Feishu's
+        ``uuid``) is fixed by a caller that may send the same message again: Feishu posts it
+        once and answers the repeat with the first message."""
+        return await self._send(receive_id, receive_id_type, "interactive", card, idempotency_key)
 
     async def send_text(
         self, receive_id: str, text: str, receive_id_type: ReceiveIdType = "chat_id"
@@ -406,7 +413,12 @@ class FeishuClient:
     # -- plumbing --------------------------------------------------------------------------
 
     async def _send(
-        self, receive_id: str, receive_id_type: str, msg_type: str, payload: dict[str, Any]
+        self,
+        receive_id: str,
+        receive_id_type: str,
+        msg_type: str,
+        payload: dict[str, Any],
+        idempotency_key: str | None = None,
     ) -> SentMessage:
         data = await self._call(
             "send",
@@ -418,7 +430,7 @@ class FeishuClient:
                 "receive_id": receive_id,
                 "msg_type": msg_type,
                 "content": json.dumps(payload, ensure_ascii=False),
-                "uuid": str(uuid.uuid4()),
+                "uuid": idempotency_key or str(uuid.uuid4()),
             },
         )
         return _sent(data)

@@ -21,6 +21,8 @@ from bot.management import Management
 from bot.names import DisplayNames
 from bot.outbox import OUTBOX_FILE, Outbox
 from bot.quotas import SenderLimit
+from bot.schedule_commands import ScheduleCommands
+from bot.scheduler import Scheduler
 from bot.sink import BotSink
 from bot.topic_context import TOPICS_FILE, SeenTopics, TopicReader
 from cards.catalogue import plain_text
@@ -147,12 +149,24 @@ def add_feishu(
             zone=settings.time_zone,
             forwards=ForwardReader(client),
         )
+        scheduler = Scheduler(hub, client, conversations, lang=lang, zone=settings.time_zone)
+        schedule_commands = ScheduleCommands(
+            hub.schedules,
+            client,
+            lang,
+            settings.time_zone,
+            provider_of=management.provider_of,
+            wake=scheduler.wake,
+        )
         limit = SenderLimit(hub.config.messages_per_minute)
-        sink.target = BotSink(adapter.client, identities, management, conversations, lang, limit)
+        sink.target = BotSink(
+            adapter.client, identities, management, conversations, lang, limit, schedule_commands
+        )
         identities.offer_claim()
         await adapter.start()
         outbox.start()
         conversations.resume()
+        scheduler.start()
         pending = management.pending_restart_card()
         if pending is not None:
             message_id, card = pending
@@ -161,6 +175,7 @@ def add_feishu(
             except AmuxError as error:
                 logger.warning("could not refresh the restart card: %s", error.message)
         yield
+        await scheduler.stop()
         # Turns that finished during the drain have their answers owed by now; give them a
         # moment to go out. What Feishu does not take in time stays owed for the next process.
         await conversations.stop()

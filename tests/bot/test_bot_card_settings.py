@@ -37,6 +37,10 @@ DEFAULTS = {
     "budget.daily_tokens": 0,
     "budget.turn_tokens": 0,
     "projects.worktree_days": 14,
+    "schedules.min_interval_seconds": 300,
+    "schedules.max_per_principal": 20,
+    "schedules.grace_seconds": 3600,
+    "schedules.time_zone": "Asia/Shanghai",
 }
 
 

@@ -419,9 +419,17 @@ class FakeFeishu:
         refused = _too_large(str(body.get("msg_type")), str(body.get("content")))
         if refused is not None:
             return refused
+        key = str(body.get("uuid") or "")
+        if key in self._by_uuid:
+            message = self.messages[self._by_uuid[key]]
+            return web.json_response(
+                {"code": 0, "msg": "success", "data": self._message_data(message)}
+            )
         receive_id = str(body.get("receive_id"))
         chat_id = receive_id if receive_id.startswith("oc_") else f"oc_p2p_{receive_id}"
         message = self._store(chat_id, body)
+        if key:
+            self._by_uuid[key] = message.message_id
         return web.json_response({"code": 0, "msg": "success", "data": self._message_data(message)})
 
     async def _reply(self, request: web.Request) -> web.Response:

@@ -365,3 +365,21 @@ async def test_the_firing_key_is_unique_per_schedule_and_time(world: World) -> N
     world.state.db.execute(insert, (schedule_id,))
     with pytest.raises(sqlite3.IntegrityError):
         world.state.db.execute(insert, (schedule_id,))
+
+
+async def test_run_now_is_picked_up_once_by_the_scheduler_even_while_paused(world: World) -> None:
+    schedule_id = await daily(world)
+    await world.schedules.pause(schedule_id, world.alice)
+    with pytest.raises(Forbidden):
+        await world.schedules.request_run(schedule_id, world.bob)
+    assert world.schedules.due() == []
+    await world.schedules.request_run(schedule_id, world.alice)
+    await world.schedules.request_run(schedule_id, world.alice)  # a second click, same run
+    world.clock.now += 1
+    (firing,) = world.schedules.due()
+    await world.run(firing)
+    assert world.schedules.due() == [] and world.turns() == 1
+    # Running it did not resume it or move its clock.
+    after = world.schedules.get(schedule_id)
+    assert after.paused is not None
+    assert after.next_run_at == datetime(2026, 12, 7, 9, 0, tzinfo=SHANGHAI).timestamp()

@@ -1,0 +1,61 @@
+"""Cards and chat lines of schedules and triggers: a run's own card (its topic's first
+message), and what a chat is told of a schedule (added, missed, paused, listed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from cards.catalogue import plain_text, text
+from cards.elements import Card, card, escape, markdown
+from cards.models import Lang
+from cards.times import date_time
+
+RunKind = Literal["clock", "manual", "trigger"]
+
+
+@dataclass(frozen=True)
+class ScheduleLine:
+    """One schedule as a chat lists it."""
+
+    id: str
+    name: str
+    when: str
+    active: bool
+    next_run_at: float | None
+    last_result: str
+
+
+def schedule_run_card(
+    name: str, kind: RunKind, at: float, creator: str, zone: str, lang: Lang
+) -> Card:
+    """The first message of a run's topic: which schedule, for when, as whom."""
+    line = text(lang, f"schedule.run.{kind}", time=date_time(at, zone), creator=escape(creator))
+    return card(text(lang, "schedule.run.title", name=name), "wathet", [markdown(line)])
+
+
+def schedule_list_text(lines: Sequence[ScheduleLine], zone: str, lang: Lang) -> str:
+    if not lines:
+        return plain_text(lang, "schedule.none")
+    rows = [plain_text(lang, "schedule.list.title")]
+    for line in lines:
+        upcoming = (
+            date_time(line.next_run_at, zone)
+            if line.active and line.next_run_at is not None
+            else plain_text(
+                lang, "schedule.list.paused" if not line.active else "schedule.list.no_next"
+            )
+        )
+        rows.append(
+            plain_text(
+                lang,
+                "schedule.list.line",
+                id=line.id,
+                name=line.name,
+                when=line.when,
+                next=upcoming,
+                last=line.last_result or "-",
+            )
+        )
+    return "\n".join(rows)
