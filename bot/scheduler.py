@@ -65,7 +65,7 @@ class Scheduler:
         zone: str,
         look_seconds: float = LOOK_SECONDS,
     ) -> None:
-        self._hub = hub
+        self.hub = hub
         self._schedules: Schedules = hub.schedules
         self._client = client
         self._conversations = conversations
@@ -106,7 +106,7 @@ class Scheduler:
 
     async def look(self) -> None:
         """One pass over the schedules: pauses, missed notices, due firings, ended runs."""
-        people = self._hub.people
+        people = self.hub.people
         for paused in await self._schedules.pause_for_gone_creators(
             lambda pid: people.principal(pid) is not None
         ):
@@ -132,7 +132,7 @@ class Scheduler:
             logger.info("schedule %s: skipped a run while its last one still runs", schedule.id)
             await self._schedules.record_skipped(firing, "skipped")
             return None
-        creator = self._hub.people.principal(schedule.created_by)
+        creator = self.hub.people.principal(schedule.created_by)
         if creator is None:
             return None  # the next look pauses it
         kind: RunKind = "trigger" if schedule.kind == "trigger" else "clock"
@@ -196,7 +196,7 @@ class Scheduler:
         if execution_id is None:
             return False
         try:
-            state = self._hub.executions.describe(execution_id).state
+            state = self.hub.executions.describe(execution_id).state
         except NotFound:
             return False
         return state not in (SUCCEEDED, FAILED, CANCELLED)
@@ -204,7 +204,7 @@ class Scheduler:
     async def _settle(self) -> None:
         for schedule_id, execution_id in self._schedules.unsettled():
             try:
-                execution = self._hub.executions.describe(execution_id)
+                execution = self.hub.executions.describe(execution_id)
             except NotFound:
                 execution = None
             if execution is not None and execution.state not in (SUCCEEDED, FAILED, CANCELLED):
@@ -221,7 +221,7 @@ class Scheduler:
                 await self._tell_creator(paused, result)
 
     async def _tell_creator(self, schedule: Schedule, reason: str) -> None:
-        chats = [c for c, p in self._hub.people.private_chats() if p.id == schedule.created_by]
+        chats = [c for c, p in self.hub.people.private_chats() if p.id == schedule.created_by]
         for chat_id in {schedule.chat_id, *chats[:1]}:
             await self._tell(chat_id, "schedule.paused.failures", schedule, reason=reason)
 

@@ -19,8 +19,9 @@ Each table and the module that owns its rows (the one that writes them; others o
 - ``usage``: ``hub.usage``, written with the completion of each turn the model gateway counted
 - ``budget_extensions``: ``hub.usage``, the tokens the owner added to a Principal's day
 - ``budget_requests``: ``hub.usage``, the extensions asked for and whether the owner granted each
-- ``schedules``, ``schedule_firings``: ``hub.schedules``; ``Executions.submit`` writes a firing's
-  row through the callback the scheduler hands it, in the commit that queues the turn
+- ``schedules``, ``schedule_firings``, ``trigger_deliveries``: ``hub.schedules``;
+  ``Executions.submit`` writes a firing's row through the callback the scheduler hands it, in
+  the commit that queues the turn
 - ``projects``, ``chat_projects``: ``hub.projects``; ``sessions.project`` and
   ``sessions.home_worker``: ``hub.executions``
 
@@ -341,6 +342,12 @@ CREATE TABLE schedule_firings (
     PRIMARY KEY (schedule_id, scheduled_at)
 );
 CREATE INDEX schedule_firings_by_execution ON schedule_firings(execution_id);
+CREATE TABLE trigger_deliveries (
+    schedule_id TEXT NOT NULL,
+    signature TEXT NOT NULL,
+    received_at REAL NOT NULL,
+    PRIMARY KEY (schedule_id, signature)
+);
 """
 
 MIGRATIONS: tuple[tuple[int, Step], ...] = (

@@ -326,6 +326,7 @@ class Schedules:
 
         def delete(db: sqlite3.Connection) -> None:
             db.execute("DELETE FROM schedule_firings WHERE schedule_id = ?", (schedule.id,))
+            db.execute("DELETE FROM trigger_deliveries WHERE schedule_id = ?", (schedule.id,))
             db.execute("DELETE FROM schedules WHERE id = ?", (schedule.id,))
 
         await self._state.write(delete)
@@ -355,6 +356,28 @@ class Schedules:
                 )
             )
         return [self.get(s.id) for s in gone]
+
+    async def accept_delivery(
+        self, schedule_id: str, signature: str, now: float, window_seconds: float
+    ) -> bool:
+        """Keep a trigger request's signature for the window its timestamp is good for; False
+        when the same signed request came before (a replay)."""
+
+        def write(db: sqlite3.Connection) -> bool:
+            db.execute(
+                "DELETE FROM trigger_deliveries WHERE received_at < ?", (now - 2 * window_seconds,)
+            )
+            try:
+                db.execute(
+                    "INSERT INTO trigger_deliveries (schedule_id, signature, received_at) "
+                    "VALUES (?, ?, ?)",
+                    (schedule_id, signature, now),
+                )
+            except sqlite3.IntegrityError:
+                return False
+            return True
+
+        return bool(await self._state.write(write))
 
     # -- firing ----------------------------------------------------------------------------------
 

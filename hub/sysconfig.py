@@ -172,12 +172,20 @@ def _parse_schedule_interval(raw: object) -> int:
     raise InvalidArgument(problem)
 
 
+MIN_GRACE_SECONDS = 60
+
+
 def _parse_grace(raw: object) -> int:
+    # Under a minute, a run looked at a moment after its time would count as missed.
+    problem = (
+        f"expected a whole number of seconds from {MIN_GRACE_SECONDS} to {MAX_SCHEDULE_SECONDS}"
+    )
     if isinstance(raw, str) and raw.strip().isdigit():
         raw = int(raw.strip())
-    if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= MAX_SCHEDULE_SECONDS:
-        return raw
-    raise InvalidArgument(f"expected a whole number of seconds from 0 to {MAX_SCHEDULE_SECONDS}")
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        if MIN_GRACE_SECONDS <= raw <= MAX_SCHEDULE_SECONDS:
+            return raw
+    raise InvalidArgument(problem)
 
 
 def _parse_zone(raw: object) -> str:

@@ -25,6 +25,7 @@ from bot.schedule_commands import ScheduleCommands
 from bot.scheduler import Scheduler
 from bot.sink import BotSink
 from bot.topic_context import TOPICS_FILE, SeenTopics, TopicReader
+from bot.triggers import TriggerDoor
 from cards.catalogue import plain_text
 from hub.config import HubSettings
 from hub.errors import AmuxError
@@ -80,6 +81,9 @@ def add_feishu(
     )
     app[FEISHU] = adapter
     app.add_routes(adapter.routes())
+    # Served from the start, answering "starting" until the scheduler it hands requests to runs.
+    triggers = TriggerDoor()
+    app.add_routes(triggers.routes())
     metrics = app.get(METRICS)
     if metrics is not None:
         adapter.client.observer = metrics
@@ -167,6 +171,7 @@ def add_feishu(
         outbox.start()
         conversations.resume()
         scheduler.start()
+        triggers.scheduler = scheduler
         pending = management.pending_restart_card()
         if pending is not None:
             message_id, card = pending
@@ -175,6 +180,7 @@ def add_feishu(
             except AmuxError as error:
                 logger.warning("could not refresh the restart card: %s", error.message)
         yield
+        triggers.scheduler = None
         await scheduler.stop()
         # Turns that finished during the drain have their answers owed by now; give them a
         # moment to go out. What Feishu does not take in time stays owed for the next process.

@@ -119,6 +119,7 @@ ALL_TABLES = {
     "chat_projects",
     "schedules",
     "schedule_firings",
+    "trigger_deliveries",
 }
 
 
