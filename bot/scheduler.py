@@ -125,19 +125,22 @@ class Scheduler:
     async def fire(self, firing: Firing, data: str | None = None) -> Queued | None:
         """Run one firing; ``data`` is a trigger request's body. None when it ran nothing."""
         schedule = firing.schedule
+        kind: RunKind = "trigger" if schedule.kind == "trigger" else "clock"
+        if firing.asked and schedule.kind != "trigger":
+            kind = "manual"
         if self._schedules.stale(firing):
             await self._schedules.record_skipped(firing, "missed")
             return None
         if schedule.overlap == "skip" and self._still_running(schedule):
             logger.info("schedule %s: skipped a run while its last one still runs", schedule.id)
             await self._schedules.record_skipped(firing, "skipped")
+            if kind != "clock":
+                # Someone asked for this run and waits for it; a clock's skips go unsaid.
+                await self._tell(schedule.chat_id, "schedule.skipped", schedule)
             return None
         creator = self.hub.people.principal(schedule.created_by)
         if creator is None:
             return None  # the next look pauses it
-        kind: RunKind = "trigger" if schedule.kind == "trigger" else "clock"
-        if schedule.kind != "trigger" and firing.scheduled_at < (schedule.next_run_at or 0):
-            kind = "manual"
         try:
             sent = await self._client.send_card(
                 schedule.chat_id,

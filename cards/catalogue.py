@@ -496,6 +496,9 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "schedule.removed": "Removed schedule {name} ({id}).",
         "schedule.run_asked": "Schedule {name} ({id}) runs now, in a topic of its own.",
         "schedule.none": "No schedules deliver into this chat.",
+        "schedule.skipped": (
+            "Schedule {name} ({id}) did not run now: its last run is still running."
+        ),
         "schedule.list.title": "Schedules of this chat:",
         "schedule.list.line": "{id} · {name} · {when} · next: {next} · last: {last}",
         "schedule.list.paused": "paused",
@@ -530,6 +533,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "schedule.removed": "已删除定时任务 {name}（{id}）。",
         "schedule.run_asked": "定时任务 {name}（{id}）现在运行，在它自己的话题中。",
         "schedule.none": "没有定时任务向此会话发送结果。",
+        "schedule.skipped": "定时任务 {name}（{id}）这次没有运行：它的上一次运行仍在进行。",
         "schedule.list.title": "此会话的定时任务：",
         "schedule.list.line": "{id} · {name} · {when} · 下次：{next} · 上次：{last}",
         "schedule.list.paused": "已暂停",

@@ -125,6 +125,8 @@ class Firing:
     passed_over: int = 0
     # When the newest time is later than the first passed-over one, that first one's time.
     first_passed_at: float | None = None
+    # Asked for by someone (Run now, a trigger's request), not due by the clock.
+    asked: bool = False
 
     @property
     def key(self) -> str:
@@ -149,7 +151,7 @@ class Firing:
             )
         except sqlite3.IntegrityError:
             raise Conflict("this firing already ran", firing=self.key) from None
-        _advance(db, self.schedule, self.scheduled_at, now, ran=True)
+        _advance(db, self.schedule, self.scheduled_at, now, ran=True, keep_clock=self.asked)
         if self.passed_over:
             _record_missed(
                 db, self, self.first_passed_at or self.scheduled_at, self.passed_over, now
@@ -398,7 +400,7 @@ class Schedules:
             if clock_due or row["run_requested_at"] is None:
                 firings.append(self._coalesce(schedule, now))
             else:
-                firings.append(Firing(schedule, float(row["run_requested_at"])))
+                firings.append(Firing(schedule, float(row["run_requested_at"]), asked=True))
         return firings
 
     async def request_run(self, schedule_id: str, by: Principal) -> Schedule:
@@ -416,7 +418,7 @@ class Schedules:
 
     def now_firing(self, schedule: Schedule) -> Firing:
         """A firing at this moment, for Run now and for a trigger's request."""
-        return Firing(schedule, self.clock())
+        return Firing(schedule, self.clock(), asked=True)
 
     def stale(self, firing: Firing) -> bool:
         """Whether the firing's time is older than the grace window: it is missed, not run."""
@@ -444,7 +446,15 @@ class Schedules:
                 return False
             except sqlite3.IntegrityError:
                 return False
-            _advance(db, firing.schedule, firing.scheduled_at, now, ran=False, result=outcome)
+            _advance(
+                db,
+                firing.schedule,
+                firing.scheduled_at,
+                now,
+                ran=False,
+                result=outcome,
+                keep_clock=firing.asked,
+            )
             return True
 
         return bool(await self._state.write(write))
@@ -511,7 +521,9 @@ class Schedules:
                 )
             except sqlite3.IntegrityError:
                 return False
-            _advance(db, firing.schedule, firing.scheduled_at, now, ran=False)
+            _advance(
+                db, firing.schedule, firing.scheduled_at, now, ran=False, keep_clock=firing.asked
+            )
             return _count_failure(db, firing.schedule.id, ok=False, result=reason)
 
         paused = await self._state.write(write)
@@ -618,11 +630,10 @@ def _advance(
     *,
     ran: bool,
     result: str | None = None,
+    keep_clock: bool = False,
 ) -> None:
     # A trigger's and a Run now's firing leave the clock where it was.
-    if schedule.kind == "trigger" or (
-        schedule.next_run_at is not None and scheduled_at < schedule.next_run_at
-    ):
+    if keep_clock or schedule.kind == "trigger":
         next_run = schedule.next_run_at
     else:
         next_run = _next_after(schedule, max(scheduled_at, now))

@@ -19,6 +19,7 @@
 #   flood MIB    write MIB files of 1 MiB each in the workspace  -> flooded MIB
 #   hold         wait (up to 90 s) for a `release` file in the workspace -> held
 #   clean        remove the files fill and flood wrote           -> cleaned
+#   fail CODE    end at once with exit status CODE               -> failing CODE
 # add_key / keyctl(KEYCTL_SEARCH) on the user keyring, through the C library.
 KEYS='
 import ctypes, platform, sys
@@ -90,6 +91,7 @@ while IFS= read -r line; do
       while [ ! -e release ] && [ "$n" -lt 900 ]; do sleep 0.1; n=$((n + 1)); done
       echo "held" ;;
     clean) rm -f filled.bin flood-*.bin && echo "cleaned" ;;
+    fail) echo "failing $arg"; exit "$arg" ;;
     allocate)
       if python3 -c "b = bytearray($arg * 1048576); print(len(b))" >/dev/null 2>&1; then
         echo "allocated $arg"
