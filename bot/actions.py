@@ -26,6 +26,7 @@ from cards.catalogue import text
 from cards.elements import Card
 from cards.models import Lang
 from cards.notices import error_card, owner_only_card
+from cards.schedules import CHANGES
 from hub.errors import AmuxError, InvalidArgument, InvalidPath
 from hub.memory import ABSENT
 from hub.principals import Principal
@@ -333,6 +334,24 @@ class UnbindRequest:
         )
 
 
+@dataclass(frozen=True)
+class ScheduleChange:
+    """``schedule.change``: which schedule and what to do with it; whether the clicker may is
+    the Hub's to decide from the stored schedule, never the card's."""
+
+    schedule_id: str
+    change: str
+    draft: Draft
+
+    @classmethod
+    def parse(cls, value: Value) -> ScheduleChange:
+        """Raises: InvalidArgument: an unknown change, or a draft value a setting refuses."""
+        change = value.get("change")
+        if change not in CHANGES:
+            raise InvalidArgument("unknown schedule change")
+        return cls(str(value.get("schedule") or "")[:32], str(change), Draft.parse(value))
+
+
 # -- the table --------------------------------------------------------------------------------
 
 
@@ -521,6 +540,7 @@ def action_table(management: Management, conversations: Conversations, lang: Lan
     )
     table.card(actions.PROJECT_BIND, Draft.parse, management.bind_project)
     table.card(actions.PROJECT_UNBIND, UnbindRequest.parse, management.unbind_project)
+    table.card(actions.SCHEDULE_CHANGE, ScheduleChange.parse, management.change_schedule)
     table.card(actions.SETTINGS_SAVE, Draft.parse, management.save_settings)
     table.card(actions.RESTART_NOW, no_value, management.restart_now)
     table.card(actions.RESTART_LATER, no_value, management.restart_later)

@@ -20,6 +20,7 @@ from bot.actions import (
     OpenRequest,
     ProviderChoice,
     Restore,
+    ScheduleChange,
     SearchForm,
     UnbindRequest,
 )
@@ -57,6 +58,8 @@ from cards.models import (
     MemorySearch,
     ProjectsView,
     RestartNotice,
+    SchedulesView,
+    ScheduleView,
     SearchHit,
     Setting,
 )
@@ -66,8 +69,8 @@ from cards.notices import (
     project_memory_owner_only_card,
 )
 from cards.projects import binding_card
-from cards.times import DEFAULT_TIME_ZONE
-from hub.errors import Forbidden, InvalidArgument, MemoryDisabled
+from cards.times import DEFAULT_TIME_ZONE, date_time
+from hub.errors import Forbidden, InvalidArgument, MemoryDisabled, NotFound
 from hub.identity import Actor, in_person
 from hub.memory import (
     ABSENT,
@@ -88,6 +91,8 @@ from hub.services import Hub
 
 logger = logging.getLogger("amux.bot")
 T = TypeVar("T")
+# At most this many reach the card; `amux schedule list` shows every one.
+SCHEDULES_SHOWN = 10
 
 
 class Drafts(TypedDict, total=False):
@@ -252,6 +257,7 @@ class Management:
             worktree_days=int(described["projects.worktree_days"].saved),
             # Only the owner's card shows projects: where each chat's work and memory go.
             projects=self._projects.view() if principal.is_owner else ProjectsView(),
+            schedules=self._schedules_view(principal),
             notice=notice,
             # A draft keeps the revision it was built from; a fresh card the current one.
             settings_revision=(
@@ -327,6 +333,60 @@ class Management:
         drafts = self._draft(request.draft, self.view(click.principal))
         notice = await self._projects.unbind(click.principal, request.chat_id, request.project)
         return self.card(click.principal, chat_id=click.chat_id, notice=notice, **drafts)
+
+    def _schedules_view(self, principal: Principal) -> SchedulesView:
+        """Those the viewer may change: their own, and for the owner everyone's."""
+        mine = self._hub.schedules.listed(created_by=None if principal.is_owner else principal.id)
+        people = self._hub.people
+        shown = []
+        for schedule in mine[:SCHEDULES_SHOWN]:
+            creator = people.principal(schedule.created_by)
+            shown.append(
+                ScheduleView(
+                    schedule.id,
+                    schedule.name,
+                    schedule.spec or schedule.kind,
+                    schedule.active,
+                    schedule.next_run_at,
+                    schedule.last_result,
+                    creator.label if creator is not None else "",
+                )
+            )
+        return SchedulesView(tuple(shown), max(0, len(mine) - SCHEDULES_SHOWN), self.zone)
+
+    async def change_schedule(self, click: Click, request: ScheduleChange) -> Card:
+        """``schedule.change``: pause, resume, run or remove one schedule, if the clicker made
+        it or is the owner (the Hub decides from the stored schedule); the card again with
+        what was done, or why nothing was."""
+        drafts = self._draft(request.draft, self.view(click.principal))
+        schedules, principal = self._hub.schedules, click.principal
+        change = {
+            "pause": schedules.pause,
+            "resume": schedules.resume,
+            "run": schedules.request_run,
+            "remove": schedules.remove,
+        }[request.change]
+        key = {
+            "pause": "schedule.paused",
+            "resume": "schedule.resumed",
+            "run": "schedule.run_asked",
+            "remove": "schedule.removed",
+        }[request.change]
+        try:
+            changed = await change(request.schedule_id, principal)
+        except (Forbidden, NotFound, InvalidArgument) as error:
+            logger.info("a schedule change from the card was refused: %s", error.message)
+            notice = text(self.lang, "schedule.refused", reason=escape(error.message))
+        else:
+            upcoming = changed.next_run_at
+            notice = text(
+                self.lang,
+                key,
+                name=escape(changed.name),
+                id=changed.id,
+                time=date_time(upcoming, self.zone) if upcoming is not None else "-",
+            )
+        return self.card(principal, chat_id=click.chat_id, notice=notice, **drafts)
 
     async def save_settings(self, click: Click, value: Draft) -> Card:
         """``settings.save``: the draft saved, for the next restart; refused, with the current

@@ -56,6 +56,8 @@ action                     fields carried in the value
                            ``form_value["project"]`` (owner only)
 ``project.unbind``         ``chat_id``, ``project`` (the binding the card showed) and the draft:
                            unbind the chat if it is still bound to that project (owner only)
+``schedule.change``        ``schedule`` (its id), ``change`` (``pause``, ``resume``, ``run`` or
+                           ``remove``) and the draft: its creator or the owner (the Hub checks)
 =========================  ======================================================================
 
 The draft is ``memory_enabled``, ``isolation``, ``history_days``, ``max_queued`` and
@@ -104,6 +106,7 @@ BUDGET_TURN_SET: Final = "budget.turn"
 WORKTREE_DAYS_SET: Final = "projects.worktree"
 PROJECT_BIND: Final = "project.bind"
 PROJECT_UNBIND: Final = "project.unbind"
+SCHEDULE_CHANGE: Final = "schedule.change"
 
 ALL: Final[frozenset[str]] = frozenset(
     {
@@ -138,6 +141,7 @@ ALL: Final[frozenset[str]] = frozenset(
         WORKTREE_DAYS_SET,
         PROJECT_BIND,
         PROJECT_UNBIND,
+        SCHEDULE_CHANGE,
     }
 )
 

@@ -496,6 +496,19 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "schedule.removed": "Removed schedule {name} ({id}).",
         "schedule.run_asked": "Schedule {name} ({id}) runs now, in a topic of its own.",
         "schedule.none": "No schedules deliver into this chat.",
+        "manage.schedules": "**Schedules**",
+        "manage.schedules.none": (
+            "None yet. In a chat, `/amux schedule add \"0 9 * * 1-5\" <prompt>` runs a prompt "
+            "there on a clock, as you."
+        ),
+        "manage.schedules.line": (
+            "**{name}** `{when}` · by {creator} · next: {next} · last: {last}"
+        ),
+        "manage.schedules.more": "{more} more: `amux schedule list` shows them all.",
+        "schedule.button.pause": "Pause",
+        "schedule.button.resume": "Resume",
+        "schedule.button.run": "Run now",
+        "schedule.button.remove": "Remove",
         "schedule.skipped": (
             "Schedule {name} ({id}) did not run now: its last run is still running."
         ),
@@ -533,6 +546,19 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "schedule.removed": "已删除定时任务 {name}（{id}）。",
         "schedule.run_asked": "定时任务 {name}（{id}）现在运行，在它自己的话题中。",
         "schedule.none": "没有定时任务向此会话发送结果。",
+        "manage.schedules": "**定时任务**",
+        "manage.schedules.none": (
+            "还没有。在会话中用 `/amux schedule add \"0 9 * * 1-5\" <提示词>` "
+            "按时以你的身份在那里运行一个提示词。"
+        ),
+        "manage.schedules.line": (
+            "**{name}** `{when}` · 创建者 {creator} · 下次：{next} · 上次：{last}"
+        ),
+        "manage.schedules.more": "还有 {more} 个：`amux schedule list` 列出全部。",
+        "schedule.button.pause": "暂停",
+        "schedule.button.resume": "恢复",
+        "schedule.button.run": "立即运行",
+        "schedule.button.remove": "删除",
         "schedule.skipped": "定时任务 {name}（{id}）这次没有运行：它的上一次运行仍在进行。",
         "schedule.list.title": "此会话的定时任务：",
         "schedule.list.line": "{id} · {name} · {when} · 下次：{next} · 上次：{last}",

@@ -24,6 +24,7 @@ from cards.elements import (
 )
 from cards.models import Lang, ManagementView, RestartNotice, Setting
 from cards.projects import projects_section
+from cards.schedules import schedules_section
 
 # The history windows offered as buttons; any other saved number of days is shown as it is.
 HISTORY_CHOICES: tuple[int, ...] = (0, 7, 30, 90, 365)
@@ -232,6 +233,9 @@ def management_card(view: ManagementView, lang: Lang) -> Card:
             markdown(text(lang, "manage.member_hint")),
             row(button(text(lang, "manage.my_memory"), actions.MEMORY_LIST)),
         ]
+        elements += schedules_section(view.schedules, lang, {})
+        if view.notice:
+            elements.insert(0, markdown(view.notice))
         return card(text(lang, "manage.title"), "blue", elements)
 
     # Each click carries the whole draft after that click, so the card stays the only state.
@@ -291,6 +295,7 @@ def management_card(view: ManagementView, lang: Lang) -> Card:
     if view.notice:
         # What the click before did (or why it changed nothing), where the owner looks first.
         elements.insert(0, markdown(view.notice))
+    elements += schedules_section(view.schedules, lang, draft)
     # The projects get what room the rest of the card leaves (a margin for the header).
     room = CARD_MAX_BYTES - encoded_size(elements) - 1_000
     elements += projects_section(view, lang, draft, room)

@@ -75,6 +75,28 @@ class ProjectsView:
 
 
 @dataclass(frozen=True)
+class ScheduleView:
+    """One schedule on the `/amux` card: its clock, whether it runs, its next and last run."""
+
+    id: str
+    name: str
+    when: str
+    active: bool
+    next_run_at: float | None
+    last_result: str
+    creator: str = ""
+
+
+@dataclass(frozen=True)
+class SchedulesView:
+    """The schedules the viewer may change (the owner: everyone's), and how many more."""
+
+    schedules: tuple[ScheduleView, ...] = ()
+    more: int = 0
+    zone: str = DEFAULT_TIME_ZONE
+
+
+@dataclass(frozen=True)
 class ManagementView:
     """The `/amux` management card; the owner variant adds the Experiments section."""
 
@@ -102,6 +124,7 @@ class ManagementView:
     # Live too: days a project conversation's checkout may go unused; and the projects.
     worktree_days: int = 14
     projects: ProjectsView = ProjectsView()
+    schedules: SchedulesView = SchedulesView()
     # What the click before did, or why it changed nothing, shown atop the card.
     notice: str = ""
     # The revision of the saved settings the draft was built from; Save carries it back.

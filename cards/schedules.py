@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+from cards import actions
 from cards.catalogue import plain_text, text
-from cards.elements import Card, card, escape, markdown
-from cards.models import Lang
+from cards.elements import Card, Element, button, card, code, escape, hr, markdown, row
+from cards.models import Lang, SchedulesView
 from cards.times import date_time
+
+CHANGES = ("pause", "resume", "run", "remove")
 
 RunKind = Literal["clock", "manual", "trigger"]
 
@@ -59,3 +62,47 @@ def schedule_list_text(lines: Sequence[ScheduleLine], zone: str, lang: Lang) -> 
             )
         )
     return "\n".join(rows)
+
+
+def schedules_section(view: SchedulesView, lang: Lang, draft: dict[str, Any]) -> list[Element]:
+    """The `/amux` card's Schedules: each with its next run and last result, and the buttons
+    its creator or the owner may use (the Hub decides again on each click)."""
+    elements: list[Element] = [hr(), markdown(text(lang, "manage.schedules"))]
+    if not view.schedules:
+        elements.append(markdown(text(lang, "manage.schedules.none")))
+    for schedule in view.schedules:
+        upcoming = (
+            date_time(schedule.next_run_at, view.zone)
+            if schedule.active and schedule.next_run_at is not None
+            else text(lang, "schedule.list.no_next" if schedule.active else "schedule.list.paused")
+        )
+        elements.append(
+            markdown(
+                text(
+                    lang,
+                    "manage.schedules.line",
+                    name=escape(schedule.name),
+                    when=code(schedule.when),
+                    next=upcoming,
+                    last=escape(schedule.last_result or "-"),
+                    creator=escape(schedule.creator or "-"),
+                )
+            )
+        )
+        toggle = "pause" if schedule.active else "resume"
+        elements.append(
+            row(
+                *(
+                    button(
+                        text(lang, f"schedule.button.{change}"),
+                        actions.SCHEDULE_CHANGE,
+                        kind="danger" if change == "remove" else "default",
+                        **{**draft, "schedule": schedule.id, "change": change},
+                    )
+                    for change in (toggle, "run", "remove")
+                )
+            )
+        )
+    if view.more:
+        elements.append(markdown(text(lang, "manage.schedules.more", more=view.more)))
+    return elements
