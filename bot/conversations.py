@@ -215,6 +215,8 @@ class Started:
 
     record: Recorder
     queued: asyncio.Future[str]
+    # What its progress and result cards are titled: the schedule's name and the run's time.
+    title: str = ""
 
 
 def with_sender(prompt: str, sender: Principal) -> str:
@@ -387,6 +389,8 @@ class Conversations:
         self._turns[event.message_id] = submitted.id
         try:
             title = prompt or catalogue_text(self._lang, "forward.title")
+            if started is not None and started.title:
+                title = started.title
             return await self._report_turn(event, submitted, session, (origin, topic), title, note)
         finally:
             self._turns.pop(event.message_id, None)

@@ -8,7 +8,9 @@ nothing here.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import MessageEvent
@@ -20,6 +22,8 @@ from cards.times import date_time
 from hub.errors import AmuxError, InvalidArgument, NotFound
 from hub.principals import Principal
 from hub.schedules import Schedule, Schedules
+
+logger = logging.getLogger("amux.bot")
 
 # Quotes people type around a cron expression, the ones a Chinese keyboard gives included.
 _QUOTES = {'"': '"', "'": "'", "“": "”", "‘": "’", "「": "」"}
@@ -98,9 +102,25 @@ class ScheduleCommands:
             when=when,
             prompt=prompt,
             provider=self._provider_of(event.chat_id),
+            time_zone=await self._zone_of(event),
         )
         self._wake()
         await self._say(event, self._told("schedule.added", schedule))
+
+    async def _zone_of(self, event: MessageEvent) -> str | None:
+        """The sender's own Feishu time zone, which their clock means; None (the Hub's
+        ``schedules.time_zone``) when Feishu gives none or it cannot be read."""
+        if not event.sender.open_id:
+            return None
+        try:
+            zone = await self._client.user_time_zone(event.sender.open_id)
+        except AmuxError as error:
+            logger.info("no Feishu time zone for a schedule's creator: %s", error.message)
+            return None
+        try:
+            return ZoneInfo(zone).key if zone else None
+        except (ZoneInfoNotFoundError, ValueError):
+            return None
 
     async def _list(self, event: MessageEvent) -> None:
         lines = [

@@ -155,16 +155,17 @@ class Scheduler:
             if paused is not None:
                 await self._tell_creator(paused, error.message)
             return None
-        return await self._queue(firing, creator, sent.message_id, data)
+        title = f"{schedule.name} · {date_time(firing.scheduled_at, self._zone)}"
+        return await self._queue(firing, creator, sent.message_id, data, title)
 
     async def _queue(
-        self, firing: Firing, creator: Principal, message_id: str, data: str | None
+        self, firing: Firing, creator: Principal, message_id: str, data: str | None, title: str
     ) -> Queued | None:
         schedule = firing.schedule
         loop = asyncio.get_running_loop()
         queued: asyncio.Future[str] = loop.create_future()
         now = time.time()
-        started = Started(record=firing.recorder(now), queued=queued)
+        started = Started(record=firing.recorder(now), queued=queued, title=title)
         event = MessageEvent(
             event_id=f"schedule:{firing.key}",
             sender=UserIds(),

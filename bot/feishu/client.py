@@ -275,6 +275,21 @@ class FeishuClient:
             if isinstance(item, dict) and item.get("open_id") and item.get("name")
         }
 
+    async def user_time_zone(self, open_id: str) -> str:
+        """The IANA time zone a user set in Feishu, "" when Feishu gives none
+        (``contact.v3.user.batch``, the same contact scope as names)."""
+        data = await self._call(
+            "user_batch",
+            HttpMethod.GET,
+            "/open-apis/contact/v3/users/batch",
+            queries=[("user_id_type", "open_id"), ("user_ids", open_id)],
+        )
+        for item in (data.get("data") or {}).get("items") or []:
+            if isinstance(item, dict) and item.get("open_id") == open_id:
+                zone = item.get("time_zone")
+                return zone if isinstance(zone, str) else ""
+        return ""
+
     async def message_resource(self, message_id: str, key: str, kind: str, *, limit: int) -> bytes:
         """An image or file of a message (``im.v1.message_resource.get``; ``kind`` image|file) of
         at most ``limit`` bytes: no more than ``limit + 1`` are ever read.

@@ -132,3 +132,14 @@ async def test_card_buttons_change_a_schedule_only_for_its_creator_or_the_owner(
         # A forged change is no change at all.
         forged = await bot.card_after(dict(remove, change="explode"), who=BOB)
         assert "unknown schedule change" in card_text(forged)
+
+
+async def test_a_schedule_keeps_its_creators_feishu_time_zone(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        bot.feishu.user_names.update({"ou_bob": "Bob", "ou_carol": "Carol"})
+        bot.feishu.user_time_zones["ou_bob"] = "Europe/Berlin"
+        await bot.reply_to(await bot.say('/amux schedule add "0 9 * * *" bobs report', BOB))
+        await bot.reply_to(await bot.say('/amux schedule add "0 9 * * *" carols report', CAROL))
+        zones = {s.prompt: s.time_zone for s in bot.hub.schedules.listed()}
+    # Carol set none in Feishu: the Hub's schedules.time_zone.
+    assert zones == {"bobs report": "Europe/Berlin", "carols report": "Asia/Shanghai"}

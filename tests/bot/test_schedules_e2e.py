@@ -181,6 +181,8 @@ async def test_a_group_schedule_runs_on_time_in_its_own_topic_as_its_creator(
         (run_card,) = [m for m in bot.said(f"⏰ {schedule['name']}") if not m.root_id]
         assert run_card.chat_id == GROUP and answer.root_id == run_card.message_id
         assert "as **" in report_of(run_card)
+        # Its result card is titled with the schedule's name and the run's time.
+        assert f"{schedule['name']} · " in report_of(answer)
         (run,) = runs_of(home, "daily")
         alice = state(home, "SELECT principal_id FROM aliases WHERE value = 'ou_alice'")
         assert run["submitted_by"] == alice[0]["principal_id"] == schedule["created_by"]
@@ -223,10 +225,21 @@ async def test_runs_due_while_amux_was_down_run_once_or_are_said_missed(tmp_path
         await until(lambda: bot.answer("late"), 90)
         await until(lambda: bot.said("missed 1 run(s)"), 30)
         await settled(home, by_prompt["nonce late"]["id"], 1)
+        # A restart at the very moment a run is due: it runs, once.
+        moment = await bot.in_private(
+            ALICE, f'/amux schedule add "{soon(4)}" nonce moment\ncwd\nend'
+        )
+        await until(lambda: bot.reply_to(moment))
+        (due,) = [s for s in schedules(home) if s["prompt"].startswith("nonce moment")]
+        await until(lambda: time.time() >= due["next_run_at"] - 0.2, 30)
+        await asyncio.to_thread(bot.hub.restart)
+        await until(lambda: bot.answer("moment"), 90)
+        await settled(home, due["id"], 1)
         # Another restart finds nothing left to run and nothing more to say.
         await asyncio.to_thread(bot.hub.restart)
         await settled(home, by_prompt["nonce late"]["id"], 1)
     assert len(runs_of(home, "late")) == 1
+    assert len(runs_of(home, "moment")) == 1
     assert runs_of(home, "gone") == []
     assert len(bot.said("missed 1 run(s)")) == 1
     (gone_now,) = [s for s in schedules(home) if s["prompt"].startswith("nonce gone")]

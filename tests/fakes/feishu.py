@@ -183,6 +183,8 @@ class FakeFeishu:
         self.large_resources: dict[tuple[str, str], LargeResource] = {}
         self.uploads: dict[str, tuple[str, bytes]] = {}
         self.user_names: dict[str, str] = {}
+        # Time zones users set in Feishu, by open_id (the contact API answers them with names).
+        self.user_time_zones: dict[str, str] = {}
         # A forward's message id -> the messages in it, as message.get lists them.
         self.forwarded: dict[str, list[dict[str, Any]]] = {}
         self.url = ""
@@ -531,7 +533,11 @@ class FakeFeishu:
                 status=400,
             )
         ids = request.query.getall("user_ids", [])
-        items = [{"open_id": i, "name": self.user_names[i]} for i in ids if i in self.user_names]
+        items = [
+            {"open_id": i, "name": self.user_names[i], "time_zone": self.user_time_zones.get(i, "")}
+            for i in ids
+            if i in self.user_names
+        ]
         return web.json_response({"code": 0, "msg": "success", "data": {"items": items}})
 
     async def _resource(self, request: web.Request) -> web.StreamResponse:
