@@ -12,6 +12,8 @@ from cards.times import DEFAULT_TIME_ZONE
 
 FEISHU_DOMAIN = "https://open.feishu.cn"
 LARK_DOMAIN = "https://open.larksuite.com"
+FEISHU_ACCOUNTS = "https://accounts.feishu.cn"
+LARK_ACCOUNTS = "https://accounts.larksuite.com"
 ENCRYPT_KEY_VARIABLE = "AMUX_FEISHU_ENCRYPT_KEY"
 VERIFICATION_TOKEN_VARIABLE = "AMUX_FEISHU_VERIFICATION_TOKEN"
 
@@ -29,6 +31,8 @@ class FeishuSettings(BaseSettings):
     allow_unencrypted: bool = False
     # Feishu's, Lark's, or a loopback URL (tests); the SDK appends "/open-apis/...".
     domain: str = FEISHU_DOMAIN
+    # Where `amux feishu setup` registers the app (Feishu's accounts site; with --lark, Lark's).
+    accounts_domain: str = FEISHU_ACCOUNTS
     mode: Literal["webhook", "long_connection"] = "webhook"
     enroll: Literal["auto", "closed"] = "auto"
     tenant_key: str = Field(
@@ -60,7 +64,7 @@ class FeishuSettings(BaseSettings):
             ) from None
         return value
 
-    @field_validator("domain")
+    @field_validator("domain", "accounts_domain")
     @classmethod
     def _no_trailing_slash(cls, value: str) -> str:
         return value.rstrip("/")

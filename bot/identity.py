@@ -81,8 +81,12 @@ class FeishuIdentities:
         tenant_key: str = "",
         clock: Callable[[], float] = time.time,
         names: DisplayNames | None = None,
+        scanner_open_id: str = "",
     ) -> None:
         self._people = people
+        # Who scanned the QR code that made this app (`amux feishu setup`), read from the file
+        # only the operator can write: the owner, unless the Hub has a Feishu owner already.
+        self._scanner = scanner_open_id
         self._names = names
         self._enroll = enroll
         self._clock = clock
@@ -182,6 +186,7 @@ class FeishuIdentities:
                 nothing was changed.
         """
         aliases = self._aliases(ids)
+        self._adopt_scanner(ids, aliases)
         enrol_as = self._new_name(ids) if self._enroll else None
         found = self._people.resolve([Alias(kind, value) for _, kind, value in aliases], enrol_as)
         if not isinstance(found, Resolved):
@@ -232,6 +237,26 @@ class FeishuIdentities:
 
     # -- owner claim -----------------------------------------------------------------------------
 
+    def _scanner_awaited(self) -> Principal | None:
+        """The owner, while they have no Feishu identity and the app's scanner is to get it."""
+        owner = self._people.owner()
+        if not self._scanner or owner is None or self._people.has_feishu_identity(owner.id):
+            return None
+        return owner
+
+    def _adopt_scanner(self, ids: UserIds, aliases: list[tuple[IdField, str, str]]) -> None:
+        """Make the app's scanner the owner at their first event, as a claim would."""
+        owner = self._scanner_awaited()
+        if owner is None or ids.open_id != self._scanner or self.app is None or not aliases:
+            return
+        self._people.move_aliases([Alias(kind, value) for _, kind, value in aliases], owner.id)
+        self.claim_code = None
+        self.claim_expires_at = None
+        logger.info(
+            "the Feishu user who scanned the app's set-up QR code (%s) is now the owner",
+            self._scanner,
+        )
+
     def offer_claim(self) -> str | None:
         """A one-time code, valid for ``CLAIM_SECONDS``, while the owner has no Feishu identity
         yet, offered to the operator in the log (the one place it is ever written).
@@ -239,7 +264,23 @@ class FeishuIdentities:
         None once claimed. ``claim_expires_at`` says until when the code works.
         """
         owner = self._people.owner()
-        if owner is None or self._people.has_feishu_identity(owner.id):
+        if owner is None:
+            return None
+        if self._people.has_feishu_identity(owner.id):
+            held = {alias.value for alias in self._people.aliases(owner.id)}
+            if self._scanner and self._scanner not in held:
+                logger.warning(
+                    "the Feishu user who scanned the app's set-up QR code (%s) is not the owner: "
+                    "the Hub's Feishu owner stays as claimed before",
+                    self._scanner,
+                )
+            return None
+        if self._scanner:
+            logger.info(
+                "the owner in Feishu is the user who scanned the app's set-up QR code (%s); "
+                "no claim code is needed",
+                self._scanner,
+            )
             return None
         self.claim_code = secrets.token_hex(4)
         self.claim_expires_at = self._clock() + CLAIM_SECONDS

@@ -108,7 +108,9 @@ MEANINGS: dict[str, str] = {
     "Unset: the running one.",
     "AMUX_RUNTIME_RUN_AS": "Run Agents as this local user (name or uid); the worker runs as root "
     "and amux must be installed where that user can read it. Unset: the worker's own user.",
-    "AMUX_FEISHU_APP_ID": "Feishu app id (cli_...). Empty: the bot is off and only the Hub runs.",
+    "AMUX_FEISHU_APP_ID": "Feishu app id (cli_...). Empty: the app `amux feishu setup` saved in "
+    "AMUX_HOME/feishu-app.json, else the bot is off and only the Hub runs. Set, it wins over "
+    "the saved app.",
     "AMUX_FEISHU_APP_SECRET": "Feishu app secret. Never logged.",
     "AMUX_FEISHU_ENCRYPT_KEY": "Event encryption key from the app's Events page (webhook mode). "
     "Never logged.",
@@ -117,7 +119,10 @@ MEANINGS: dict[str, str] = {
     "unsigned and in clear text, checked by the verification token alone; `amux serve` refuses "
     "to start that way unless this is true.",
     "AMUX_FEISHU_DOMAIN": "OpenAPI base: https://open.feishu.cn (Feishu) or "
-    "https://open.larksuite.com (Lark).",
+    "https://open.larksuite.com (Lark). `amux feishu setup` saves it with the app.",
+    "AMUX_FEISHU_ACCOUNTS_DOMAIN": "Where `amux feishu setup` registers the app: "
+    "https://accounts.feishu.cn, or with --lark https://accounts.larksuite.com; set only for a "
+    "private deployment. Setup saves it with the app.",
     "AMUX_FEISHU_MODE": "webhook: Feishu posts events to /feishu/events on this server; "
     "long_connection: the bot connects out to Feishu and needs no public URL.",
     "AMUX_FEISHU_ENROLL": "auto: a Feishu user who messages the bot gets a Principal; closed: only "

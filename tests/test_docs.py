@@ -11,6 +11,7 @@ import pytest
 import typer.main
 
 from bot.commands.cli import app
+from bot.feishu import app_manifest
 from bot.feishu.ingress import EVENTS_PATH
 from hub.limits import DEFAULT_LIMITS, KIB, MIB
 from scripts.reference import CLI_REFERENCE, ENV_EXAMPLE, render_cli_reference
@@ -122,6 +123,12 @@ def test_the_operator_guide_names_the_feishu_setup_the_bot_needs() -> None:
         ".backup",
     ):
         assert needed in text, needed
+
+
+def test_the_operator_guide_names_every_scope_event_and_callback_setup_asks_for() -> None:
+    text = (DOCS / "operator-guide.md").read_text()
+    for needed in (*app_manifest.SCOPES, *app_manifest.EVENTS, *app_manifest.CALLBACKS):
+        assert f"`{needed}`" in text, needed
 
 
 def test_the_user_guide_states_the_limits_the_hub_enforces() -> None:

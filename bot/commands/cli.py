@@ -7,9 +7,10 @@ from typing import Any
 
 import typer
 import typer.core
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsError
 
+from bot.commands.feishu_cli import feishu_app
 from bot.commands.runtime_cli import agent_app, runtime_app
 from bot.config import FeishuSettings
 from hub.cli import (
@@ -115,6 +116,7 @@ app.add_typer(principal_app, name="principal")
 app.add_typer(token_app, name="token")
 app.add_typer(agent_app, name="agent")
 app.add_typer(runtime_app, name="runtime")
+app.add_typer(feishu_app, name="feishu")
 
 
 @app.callback()
@@ -174,8 +176,16 @@ def serve(
 
 def _process_secrets() -> list[str]:
     """Secret values this process may hold, so the log can never print them even by mistake."""
+    from bot.feishu import saved_app
+
     feishu = FeishuSettings()
     values = [feishu.app_secret, feishu.encrypt_key, feishu.verification_token]
+    try:
+        saved = saved_app.load(HubSettings().home)
+    except AmuxError:
+        saved = None  # serve itself says what is wrong with the file
+    if saved is not None:
+        values.append(SecretStr(saved.app_secret))
     token = ClientSettings().token
     if token is not None:
         values.append(token)

@@ -24,10 +24,11 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from bot.config import FeishuSettings
+from bot.feishu import app_manifest, saved_app
 from bot.service.logs import LogSettings
 from hub.client import HubClient
 from hub.config import OWNER_TOKEN_FILE, ClientSettings, HubSettings, unparsable_setting
-from hub.errors import AmuxError, Unauthenticated, Unavailable
+from hub.errors import AmuxError, InvalidArgument, Unauthenticated, Unavailable
 from hub.rootlock import LOCK_NAME
 from runtime_bridge import agent_exec, cgroups
 from runtime_bridge.agent_users import DYNAMIC_UIDS, configured_user
@@ -101,8 +102,16 @@ def render(checks: list[Check]) -> str:
 
 def load_settings() -> tuple[Settings | None, Check]:
     try:
-        settings = Settings(
-            HubSettings(), ClientSettings(), RuntimeSettings(), FeishuSettings(), LogSettings()
+        hub = HubSettings()
+        # The app `amux feishu setup` saved, unless AMUX_FEISHU_APP_ID names one (as serve reads).
+        feishu, _, _ = saved_app.resolve(hub.home, FeishuSettings())
+        settings = Settings(hub, ClientSettings(), RuntimeSettings(), feishu, LogSettings())
+    except InvalidArgument as error:
+        return None, Check(
+            "settings",
+            "fail",
+            error.message,
+            "run `amux feishu setup` again, or remove the file and set AMUX_FEISHU_APP_ID",
         )
     except SettingsError as error:
         # A JSON setting that is not JSON: pydantic-settings refuses it before validating.
@@ -749,6 +758,85 @@ async def check_feishu_credentials(feishu: FeishuSettings) -> Check:
     return Check("feishu_credentials", "ok", f"bot {name}(open_id {info.open_id})")
 
 
+UPDATE_FIX = (
+    "run `amux feishu setup --update` and scan its QR code: it asks Feishu for every scope, event "
+    "and callback amux uses (or add them by hand in the app's console and publish a version)"
+)
+# Without these the bot hears nothing or cannot answer; the other scopes cost one feature each.
+ESSENTIAL_SCOPES = frozenset(app_manifest.SCOPES[:4])
+
+
+def check_feishu_app_file(home: Path, feishu: FeishuSettings) -> Check:
+    """The app `amux feishu setup` saved: which one, where, and that only its owner may read it."""
+    path = saved_app.app_path(home)
+    try:
+        saved = saved_app.load(home)
+    except AmuxError as error:
+        return Check("feishu_app_file", "fail", error.message, "run `amux feishu setup` again")
+    if saved is None:
+        return Check("feishu_app_file", "skip", f"no app saved by `amux feishu setup` ({path})")
+    where = f"app {saved.app_id} ({saved.brand}) saved in {path}"
+    if feishu.enabled and feishu.app_id != saved.app_id:
+        where += f"; unused: AMUX_FEISHU_APP_ID ({feishu.app_id}) wins"
+    try:
+        loose = saved_app.loose_mode(path)
+    except OSError as error:
+        return Check("feishu_app_file", "fail", f"cannot read {path}: {error.strerror}")
+    if loose is not None:
+        return Check(
+            "feishu_app_file",
+            "warn",
+            f"{where}, mode {loose:04o}: others may read the app secret",
+            f"chmod 600 {path}",
+        )
+    return Check("feishu_app_file", "ok", f"{where}, mode 0600")
+
+
+async def check_feishu_app_config(feishu: FeishuSettings) -> Check:
+    """Every scope, event and callback of the manifest, as the app's own configuration lists."""
+    if not feishu.enabled or not feishu.app_secret.get_secret_value():
+        return Check("feishu_app_config", "skip", "Feishu bot not configured")
+    from bot.feishu.client import FeishuClient
+    from bot.feishu.errors import FeishuApiError
+
+    client = FeishuClient(feishu, attempts=1, timeout=HTTP_SECONDS, workers=1)
+    try:
+        config = await client.app_config()
+    except FeishuApiError as error:
+        if error.missing_scope:
+            return Check(
+                "feishu_app_config",
+                "warn",
+                f"the app may not read its own configuration ({error.message}), so what it "
+                "lacks is not checked",
+                UPDATE_FIX,
+            )
+        return Check("feishu_app_config", "skip", f"not checked: {error.message}")
+    except AmuxError as error:
+        return Check("feishu_app_config", "skip", f"not checked: {error.message}")
+    finally:
+        await client.close()
+    scopes = app_manifest.missing(set(config.scopes), app_manifest.SCOPES)
+    events = app_manifest.missing(set(config.events), app_manifest.EVENTS)
+    callbacks = app_manifest.missing(set(config.callbacks), app_manifest.CALLBACKS)
+    lacks = [
+        f"{kind} {', '.join(items)}"
+        for kind, items in (("scopes", scopes), ("events", events), ("callbacks", callbacks))
+        if items
+    ]
+    if not lacks:
+        return Check(
+            "feishu_app_config", "ok", "the app has every scope, event and callback amux uses"
+        )
+    essential = events or callbacks or ESSENTIAL_SCOPES.intersection(scopes)
+    return Check(
+        "feishu_app_config",
+        "fail" if essential else "warn",
+        f"the app lacks {'; '.join(lacks)}",
+        UPDATE_FIX,
+    )
+
+
 async def check_feishu_topic_scope(feishu: FeishuSettings) -> Check:
     """Reading a topic's messages (topic context) needs a scope the bot otherwise does without."""
     if not feishu.enabled or not feishu.app_secret.get_secret_value():
@@ -1022,7 +1110,9 @@ async def diagnose(
         else:
             checks.append(Check("memory", "skip", "needs the Hub"))
             checks.append(Check("permissions", "skip", "needs the Hub"))
+        checks.append(check_feishu_app_file(settings.hub.home, settings.feishu))
         checks.append(await check_feishu_credentials(settings.feishu))
+        checks.append(await check_feishu_app_config(settings.feishu))
         checks.append(await check_feishu_topic_scope(settings.feishu))
         checks.append(await check_feishu_names(settings.feishu))
         checks.append(await check_feishu_ingress(settings.feishu, client.hub_url))

@@ -107,6 +107,15 @@ class SentMessage:
 
 
 @dataclass(frozen=True)
+class AppConfig:
+    """What the app is granted and subscribed to, as its own configuration says."""
+
+    scopes: frozenset[str]
+    events: frozenset[str]
+    callbacks: frozenset[str]
+
+
+@dataclass(frozen=True)
 class BotInfo:
     open_id: str
     name: str = ""
@@ -417,6 +426,27 @@ class FeishuClient:
             HttpMethod.POST,
             "/open-apis/interactive/v1/card/update",
             body={"token": callback_token, "card": card},
+        )
+
+    async def app_config(self) -> AppConfig:
+        """The scopes, events and callbacks this app has (``application.v6.application.get``)."""
+        data = await self._call(
+            "application_get",
+            HttpMethod.GET,
+            "/open-apis/application/v6/applications/:app_id",
+            paths={"app_id": self._settings.app_id},
+            queries=[("lang", "en_us")],
+        )
+        app = (data.get("data") or {}).get("app") or {}
+        scopes = app.get("scopes") or []
+        events = (app.get("event") or {}).get("subscribed_events") or []
+        callbacks = (app.get("callback") or {}).get("subscribed_callbacks") or []
+        return AppConfig(
+            scopes=frozenset(
+                str(s.get("scope")) for s in scopes if isinstance(s, dict) and s.get("scope")
+            ),
+            events=frozenset(str(e) for e in events),
+            callbacks=frozenset(str(c) for c in callbacks),
         )
 
     async def bot_info(self) -> BotInfo:

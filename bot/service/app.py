@@ -38,6 +38,7 @@ def create_app(
     feishu_client: FeishuClient | None = None,
     *,
     hub_listening: asyncio.Event | None = None,
+    feishu_owner: str = "",
 ) -> web.Application:
     """Build the service; nothing starts until the application's startup runs.
 
@@ -48,7 +49,9 @@ def create_app(
     listens, so the worker starts once ``hub_listening`` is set when given: its first turn's
     Agent must find the Hub listening.
     Settings not given are their defaults (the bot off), never read from the environment: only
-    the process's own entry point (``amux serve``) reads that.
+    the process's own entry point (``amux serve``) reads that. ``feishu_owner`` is the open_id of
+    the person who created the app by scanning its set-up QR code: the owner, unless the Hub has a
+    Feishu owner already.
     """
     feishu = feishu_settings if feishu_settings is not None else FeishuSettings.model_construct()
     problem = feishu.startup_problem()
@@ -70,7 +73,9 @@ def create_app(
 
         # The bot reaches Agents' workspaces (files in and out) only beside an in-process worker.
         in_process = settings if worker_url is not None else None
-        add_feishu(app, hub_settings, feishu, feishu_client, runtime=in_process)
+        add_feishu(
+            app, hub_settings, feishu, feishu_client, runtime=in_process, owner_open_id=feishu_owner
+        )
     else:
         logger.info(feishu.describe())
     return app

@@ -69,8 +69,10 @@ def add_feishu(
     client: FeishuClient | None,
     *,
     runtime: RuntimeSettings | None = None,
+    owner_open_id: str = "",
 ) -> None:
-    """The bot on ``app``; ``runtime`` is the in-process worker's settings, when there is one."""
+    """The bot on ``app``; ``runtime`` is the in-process worker's settings, when there is one;
+    ``owner_open_id`` the person who made the app, who becomes the owner if there is none yet."""
     sink = _DeferredSink()
     adapter = FeishuAdapter(
         settings,
@@ -113,6 +115,7 @@ def add_feishu(
             app_id=settings.app_id,
             tenant_key=settings.tenant_key,
             names=names,
+            scanner_open_id=owner_open_id,
         )
         management = Management(
             hub, lang, settings.provider, tell=client.send_text, zone=settings.time_zone

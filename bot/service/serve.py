@@ -22,6 +22,7 @@ from pathlib import Path
 from aiohttp import web
 
 from bot.config import FeishuSettings
+from bot.feishu import saved_app
 from bot.service.app import create_app
 from bot.service.heap import freeze_startup_heap
 from bot.service.logs import AccessLogger
@@ -111,14 +112,22 @@ async def serve(settings: HubSettings) -> Outcome:
     """Serve until SIGTERM/SIGINT or an owner's restart request, then drain in-flight work."""
     raise_open_files()
     runtime = RuntimeSettings()
-    feishu = FeishuSettings()
+    # The app `amux feishu setup` saved, unless AMUX_FEISHU_APP_ID names one.
+    feishu, saved, source = saved_app.resolve(settings.home, FeishuSettings())
+    if source:
+        logger.info(source)
     warning = runtime.unsandboxed_warning() if runtime.in_process else None
     if warning is not None:
         logger.warning(warning)
     worker_url = local_url(settings.host, settings.port) if runtime.in_process else None
     listening = asyncio.Event()
     app = create_app(
-        settings, runtime, worker_url=worker_url, feishu_settings=feishu, hub_listening=listening
+        settings,
+        runtime,
+        worker_url=worker_url,
+        feishu_settings=feishu,
+        hub_listening=listening,
+        feishu_owner=saved.owner_open_id if saved is not None else "",
     )
     runner = web.AppRunner(
         app, handle_signals=False, shutdown_timeout=1.0, access_log_class=AccessLogger

@@ -257,3 +257,38 @@ def test_aliases_waiting_for_the_tenant_are_bound_to_it_once_it_is_known(state: 
         ("feishu:tenant_own:user_id", "u_owner"),
     ]
     assert identities.resolve(UserIds(user_id="u_owner", tenant_key=TENANT)) == owner
+
+
+# -- the owner named by `amux feishu setup` --------------------------------------------------------
+
+
+def test_the_person_who_scanned_the_apps_qr_code_is_the_owner_at_their_first_message(
+    state: State, caplog: pytest.LogCaptureFixture
+) -> None:
+    scanned = FeishuIdentities(
+        People(state), enroll=True, app_id=APP, tenant_key=TENANT, scanner_open_id="ou_new"
+    )
+    assert scanned.offer_claim() is None, "no claim code while the scanner is to be the owner"
+    assert scanned.resolve(STRANGER) is not None and not scanned.resolve(STRANGER).is_owner
+    principal = scanned.resolve(NEWCOMER)
+    assert principal is not None and principal.is_owner
+    assert state.principal_by_alias("feishu_union_id", "on_new") == principal
+
+
+def test_a_scanner_who_is_not_the_claimed_owner_does_not_replace_them(
+    identities: FeishuIdentities, state: State, caplog: pytest.LogCaptureFixture
+) -> None:
+    code = identities.offer_claim()
+    assert code is not None
+    owner = identities.claim(code, NEWCOMER)
+    assert isinstance(owner, Principal)
+    scanned = FeishuIdentities(
+        People(state), enroll=True, app_id=APP, tenant_key=TENANT, scanner_open_id="ou_stranger"
+    )
+    with caplog.at_level("WARNING", logger="amux.bot"):
+        assert scanned.offer_claim() is None
+    said = [r.getMessage() for r in caplog.records if "ou_stranger" in r.getMessage()]
+    assert len(said) == 1 and "is not the owner" in said[0]
+    stranger = scanned.resolve(STRANGER)
+    assert stranger is not None and not stranger.is_owner
+    assert state.principal_by_alias("feishu_union_id", "on_new") == owner

@@ -1,9 +1,9 @@
 """A fake Feishu OpenAPI server on a random loopback port, recording every request.
 
 It serves what amux calls through lark-oapi (tenant token, messages, replies, card patches,
-delayed card updates, bot info) and the long-connection bootstrap: the endpoint discovery POST
-and a WebSocket speaking the SDK's protobuf frames, so tests can push events and card clicks
-to ``lark.ws.Client`` and read its acknowledgements.
+delayed card updates, bot info, the app's own configuration) and the long-connection bootstrap:
+the endpoint discovery POST and a WebSocket speaking the SDK's protobuf frames, so tests can push
+events and card clicks to ``lark.ws.Client`` and read its acknowledgements.
 
 Resources: ``resources`` holds a message's images and files as bytes; ``large_resources`` holds
 ones streamed in pieces, never whole, each counting the bytes that went out before the client
@@ -45,6 +45,8 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 from lark_oapi.ws.pb.pbbp2_pb2 import Frame
+
+from bot.feishu import app_manifest
 
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
 
@@ -187,6 +189,12 @@ class FakeFeishu:
         self.user_time_zones: dict[str, str] = {}
         # A forward's message id -> the messages in it, as message.get lists them.
         self.forwarded: dict[str, list[dict[str, Any]]] = {}
+        # The app's own configuration: what it is granted and subscribed to (all amux asks for,
+        # unless a test takes some away), and whether it may read it at all.
+        self.app_scopes = set(app_manifest.SCOPES)
+        self.app_events = set(app_manifest.EVENTS)
+        self.app_callbacks = set(app_manifest.CALLBACKS)
+        self.app_config_refused = False
         self.url = ""
         # Long connection state.
         self.ws_connected = asyncio.Event()
@@ -215,6 +223,7 @@ class FakeFeishu:
         app.router.add_post("/open-apis/im/v1/messages/{message_id}/reply", self._reply)
         app.router.add_patch("/open-apis/im/v1/messages/{message_id}", self._patch)
         app.router.add_get("/open-apis/bot/v3/info", self._bot_info)
+        app.router.add_get("/open-apis/application/v6/applications/{app_id}", self._application)
         app.router.add_post("/open-apis/cardkit/v1/cards", self._card_create)
         app.router.add_put("/open-apis/cardkit/v1/cards/{card_id}", self._card_replace)
         app.router.add_patch("/open-apis/cardkit/v1/cards/{card_id}/settings", self._card_settings)
@@ -681,6 +690,31 @@ class FakeFeishu:
                 "bot": {"open_id": self.bot_open_id, "app_name": "amux", "activate_status": 2},
             }
         )
+
+    async def _application(self, request: web.Request) -> web.Response:
+        if self.app_config_refused:
+            return web.json_response(
+                {
+                    "code": NO_PERMISSION,
+                    "msg": "Access denied: application:application:self_manage",
+                },
+                status=400,
+            )
+        if request.match_info["app_id"] != self.app_id:
+            return web.json_response({"code": 210501, "msg": "app not found"}, status=400)
+        app = {
+            "app_id": self.app_id,
+            "scopes": [{"scope": scope, "level": 1} for scope in sorted(self.app_scopes)],
+            "event": {
+                "subscription_type": "websocket",
+                "subscribed_events": sorted(self.app_events),
+            },
+            "callback": {
+                "callback_type": "websocket",
+                "subscribed_callbacks": sorted(self.app_callbacks),
+            },
+        }
+        return web.json_response({"code": 0, "msg": "success", "data": {"app": app}})
 
     async def _card_update(self, request: web.Request) -> web.Response:
         card = self._body(request).get("card")

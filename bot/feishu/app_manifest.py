@@ -1,0 +1,53 @@
+"""What the Feishu (or Lark) app must grant amux: its scopes, events and callbacks.
+
+The one list ``amux feishu setup`` asks Feishu to configure and ``amux doctor`` checks the app
+against, so the two can never disagree about what the bot needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.feishu.events import CARD_ACTION, MESSAGE_RECEIVE, OTHER_SUBSCRIBED
+
+# Tenant scopes, each for something users would miss without it.
+SCOPES: tuple[str, ...] = (
+    # Read and send messages in chats the bot is in; send as the bot.
+    "im:message",
+    "im:message:send_as_bot",
+    # Receive private messages, and group messages that @mention the bot.
+    "im:message.p2p_msg:readonly",
+    "im:message.group_at_msg:readonly",
+    # Read a topic's earlier messages, the context of a group @mention inside a topic.
+    "im:message:readonly",
+    "im:message.group_msg",
+    # Download what users send and upload what Agents leave in outbox/.
+    "im:resource",
+    # Stream progress into a CardKit card.
+    "cardkit:card:write",
+    # People's names on cards, in prompts and in logs.
+    "contact:user.base:readonly",
+    # Read the app's own configuration, so `amux doctor` can say what it lacks.
+    "application:application:self_manage",
+)
+
+EVENTS: tuple[str, ...] = (MESSAGE_RECEIVE, *sorted(OTHER_SUBSCRIBED))
+
+CALLBACKS: tuple[str, ...] = (CARD_ACTION,)
+
+APP_NAME = "amux"
+APP_DESCRIPTION = "Coding Agents in Feishu chats, with a shared long-term memory"
+
+
+def addons() -> dict[str, Any]:
+    """The registration's request for the scopes, events and callbacks above."""
+    return {
+        "scopes": {"tenant": list(SCOPES)},
+        "events": {"items": {"tenant": list(EVENTS)}},
+        "callbacks": {"items": list(CALLBACKS)},
+    }
+
+
+def missing(granted: set[str], needed: tuple[str, ...]) -> list[str]:
+    """What of ``needed`` is not in ``granted``, in the manifest's order."""
+    return [item for item in needed if item not in granted]
