@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -21,7 +22,6 @@ from bot.config import FeishuSettings
 from hub.errors import InvalidArgument
 
 APP_FILE = "feishu-app.json"
-FILE_MODE = 0o600
 Brand = Literal["feishu", "lark"]
 
 
@@ -86,10 +86,10 @@ def save(home: Path, app: SavedApp) -> Path:
     """Write ``app`` whole, mode 0600, replacing any saved before; its path."""
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = app_path(home)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     body = json.dumps(asdict(app), indent=2).encode("utf-8") + b"\n"
-    # Created 0600 before a byte is written: the secret is never readable by others, even briefly.
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    # mkstemp creates it 0600 before a byte is written: the secret is never readable by others.
+    fd, name = tempfile.mkstemp(dir=home, prefix=f".{path.name}.", suffix=".tmp")
+    temporary = Path(name)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(body)

@@ -10,6 +10,7 @@ import pytest
 from bot.commands.doctor import check_feishu_app_config, check_feishu_app_file, load_settings
 from bot.config import FeishuSettings
 from bot.feishu import saved_app
+from hub.errors import InvalidArgument
 from tests.fakes.feishu import FakeFeishu
 
 UPDATE = "amux feishu setup --update"
@@ -78,3 +79,27 @@ def test_doctor_checks_the_saved_app_unless_an_exported_app_id_wins(
         "AMUX_FEISHU_APP_ID (cli_exported) wins"
         in check_feishu_app_file(tmp_path, settings.feishu).detail
     )
+
+
+def test_serve_runs_the_saved_app_unless_an_app_id_is_exported_and_says_which(
+    tmp_path: Path,
+) -> None:
+    assert saved_app.resolve(tmp_path, FeishuSettings()) == (FeishuSettings(), None, "")
+    path = saved_app.save(tmp_path, an_app())
+    settings, saved, line = saved_app.resolve(tmp_path, FeishuSettings(language="en_us"))
+    assert saved == an_app() and settings.app_id == "cli_test"
+    assert settings.mode == "long_connection" and settings.language == "en_us"
+    assert line == f"Feishu app cli_test (feishu) from {path}, saved by `amux feishu setup`"
+    exported = FeishuSettings(app_id="cli_exported")
+    settings, saved, line = saved_app.resolve(tmp_path, exported)
+    assert settings is exported and saved is None
+    assert "exported variables win over the app saved in" in line
+
+
+def test_a_damaged_saved_app_is_refused_with_one_line_naming_the_file(tmp_path: Path) -> None:
+    path = saved_app.app_path(tmp_path)
+    path.write_text('{"app_id": "cli_test"')
+    with pytest.raises(InvalidArgument) as raised:
+        saved_app.load(tmp_path)
+    assert str(path) in raised.value.message
+    assert "amux feishu setup" in raised.value.message

@@ -20,7 +20,7 @@ import pytest
 from bot.feishu import app_manifest
 from tests.conftest import AMUX, HubProcess, free_port, until
 from tests.fakes.feishu import FakeFeishu
-from tests.fakes.feishu_accounts import FakeAccounts, decoded_addons
+from tests.fakes.feishu_accounts import FakeAccounts, Outcome, decoded_addons
 from tests.fakes.feishu_events import FeishuSigner
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -133,19 +133,20 @@ async def test_update_without_a_saved_app_says_to_run_setup_first(tmp_path: Path
 
 
 @pytest.mark.parametrize(
-    ("outcome", "said", "status"),
+    ("case", "answers", "said", "status"),
     [
-        ("deny", "the scan was declined", 5),
-        ("expire", "the QR code expired", 1),
-        ("unreachable", "cannot reach", 6),
+        ("declined", "deny", "the scan was declined", 5),
+        ("expired", "expire", "the QR code expired", 1),
+        ("unreachable", "deny", "cannot reach", 6),
+        ("silent", "silent", "did not answer in time", 6),
     ],
 )
 async def test_a_declined_expired_or_unreachable_registration_says_so_in_one_line_and_saves_nothing(
-    tmp_path: Path, outcome: str, said: str, status: int
+    tmp_path: Path, case: str, answers: Outcome, said: str, status: int
 ) -> None:
     home = tmp_path / "amux-home"
-    async with FakeAccounts(outcome="expire" if outcome == "expire" else "deny") as accounts:
-        url = f"http://127.0.0.1:{free_port()}" if outcome == "unreachable" else accounts.url
+    async with FakeAccounts(outcome=answers) as accounts:
+        url = f"http://127.0.0.1:{free_port()}" if case == "unreachable" else accounts.url
         ran = await setup(home, AMUX_FEISHU_ACCOUNTS_DOMAIN=url)
     assert ran.returncode == status, ran.stderr
     assert len(ran.errors()) == 1, ran.stderr

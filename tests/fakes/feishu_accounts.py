@@ -4,13 +4,15 @@ It answers what ``lark_oapi.aregister_app`` posts to ``/oauth/v1/app/registratio
 encoded): ``init`` names the auth methods, ``begin`` hands out a device code and the link the QR
 code carries, and ``poll`` answers ``authorization_pending`` ``pending`` times, then the
 ``outcome``: ``approve`` (the app's id and secret and the scanner's open_id), ``deny``
-(``access_denied``) or ``expire`` (``expired_token``). ``brand="lark"`` first answers a poll as a
+(``access_denied``) or ``expire`` (``expired_token``); ``silent`` answers nothing, ever, as a
+site behind a dead path. ``brand="lark"`` first answers a poll as a
 Lark tenant without credentials, as Feishu's site does before the SDK moves to Lark's. Every
 request's form is recorded in ``requests``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import json
@@ -20,7 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 from aiohttp import web
 
 ENDPOINT = "/oauth/v1/app/registration"
-Outcome = Literal["approve", "deny", "expire"]
+Outcome = Literal["approve", "deny", "expire", "silent"]
 
 
 def decoded_addons(url: str) -> dict[str, Any]:
@@ -79,6 +81,8 @@ class FakeAccounts:
     async def _registration(self, request: web.Request) -> web.Response:
         form = {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
         self.requests.append(form)
+        if self.outcome == "silent":
+            await asyncio.Event().wait()
         action = form.get("action")
         if action == "init":
             return web.json_response({"supported_auth_methods": ["client_secret"]})
