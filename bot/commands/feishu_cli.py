@@ -167,6 +167,7 @@ def setup(
     and save it in AMUX_HOME for `amux serve`; whoever scans it becomes the Feishu owner."""
     # Here, not at the top: every other command (the ones Agents run) must start quickly.
     from bot.feishu import saved_app
+
     home = HubSettings().home
     feishu = FeishuSettings()
     path = saved_app.app_path(home)
