@@ -64,7 +64,8 @@ class FakeAccounts:
     async def __aenter__(self) -> FakeAccounts:
         app = web.Application()
         app.router.add_post(ENDPOINT, self._registration)
-        self._runner = web.AppRunner(app, handle_signals=False)
+        # A silent request never ends on its own: closing does not wait for it.
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
