@@ -749,8 +749,9 @@ async def check_feishu_credentials(feishu: FeishuSettings) -> Check:
             "feishu_credentials",
             "fail",
             f"bot/v3/info via {feishu.domain} failed: {error.message}",
-            "check AMUX_FEISHU_APP_ID / AMUX_FEISHU_APP_SECRET, that the app has the bot feature "
-            "and is published, and AMUX_FEISHU_DOMAIN (Feishu or Lark)",
+            "check AMUX_FEISHU_APP_ID / AMUX_FEISHU_APP_SECRET (or the app `amux feishu setup` "
+            "saved: run it again), that the app has the bot feature and is published, and "
+            "AMUX_FEISHU_DOMAIN (Feishu or Lark)",
         )
     finally:
         await client.close()

@@ -232,6 +232,11 @@ def setup(
         saved_app.save(home, app)
     except OSError as error:
         fail(Unavailable(f"cannot save {path}: {error.strerror or error}"))
+    if not app.owner_open_id:
+        note(
+            "Feishu did not say who scanned: amux serve logs a claim code for the owner to send "
+            "the bot (/amux claim CODE)"
+        )
     if feishu.enabled:
         note(
             f"AMUX_FEISHU_APP_ID is exported ({feishu.app_id}): amux serve runs that app until "
@@ -251,8 +256,9 @@ def setup(
 
 def _told(result: dict[str, Any]) -> str:
     done = "updated" if result["updated"] else "made"
+    owner = ", and the person who scanned is the owner" if result["owner_open_id"] else ""
     return (
         f"Feishu app {result['app_id']} ({result['brand']}) {done} with amux's scopes, events and "
         f"callbacks; saved in {result['path']} (mode 0600). Start `amux serve`: it connects over "
-        "the long connection, and the person who scanned is the owner."
+        f"the long connection{owner}."
     )
