@@ -11,6 +11,11 @@ else the tenant of the first signed event the bot receives, recorded from then o
 app is delivered events for the one tenant it belongs to; a person of another tenant (in an
 external group) carries their own tenant and is refused.
 
+The owner's Feishu identity comes from a one-time claim code the log offers, or, for an app
+``amux feishu setup`` made, from the person who scanned its QR code: their open_id for this app is
+saved beside the app's secret in AMUX_HOME, which only the operator can write, and their first
+event gives the owner their ids. An owner claimed before is never replaced that way.
+
 One event's ids name one Principal or none. When they name two, or the one they name already has
 an id of the same kind that differs (an admin gave a user_id to someone new; another open_id for
 this app), nothing is merged: the event is refused, with a warning naming the principals by id.
