@@ -42,6 +42,16 @@ class FeishuSettings(BaseSettings):
     )
     # Feishu retries for about 7 h; remember event ids well beyond that.
     dedup_hours: float = 24.0
+    # Messages sent while the bot could not hear them (long connection down or reconnecting, Hub
+    # stopped) are listed and handled once it hears again; one older than this window when found
+    # is not run but answered with a note and a button its sender may press to run it.
+    catch_up_window_seconds: float = Field(default=600.0, ge=0)
+    # Never looks further back than this (and never beyond dedup_hours, which is what says a
+    # listed message already ran).
+    catch_up_max_age_seconds: float = Field(default=6 * 3600.0, ge=0)
+    # The most recently active chats and topics looked at, and pages of 50 messages read in each.
+    catch_up_chats: int = Field(default=50, ge=0)
+    catch_up_pages: int = Field(default=4, ge=1)
     # Webhook requests older (or further in the future) than this are replays.
     max_clock_skew_seconds: float = 300.0
     # At most one in-place card update per message per interval while streaming.

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
-from bot.actions import action_table
+from bot.actions import Click, action_table, no_value
 from bot.chat_commands import command_table, command_words
 from bot.conversations import Conversations
+from bot.feishu.catchup import CatchUp
 from bot.feishu.client import FeishuClient
 from bot.feishu.content import STICKER
 from bot.feishu.events import (
@@ -21,10 +23,16 @@ from bot.identity import FeishuIdentities
 from bot.management import Management
 from bot.quotas import SenderLimit
 from bot.schedule_commands import ScheduleCommands
-from cards.catalogue import plain_text
+from cards import actions
+from cards.catalogue import plain_text, text
 from cards.elements import Card
 from cards.models import Lang
-from cards.notices import enrollment_closed_card, error_card
+from cards.notices import (
+    enrollment_closed_card,
+    error_card,
+    late_message_card,
+    late_message_started_card,
+)
 from hub.errors import AmuxError
 from hub.principals import Principal
 
@@ -43,6 +51,7 @@ class BotSink:
         lang: Lang,
         limit: SenderLimit | None = None,
         schedules: ScheduleCommands | None = None,
+        late: CatchUp | None = None,
     ) -> None:
         self._client = client
         self._identities = identities
@@ -52,6 +61,10 @@ class BotSink:
         self._limit = limit or SenderLimit(0)
         self._actions = action_table(management, conversations, lang)
         self._commands = command_table(client, identities, management, lang, schedules)
+        # Messages found long after they were sent wait for their sender's word (catch-up).
+        self._late = late
+        self._late_runs: set[asyncio.Task[None]] = set()
+        self._actions.toast(actions.CATCH_UP_RUN, no_value, self._run_late)
 
     async def on_message(self, event: MessageEvent) -> None:
         if event.sender_type not in ("user", ""):
@@ -80,6 +93,9 @@ class BotSink:
             if not event.is_private:
                 # For the owner's card, which offers the groups the bot knows for binding.
                 self._management.note_group(event.chat_id)
+            if self._late is not None and self._late.is_late(event):
+                await self._hold(event, self._late)
+                return
             words = command_words(text)
             if words is not None:
                 await self._commands.dispatch(event, words)
@@ -123,6 +139,43 @@ class BotSink:
                 event.message_id, card=enrollment_closed_card(self._lang), in_thread=False
             )
         return principal
+
+    async def _hold(self, event: MessageEvent, late: CatchUp) -> None:
+        """Answer a message found long after it was sent with a note instead of running it."""
+        principal = await self._enrolled(event)
+        if principal is None:
+            return
+        card = late_message_card(late.late_minutes(event), self._lang)
+        note = await self._client.reply(event.message_id, card=card, in_thread=False)
+        late.hold(event, note.message_id, principal.id)
+        logger.info(
+            "message %s was found too late to run unasked; its sender may", event.message_id
+        )
+
+    async def _run_late(self, click: Click, _: None) -> CardResponse:
+        """The note's button: the message it answers runs once, for its sender or the owner."""
+        taken = (
+            self._late.take(click.message_id, click.principal.id, click.principal.is_owner)
+            if self._late is not None
+            else "unknown"
+        )
+        if isinstance(taken, str):
+            if taken == "not_yours":
+                logger.warning(
+                    "refused %s running another person's late message", click.principal.name
+                )
+            key = "catchup.not_yours" if taken == "not_yours" else "catchup.done"
+            return CardResponse(toast=text(self._lang, key), toast_type="error")
+        logger.info("late message %s runs on %s's word", taken.message_id, click.principal.name)
+        # The turn takes as long as it takes; the click is answered now.
+        task = asyncio.get_running_loop().create_task(self.on_message(taken))
+        self._late_runs.add(task)
+        task.add_done_callback(self._late_runs.discard)
+        return CardResponse(
+            card=late_message_started_card(self._lang),
+            toast=text(self._lang, "catchup.started"),
+            toast_type="success",
+        )
 
     async def on_card_action(self, action: CardAction) -> CardResponse | None:
         if not self._identities.admits(action.tenant_key, action.app_id, action.operator):

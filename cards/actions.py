@@ -58,6 +58,9 @@ action                     fields carried in the value
                            unbind the chat if it is still bound to that project (owner only)
 ``schedule.change``        ``schedule`` (its id), ``change`` (``pause``, ``resume``, ``run`` or
                            ``remove``) and the draft: its creator or the owner (the Hub checks)
+``catchup.run``             (none): run the message a note about a message sent while the bot was
+                           away answers; which message, and who may run it (its sender or the
+                           owner, once), is the bot's record of the note, never the card's
 =========================  ======================================================================
 
 The draft is ``memory_enabled``, ``isolation``, ``history_days``, ``max_queued`` and
@@ -107,6 +110,7 @@ WORKTREE_DAYS_SET: Final = "projects.worktree"
 PROJECT_BIND: Final = "project.bind"
 PROJECT_UNBIND: Final = "project.unbind"
 SCHEDULE_CHANGE: Final = "schedule.change"
+CATCH_UP_RUN: Final = "catchup.run"
 
 ALL: Final[frozenset[str]] = frozenset(
     {
@@ -142,6 +146,7 @@ ALL: Final[frozenset[str]] = frozenset(
         PROJECT_BIND,
         PROJECT_UNBIND,
         SCHEDULE_CHANGE,
+        CATCH_UP_RUN,
     }
 )
 

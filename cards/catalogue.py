@@ -326,6 +326,15 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "budget.ask_owner": "Ask the owner of this Hub to extend it.",
         "budget.request": "**{name}** needs more tokens.",
         "budget.extend": "Extend (+{tokens} today)",
+        "catchup.title": "Sent while I was away",
+        "catchup.body": (
+            "This message reached me {minutes} min after it was sent, while I was offline, so I "
+            "did not run it: it may no longer be wanted. Its sender can run it now."
+        ),
+        "catchup.run": "Run it now",
+        "catchup.started": "Running it now, as asked.",
+        "catchup.not_yours": "Only the person who sent this message can run it.",
+        "catchup.done": "This message was run already.",
         "budget.extended": "{tokens} tokens added to today's budget of {name}",
         "budget.already": (
             "Already extended: {tokens} tokens were added to {name}'s budget for {day}."
@@ -844,6 +853,15 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "budget.ask_owner": "请联系本 Hub 的所有者延长预算。",
         "budget.request": "**{name}** 需要更多 token。",
         "budget.extend": "延长（今日 +{tokens}）",
+        "catchup.title": "离线期间收到的消息",
+        "catchup.body": (
+            "这条消息发出 {minutes} 分钟后我才收到（当时我不在线），因此没有执行："
+            "它可能已不再需要。发送者可以现在执行它。"
+        ),
+        "catchup.run": "现在执行",
+        "catchup.started": "已按要求开始执行。",
+        "catchup.not_yours": "只有这条消息的发送者可以执行它。",
+        "catchup.done": "这条消息已经执行过了。",
         "budget.extended": "已为 {name} 的今日预算增加 {tokens} 个 token",
         "budget.already": "已延长过：{name} 在 {day} 的预算已增加 {tokens} 个 token。",
         "budget.expired": (

@@ -126,3 +126,19 @@ def stale_card(lang: Lang) -> Card:
             row(button(text(lang, "manage.title"), actions.MANAGE_OPEN)),
         ],
     )
+
+
+def late_message_card(minutes: int, lang: Lang) -> Card:
+    """The answer to a message found long after it was sent (the bot was away): not run, with
+    the button its sender may press to run it."""
+    run = button(text(lang, "catchup.run"), actions.CATCH_UP_RUN)
+    return card(
+        text(lang, "catchup.title"),
+        "yellow",
+        [markdown(text(lang, "catchup.body", minutes=minutes)), row(run)],
+    )
+
+
+def late_message_started_card(lang: Lang) -> Card:
+    """The note once its message was run: the button is gone."""
+    return card(text(lang, "catchup.title"), "green", [markdown(text(lang, "catchup.started"))])

@@ -14,7 +14,7 @@ from typing import Protocol
 import pytest
 
 from bot import outbox, topic_context
-from bot.feishu import dedup
+from bot.feishu import catchup, dedup
 from bot.outbox import Followed, Outbox
 from bot.topic_context import SeenTopics
 from hub import migrations, sqlite
@@ -66,6 +66,11 @@ def opened_dedup(path: Path) -> contextlib.AbstractContextManager[sqlite3.Connec
     return holding(events, events._db)
 
 
+def opened_catch_up(path: Path) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+    store = catchup.CatchUpStore(path)
+    return holding(store, store._db)
+
+
 def opened_agent_users(path: Path) -> contextlib.AbstractContextManager[sqlite3.Connection]:
     return AgentUsers(path.parent, host_registry=path.parent / "host" / "uids.sqlite3")._db()
 
@@ -83,6 +88,7 @@ DATABASES: dict[str, tuple[str, Opener, Steps, bool, int]] = {
     "outbox": (outbox.OUTBOX_FILE, opened_outbox, outbox.MIGRATIONS, True, 5000),
     "topics": (topic_context.TOPICS_FILE, opened_topics, topic_context.MIGRATIONS, True, 5000),
     "dedup": ("feishu-events.sqlite3", opened_dedup, dedup.MIGRATIONS, False, 5000),
+    "catch_up": (catchup.CATCH_UP_FILE, opened_catch_up, catchup.MIGRATIONS, True, 5000),
     "agent_users": (
         agent_users.REGISTRY,
         opened_agent_users,

@@ -23,6 +23,7 @@ from pathlib import Path
 from aiohttp import web
 
 from bot.config import FeishuSettings
+from bot.feishu.catchup import CATCH_UP_FILE, CatchUp, CatchUpStore
 from bot.feishu.client import FeishuClient
 from bot.feishu.dedup import SqliteEventDedup
 from bot.feishu.dispatcher import EventDispatcher
@@ -96,6 +97,14 @@ class FeishuAdapter:
         )
         self._identity_task: asyncio.Task[None] | None = None
         self.identity_known = asyncio.Event()
+        try:
+            self._catch_up_store = CatchUpStore(state_dir / CATCH_UP_FILE)
+        except BaseException:
+            self.dedup.close()
+            raise
+        self.catch_up = CatchUp(
+            settings, self._catch_up_store, self.client, self.dispatcher, self.identity_known
+        )
 
     def routes(self) -> list[web.RouteDef]:
         """The webhook route in webhook mode; nothing for the long connection."""
@@ -116,7 +125,12 @@ class FeishuAdapter:
         self._identity_task = asyncio.get_running_loop().create_task(
             self._learn_identity(), name="feishu-bot-identity"
         )
-        if self._longconn is not None:
+        if self._longconn is None:
+            # Feishu retries a webhook's events for hours, but not ones it gave up on meanwhile.
+            self.catch_up.start()
+        else:
+            # Whenever the connection is (re)established, the first time included.
+            self.catch_up.listen(self._longconn.health)
             self._longconn.start()
             try:
                 await self._longconn.wait_connected()
@@ -144,10 +158,12 @@ class FeishuAdapter:
         if self._identity_task is not None:
             self._identity_task.cancel()
             await asyncio.gather(self._identity_task, return_exceptions=True)
+        await self.catch_up.stop()
         await self.dispatcher.drain()
         await self.cards.close()
         await self.client.close()
         self.dedup.close()
+        self._catch_up_store.close()
 
     async def context(self, app: web.Application) -> AsyncIterator[None]:
         """For ``app.cleanup_ctx``: start with the app, stop with it."""

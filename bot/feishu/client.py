@@ -267,6 +267,36 @@ class FeishuClient:
         items = (data.get("data") or {}).get("items") or []
         return {"data": {"items": [item for item in items if isinstance(item, dict)]}}
 
+    async def messages_since(
+        self,
+        container_type: str,
+        container_id: str,
+        start_time: int,
+        *,
+        page_token: str = "",
+        page_size: int = 50,
+    ) -> tuple[list[dict[str, Any]], str]:
+        """One page of a chat's (``container_type`` chat) or topic's (thread) messages created
+        from ``start_time`` (Unix seconds) on, oldest first, and the next page's token ("" at
+        the end) (``im.v1.message.list``)."""
+        queries = [
+            ("container_id_type", container_type),
+            ("container_id", container_id),
+            ("start_time", str(start_time)),
+            ("sort_type", "ByCreateTimeAsc"),
+            ("page_size", str(page_size)),
+        ]
+        if page_token:
+            queries.append(("page_token", page_token))
+        data = (
+            await self._call(
+                "message_list", HttpMethod.GET, "/open-apis/im/v1/messages", queries=queries
+            )
+        ).get("data") or {}
+        items = [item for item in data.get("items") or [] if isinstance(item, dict)]
+        more = bool(data.get("has_more")) and bool(data.get("page_token"))
+        return items, str(data.get("page_token") or "") if more else ""
+
     async def user_names(self, open_ids: Sequence[str]) -> dict[str, str]:
         """Display names of users by open_id (``contact.v3.user.batch``); needs a contact scope."""
         if not open_ids:

@@ -1,4 +1,6 @@
-"""Event-id de-duplication in SQLite, so Feishu's retries (up to ~7 h later) run once.
+"""Event-id and message-id de-duplication in SQLite, so Feishu's retries (up to ~7 h later) run
+once, and a message run from a live event is not run again when catch-up lists it (or the other
+way round: catch-up copies carry no event id of Feishu's).
 
 Entries are kept for ``retention`` (24 h by default) and pruned lazily on insert, at most once
 per ``prune_every``. The check runs inline: without a per-event fsync (``synchronous=NORMAL``) it
@@ -26,7 +28,17 @@ CREATE TABLE IF NOT EXISTS feishu_events (
 );
 CREATE INDEX IF NOT EXISTS feishu_events_seen_at ON feishu_events (seen_at);
 """
-MIGRATIONS: tuple[tuple[int, Step], ...] = ((1, _V1_EVENTS),)
+# Version 2: message ids, since a message reaches the bot as an event or from catch-up's listing.
+_V2_MESSAGES = """
+CREATE TABLE feishu_messages (
+    message_id TEXT PRIMARY KEY,
+    seen_at REAL NOT NULL
+);
+CREATE INDEX feishu_messages_seen_at ON feishu_messages (seen_at);
+"""
+_EVENTS = ("feishu_events", "event_id")
+_MESSAGES = ("feishu_messages", "message_id")
+MIGRATIONS: tuple[tuple[int, Step], ...] = ((1, _V1_EVENTS), (2, _V2_MESSAGES))
 
 
 class SqliteEventDedup:
@@ -55,22 +67,28 @@ class SqliteEventDedup:
 
     async def first_time(self, event_id: str) -> bool:
         """Record ``event_id``; true only the first time within the retention window."""
-        return self._first_time(event_id)
+        return self._first(_EVENTS, event_id)
 
-    def _first_time(self, event_id: str) -> bool:
+    async def first_message(self, message_id: str) -> bool:
+        """Record ``message_id``; true only the first time within the retention window."""
+        return self._first(_MESSAGES, message_id)
+
+    def _first(self, table: tuple[str, str], key: str) -> bool:
+        name, column = table
         now = self._clock()
         with self._lock:
             if now - self._last_prune >= self._prune_every:
-                self._db.execute(
-                    "DELETE FROM feishu_events WHERE seen_at < ?", (now - self._retention,)
-                )
+                for pruned, _ in (_EVENTS, _MESSAGES):
+                    self._db.execute(
+                        f"DELETE FROM {pruned} WHERE seen_at < ?", (now - self._retention,)
+                    )
                 self._last_prune = now
             cursor = self._db.execute(
-                "INSERT INTO feishu_events (event_id, seen_at) VALUES (?, ?) "
+                f"INSERT INTO {name} ({column}, seen_at) VALUES (?, ?) "
                 # An id older than the window counts as new again (it was due for pruning).
-                "ON CONFLICT(event_id) DO UPDATE SET seen_at = excluded.seen_at "
-                "WHERE feishu_events.seen_at < ?",
-                (event_id, now, now - self._retention),
+                f"ON CONFLICT({column}) DO UPDATE SET seen_at = excluded.seen_at "
+                f"WHERE {name}.seen_at < ?",
+                (key, now, now - self._retention),
             )
             return cursor.rowcount == 1
 

@@ -20,7 +20,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from bot.feishu.events import (
     CardAction,
@@ -63,9 +63,25 @@ class Accepted:
     answer: dict[str, Any]
     _owed: _Owed | None = None
 
+    @property
+    def handled(self) -> bool:
+        """Whether a handler will run for it (false for duplicates and verification)."""
+        return self._owed is not None
+
     def answered(self) -> None:
         if self._owed is not None:
             self._owed.answered.set()
+
+
+class MessageDedup(EventDedup, Protocol):
+    """Also remembers message ids: a message listed by catch-up carries no event id of Feishu's."""
+
+    async def first_message(self, message_id: str) -> bool:
+        """Record ``message_id``; true only the first time it is seen."""
+
+
+def _nobody(event: MessageEvent) -> None:
+    pass
 
 
 class EventDispatcher:
@@ -74,7 +90,7 @@ class EventDispatcher:
     def __init__(
         self,
         sink: EventSink,
-        dedup: EventDedup,
+        dedup: MessageDedup,
         *,
         bot_open_id: str = "",
         card_timeout: float = 2.5,
@@ -89,6 +105,8 @@ class EventDispatcher:
         self._owed: deque[_Owed] = deque()
         self._starter: asyncio.Task[None] | None = None
         self.observer: FeishuObserver = NoObserver()
+        # Told of each message about to be handled (catch-up keeps where each chat got to).
+        self.seen: Callable[[MessageEvent], None] = _nobody
 
     @property
     def pending(self) -> int:
@@ -125,12 +143,20 @@ class EventDispatcher:
             self.observer.feishu_event("deduplicated")
             logger.info("duplicate Feishu event %s ignored", event.event_id)
             return Accepted({} if isinstance(event, CardAction) else ACK)
+        if isinstance(event, MessageEvent) and not await self._first_message(event.message_id):
+            self.observer.feishu_event("deduplicated")
+            logger.info("message %s of event %s ran already", event.message_id, event.event_id)
+            return Accepted(ACK)
         self.observer.feishu_event("received")
         if isinstance(event, CardAction):
             return Accepted(await self._card(event))
         sink = self._sink
         if isinstance(event, MessageEvent):
             message = event
+            try:
+                self.seen(message)
+            except Exception:
+                logger.exception("could not note where chat %s got to", message.chat_id)
             owed = _Owed(event.event_id, lambda: sink.on_message(message))
         else:
             other = event
@@ -158,6 +184,13 @@ class EventDispatcher:
         except Exception:
             # Losing de-duplication is better than losing the event.
             logger.exception("event de-duplication failed; processing %s anyway", event_id)
+            return True
+
+    async def _first_message(self, message_id: str) -> bool:
+        try:
+            return await self._dedup.first_message(message_id)
+        except Exception:
+            logger.exception("message de-duplication failed; processing %s anyway", message_id)
             return True
 
     async def _card(self, action: CardAction) -> dict[str, Any]:

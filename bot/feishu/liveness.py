@@ -13,6 +13,7 @@ each ping with a pong, so a healthy connection hears something at least that oft
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Literal
 
 from hub.metrics import FeishuLink
@@ -29,7 +30,9 @@ class LinkHealth:
     """The long connection's liveness, as the connection thread last saw it."""
 
     def __init__(self) -> None:
-        self.state: LinkState = "disconnected"
+        self._state: LinkState = "disconnected"
+        # Told of each change of state, on the connection's thread (catch-up listens).
+        self.on_change: Callable[[LinkState], None] | None = None
         self.last_frame: float | None = None
         self.last_event: float | None = None
         # Where the watchdog's silence count starts; None while a reconnect it forced is under way.
@@ -37,6 +40,17 @@ class LinkHealth:
         self.silent_reconnects = 0
         # The SDK's ping interval (Feishu sets it in the client config it hands out).
         self.ping_interval = 120.0
+
+    @property
+    def state(self) -> LinkState:
+        return self._state
+
+    @state.setter
+    def state(self, value: LinkState) -> None:
+        changed = value != self._state
+        self._state = value
+        if changed and self.on_change is not None:
+            self.on_change(value)
 
     @property
     def silence_bound(self) -> float:

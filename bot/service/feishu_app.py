@@ -167,7 +167,14 @@ def add_feishu(
         )
         limit = SenderLimit(hub.config.messages_per_minute)
         sink.target = BotSink(
-            adapter.client, identities, management, conversations, lang, limit, schedule_commands
+            adapter.client,
+            identities,
+            management,
+            conversations,
+            lang,
+            limit,
+            schedule_commands,
+            late=adapter.catch_up,
         )
         identities.offer_claim()
         await adapter.start()

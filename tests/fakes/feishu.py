@@ -484,14 +484,28 @@ class FakeFeishu:
             return web.json_response(
                 {"code": NO_PERMISSION, "msg": "Access denied: im:message.group_msg"}, status=400
             )
-        if request.query.get("container_id_type") != "thread":
+        kind = request.query.get("container_id_type")
+        if kind not in ("thread", "chat"):
             return web.json_response({"code": 230001, "msg": "unsupported container"}, status=400)
-        thread = request.query.get("container_id", "")
+        container = request.query.get("container_id", "")
+        # A chat lists its messages outside topics, and each topic's first message.
+
+        def inside(m: StoredMessage) -> bool:
+            if kind == "thread":
+                return m.thread_id == container
+            return m.chat_id == container and not (m.thread_id and m.root_id)
+
         found = sorted(
-            (m for m in self.messages.values() if m.thread_id == thread),
+            (m for m in self.messages.values() if inside(m)),
             key=lambda m: m.create_time_ms,
             reverse=request.query.get("sort_type") == "ByCreateTimeDesc",
-        )[: int(request.query.get("page_size", "20"))]
+        )
+        start_ms = int(request.query.get("start_time") or 0) * 1000
+        found = [m for m in found if m.create_time_ms >= start_ms]
+        offset = int(request.query.get("page_token") or 0)
+        size = int(request.query.get("page_size", "20"))
+        more = offset + size < len(found)
+        found = found[offset : offset + size]
         items = [
             {
                 "message_id": m.message_id,
@@ -508,9 +522,13 @@ class FakeFeishu:
             }
             for m in found
         ]
-        return web.json_response(
-            {"code": 0, "msg": "success", "data": {"items": items, "has_more": False}}
-        )
+        for item, m in zip(items, found, strict=True):
+            if m.root_id:
+                item["root_id"] = item["parent_id"] = m.root_id
+        data: dict[str, Any] = {"items": items, "has_more": more}
+        if more:
+            data["page_token"] = str(offset + size)
+        return web.json_response({"code": 0, "msg": "success", "data": data})
 
     async def _get_message(self, request: web.Request) -> web.Response:
         message = self.messages.get(request.match_info["message_id"])
