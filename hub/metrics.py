@@ -154,7 +154,8 @@ class Metrics:
         )
         self.feishu_events = Counter(
             "amux_feishu_events",
-            "Feishu events by outcome: received, deduplicated or failed.",
+            "Feishu events by outcome: received, deduplicated or failed; caught_up for received "
+            "ones catch-up listed.",
             ["outcome"],
             registry=r,
         )

@@ -7,7 +7,8 @@ from typing import Protocol
 
 class FeishuObserver(Protocol):
     def feishu_event(self, outcome: str) -> None:
-        """One inbound event: ``received``, ``deduplicated`` or ``failed``."""
+        """One inbound event: ``received``, ``deduplicated`` or ``failed``; ``caught_up`` also
+        for each received one that catch-up listed."""
 
     def feishu_call(self, api: str, ok: bool) -> None:
         """One outbound API call, after its retries."""
