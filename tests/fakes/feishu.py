@@ -135,6 +135,8 @@ class StoredMessage:
     entity: CardEntity | None = None
     sender_open_id: str = ""  # empty: the bot sent it
     create_time_ms: int = 0
+    # As the message list shows them: key, id, id_type, name, tenant_key.
+    mentions: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def card(self) -> dict[str, Any]:
@@ -525,6 +527,8 @@ class FakeFeishu:
         for item, m in zip(items, found, strict=True):
             if m.root_id:
                 item["root_id"] = item["parent_id"] = m.root_id
+            if m.mentions:
+                item["mentions"] = m.mentions
         data: dict[str, Any] = {"items": items, "has_more": more}
         if more:
             data["page_token"] = str(offset + size)
