@@ -1,14 +1,24 @@
-"""Catch-up in a group: a message listed after an outage meets the rules a delivered one meets,
-so only one that mentions the bot is answered."""
+"""Catch-up: in a group, a message listed after an outage meets the rules a delivered one meets;
+and how far catch-up looks is bounded."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
+from bot.config import FeishuSettings
+from bot.feishu.catchup import CatchUp, CatchUpStore
+from bot.feishu.client import FeishuClient
+from bot.feishu.dedup import SqliteEventDedup
+from bot.feishu.dispatcher import EventDispatcher
 from tests.bot.test_bot_flows import ALICE, BOT_OPEN_ID, GROUP, running_bot, signer
 from tests.conftest import until
+from tests.fakes.feishu import FakeFeishu
+from tests.fakes.feishu_events import RecordingSink
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -54,3 +64,59 @@ async def test_a_group_message_caught_up_is_answered_only_when_it_mentions_the_b
         assert bot.replies_to(chatter.message_id) == []
         assert len(bot.replies_to(mentioned.message_id)) == 1
         assert len(bot.replies_to(live.message_id)) == 1
+
+
+async def test_catch_up_reads_only_the_most_recent_chats_a_bounded_number_of_pages_back(
+    tmp_path: Path,
+) -> None:
+    sink = RecordingSink()
+    dedup = SqliteEventDedup(tmp_path / "events.sqlite3")
+    dispatcher = EventDispatcher(sink, dedup, bot_open_id="ou_bot")
+    async with FakeFeishu(app_id="cli_bounds") as fake:
+        settings = FeishuSettings(
+            app_id=fake.app_id,
+            app_secret=SecretStr(fake.app_secret),
+            domain=fake.url,
+            mode="long_connection",
+            catch_up_chats=1,
+            catch_up_pages=1,
+            catch_up_max_age_seconds=60,
+        )
+        client = FeishuClient(settings)
+        ready = asyncio.Event()
+        ready.set()
+        store = CatchUpStore(tmp_path / "catchup.sqlite3")
+        CatchUp(settings, store, client, dispatcher, ready)
+        try:
+            # Heard live: an older chat, then a newer one.
+            for chat in ("oc_older", "oc_newer"):
+                heard = fake.add_message(chat, "hello")
+                payload = signer.message("hello", chat_id=chat, message_id=heard.message_id)
+                payload["event"]["message"]["create_time"] = str(heard.create_time_ms)
+                await dispatcher.dispatch(payload)
+            store.close()
+            missed_older = fake.add_message("oc_older", "missed", sender_open_id="ou_user1")
+            missed = [
+                fake.add_message("oc_newer", f"missed {n}", sender_open_id="ou_user1")
+                for n in range(60)
+            ]
+
+            # The next process: it had heard both chats, the newer one last.
+            store = CatchUpStore(tmp_path / "catchup.sqlite3")
+            catch_up = CatchUp(settings, store, client, dispatcher, ready)
+            catch_up.start()
+            await catch_up.idle()
+            await dispatcher.drain()
+        finally:
+            store.close()
+            await client.close()
+            dedup.close()
+        handled = [m.message_id for m in sink.messages]
+        # One page of 50, oldest first, from the newer chat alone; it starts a minute before the
+        # newest message heard there, which it lists again and de-duplication drops.
+        assert handled[2:] == [m.message_id for m in missed[:49]]
+        assert missed_older.message_id not in handled
+        assert catch_up.caught_up == 49
+        (listed,) = fake.calls("GET", "/im/v1/messages")
+        assert listed.query["container_id"] == "oc_newer"
+        assert int(listed.query["start_time"]) >= int(time.time()) - 61
