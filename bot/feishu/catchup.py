@@ -33,6 +33,7 @@ from typing import Any, Literal
 from bot.config import FeishuSettings
 from bot.feishu.client import FeishuClient
 from bot.feishu.dispatcher import EventDispatcher
+from bot.feishu.errors import FeishuApiError
 from bot.feishu.events import MESSAGE_RECEIVE, MalformedEvent, MessageEvent, parse_event
 from bot.feishu.liveness import LinkHealth, LinkState
 from hub import sqlite
@@ -332,16 +333,26 @@ class CatchUp:
     async def _run(self, places: list[Container]) -> None:
         await self._ready.wait()
         before = self.caught_up
+        refused = 0
         for place in places:
             try:
                 await self._catch_up(place)
             except AmuxError as error:
+                if isinstance(error, FeishuApiError) and error.missing_scope:
+                    refused += 1  # Said once below, for all of them.
+                    continue
                 logger.warning(
                     "could not list what was missed in %s %s: %s",
                     place.kind,
                     place.id,
                     error.message,
                 )
+        if refused:
+            logger.warning(
+                "could not list what was missed in %d chat(s) and topic(s): the app lacks "
+                "im:message:readonly (in groups also im:message.group_msg)",
+                refused,
+            )
         found = self.caught_up - before
         logger.info(
             "caught up %d message(s) sent while the bot was not hearing (%d chat(s) and "

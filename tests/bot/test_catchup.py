@@ -120,3 +120,40 @@ async def test_catch_up_reads_only_the_most_recent_chats_a_bounded_number_of_pag
         (listed,) = fake.calls("GET", "/im/v1/messages")
         assert listed.query["container_id"] == "oc_newer"
         assert int(listed.query["start_time"]) >= int(time.time()) - 61
+
+
+async def test_an_app_that_may_not_list_messages_is_told_once_and_the_bot_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink = RecordingSink()
+    dedup = SqliteEventDedup(tmp_path / "events.sqlite3")
+    dispatcher = EventDispatcher(sink, dedup, bot_open_id="ou_bot")
+    async with FakeFeishu(app_id="cli_scope") as fake:
+        settings = FeishuSettings(
+            app_id=fake.app_id, app_secret=SecretStr(fake.app_secret), domain=fake.url
+        )
+        client = FeishuClient(settings)
+        ready = asyncio.Event()
+        ready.set()
+        store = CatchUpStore(tmp_path / "catchup.sqlite3")
+        CatchUp(settings, store, client, dispatcher, ready)
+        try:
+            for chat in ("oc_one", "oc_two"):
+                await dispatcher.dispatch(signer.message("hello", chat_id=chat))
+            store.close()
+            fake.add_message("oc_one", "missed")
+            fake.message_list_refused = True
+            store = CatchUpStore(tmp_path / "catchup.sqlite3")
+            catch_up = CatchUp(settings, store, client, dispatcher, ready)
+            catch_up.start()
+            await catch_up.idle()
+            await dispatcher.drain()
+        finally:
+            store.close()
+            await client.close()
+            dedup.close()
+    assert len(fake.calls("GET", "/im/v1/messages")) == 2
+    assert catch_up.caught_up == 0 and len(sink.messages) == 2
+    (told,) = [r.getMessage() for r in caplog.records if "could not list" in r.getMessage()]
+    assert "2 chat(s)" in told and "im:message:readonly" in told
+    assert [r for r in caplog.records if r.exc_info] == []
