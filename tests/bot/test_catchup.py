@@ -23,14 +23,17 @@ from tests.fakes.feishu_events import RecordingSink
 pytestmark = pytest.mark.timeout(60)
 
 
-async def test_a_group_message_caught_up_is_answered_only_when_it_mentions_the_bot(
+async def test_group_messages_caught_up_are_answered_only_when_they_mention_the_bot(
     tmp_path: Path,
 ) -> None:
     # Feishu's client config: a 1 s ping interval, and no reconnects of the SDK's own.
     config = {"ping_interval": 1, "reconnect_count": 0}
     async with running_bot(tmp_path, mode="long_connection", long_connection_config=config) as bot:
         feishu = bot.feishu
-        live = feishu.add_message(GROUP, "@_user_1 /amux", sender_open_id=ALICE["sender_open_id"])
+        alice = ALICE["sender_open_id"]
+        to_bot = [{"key": "@_user_1", "id": BOT_OPEN_ID, "id_type": "open_id", "name": "amux"}]
+        # Heard live: a topic's first message in the group.
+        live = feishu.add_message(GROUP, "@_user_1 /amux", sender_open_id=alice, thread_id="omt_1")
         await feishu.push(
             signer.message(
                 "@_user_1 /amux",
@@ -38,6 +41,7 @@ async def test_a_group_message_caught_up_is_answered_only_when_it_mentions_the_b
                 chat_id=GROUP,
                 chat_type="group",
                 message_id=live.message_id,
+                thread_id="omt_1",
                 mentions=[signer.mention("@_user_1", BOT_OPEN_ID, "amux")],
             )
         )
@@ -48,22 +52,29 @@ async def test_a_group_message_caught_up_is_answered_only_when_it_mentions_the_b
         health = bot.adapter.link_health
         assert health is not None
         await until(lambda: health.state == "disconnected", 15)
-        mentioned = feishu.add_message(
-            GROUP, "@_user_1 /amux", sender_open_id=ALICE["sender_open_id"]
+        mentioned = feishu.add_message(GROUP, "@_user_1 /amux", sender_open_id=alice)
+        mentioned.mentions = to_bot
+        chatter = feishu.add_message(GROUP, "/amux", sender_open_id=alice)
+        # A reply inside the topic: the chat's list leaves it out, the topic's has it.
+        in_topic = feishu.add_message(
+            GROUP, "@_user_1 /amux", sender_open_id=alice, thread_id="omt_1"
         )
-        mentioned.mentions = [
-            {"key": "@_user_1", "id": BOT_OPEN_ID, "id_type": "open_id", "name": "amux"}
-        ]
-        chatter = feishu.add_message(GROUP, "/amux", sender_open_id=ALICE["sender_open_id"])
+        in_topic.root_id = live.message_id
+        in_topic.mentions = to_bot
         await feishu.come_back()
 
         await bot.reply_to(mentioned.message_id)
-        await until(lambda: bot.adapter.catch_up.caught_up == 2, 15)
+        await bot.reply_to(in_topic.message_id)
+        await until(lambda: bot.adapter.catch_up.caught_up == 3, 15)
         await bot.adapter.catch_up.idle()
         await bot.idle()
         assert bot.replies_to(chatter.message_id) == []
         assert len(bot.replies_to(mentioned.message_id)) == 1
-        assert len(bot.replies_to(live.message_id)) == 1
+        listed = {
+            (c.query["container_id_type"], c.query["container_id"])
+            for c in feishu.calls("GET", "/im/v1/messages")
+        }
+        assert listed == {("chat", GROUP), ("thread", "omt_1")}
 
 
 async def test_catch_up_reads_only_the_most_recent_chats_a_bounded_number_of_pages_back(
