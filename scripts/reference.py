@@ -123,6 +123,15 @@ MEANINGS: dict[str, str] = {
     "AMUX_FEISHU_ACCOUNTS_DOMAIN": "Where `amux feishu setup` registers the app: "
     "https://accounts.feishu.cn, or with --lark https://accounts.larksuite.com; set only for a "
     "private deployment. Setup saves it with the app.",
+    "AMUX_FEISHU_CATCH_UP_WINDOW_SECONDS": "Catch-up: messages sent while the long connection "
+    "was down or the Hub stopped are listed and answered once the bot hears again. One found "
+    "more than this many seconds after it was sent is not run but answered with a note whose "
+    "button its sender can press to run it.",
+    "AMUX_FEISHU_CATCH_UP_MAX_AGE_SECONDS": "Catch-up never looks further back than this (nor "
+    "than AMUX_FEISHU_DEDUP_HOURS).",
+    "AMUX_FEISHU_CATCH_UP_CHATS": "The chats and topics heard from most recently that catch-up "
+    "looks at.",
+    "AMUX_FEISHU_CATCH_UP_PAGES": "Pages of 50 messages catch-up reads in each chat or topic.",
     "AMUX_FEISHU_MODE": "webhook: Feishu posts events to /feishu/events on this server; "
     "long_connection: the bot connects out to Feishu and needs no public URL.",
     "AMUX_FEISHU_ENROLL": "auto: a Feishu user who messages the bot gets a Principal; closed: only "
