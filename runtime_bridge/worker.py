@@ -18,8 +18,8 @@ import resource
 import shutil
 import sys
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 from hub.client import HubClient
 from hub.contract import EGRESS, PROGRESS, WARNING, Claim, Session, TurnOutcome, TurnResult
@@ -36,11 +36,14 @@ from runtime_bridge.egress import Egress
 from runtime_bridge.gateway import Gateway, Grant, launch_routes, operator_upstreams
 from runtime_bridge.hub_approver import HubApprover
 from runtime_bridge.launch import SESSION_HOME, LaunchSite, write_seccomp_file
+from runtime_bridge.launch_phases import Turn, after_clean_exit
 from runtime_bridge.materializer import materialize_memory_cli
 from runtime_bridge.mcp_launcher import WarmMcp, warm_socket
 from runtime_bridge.providers import (
+    LOCAL,
     MEMORY_PROVIDERS,
     Failure,
+    Launcher,
     LaunchPlan,
     MemoryAttachment,
     Progress,
@@ -102,12 +105,15 @@ class Worker:
         work_dir: Path,
         base_env: Mapping[str, str] | None = None,
         amux_home: Path | None = None,
+        launcher: Launcher = LOCAL,
     ) -> None:
         self.hub = hub
         self.hub_url = hub_url
         self.settings = settings
         self.work_dir = work_dir
         self.site = LaunchSite(settings, work_dir, amux_home)
+        # Where each turn's Agent process runs: on this host, sandboxed, unless told otherwise.
+        self.launcher = launcher
         self.base_env = dict(os.environ if base_env is None else base_env)
         # A remote project's credential is read from the worker's own environment, never a launch's.
         self.projects = Projects(work_dir, self.base_env, self.site.git_sandbox)
@@ -294,138 +300,236 @@ class Worker:
                 await asyncio.sleep(rest)
 
     async def _launch(self, claimed: Claim) -> TurnOutcome:
-        session = claimed.session
-        provider = session.provider
-        site = self.site
-        run_dir = site.run_dir(claimed.execution_id)
-        warnings: list[str] = []
-        credential_id: str | None = None
-        grant: Grant | None = None
+        """A turn's life, as its phases. Each opens what it needs and registers its cleanup on
+        ``stack``: a phase that fails, or a cancelled turn, unwinds the phases before it, last
+        opened first; the run's verdicts are read once the run's phases are released."""
+        turn = Turn(claimed, self.site.run_dir(claimed.execution_id))
         try:
-            # Re-checked here: the Hub this worker serves may accept providers it does not.
-            site.check_provider(provider)
-            await self.gateway.start()
-            grant = self.gateway.open(
-                launch_routes(
-                    provider,
-                    self.gateway.defaults,
-                    self.base_env,
-                    self.settings.home_source(provider),
-                ),
-                claimed.budget,
-            )
-            self._grants[claimed.execution_id] = grant
-            run_as = site.identity_of(session)
-            self._prepare(site, session, claimed.execution_id, run_as)
-            checkout = await self._checkout(claimed, run_as, warnings)
-            memory, credential_id = await self._memory(claimed, provider, run_dir, warnings, run_as)
-            request = site.request(
-                provider=provider,
-                prompt=claimed.prompt,
-                session=session,
-                execution_id=claimed.execution_id,
-                memory=memory,
-                base_env=self.base_env,
-                own_home=site.sandboxed or run_as is not None,
-                permissions=claimed.permissions,
-                # The permission prompt a Claude launch asks through is a command of amux's own.
-                amux_argv=(self.amux,),
-                gateway=grant.access,
-            )
-            plan = dataclasses.replace(build_plan(request), run_as=run_as)
-            mcp_argv = memory.mcp_argv if memory is not None else ()
-            # Off the event loop: laying out a sandbox reads the file system for every
-            # installation the launch needs, and in `amux serve` the loop also answers Feishu.
-            plan = await asyncio.to_thread(
-                site.sandbox,
-                plan,
-                request,
-                warm_socket(mcp_argv),
-                (*mcp_argv[:1], *request.amux_argv),
-                borrowed_objects=(checkout.objects,) if checkout is not None else (),
-            )
-            for warning in plan.warnings:
-                if warning not in warnings:
-                    warnings.append(warning)
-                    await self._event(claimed, WARNING, warning)
-            text: str | None = None
-            native_id: str | None = None
-            usage: dict[str, Any] = {}
-            failure: str | None = None
-            guard = await self._guard_workspace(claimed, plan.cwd, warnings)
-            group = await asyncio.to_thread(LaunchGroup.create, claimed.execution_id, self.bounds)
-            plan = dataclasses.replace(
-                plan,
-                confine=site.confinement(
-                    group.procs_files if group is not None else (),
-                    self._rlimits(run_as, group),
-                ),
-            )
-            reached: tuple[str, ...] = ()
-            try:
-                assert self.worker_id is not None
-                approver = HubApprover(self.hub, claimed.execution_id, self.worker_id)
-                doors = await self._doors(claimed, plan, approver)
-                async with doors or contextlib.nullcontext():
-                    async for event in guard.events(run(plan, approver)):
-                        if grant.warn_due():
-                            warnings.append(BUDGET_WARNING)
-                            await self._event(claimed, WARNING, BUDGET_WARNING)
-                        if isinstance(event, Progress):
-                            await self._event(claimed, PROGRESS, plan.mask(event.text))
-                        elif isinstance(event, Result):
-                            text = plan.mask(event.text)
-                            native_id = event.native_session_id
-                            usage = dict(event.usage)
-                        elif isinstance(event, Failure):
-                            failure = plan.mask(event.message)
-            finally:
-                if grant.warn_due():
-                    warnings.append(BUDGET_WARNING)
-                    with contextlib.suppress(AmuxError):
-                        await self._event(claimed, WARNING, BUDGET_WARNING)
-                if group is not None:
-                    reached = group.hit()
-                    await asyncio.shield(asyncio.to_thread(group.remove))
-            grant.close()
-            if grant.usage.requests:
-                # Counted as the answers passed: preferred to the Agent's own report.
-                usage = {**usage, "gateway": grant.usage.to_dict()}
-            if grant.budget_reached:
-                # The Agent may word the refusal as an answer; the turn ended for want of budget.
-                failure = f"budget reached: {grant.used}/{grant.budget} tokens"
-            failure = await self._bounds_reached(claimed, reached, failure, warnings)
-            failure = await self._workspace_reached(guard, failure)
-            result = TurnResult(
-                text=text,
-                provider=provider,
-                binding=plan.binding,
-                warnings=tuple(warnings),
-                usage=usage,
-                budget=grant.budget,
-                budget_reached=grant.budget_reached,
-            )
-            if checkout is not None:
-                result = await self._keep_branch(claimed, checkout, run_as, result)
-            if failure is not None or text is None:
-                error = failure or "the Agent ended without an answer"
-                return TurnOutcome(False, result, error, native_id)
-            return TurnOutcome(True, result, None, native_id)
+            async with contextlib.AsyncExitStack() as stack:
+                self._leave_nothing(turn, stack)
+                grant = await self._open_grant(turn, stack)
+                await self._make_directories(turn)
+                checkout = await self._checkout(claimed, turn.run_as, turn.warnings)
+                memory = await self._delegate_memory(turn)
+                plan = await self._lay_out(turn, grant, memory, checkout)
+                guard = await self._guard_workspace(claimed, plan.cwd, turn.warnings)
+                # Before the run's phases below, so it concludes once they are released.
+                after_clean_exit(stack, partial(self._conclude, turn, plan, grant, guard, checkout))
+                plan = await self._bound(turn, plan, stack)
+                self._watch_budget(turn, grant, stack)
+                approver = self._approver(turn)
+                await self._open_doors(turn, plan, approver, stack)
+                await self._run(turn, plan, approver, grant, guard)
+            assert turn.outcome is not None
+            return turn.outcome
         except AmuxError as error:
-            partial = TurnResult(provider=provider, warnings=tuple(warnings))
-            return TurnOutcome(False, partial, error.message)
+            said = TurnResult(provider=claimed.session.provider, warnings=tuple(turn.warnings))
+            return TurnOutcome(False, said, error.message)
         except Exception:
             logger.exception("launching execution %s failed", claimed.execution_id)
-            partial = TurnResult(provider=provider, warnings=tuple(warnings))
-            return TurnOutcome(False, partial, "the worker failed to launch the Agent; see its log")
-        finally:
-            if grant is not None:
-                grant.close()
-            self._grants.pop(claimed.execution_id, None)
-            shutil.rmtree(run_dir, ignore_errors=True)
-            if credential_id is not None:
+            said = TurnResult(provider=claimed.session.provider, warnings=tuple(turn.warnings))
+            return TurnOutcome(False, said, "the worker failed to launch the Agent; see its log")
+
+    def _leave_nothing(self, turn: Turn, stack: contextlib.AsyncExitStack[bool | None]) -> None:
+        """The turn's run directory, removed, then the memory credential the Hub delegated for
+        it, revoked: after every other phase's cleanup, so a slow Hub holds nothing local."""
+
+        async def revoke() -> None:
+            if turn.credential_id is not None:
                 with contextlib.suppress(AmuxError):
-                    await self.hub.revoke_credential(credential_id)
+                    await self.hub.revoke_credential(turn.credential_id)
+
+        stack.push_async_callback(revoke)
+        stack.callback(shutil.rmtree, turn.run_dir, ignore_errors=True)
+
+    async def _open_grant(self, turn: Turn, stack: contextlib.AsyncExitStack[bool | None]) -> Grant:
+        """The launch's model-gateway grant, closed (and no longer reported) at the turn's end."""
+        provider = turn.claimed.session.provider
+        # Re-checked here: the Hub this worker serves may accept providers it does not.
+        self.site.check_provider(provider)
+        await self.gateway.start()
+        grant = self.gateway.open(
+            launch_routes(
+                provider,
+                self.gateway.defaults,
+                self.base_env,
+                self.settings.home_source(provider),
+            ),
+            turn.claimed.budget,
+        )
+        self._grants[turn.execution_id] = grant
+
+        def close() -> None:
+            grant.close()
+            self._grants.pop(turn.execution_id, None)
+
+        stack.callback(close)
+        return grant
+
+    async def _make_directories(self, turn: Turn) -> None:
+        """Who the Agent runs as, and the directories it runs in (the run dir goes with the
+        turn)."""
+        session = turn.claimed.session
+        turn.run_as = self.site.identity_of(session)
+        self._prepare(self.site, session, turn.execution_id, turn.run_as)
+
+    async def _delegate_memory(self, turn: Turn) -> MemoryAttachment | None:
+        """The conversation's memory, through a credential delegated for this turn (revoked with
+        the turn's run directory)."""
+        claimed = turn.claimed
+        memory, turn.credential_id = await self._memory(
+            claimed, claimed.session.provider, turn.run_dir, turn.warnings, turn.run_as
+        )
+        return memory
+
+    async def _lay_out(
+        self, turn: Turn, grant: Grant, memory: MemoryAttachment | None, checkout: Checkout | None
+    ) -> LaunchPlan:
+        """The launch's plan, laid out in its sandbox; the sandbox's warnings said once each."""
+        claimed, site = turn.claimed, self.site
+        request = site.request(
+            provider=claimed.session.provider,
+            prompt=claimed.prompt,
+            session=claimed.session,
+            execution_id=claimed.execution_id,
+            memory=memory,
+            base_env=self.base_env,
+            own_home=site.sandboxed or turn.run_as is not None,
+            permissions=claimed.permissions,
+            # The permission prompt a Claude launch asks through is a command of amux's own.
+            amux_argv=(self.amux,),
+            gateway=grant.access,
+        )
+        plan = dataclasses.replace(build_plan(request), run_as=turn.run_as)
+        mcp_argv = memory.mcp_argv if memory is not None else ()
+        # Off the event loop: laying out a sandbox reads the file system for every
+        # installation the launch needs, and in `amux serve` the loop also answers Feishu.
+        plan = await asyncio.to_thread(
+            site.sandbox,
+            plan,
+            request,
+            warm_socket(mcp_argv),
+            (*mcp_argv[:1], *request.amux_argv),
+            borrowed_objects=(checkout.objects,) if checkout is not None else (),
+        )
+        for warning in plan.warnings:
+            if warning not in turn.warnings:
+                turn.warnings.append(warning)
+                await self._event(claimed, WARNING, warning)
+        return plan
+
+    async def _bound(
+        self, turn: Turn, plan: LaunchPlan, stack: contextlib.AsyncExitStack[bool | None]
+    ) -> LaunchPlan:
+        """``plan`` confined to the launch's bounds: its cgroup, removed once the Agent is done
+        (what it reached read first), and its rlimits."""
+        group = await asyncio.to_thread(LaunchGroup.create, turn.execution_id, self.bounds)
+        if group is not None:
+
+            async def remove() -> None:
+                turn.reached = group.hit()
+                await asyncio.shield(asyncio.to_thread(group.remove))
+
+            stack.push_async_callback(remove)
+        return dataclasses.replace(
+            plan,
+            confine=self.site.confinement(
+                group.procs_files if group is not None else (),
+                self._rlimits(turn.run_as, group),
+            ),
+        )
+
+    def _watch_budget(
+        self, turn: Turn, grant: Grant, stack: contextlib.AsyncExitStack[bool | None]
+    ) -> None:
+        """The budget warning, if the count passed it after the Agent's last event."""
+
+        async def last_word() -> None:
+            if grant.warn_due():
+                turn.warnings.append(BUDGET_WARNING)
+                with contextlib.suppress(AmuxError):
+                    await self._event(turn.claimed, WARNING, BUDGET_WARNING)
+
+        stack.push_async_callback(last_word)
+
+    def _approver(self, turn: Turn) -> HubApprover:
+        """Who answers the Agent's permission requests: its user, through the Hub."""
+        assert self.worker_id is not None
+        return HubApprover(self.hub, turn.execution_id, self.worker_id)
+
+    async def _open_doors(
+        self,
+        turn: Turn,
+        plan: LaunchPlan,
+        approver: HubApprover,
+        stack: contextlib.AsyncExitStack[bool | None],
+    ) -> None:
+        """The launch's doors, open while the Agent runs (a launch with a network of its own)."""
+        doors = await self._doors(turn.claimed, plan, approver)
+        if doors is not None:
+            await stack.enter_async_context(doors)
+
+    async def _run(
+        self,
+        turn: Turn,
+        plan: LaunchPlan,
+        approver: HubApprover,
+        grant: Grant,
+        guard: WorkspaceGuard,
+    ) -> None:
+        """The Agent's run, its progress streamed to the Hub as it comes."""
+        claimed = turn.claimed
+        async for event in guard.events(run(plan, approver, self.launcher)):
+            if grant.warn_due():
+                turn.warnings.append(BUDGET_WARNING)
+                await self._event(claimed, WARNING, BUDGET_WARNING)
+            if isinstance(event, Progress):
+                await self._event(claimed, PROGRESS, plan.mask(event.text))
+            elif isinstance(event, Result):
+                turn.text = plan.mask(event.text)
+                turn.native_id = event.native_session_id
+                turn.usage = dict(event.usage)
+            elif isinstance(event, Failure):
+                turn.failure = plan.mask(event.message)
+
+    async def _conclude(
+        self,
+        turn: Turn,
+        plan: LaunchPlan,
+        grant: Grant,
+        guard: WorkspaceGuard,
+        checkout: Checkout | None,
+    ) -> None:
+        """The turn's outcome once the Agent is gone: its budget, bounds and workspace verdicts,
+        then what it left on its conversation's branch."""
+        claimed = turn.claimed
+        grant.close()
+        usage = turn.usage
+        if grant.usage.requests:
+            # Counted as the answers passed: preferred to the Agent's own report.
+            usage = {**usage, "gateway": grant.usage.to_dict()}
+        failure = turn.failure
+        if grant.budget_reached:
+            # The Agent may word the refusal as an answer; the turn ended for want of budget.
+            failure = f"budget reached: {grant.used}/{grant.budget} tokens"
+        failure = await self._bounds_reached(claimed, turn.reached, failure, turn.warnings)
+        failure = await self._workspace_reached(guard, failure)
+        result = TurnResult(
+            text=turn.text,
+            provider=claimed.session.provider,
+            binding=plan.binding,
+            warnings=tuple(turn.warnings),
+            usage=usage,
+            budget=grant.budget,
+            budget_reached=grant.budget_reached,
+        )
+        if checkout is not None:
+            result = await self._keep_branch(claimed, checkout, turn.run_as, result)
+        if failure is not None or turn.text is None:
+            error = failure or "the Agent ended without an answer"
+            turn.outcome = TurnOutcome(False, result, error, turn.native_id)
+        else:
+            turn.outcome = TurnOutcome(True, result, None, turn.native_id)
 
     async def _doors(
         self, claimed: Claim, plan: LaunchPlan, approver: HubApprover

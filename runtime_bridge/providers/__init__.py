@@ -32,6 +32,7 @@ from runtime_bridge.providers.plan import (
     Progress,
     Result,
 )
+from runtime_bridge.providers.process import LOCAL, Launcher, LocalLauncher
 
 ADAPTERS: dict[str, ModuleType] = {"claude": claude, "codex": codex, "pi": pi}
 MEMORY_PROVIDERS = frozenset(ADAPTERS)
@@ -50,11 +51,16 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
     return dataclasses.replace(builder(request), roots=roots)
 
 
-def run(plan: LaunchPlan, approver: Approver | None = None) -> AsyncIterator[Event]:
+def run(
+    plan: LaunchPlan, approver: Approver | None = None, launcher: Launcher = LOCAL
+) -> AsyncIterator[Event]:
     """Run a plan with its provider's runner; ``approver`` answers its permission requests
-    (None: every request is denied, since nobody can be asked)."""
-    runner: Callable[[LaunchPlan, Approver], AsyncIterator[Event]] = _adapter(plan.provider).run
-    return runner(plan, approver or deny_all(NOBODY_TO_ASK))
+    (None: every request is denied, since nobody can be asked); ``launcher`` starts and stops
+    its process."""
+    runner: Callable[[LaunchPlan, Approver, Launcher], AsyncIterator[Event]] = _adapter(
+        plan.provider
+    ).run
+    return runner(plan, approver or deny_all(NOBODY_TO_ASK), launcher)
 
 
 __all__ = [
@@ -65,8 +71,11 @@ __all__ = [
     "Event",
     "ExecutableMissing",
     "Failure",
+    "LOCAL",
     "LaunchPlan",
     "LaunchRequest",
+    "Launcher",
+    "LocalLauncher",
     "MemoryAttachment",
     "NativeMemoryUnconfirmed",
     "PlannedCopy",

@@ -61,7 +61,7 @@ from runtime_bridge.providers.plan import (
     Progress,
     Result,
 )
-from runtime_bridge.providers.process import StreamParser, run_json_lines
+from runtime_bridge.providers.process import LOCAL, Launcher, StreamParser, run_json_lines
 
 MCP_CONFIG = MEMORY_CONFIG_DIR / "claude-mcp.json"
 PERMISSION_SHIM = Path(permission_shim.__file__)
@@ -289,6 +289,8 @@ class ClaudeStream(StreamParser):
         return []
 
 
-def run(plan: LaunchPlan, approver: Approver | None = None) -> AsyncIterator[Event]:
+def run(
+    plan: LaunchPlan, approver: Approver | None = None, launcher: Launcher = LOCAL
+) -> AsyncIterator[Event]:
     """Run a Claude plan, yielding progress and then one ``Result`` or ``Failure``."""
-    return run_json_lines(plan, ClaudeStream, approver, describe)
+    return run_json_lines(plan, ClaudeStream, approver, describe, launcher)

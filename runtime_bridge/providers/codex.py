@@ -60,12 +60,12 @@ from runtime_bridge.providers.plan import (
     Result,
 )
 from runtime_bridge.providers.process import (
+    LOCAL,
     STOP_GRACE,
+    Launcher,
     StderrTail,
     materialize,
     resolve_executable,
-    start,
-    stop,
 )
 
 CODEX_HOME = "codex-home"
@@ -453,7 +453,9 @@ class CodexTurn:
         return []
 
 
-async def run(plan: LaunchPlan, approver: Approver | None = None) -> AsyncIterator[Event]:
+async def run(
+    plan: LaunchPlan, approver: Approver | None = None, launcher: Launcher = LOCAL
+) -> AsyncIterator[Event]:
     """Run a Codex plan, yielding progress and then one ``Result`` or ``Failure``.
 
     Raises:
@@ -464,7 +466,7 @@ async def run(plan: LaunchPlan, approver: Approver | None = None) -> AsyncIterat
     thread = plan.codex or CodexThread(developer_instructions=None, memory_disabled=False)
     executable = resolve_executable(plan)
     materialize(plan)
-    process = await start(plan, [executable, *plan.argv[1:]])
+    process = await launcher.start(plan, [executable, *plan.argv[1:]])
     stderr = StderrTail(process.stderr)
     assert process.stdout is not None and process.stdin is not None
     answers = CodexApprovals(plan, approver or approvals.deny_all(NOBODY_TO_ASK))
@@ -509,6 +511,6 @@ async def run(plan: LaunchPlan, approver: Approver | None = None) -> AsyncIterat
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(STOP_GRACE):
                     await process.wait()
-        await stop(process)
+        await launcher.stop(process)
         stderr.cancel()
         await stderr.text()

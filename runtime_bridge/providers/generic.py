@@ -17,11 +17,11 @@ from runtime_bridge.approvals import Approver
 from runtime_bridge.launch_env import launch_env
 from runtime_bridge.providers.plan import Event, Failure, LaunchPlan, LaunchRequest, Result
 from runtime_bridge.providers.process import (
+    LOCAL,
+    Launcher,
     StderrTail,
     materialize,
     resolve_executable,
-    start,
-    stop,
 )
 
 
@@ -63,11 +63,13 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
     )
 
 
-async def run(plan: LaunchPlan, approver: Approver | None = None) -> AsyncIterator[Event]:
+async def run(
+    plan: LaunchPlan, approver: Approver | None = None, launcher: Launcher = LOCAL
+) -> AsyncIterator[Event]:
     """Run the command; its whole stdout is the result."""
     executable = resolve_executable(plan)
     materialize(plan)
-    process = await start(plan, [executable, *plan.argv[1:]])
+    process = await launcher.start(plan, [executable, *plan.argv[1:]])
     stderr = StderrTail(process.stderr)
     try:
         assert process.stdin is not None and process.stdout is not None
@@ -82,6 +84,6 @@ async def run(plan: LaunchPlan, approver: Approver | None = None) -> AsyncIterat
             detail = tail.splitlines()[-1] if tail else "no output"
             yield Failure(f"{plan.provider} exited with status {process.returncode}: {detail}")
     finally:
-        await stop(process)
+        await launcher.stop(process)
         stderr.cancel()
         await stderr.text()

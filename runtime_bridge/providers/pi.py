@@ -44,7 +44,7 @@ from runtime_bridge.providers.plan import (
     Progress,
     Result,
 )
-from runtime_bridge.providers.process import StreamParser, run_json_lines
+from runtime_bridge.providers.process import LOCAL, Launcher, StreamParser, run_json_lines
 
 AGENT_DIR = "pi-agent"
 MODELS_FILE = "models.json"
@@ -244,6 +244,8 @@ class PiStream(StreamParser):
         return []
 
 
-def run(plan: LaunchPlan, approver: Approver | None = None) -> AsyncIterator[Event]:
+def run(
+    plan: LaunchPlan, approver: Approver | None = None, launcher: Launcher = LOCAL
+) -> AsyncIterator[Event]:
     """Run a Pi plan, yielding progress and then one ``Result`` or ``Failure``."""
-    return run_json_lines(plan, PiStream, approver, describe)
+    return run_json_lines(plan, PiStream, approver, describe, launcher)

@@ -9,7 +9,7 @@ import os
 import shutil
 import signal
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from runtime_bridge.approvals import ApprovalSocket, Approver, Describe, deny_all
 from runtime_bridge.providers.confined import (
@@ -161,6 +161,30 @@ async def stop(process: asyncio.subprocess.Process) -> None:
             stream.close()
 
 
+class Launcher(Protocol):
+    """Where a launch's process runs: given the plan (its sandbox layout, confinement, identity,
+    environment and working directory) and the Agent's argv, ``start`` returns the running
+    process whose stdin, stdout and stderr the runner streams; ``stop`` ends it and everything
+    it started."""
+
+    async def start(self, plan: LaunchPlan, argv: list[str]) -> asyncio.subprocess.Process: ...
+
+    async def stop(self, process: asyncio.subprocess.Process) -> None: ...
+
+
+class LocalLauncher:
+    """On this host, under the plan's bubblewrap sandbox and confinement when it has them."""
+
+    async def start(self, plan: LaunchPlan, argv: list[str]) -> asyncio.subprocess.Process:
+        return await start(plan, argv)
+
+    async def stop(self, process: asyncio.subprocess.Process) -> None:
+        await stop(process)
+
+
+LOCAL = LocalLauncher()
+
+
 class StderrTail:
     """Drains a child's stderr (so it never blocks on a full pipe) and keeps the last bytes."""
 
@@ -209,6 +233,7 @@ async def run_json_lines(
     parser_factory: Callable[[], StreamParser],
     approver: Approver | None = None,
     describe: Describe | None = None,
+    launcher: Launcher = LOCAL,
 ) -> AsyncIterator[Event]:
     """Run a print-mode agent that reads the prompt on stdin and writes JSON lines.
 
@@ -231,14 +256,17 @@ async def run_json_lines(
                     plan.run_as,
                 )
             )
-        async for event in _run_json_lines(plan, executable, parser_factory):
+        async for event in _run_json_lines(plan, executable, parser_factory, launcher):
             yield event
 
 
 async def _run_json_lines(
-    plan: LaunchPlan, executable: str, parser_factory: Callable[[], StreamParser]
+    plan: LaunchPlan,
+    executable: str,
+    parser_factory: Callable[[], StreamParser],
+    launcher: Launcher,
 ) -> AsyncIterator[Event]:
-    process = await start(plan, [executable, *plan.argv[1:]])
+    process = await launcher.start(plan, [executable, *plan.argv[1:]])
     stderr = StderrTail(process.stderr)
     parser = parser_factory()
     try:
@@ -259,6 +287,6 @@ async def _run_json_lines(
         for event in parser.finish(returncode, plan.mask(await stderr.text())):
             yield event
     finally:
-        await stop(process)
+        await launcher.stop(process)
         stderr.cancel()
         await stderr.text()
