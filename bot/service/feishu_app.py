@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 
@@ -29,9 +30,10 @@ from bot.triggers import TriggerDoor
 from cards.catalogue import plain_text
 from hub.config import HubSettings
 from hub.errors import AmuxError
-from hub.metrics import METRICS
+from hub.metrics import METRICS, Metrics
 from hub.rpc import HUB
 from hub.server import HEALTH, READINESS
+from hub.services import Hub
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.launch import LaunchSite
 
@@ -74,6 +76,33 @@ def add_feishu(
     """The bot on ``app``; ``runtime`` is the in-process worker's settings, when there is one;
     ``owner_open_id`` the person who made the app, who becomes the owner if there is none yet."""
     sink = _DeferredSink()
+    adapter = _mount_adapter(app, hub_settings, settings, client, sink)
+    # Served from the start, answering "starting" until the scheduler it hands requests to runs.
+    triggers = TriggerDoor()
+    app.add_routes(triggers.routes())
+    metrics = app.get(METRICS)
+    _observe(app, adapter, settings, metrics)
+
+    async def lifetime(app: web.Application) -> AsyncIterator[None]:
+        bot = _assemble(app[HUB], adapter, hub_settings, settings, runtime, metrics, owner_open_id)
+        sink.target = bot.sink
+        await bot.start()
+        triggers.scheduler = bot.scheduler
+        yield
+        triggers.scheduler = None
+        await bot.stop()
+
+    app.cleanup_ctx.append(lifetime)
+
+
+def _mount_adapter(
+    app: web.Application,
+    hub_settings: HubSettings,
+    settings: FeishuSettings,
+    client: FeishuClient | None,
+    sink: _DeferredSink,
+) -> FeishuAdapter:
+    """The Feishu adapter, its routes on ``app``."""
     adapter = FeishuAdapter(
         settings,
         sink,
@@ -83,10 +112,16 @@ def add_feishu(
     )
     app[FEISHU] = adapter
     app.add_routes(adapter.routes())
-    # Served from the start, answering "starting" until the scheduler it hands requests to runs.
-    triggers = TriggerDoor()
-    app.add_routes(triggers.routes())
-    metrics = app.get(METRICS)
+    return adapter
+
+
+def _observe(
+    app: web.Application,
+    adapter: FeishuAdapter,
+    settings: FeishuSettings,
+    metrics: Metrics | None,
+) -> None:
+    """The bot in the app's metrics, readiness and health."""
     if metrics is not None:
         adapter.client.observer = metrics
         adapter.dispatcher.observer = metrics
@@ -104,102 +139,148 @@ def add_feishu(
         if metrics is not None:
             metrics.set_feishu_link_source(link.snapshot)
 
-    async def lifetime(app: web.Application) -> AsyncIterator[None]:
-        hub = app[HUB]
-        lang = settings.language
-        client = adapter.client
-        names = DisplayNames(hub.people, client)
-        identities = FeishuIdentities(
-            hub.people,
-            enroll=settings.enroll == "auto",
-            app_id=settings.app_id,
-            tenant_key=settings.tenant_key,
-            names=names,
-            scanner_open_id=owner_open_id,
-        )
-        management = Management(
-            hub, lang, settings.provider, tell=client.send_text, zone=settings.time_zone
-        )
-        seen = SeenTopics(hub_settings.home / TOPICS_FILE)
-        files = None
-        if runtime is not None:
-            work_dir = runtime.work_dir_beside(hub_settings.home)
-            files = TurnFiles(client, LaunchSite(runtime, work_dir, hub_settings.home))
-        # Project turns' diffs, and the workspace's outbox files when the worker is ours.
-        diffs = BranchDiffs(
-            hub_settings.home / DIFFS_DIR, client, files.post if files is not None else None
-        )
-        outbox = Outbox(
-            hub_settings.home / OUTBOX_FILE,
-            adapter.cards.finish,
-            lambda reply_to, card, key: client.reply(reply_to, card=card, idempotency_key=key),
-            client.finish_card_entity,
-            post_file=diffs.post,
-            dropped=metrics.feishu_gave_up if metrics is not None else lambda reason: None,
-            reply_text=lambda reply_to, text, key: client.reply(
-                reply_to, text=text, idempotency_key=key
-            ),
-            refused_notice=lambda reason: plain_text(lang, "outbox.refused"),
-        )
-        conversations = Conversations(
-            hub,
-            client,
-            adapter.cards.update,
-            outbox,
-            provider_of=management.provider_of,
-            lang=lang,
-            stream_interval=settings.card_update_interval_seconds,
-            topics=TopicReader(client),
-            seen=seen,
-            files=files,
-            diffs=diffs,
-            zone=settings.time_zone,
-            forwards=ForwardReader(client),
-        )
-        scheduler = Scheduler(hub, client, conversations, lang=lang, zone=settings.time_zone)
-        schedule_commands = ScheduleCommands(
-            hub.schedules,
-            client,
-            lang,
-            settings.time_zone,
-            provider_of=management.provider_of,
-            wake=scheduler.wake,
-        )
-        limit = SenderLimit(hub.config.messages_per_minute)
-        sink.target = BotSink(
-            adapter.client,
-            identities,
-            management,
-            conversations,
-            lang,
-            limit,
-            schedule_commands,
-            late=adapter.catch_up,
-        )
-        identities.offer_claim()
-        await adapter.start()
-        outbox.start()
-        conversations.resume()
-        scheduler.start()
-        triggers.scheduler = scheduler
-        pending = management.pending_restart_card()
+
+@dataclasses.dataclass
+class _Bot:
+    """The bot's parts that live as long as the app: started in this order, stopped in its own."""
+
+    adapter: FeishuAdapter
+    names: DisplayNames
+    identities: FeishuIdentities
+    management: Management
+    seen: SeenTopics
+    outbox: Outbox
+    conversations: Conversations
+    sink: BotSink
+    scheduler: Scheduler
+
+    async def start(self) -> None:
+        self.identities.offer_claim()
+        await self.adapter.start()
+        self.outbox.start()
+        self.conversations.resume()
+        self.scheduler.start()
+        pending = self.management.pending_restart_card()
         if pending is not None:
             message_id, card = pending
             try:
-                await adapter.client.update_card(message_id, card)
+                await self.adapter.client.update_card(message_id, card)
             except AmuxError as error:
                 logger.warning("could not refresh the restart card: %s", error.message)
-        yield
-        triggers.scheduler = None
-        await scheduler.stop()
+
+    async def stop(self) -> None:
+        await self.scheduler.stop()
         # Turns that finished during the drain have their answers owed by now; give them a
         # moment to go out. What Feishu does not take in time stays owed for the next process.
-        await conversations.stop()
-        await adapter.dispatcher.drain()
-        await names.close()
-        await outbox.stop(OUTBOX_GRACE_SECONDS)
-        await adapter.stop()
-        outbox.close()
-        seen.close()
+        await self.conversations.stop()
+        await self.adapter.dispatcher.drain()
+        await self.names.close()
+        await self.outbox.stop(OUTBOX_GRACE_SECONDS)
+        await self.adapter.stop()
+        self.outbox.close()
+        self.seen.close()
 
-    app.cleanup_ctx.append(lifetime)
+
+def _assemble(
+    hub: Hub,
+    adapter: FeishuAdapter,
+    hub_settings: HubSettings,
+    settings: FeishuSettings,
+    runtime: RuntimeSettings | None,
+    metrics: Metrics | None,
+    owner_open_id: str,
+) -> _Bot:
+    """The bot's parts, on the open Hub: who is who, management, the outbox, conversations."""
+    client = adapter.client
+    names = DisplayNames(hub.people, client)
+    identities = FeishuIdentities(
+        hub.people,
+        enroll=settings.enroll == "auto",
+        app_id=settings.app_id,
+        tenant_key=settings.tenant_key,
+        names=names,
+        scanner_open_id=owner_open_id,
+    )
+    management = Management(
+        hub, settings.language, settings.provider, tell=client.send_text, zone=settings.time_zone
+    )
+    seen = SeenTopics(hub_settings.home / TOPICS_FILE)
+    files = _turn_files(client, hub_settings, runtime)
+    # Project turns' diffs, and the workspace's outbox files when the worker is ours.
+    diffs = BranchDiffs(
+        hub_settings.home / DIFFS_DIR, client, files.post if files is not None else None
+    )
+    outbox = _outbox(adapter, hub_settings, settings, diffs, metrics)
+    conversations = Conversations(
+        hub,
+        client,
+        adapter.cards.update,
+        outbox,
+        provider_of=management.provider_of,
+        lang=settings.language,
+        stream_interval=settings.card_update_interval_seconds,
+        topics=TopicReader(client),
+        seen=seen,
+        files=files,
+        diffs=diffs,
+        zone=settings.time_zone,
+        forwards=ForwardReader(client),
+    )
+    scheduler = Scheduler(
+        hub, client, conversations, lang=settings.language, zone=settings.time_zone
+    )
+    schedule_commands = ScheduleCommands(
+        hub.schedules,
+        client,
+        settings.language,
+        settings.time_zone,
+        provider_of=management.provider_of,
+        wake=scheduler.wake,
+    )
+    limit = SenderLimit(hub.config.messages_per_minute)
+    sink = BotSink(
+        client,
+        identities,
+        management,
+        conversations,
+        settings.language,
+        limit,
+        schedule_commands,
+        late=adapter.catch_up,
+    )
+    return _Bot(
+        adapter, names, identities, management, seen, outbox, conversations, sink, scheduler
+    )
+
+
+def _turn_files(
+    client: FeishuClient, hub_settings: HubSettings, runtime: RuntimeSettings | None
+) -> TurnFiles | None:
+    """The workspace's files a turn posts, when the worker is in this process (None else)."""
+    if runtime is None:
+        return None
+    work_dir = runtime.work_dir_beside(hub_settings.home)
+    return TurnFiles(client, LaunchSite(runtime, work_dir, hub_settings.home))
+
+
+def _outbox(
+    adapter: FeishuAdapter,
+    hub_settings: HubSettings,
+    settings: FeishuSettings,
+    diffs: BranchDiffs,
+    metrics: Metrics | None,
+) -> Outbox:
+    """What the bot owes Feishu, kept until Feishu takes it."""
+    client, lang = adapter.client, settings.language
+    return Outbox(
+        hub_settings.home / OUTBOX_FILE,
+        adapter.cards.finish,
+        lambda reply_to, card, key: client.reply(reply_to, card=card, idempotency_key=key),
+        client.finish_card_entity,
+        post_file=diffs.post,
+        dropped=metrics.feishu_gave_up if metrics is not None else lambda reason: None,
+        reply_text=lambda reply_to, text, key: client.reply(
+            reply_to, text=text, idempotency_key=key
+        ),
+        refused_notice=lambda reason: plain_text(lang, "outbox.refused"),
+    )
