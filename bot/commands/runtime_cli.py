@@ -41,6 +41,10 @@ from hub.errors import AmuxError, Conflict, InvalidArgument
 # Agent's first model request waits for.
 if TYPE_CHECKING:
     from hub.client import HubClient
+    from hub.config import ClientSettings
+    from runtime_bridge.config import RuntimeSettings
+    from runtime_bridge.launch import LaunchSite
+    from runtime_bridge.providers import LaunchRequest
 
 agent_app = typer.Typer(help="Run managed Agent turns through the Hub and a Runtime worker.")
 runtime_app = typer.Typer(help="Runtime workers and launch plans.")
@@ -388,10 +392,6 @@ def runtime_plan(
     """Print the launch plan (secrets masked) without starting anything: the command, its
     environment, working directory and files."""
     from runtime_bridge.config import RuntimeSettings
-    from runtime_bridge.launch import LaunchSite
-    from runtime_bridge.materializer import memory_cli_dir
-    from runtime_bridge.providers import ExecutableMissing, MemoryAttachment, build_plan
-    from runtime_bridge.worker import default_amux_executable
 
     env = env_of(ctx)
     settings = RuntimeSettings()
@@ -400,89 +400,142 @@ def runtime_plan(
     async def work() -> dict[str, Any]:
         warnings: list[str] = []
         async with env.client() as hub:
-            described: Session | None = None
-            if session is not None:
-                described = await hub.session(session)
-                if described.provider != provider:
-                    raise InvalidArgument(f"session {session} runs {described.provider}")
-            binding: str | None = None
-            if described is not None and described.memory != "pending":
-                binding = described.binding if described.memory == "bound" else None
-            else:
-                # A fresh session, or one whose first turn has not started yet: its binding is
-                # frozen at launch, so show what the Hub's current policy would freeze.
-                owner = described.principal_id if described is not None else None
-                try:
-                    binding = (await hub.resolve_binding(owner)).binding
-                except AmuxError as error:
-                    if error.code != "memory_disabled":
-                        warnings.append(f"memory unavailable: {error.message}")
-            # The policy the next turn would run under, and so the flags it becomes.
-            capabilities = await hub.capabilities()
-            agents = capabilities.get("agents") if isinstance(capabilities, dict) else None
-            permissions = str((agents or {}).get("permissions") or "ask")
-            if described is None:
-                who = await hub.whoami()
-                planned = Session(
-                    id="<session>",
-                    principal_id=str(who["principal"]["id"]),
-                    provider=provider,
-                    cwd=None,
-                    origin=None,
-                    native_id=None,
-                    memory="pending",
-                    binding=None,
-                )
-            else:
-                planned = described
-        site = LaunchSite(
-            settings,
-            settings.work_dir_beside(client_settings.home),
-            amux_home=client_settings.home,
+            described = await _described_session(hub, session, provider)
+            binding = await _binding_to_freeze(hub, described, warnings)
+            permissions = await _next_permissions(hub)
+            planned = described or await _fresh_session(hub, provider)
+        site, request, identity = _launch_request(
+            settings, client_settings, planned, provider, prompt, binding, permissions
         )
-        run_dir = site.run_dir("<execution>")
-        amux = settings.amux or default_amux_executable()
-        memory = None
-        if binding is not None:
-            memory = MemoryAttachment(
-                hub_url=site.agent_hub_url(client_settings.hub_url),
-                credential="<delegated at launch>",
-                binding=binding,
-                mcp_argv=(amux, "mcp"),
-                cli_dir=memory_cli_dir(run_dir),
-            )
-        # Who the Agent would run as: on a root worker, a uid of the Principal's own.
-        identity = site.identity_of(planned, allocate=False)
-        request = site.request(
-            provider=provider,
-            prompt=prompt,
-            session=planned,
-            execution_id="<execution>",
-            memory=memory,
-            base_env=dict(os.environ),
-            own_home=site.sandboxed or identity is not None,
-            permissions=permissions,
-            amux_argv=(amux,),
-        )
-        launch = dataclasses.replace(build_plan(request), run_as=identity)
-        # The sandbox is shown as a worker would build it; what it binds is found on this host.
-        try:
-            # A worker's launch goes through its gateway, so it is isolated when the site is.
-            launch = site.sandbox(launch, request, (), (amux,), isolate=site.isolated)
-        except ExecutableMissing as error:
-            warnings.append(f"sandbox not shown: {error.message}")
-        plan = launch.to_json(mask_secrets=True)
-        shared_network = settings.network_warning()
-        if shared_network is not None:
-            warnings.append(shared_network)
-        plan["warnings"] = warnings + list(plan["warnings"])
-        return plan
+        return _shown_plan(site, request, identity, settings, warnings)
 
     plan = run(work())
     emit(plan, as_json, plan_text)
     if not as_json:
         for warning in plan.get("warnings") or []:
             note(f"warning: {warning}")
+
+
+async def _described_session(hub: HubClient, session: str | None, provider: str) -> Session | None:
+    """The session a resume would continue, checked to run ``provider``; None for a new one."""
+    if session is None:
+        return None
+    described = await hub.session(session)
+    if described.provider != provider:
+        raise InvalidArgument(f"session {session} runs {described.provider}")
+    return described
+
+
+async def _binding_to_freeze(
+    hub: HubClient, described: Session | None, warnings: list[str]
+) -> str | None:
+    """The memory binding the launch would run with."""
+    if described is not None and described.memory != "pending":
+        return described.binding if described.memory == "bound" else None
+    # A fresh session, or one whose first turn has not started yet: its binding is frozen at
+    # launch, so show what the Hub's current policy would freeze.
+    owner = described.principal_id if described is not None else None
+    try:
+        return (await hub.resolve_binding(owner)).binding
+    except AmuxError as error:
+        if error.code != "memory_disabled":
+            warnings.append(f"memory unavailable: {error.message}")
+        return None
+
+
+async def _next_permissions(hub: HubClient) -> str:
+    """The policy the next turn would run under, and so the flags it becomes."""
+    capabilities = await hub.capabilities()
+    agents = capabilities.get("agents") if isinstance(capabilities, dict) else None
+    return str((agents or {}).get("permissions") or "ask")
+
+
+async def _fresh_session(hub: HubClient, provider: str) -> Session:
+    """A session not made yet, as the caller's next new conversation with ``provider``."""
+    who = await hub.whoami()
+    return Session(
+        id="<session>",
+        principal_id=str(who["principal"]["id"]),
+        provider=provider,
+        cwd=None,
+        origin=None,
+        native_id=None,
+        memory="pending",
+        binding=None,
+    )
+
+
+def _launch_request(
+    settings: RuntimeSettings,
+    client_settings: ClientSettings,
+    planned: Session,
+    provider: str,
+    prompt: str,
+    binding: str | None,
+    permissions: str,
+) -> tuple[LaunchSite, LaunchRequest, tuple[int, int] | None]:
+    """The launch a worker beside this home would make, its memory delegated at launch, and who
+    it would run as."""
+    from runtime_bridge.launch import LaunchSite
+    from runtime_bridge.materializer import memory_cli_dir
+    from runtime_bridge.providers import MemoryAttachment
+    from runtime_bridge.worker import default_amux_executable
+
+    site = LaunchSite(
+        settings,
+        settings.work_dir_beside(client_settings.home),
+        amux_home=client_settings.home,
+    )
+    run_dir = site.run_dir("<execution>")
+    amux = settings.amux or default_amux_executable()
+    memory = None
+    if binding is not None:
+        memory = MemoryAttachment(
+            hub_url=site.agent_hub_url(client_settings.hub_url),
+            credential="<delegated at launch>",
+            binding=binding,
+            mcp_argv=(amux, "mcp"),
+            cli_dir=memory_cli_dir(run_dir),
+        )
+    # Who the Agent would run as: on a root worker, a uid of the Principal's own.
+    identity = site.identity_of(planned, allocate=False)
+    request = site.request(
+        provider=provider,
+        prompt=prompt,
+        session=planned,
+        execution_id="<execution>",
+        memory=memory,
+        base_env=dict(os.environ),
+        own_home=site.sandboxed or identity is not None,
+        permissions=permissions,
+        amux_argv=(amux,),
+    )
+    return site, request, identity
+
+
+def _shown_plan(
+    site: LaunchSite,
+    request: LaunchRequest,
+    identity: tuple[int, int] | None,
+    settings: RuntimeSettings,
+    warnings: list[str],
+) -> dict[str, Any]:
+    """The plan of ``request`` as a worker would lay it out, secrets masked, warnings first."""
+    from runtime_bridge.providers import ExecutableMissing, build_plan
+
+    launch = dataclasses.replace(build_plan(request), run_as=identity)
+    # The sandbox is shown as a worker would build it; what it binds is found on this host.
+    try:
+        # A worker's launch goes through its gateway, so it is isolated when the site is.
+        launch = site.sandbox(launch, request, (), request.amux_argv, isolate=site.isolated)
+    except ExecutableMissing as error:
+        warnings.append(f"sandbox not shown: {error.message}")
+    plan = launch.to_json(mask_secrets=True)
+    shared_network = settings.network_warning()
+    if shared_network is not None:
+        warnings.append(shared_network)
+    plan["warnings"] = warnings + list(plan["warnings"])
+    return plan
 
 
 def plan_text(plan: dict[str, Any]) -> str:
