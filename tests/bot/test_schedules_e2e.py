@@ -134,7 +134,8 @@ def schedules(home: Path) -> list[dict[str, Any]]:
 def runs_of(home: Path, nonce: str) -> list[dict[str, Any]]:
     return state(
         home,
-        "SELECT e.id, e.state, e.prompt, e.submitted_by, s.workspace, p.name FROM executions e "
+        "SELECT e.id, e.state, e.prompt, e.submitted_by, e.runs_as, s.workspace, p.name "
+        "FROM executions e "
         "JOIN sessions s ON s.id = e.session_id JOIN principals p ON p.id = e.submitted_by "
         "WHERE e.prompt LIKE ? ORDER BY e.rowid",
         f"%nonce {nonce}%",
@@ -186,6 +187,8 @@ async def test_a_group_schedule_runs_on_time_in_its_own_topic_as_its_creator(
         (run,) = runs_of(home, "daily")
         alice = state(home, "SELECT principal_id FROM aliases WHERE value = 'ou_alice'")
         assert run["submitted_by"] == alice[0]["principal_id"] == schedule["created_by"]
+        # Its budget and usage are hers: the turn runs as her, in the topic's own workspace.
+        assert run["runs_as"] == schedule["created_by"] and run["workspace"]
         assert str(run["prompt"]).startswith(f"Message from {run['name']} (")
 
         # Another member sees the chat's schedules, and may change none of them.
