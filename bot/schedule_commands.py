@@ -15,9 +15,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import MessageEvent
 from cards.catalogue import plain_text
-from cards.models import Lang
+from cards.models import Lang, ScheduleView
 from cards.notices import error_card
-from cards.schedules import ScheduleLine, schedule_list_text
+from cards.schedules import schedule_list_text
 from cards.times import date_time
 from hub.errors import AmuxError, InvalidArgument, NotFound
 from hub.principals import Principal
@@ -124,7 +124,7 @@ class ScheduleCommands:
 
     async def _list(self, event: MessageEvent) -> None:
         lines = [
-            ScheduleLine(s.id, s.name, s.spec or s.kind, s.active, s.next_run_at, s.last_result)
+            ScheduleView(s.id, s.name, s.spec or s.kind, s.active, s.next_run_at, s.last_result)
             for s in self._schedules.listed(chat_id=event.chat_id)
         ]
         await self._say(event, schedule_list_text(lines, self._zone, self._lang))

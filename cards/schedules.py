@@ -4,30 +4,17 @@ message), and what a chat is told of a schedule (added, missed, paused, listed).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from cards import actions
 from cards.catalogue import plain_text, text
 from cards.elements import Card, Element, button, card, code, escape, hr, markdown, row
-from cards.models import Lang, SchedulesView
+from cards.models import Lang, SchedulesView, ScheduleView
 from cards.times import date_time
 
 CHANGES = ("pause", "resume", "run", "remove")
 
 RunKind = Literal["clock", "manual", "trigger"]
-
-
-@dataclass(frozen=True)
-class ScheduleLine:
-    """One schedule as a chat lists it."""
-
-    id: str
-    name: str
-    when: str
-    active: bool
-    next_run_at: float | None
-    last_result: str
 
 
 def schedule_run_card(
@@ -38,7 +25,7 @@ def schedule_run_card(
     return card(text(lang, "schedule.run.title", name=name), "wathet", [markdown(line)])
 
 
-def schedule_list_text(lines: Sequence[ScheduleLine], zone: str, lang: Lang) -> str:
+def schedule_list_text(lines: Sequence[ScheduleView], zone: str, lang: Lang) -> str:
     if not lines:
         return plain_text(lang, "schedule.none")
     rows = [plain_text(lang, "schedule.list.title")]

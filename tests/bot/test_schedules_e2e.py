@@ -12,56 +12,29 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
-import io
 import json
 import sqlite3
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import aiohttp
 import pytest
 
-from tests.bot.test_bot_senders_e2e import ALICE, APP, BOT, GROUP, MALLORY, report_of, signer
-from tests.conftest import HubProcess, free_port, stand_in, until
-from tests.fakes.feishu import FakeFeishu, StoredMessage
-from tests.runtime_bridge.test_sandbox_e2e import PROBE
+from tests.bot import test_bot_senders_e2e as senders
+from tests.bot.test_bot_senders_e2e import ALICE, GROUP, MALLORY, report_of, signer
+from tests.conftest import until
+from tests.fakes.feishu import StoredMessage
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 
 
-@dataclass
-class Bot:
-    hub: HubProcess
-    feishu: FakeFeishu
-    http: aiohttp.ClientSession
-
-    async def post(self, payload: dict[str, Any]) -> None:
-        body, headers = signer.sign(payload)
-        url = f"{self.hub.url}/feishu/events"
-        async with self.http.post(url, data=io.BytesIO(body), headers=headers) as response:
-            assert response.status == 200
-
-    async def in_group(self, who: dict[str, Any], text: str) -> str:
-        stored = self.feishu.add_message(
-            GROUP, f"@_user_1 {text}", sender_open_id=who["sender_open_id"]
-        )
-        payload = signer.message(
-            f"@_user_1 {text}",
-            **who,
-            chat_id=GROUP,
-            chat_type="group",
-            message_id=stored.message_id,
-            mentions=[signer.mention("@_user_1", BOT, "amux")],
-        )
-        await self.post(payload)
-        return stored.message_id
+class Bot(senders.Bot):
+    """The senders' harness, with what schedules are checked by."""
 
     async def in_private(self, who: dict[str, Any], text: str) -> str:
         chat = f"oc_p2p_{who['sender_open_id']}"
@@ -72,7 +45,7 @@ class Bot:
     def bot_messages(self) -> list[StoredMessage]:
         return [m for m in list(self.feishu.messages.values()) if not m.sender_open_id]
 
-    def answer(self, nonce: str) -> StoredMessage | None:
+    def answered(self, nonce: str) -> StoredMessage | None:
         """The bot's card showing the probe's report for ``nonce``, once its turn finished."""
         for message in self.bot_messages():
             shown = report_of(message)
@@ -81,7 +54,7 @@ class Bot:
                 return message
         return None
 
-    def said(self, words: str) -> list[StoredMessage]:
+    def posted(self, words: str) -> list[StoredMessage]:
         return [m for m in self.bot_messages() if words in report_of(m)]
 
     def reply_to(self, message_id: str) -> str | None:
@@ -93,29 +66,8 @@ class Bot:
 
 @contextlib.asynccontextmanager
 async def running_bot(tmp_path: Path) -> AsyncIterator[Bot]:
-    home = tmp_path / "amux-home"
-    async with FakeFeishu(app_id=APP, bot_open_id=BOT) as feishu:
-        hub = HubProcess(
-            home,
-            free_port(),
-            extra_env={
-                "AMUX_FEISHU_APP_ID": APP,
-                "AMUX_FEISHU_APP_SECRET": "secret",
-                "AMUX_FEISHU_ENCRYPT_KEY": signer.encrypt_key,
-                "AMUX_FEISHU_VERIFICATION_TOKEN": signer.verification_token,
-                "AMUX_FEISHU_DOMAIN": feishu.url,
-                "AMUX_FEISHU_LANGUAGE": "en_us",
-                "AMUX_FEISHU_PROVIDER": "probe",
-                "AMUX_RUNTIME_PROVIDERS": json.dumps({"probe": str(stand_in(PROBE))}),
-            },
-        )
-        await asyncio.to_thread(hub.start)
-        try:
-            async with aiohttp.ClientSession() as http:
-                await until(lambda: feishu.calls("GET", "/bot/v3/info"))
-                yield Bot(hub, feishu, http)
-        finally:
-            await asyncio.to_thread(hub.stop)
+    async with senders.running_bot(tmp_path, isolation=False) as bot:
+        yield Bot(bot.hub, bot.feishu, bot.http)
 
 
 def state(home: Path, query: str, *args: object) -> list[dict[str, Any]]:
@@ -176,10 +128,10 @@ async def test_a_group_schedule_runs_on_time_in_its_own_topic_as_its_creator(
         (schedule,) = schedules(home)
         assert schedule["chat_type"] == "group" and schedule["kind"] == "once"
 
-        answer = await until(lambda: bot.answer("daily"), 90)
+        answer = await until(lambda: bot.answered("daily"), 90)
         # The run opened a topic of its own: a new message of the bot in the group, naming the
         # schedule, under which the answer came.
-        (run_card,) = [m for m in bot.said(f"⏰ {schedule['name']}") if not m.root_id]
+        (run_card,) = [m for m in bot.posted(f"⏰ {schedule['name']}") if not m.root_id]
         assert run_card.chat_id == GROUP and answer.root_id == run_card.message_id
         assert "as **" in report_of(run_card)
         # Its result card is titled with the schedule's name and the run's time.
@@ -225,8 +177,8 @@ async def test_runs_due_while_amux_was_down_run_once_or_are_said_missed(tmp_path
         await until(lambda: time.time() > by_prompt["nonce late"]["next_run_at"] + 1, 30)
 
         await asyncio.to_thread(bot.hub.start)
-        await until(lambda: bot.answer("late"), 90)
-        await until(lambda: bot.said("missed 1 run(s)"), 30)
+        await until(lambda: bot.answered("late"), 90)
+        await until(lambda: bot.posted("missed 1 run(s)"), 30)
         await settled(home, by_prompt["nonce late"]["id"], 1)
         # A restart at the very moment a run is due: it runs, once.
         moment = await bot.in_private(
@@ -236,7 +188,7 @@ async def test_runs_due_while_amux_was_down_run_once_or_are_said_missed(tmp_path
         (due,) = [s for s in schedules(home) if s["prompt"].startswith("nonce moment")]
         await until(lambda: time.time() >= due["next_run_at"] - 0.2, 30)
         await asyncio.to_thread(bot.hub.restart)
-        await until(lambda: bot.answer("moment"), 90)
+        await until(lambda: bot.answered("moment"), 90)
         await settled(home, due["id"], 1)
         # Another restart finds nothing left to run and nothing more to say.
         await asyncio.to_thread(bot.hub.restart)
@@ -244,7 +196,7 @@ async def test_runs_due_while_amux_was_down_run_once_or_are_said_missed(tmp_path
     assert len(runs_of(home, "late")) == 1
     assert len(runs_of(home, "moment")) == 1
     assert runs_of(home, "gone") == []
-    assert len(bot.said("missed 1 run(s)")) == 1
+    assert len(bot.posted("missed 1 run(s)")) == 1
     (gone_now,) = [s for s in schedules(home) if s["prompt"].startswith("nonce gone")]
     assert gone_now["next_run_at"] > time.time() and gone_now["last_result"] == "missed"
 
@@ -261,9 +213,9 @@ async def test_a_run_still_going_makes_the_next_skip_and_three_failures_pause(
         (run,) = await until(lambda: [r for r in runs_of(home, "held") if r["state"] == "running"])
         again = await bot.in_group(ALICE, f"/amux schedule run {holding['id']}")
         await until(lambda: bot.reply_to(again))
-        await until(lambda: bot.said("its last run is still running"), 30)
+        await until(lambda: bot.posted("its last run is still running"), 30)
         (home / "runtime" / "workspaces" / run["workspace"] / "release").touch()
-        await until(lambda: bot.answer("held"), 90)
+        await until(lambda: bot.answered("held"), 90)
         await settled(home, holding["id"], 1)
         assert len(runs_of(home, "held")) == 1
 
@@ -275,7 +227,7 @@ async def test_a_run_still_going_makes_the_next_skip_and_three_failures_pause(
         for done in range(1, 4):
             await bot.in_group(ALICE, f"/amux schedule run {broken['id']}")
             await settled(home, broken["id"], done)
-        notice = await until(lambda: bot.said("its last three runs failed"), 30)
+        notice = await until(lambda: bot.posted("its last three runs failed"), 30)
         assert any(m.chat_id == GROUP for m in notice)
     (paused,) = [s for s in schedules(home) if s["id"] == broken["id"]]
     assert paused["paused"] == "failures"
@@ -341,11 +293,11 @@ async def test_a_signed_trigger_starts_a_turn_and_forged_or_replayed_ones_start_
         assert all(error["error"]["code"] for (_, error), _ in refusals)
         assert len(state(home, "SELECT id FROM executions")) == 1
 
-        (run_card,) = [m for m in bot.said("⏰ CI") if not m.root_id]
+        (run_card,) = [m for m in bot.posted("⏰ CI") if not m.root_id]
         assert run_card.chat_id == GROUP
         workspace = runs_of(home, "ci")[0]["workspace"]
         (home / "runtime" / "workspaces" / workspace / "release").touch()
-        await until(lambda: bot.answer("ci"), 90)
+        await until(lambda: bot.answered("ci"), 90)
 
 
 async def _post(bot: Bot, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, Any]:
