@@ -476,6 +476,15 @@ class TurnActions:
         )
         return CardResponse(toast=message, toast_type=kind)
 
+    async def pull_request(self, click: Click, run: RunRef) -> CardResponse:
+        # Which conversation, and whether the clicker takes part in it, is the Hub's record of
+        # the turn; the card's run id only names it.
+        _, opened = await self._conversations.pull_request(
+            run.run_id, click.principal, click.message_id, click.chat_id
+        )
+        key = "result.pull_request.toast.opened" if opened else "result.pull_request.toast.updated"
+        return CardResponse(toast=text(self._lang, key), toast_type="success")
+
     async def undo(self, click: Click, value: Value) -> CardResponse:
         message, undone = await self._management.undo(click.principal, value)
         return CardResponse(toast=message, toast_type="success" if undone else "error")
@@ -502,6 +511,7 @@ def action_table(management: Management, conversations: Conversations, lang: Lan
     table.toast(actions.MEMORY_UNDO, raw_value, turns.undo)
     table.toast(actions.CONVERSATION_NEW, Renewal.parse, turns.renew)
     table.toast(actions.BUDGET_EXTEND, Extension.parse, turns.extend)
+    table.toast(actions.PULL_REQUEST, RunRef.parse, turns.pull_request)
 
     table.card(actions.MANAGE_OPEN, no_value, management.open)
     table.card(actions.PROVIDER_SET, ProviderChoice.parse, management.choose_provider)

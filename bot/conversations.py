@@ -93,7 +93,7 @@ from cards.notices import (
     own_topic_card,
     warning_card,
 )
-from cards.progress import progress_card, result_cards
+from cards.progress import progress_card, pull_request_card, result_cards
 from cards.streaming import stream_text
 from cards.times import DEFAULT_TIME_ZONE
 from hub.aliases import UNION_ID_KIND, alias_kind
@@ -140,6 +140,8 @@ Toast = Literal["success", "warning", "error"]
 # How a "New conversation" click ended: done, not the clicker's, or a topic of another chat.
 Renewed = Literal["renewed", "not_yours", "elsewhere"]
 TITLE_CHARS = 60
+# What of a turn's answer a pull request's body carries; the rest stays in the chat.
+PULL_REQUEST_ANSWER_CHARS = 6000
 # Recalls of messages whose turn is not submitted yet (or never will be), remembered so the
 # turn is not started after all; bounded, as anyone's recalls of any message arrive here.
 MAX_EARLY_RECALLS = 1000
@@ -171,17 +173,23 @@ def project_of(session: Session) -> tuple[str, str]:
     return session.project, branch_of(session.id)
 
 
-def branch_view(work: BranchWork, diff_attached: bool, diff_unchanged: bool = False) -> BranchView:
+def branch_view(
+    work: BranchWork,
+    diff_attached: bool,
+    diff_unchanged: bool = False,
+    pull_request_run: str = "",
+    pull_request_url: str = "",
+) -> BranchView:
     return BranchView(
         branch=work.branch,
         base=work.base,
-        files=tuple(
-            ChangedFileView(f.path, f.added, f.removed, f.too_large) for f in work.files
-        ),
+        files=tuple(ChangedFileView(f.path, f.added, f.removed, f.too_large) for f in work.files),
         files_total=work.files_total,
         diff_attached=diff_attached,
         diff_truncated=work.diff_truncated and diff_attached,
         diff_unchanged=diff_unchanged,
+        pull_request_run=pull_request_run,
+        pull_request_url=pull_request_url,
     )
 
 
@@ -827,7 +835,12 @@ class Conversations:
                 memory=self._turn_memory(execution, memory or []),
                 approvals=approvals,
                 branch=(
-                    branch_view(work, diff_file is not None, diff_unchanged)
+                    branch_view(
+                        work,
+                        diff_file is not None,
+                        diff_unchanged,
+                        *self._pull_request_of(execution, work),
+                    )
                     if work is not None
                     else None
                 ),
@@ -872,6 +885,50 @@ class Conversations:
             owed.append(Owed.file(str(diff_file)))
         owed.extend(Owed("reply", warning_card(warning, self._lang)) for warning in warnings)
         self._outbox.owe(followed, owed)
+
+    def _pull_request_of(self, execution: Execution, work: BranchWork) -> tuple[str, str]:
+        """The turn a pull request button carries (when the project has a forge) and the
+        conversation's pull request already opened, if any."""
+        forges = self._hub.forges
+        if forges.of(work.project) is None:
+            return "", ""
+        opened = forges.pull_request(execution.session_id)
+        return execution.id, opened.url if opened is not None else ""
+
+    async def pull_request(
+        self, run_id: str, principal: Principal, message_id: str, chat_id: str
+    ) -> tuple[str, bool]:
+        """Open the conversation's pull request from its branch with ``run_id``'s answer, or
+        update the one it opened; its URL and whether it was opened now. Who may is the Hub's
+        record of the conversation, never the card's.
+
+        Raises:
+            AmuxError: no such turn, someone taking no part in it, or the forge's refusal.
+        """
+        execution = self._hub.executions.describe(run_id)
+        work = execution.result.branch if execution.result is not None else None
+        if work is None:
+            raise NotFound("this turn left no branch")
+        answer = execution.result.text if execution.result is not None else None
+        lines = (answer or "").strip().splitlines()
+        title = lines[0].lstrip("# ") if lines else work.branch
+        link = f"https://applink.feishu.cn/client/chat/open?openChatId={chat_id}"
+        body = (
+            f"{(answer or '').strip()[:PULL_REQUEST_ANSWER_CHARS]}\n\n---\n"
+            f"From an amux conversation in Feishu: [the chat]({link}), message {message_id}; "
+            f"branch `{work.branch}`."
+        )
+        opened, created = await self._hub.forges.open_or_update(
+            execution.session_id, principal, branch=work.branch, title=title, body=body
+        )
+        try:
+            await self._client.reply(
+                message_id, card=pull_request_card(opened.url, created, self._lang)
+            )
+        except AmuxError as error:
+            # The pull request is there either way; the toast says so.
+            logger.warning("the pull request card was not posted: %s", error.message)
+        return opened.url, created
 
     async def _save_diff(
         self, execution_id: str, work: BranchWork | None

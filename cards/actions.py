@@ -58,6 +58,9 @@ action                     fields carried in the value
                            unbind the chat if it is still bound to that project (owner only)
 ``schedule.change``        ``schedule`` (its id), ``change`` (``pause``, ``resume``, ``run`` or
                            ``remove``) and the draft: its creator or the owner (the Hub checks)
+``branch.pull_request``    ``run_id``: open the conversation's pull request from its branch, or
+                           update the one it opened; which conversation, and who may (its
+                           participants and the owner), is the Hub's record of the turn
 ``catchup.run``             (none): run the message a note about a message sent while the bot was
                            away answers; which message, and who may run it (its sender or the
                            owner, once), is the bot's record of the note, never the card's
@@ -111,6 +114,7 @@ PROJECT_BIND: Final = "project.bind"
 PROJECT_UNBIND: Final = "project.unbind"
 SCHEDULE_CHANGE: Final = "schedule.change"
 CATCH_UP_RUN: Final = "catchup.run"
+PULL_REQUEST: Final = "branch.pull_request"
 
 ALL: Final[frozenset[str]] = frozenset(
     {
@@ -147,6 +151,7 @@ ALL: Final[frozenset[str]] = frozenset(
         PROJECT_UNBIND,
         SCHEDULE_CHANGE,
         CATCH_UP_RUN,
+        PULL_REQUEST,
     }
 )
 

@@ -335,6 +335,10 @@ class BranchView:
     diff_attached: bool = False
     diff_truncated: bool = False
     diff_unchanged: bool = False
+    # The turn whose answer a pull request carries: set when the project has a forge, which
+    # offers the button; and the conversation's pull request once opened.
+    pull_request_run: str = ""
+    pull_request_url: str = ""
 
 
 @dataclass(frozen=True)

@@ -306,7 +306,30 @@ def branch_section(branch: BranchView, lang: Lang) -> list[Element]:
     more = branch.files_total - len(lines)
     if more > 0:
         lines.append(text(lang, "result.branch.more", more=more))
-    return [markdown(heading + "\n" + "\n".join(lines)), *tail]
+    return [markdown(heading + "\n" + "\n".join(lines)), *tail, *pull_request_section(branch, lang)]
+
+
+def pull_request_section(branch: BranchView, lang: Lang) -> list[Element]:
+    """The conversation's pull request, and the button opening (or updating) it."""
+    elements: list[Element] = []
+    if branch.pull_request_url:
+        elements.append(markdown(text(lang, "result.pull_request", url=branch.pull_request_url)))
+    if branch.pull_request_run and branch.files_total:
+        label = (
+            "result.pull_request.update" if branch.pull_request_url else "result.pull_request.open"
+        )
+        elements.append(
+            row(button(text(lang, label), actions.PULL_REQUEST, run_id=branch.pull_request_run))
+        )
+    return elements
+
+
+def pull_request_card(url: str, opened: bool, lang: Lang) -> Card:
+    """What the topic is told when a pull request is opened or updated from it."""
+    key = "result.pull_request.opened" if opened else "result.pull_request.updated"
+    return card(
+        text(lang, "result.pull_request.title"), "green", [markdown(text(lang, key, url=url))]
+    )
 
 
 def result_cards(

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
@@ -731,6 +732,55 @@ def project_add(
         )
     )
     emit(added, as_json, lambda a: f"added project {a['project']['name']}")
+
+
+@project_app.command("forge")
+def project_forge(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The project's name."),
+    kind: str = typer.Option(..., "--kind", help="github or gitlab."),
+    base_url: str | None = typer.Option(
+        None,
+        "--base-url",
+        help="The forge's API base URL (GitHub Enterprise: https://HOST/api/v3; "
+        "self-hosted GitLab: https://HOST); default github.com's or gitlab.com's.",
+    ),
+    repo: str | None = typer.Option(
+        None, "--repo", help="owner/name on the forge (default: the remote URL's path)."
+    ),
+    token_file: str = typer.Option(
+        "-", "--token-file", help="A file holding the forge token; - (default) reads stdin."
+    ),
+    as_json: JsonOutput = False,
+) -> None:
+    """Set where the project's pull requests are opened, and the token to open them with (the
+    owner only); the token is kept by the Hub and never printed."""
+    try:
+        if token_file == "-":
+            token = sys.stdin.readline()
+        else:
+            token = Path(token_file).read_text(encoding="utf-8")
+    except OSError as error:
+        fail(InvalidArgument(f"the token file cannot be read: {error.strerror}"))
+    except UnicodeDecodeError:
+        fail(InvalidArgument("the token file is not text"))
+    env = env_of(ctx)
+    set_ = run(
+        with_client(
+            env,
+            lambda hub: hub.project_forge(
+                name, kind=kind, token=token.strip(), base_url=base_url, repo=repo
+            ),
+        )
+    )
+    emit(
+        set_,
+        as_json,
+        lambda f: (
+            f"project {name} opens pull requests on {f['forge']['kind']} "
+            f"{f['forge']['base_url']} ({f['forge']['repo']})"
+        ),
+    )
 
 
 @project_app.command("list")

@@ -389,6 +389,20 @@ class HubClient:
             permissions=permissions,
         )
 
+    async def project_forge(
+        self,
+        name: str,
+        *,
+        kind: str,
+        token: str,
+        base_url: str | None = None,
+        repo: str | None = None,
+    ) -> dict[str, Any]:
+        """Set the forge the project's pull requests are opened on, with its token."""
+        return await self.call(
+            "projects.forge", name=name, kind=kind, token=token, base_url=base_url, repo=repo
+        )
+
     async def project_list(self) -> list[dict[str, Any]]:
         projects = (await self.call("projects.list")).get("projects")
         return [p for p in projects if isinstance(p, dict)] if isinstance(projects, list) else []

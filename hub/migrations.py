@@ -350,6 +350,30 @@ CREATE TABLE trigger_deliveries (
 );
 """
 
+# Version 14: a project's forge (GitHub or GitLab: where its pull requests are opened, and the
+# owner's token for it, which nothing prints) and the pull request each conversation opened, so
+# later turns update it rather than open another (see hub.forges).
+_V14_FORGES = """
+CREATE TABLE project_forges (
+    project TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('github', 'gitlab')),
+    base_url TEXT NOT NULL,
+    repo TEXT NOT NULL,
+    token TEXT NOT NULL,
+    set_by TEXT NOT NULL,
+    set_at REAL NOT NULL
+);
+CREATE TABLE pull_requests (
+    session_id TEXT PRIMARY KEY,
+    project TEXT NOT NULL,
+    number INTEGER NOT NULL,
+    url TEXT NOT NULL,
+    opened_by TEXT NOT NULL,
+    opened_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+"""
+
 MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (1, _V1_IDENTITY_AND_SETTINGS),
     (2, _queue_with_request_ids),
@@ -364,6 +388,7 @@ MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (11, _V11_DISPLAY_NAMES),
     (12, _V12_STOPS_AND_EXTENSION_REQUESTS),
     (13, _V13_SCHEDULES),
+    (14, _V14_FORGES),
 )
 
 SCHEMA_VERSION = sqlite.latest(MIGRATIONS)

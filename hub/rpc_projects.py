@@ -1,4 +1,5 @@
-"""Hub RPC methods for projects: the owner adds, lists, shows and removes them.
+"""Hub RPC methods for projects: the owner adds, lists, shows and removes them, and sets
+their forges.
 
 Chats are bound from Feishu (``/amux project bind``), where the chat is known; the bot calls
 ``hub.projects`` in-process for that.
@@ -47,6 +48,27 @@ async def projects_add(call: Call, params: AddParams) -> dict[str, Any]:
     return {"project": project.to_wire(), "chats": []}
 
 
+class ForgeParams(ProjectParams):
+    kind: Literal["github", "gitlab"] = Field(..., description="github or gitlab")
+    base_url: str | None = text_field(2048, None)
+    repo: str | None = text_field(512, None)
+    token: str = text_field(1024)
+
+
+async def projects_forge(call: Call, params: ForgeParams) -> dict[str, Any]:
+    require_owner(call.actor, OWNER_ONLY)
+    forge = await call.hub.forges.set(
+        params.name,
+        kind=params.kind,
+        token=params.token,
+        by=call.actor.principal.id,
+        base_url=params.base_url,
+        repo=params.repo,
+    )
+    # The answer names the forge, never its token.
+    return {"forge": forge.to_wire()}
+
+
 async def projects_list(call: Call, params: NoParams) -> dict[str, Any]:
     require_owner(call.actor, OWNER_ONLY)
     projects = call.hub.projects
@@ -80,5 +102,6 @@ PROJECT_METHODS: Methods = MappingProxyType(
         "projects.list": Method(NoParams, projects_list),
         "projects.show": Method(ProjectParams, projects_show),
         "projects.remove": Method(ProjectParams, projects_remove),
+        "projects.forge": Method(ForgeParams, projects_forge),
     }
 )

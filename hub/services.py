@@ -13,6 +13,7 @@ from hub.approvals import Approvals
 from hub.config import OWNER_TOKEN_FILE, HubSettings
 from hub.errors import InvalidArgument
 from hub.executions import Executions
+from hub.forges import Forges
 from hub.history import MemoryHistory
 from hub.identity import Actor, Authenticator, require_owner
 from hub.memory import Memory
@@ -76,6 +77,8 @@ class Hub:
     projects: Projects
     # Turns that start on a clock or a signed request, as their creator.
     schedules: Schedules
+    # Where projects' pull requests are opened, and each conversation's.
+    forges: Forges
     restart_requested: asyncio.Event = field(default_factory=asyncio.Event)
     # Hooks other packages register to extend ``system.capabilities`` (e.g. connected workers).
     capability_hooks: list[Callable[[], dict[str, object]]] = field(default_factory=list)
@@ -121,6 +124,7 @@ class Hub:
                 state, store, settings.home / HISTORY_DIR, config.history_days, store.limits
             )
             history.open()
+            projects = Projects(state, executions.providers)
             hub = cls(
                 settings,
                 state,
@@ -136,8 +140,9 @@ class Hub:
                 ChatPreferences(state, lambda: executions.providers),
                 RestartCards(state),
                 usage,
-                Projects(state, executions.providers),
+                projects,
                 Schedules(state, lambda: executions.providers, config.schedule_rules),
+                Forges(state, projects),
             )
             hub._bootstrap_owner()
         except BaseException:

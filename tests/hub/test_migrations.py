@@ -120,6 +120,8 @@ ALL_TABLES = {
     "schedules",
     "schedule_firings",
     "trigger_deliveries",
+    "project_forges",
+    "pull_requests",
 }
 
 
