@@ -166,3 +166,82 @@ def test_an_existing_name_is_a_conflict_and_only_the_owner_manages_projects(
         assert listed(hub) == ["dup"]
     finally:
         ok(hub.cli("project", "remove", "dup"))
+
+
+FORGE_TOKEN = "glpat-aTokenTheCliMustNeverPrint42"
+
+
+def test_the_owner_sets_a_projects_forge_from_stdin_or_a_file_and_the_token_is_never_shown(
+    hub: HubProcess, repos: Path, tmp_path: Path
+) -> None:
+    ok(hub.cli("project", "add", "forged", "--path", str(repos / "web")))
+    token_file = tmp_path / "token"
+    token_file.write_text(FORGE_TOKEN + "\n")
+    shown = ok(
+        hub.cli(
+            "project",
+            "forge",
+            "forged",
+            "--kind",
+            "gitlab",
+            "--base-url",
+            "https://gitlab.example.com/",
+            "--repo",
+            "group/sub/web",
+            "--token-file",
+            str(token_file),
+        )
+    )
+    assert shown.stdout == (
+        "project forged opens pull requests on gitlab https://gitlab.example.com (group/sub/web)\n"
+    )
+    again = ok(
+        hub.cli(
+            "project",
+            "forge",
+            "forged",
+            "--kind",
+            "github",
+            "--repo",
+            "acme/web",
+            "--json",
+            input=FORGE_TOKEN + "\n",
+        )
+    ).json()["forge"]
+    assert again == {
+        "project": "forged",
+        "kind": "github",
+        "base_url": "https://api.github.com",
+        "repo": "acme/web",
+    }
+    for done in (shown, ok(hub.cli("project", "show", "forged", "--json"))):
+        assert FORGE_TOKEN not in done.stdout + done.stderr
+    # Nor in what the Hub logged of the requests carrying it.
+    assert hub.log_path is not None
+    assert FORGE_TOKEN not in hub.log_path.read_text(errors="replace")
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (
+            ("--kind", "github", "--base-url", "http://forge.example.com"),
+            "invalid_argument",
+            "https://",
+        ),
+        (("--kind", "github"), "invalid_argument", "--repo"),
+        (
+            ("--kind", "github", "--repo", "acme/web", "--token-file", "/nonexistent/t"),
+            "invalid_argument",
+            "token file",
+        ),
+    ],
+    ids=["plain-http-off-loopback", "path-project-without-repo", "missing-token-file"],
+)
+def test_a_bad_forge_is_refused_with_one_line_and_nothing_saved(
+    hub: HubProcess, repos: Path, args: tuple[str, ...], code: str, words: str
+) -> None:
+    if "unforged" not in listed(hub):
+        ok(hub.cli("project", "add", "unforged", "--path", str(repos / "web")))
+    line = refused(hub.cli("project", "forge", "unforged", *args, input=FORGE_TOKEN), code, words)
+    assert FORGE_TOKEN not in line
