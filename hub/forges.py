@@ -234,8 +234,7 @@ class Forges:
                 number, url = await client.update(known.number, title, body)
                 opened = False
             else:
-                number, url = await client.open(branch, project.default_branch, title, body)
-                opened = True
+                number, url, opened = await client.open(branch, project.default_branch, title, body)
             now = time.time()
 
             def record(db: sqlite3.Connection) -> None:
@@ -299,23 +298,25 @@ class _Client:
                 f"the forge at {self._forge.base_url} could not be reached: {type(error).__name__}"
             ) from None
 
-    async def open(self, head: str, base: str, title: str, body: str) -> tuple[int, str]:
+    async def open(self, head: str, base: str, title: str, body: str) -> tuple[int, str, bool]:
+        """The pull request's number and URL, and whether it is new (not one already open
+        from ``head``, which is updated instead)."""
         if self._forge.kind == "gitlab":
             made = await self._call(
                 "POST",
                 self._pulls(),
                 {"source_branch": head, "target_branch": base, "title": title, "description": body},
             )
-            return _numbered(made, "iid", "web_url")
+            return (*_numbered(made, "iid", "web_url"), True)
         owner = self._forge.repo.split("/", 1)[0]
         found = await self._call("GET", self._pulls(), head=f"{owner}:{head}", state="open")
         if isinstance(found, list) and found:
             number, _ = _numbered(found[0], "number", "html_url")
-            return await self.update(number, title, body)
+            return (*await self.update(number, title, body), False)
         made = await self._call(
             "POST", self._pulls(), {"head": head, "base": base, "title": title, "body": body}
         )
-        return _numbered(made, "number", "html_url")
+        return (*_numbered(made, "number", "html_url"), True)
 
     async def update(self, number: int, title: str, body: str) -> tuple[int, str]:
         if self._forge.kind == "gitlab":
