@@ -90,3 +90,41 @@ async def test_gitlab_addresses_a_nested_project_by_its_encoded_path_and_refuses
         assert (again.number, opened) == (pull.number, False)
         assert [c.method for c in forge.calls] == ["POST", "PUT"]
         assert forge.pulls[("grp%2Fsub%2Fweb", pull.number)]["description"] == "b2"
+
+
+async def test_in_a_bound_groups_conversation_whoever_sent_a_turn_may_press_and_nobody_else(
+    hub: Hub, tmp_path: Path
+) -> None:
+    _, alice_id, bob_id = await project_session(hub, make_repo(tmp_path / "web"))
+    carol = hub.state.add_principal("carol", "user")
+    group = hub.projects.principal_of("web")
+    _, session = await hub.executions.submit(
+        principal_id=group.id,
+        submitted_by=alice_id,
+        provider="claude",
+        prompt="start",
+        workspace="topic-1",
+        project="web",
+    )
+    await hub.executions.submit(
+        principal_id=group.id,
+        submitted_by=bob_id,
+        provider="claude",
+        prompt="go on",
+        session_id=session.id,
+    )
+    bob = hub.state.principal(bob_id)
+    assert bob is not None
+    async with FakeForge(token=TOKEN) as forge:
+        await hub.forges.set(
+            "web", kind="github", token=TOKEN, by=alice_id, base_url=forge.url, repo="acme/web"
+        )
+        with pytest.raises(Forbidden):
+            await hub.forges.open_or_update(
+                session.id, carol, branch="amux/grp", title="t", body="b"
+            )
+        assert forge.calls == []
+        pull, opened = await hub.forges.open_or_update(
+            session.id, bob, branch="amux/grp", title="t", body="b"
+        )
+        assert opened and forge.pulls[("acme/web", pull.number)]["head"] == "amux/grp"
