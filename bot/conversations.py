@@ -103,6 +103,7 @@ from hub.contract import (
     CANCELLED,
     EGRESS,
     MEMORY,
+    PLAN,
     RUNNING,
     SUCCEEDED,
     WARNING,
@@ -604,6 +605,8 @@ class Conversations:
         lines: list[str] = []
         warnings: list[str] = []
         memory: list[MemoryUse] = []
+        # The Agent's plan as it last reported it (each report is the whole checklist).
+        plan: tuple[tuple[str, str], ...] = ()
         if followed.note:
             warnings.append(followed.note)
             lines.append("⚠ " + followed.note)
@@ -629,12 +632,15 @@ class Conversations:
             for event in answer.events:
                 use = event.memory_use()
                 approval = event.approval()
-                if use is not None:
+                steps = event.plan_steps()
+                if steps is not None:
+                    plan = steps
+                elif use is not None:
                     memory.append(use)
                     lines.append(f"memory: {use.op} {use.path}".rstrip())
                 elif approval is not None:
                     requests[approval.request_id] = changed[approval.request_id] = approval
-                elif event.kind in (MEMORY, APPROVAL):
+                elif event.kind in (MEMORY, APPROVAL, PLAN):
                     continue
                 elif event.kind == WARNING:
                     # The budget's share is told on the result card, in the chat's language
@@ -669,7 +675,7 @@ class Conversations:
                     await streaming.close()
                 # A streaming card ends under a sequence above every update sent to it.
                 sequence = streaming.next_sequence() if streaming is not None else 0
-                await self._report(followed, answer, warnings, elapsed, memory, sequence)
+                await self._report(followed, answer, warnings, elapsed, memory, sequence, plan)
                 return
             restarting = executions.closing
             if restarting:
@@ -683,9 +689,10 @@ class Conversations:
                 followed.execution_id,
                 tuple(self._approval_view(a, files) for a in requests.values()),
                 *project_of(executions.session(answer.execution.session_id)),
+                plan=plan,
             )
             if streaming is not None:
-                streaming.push(stream_text(lines))
+                streaming.push(stream_text(lines, plan, self._lang))
                 if restarting:
                     await streaming.flush()
             elif followed.progress_message_id:
@@ -811,6 +818,7 @@ class Conversations:
         elapsed: float,
         memory: list[MemoryUse] | None = None,
         sequence: int = 0,
+        plan: tuple[tuple[str, str], ...] = (),
     ) -> None:
         execution = answer.execution
         state = execution.state
@@ -845,6 +853,7 @@ class Conversations:
                     else None
                 ),
                 finish=finish,
+                plan=plan,
             )
             owed.append(Owed("card", parts[0], sequence))
             owed.extend(Owed("reply", extra) for extra in parts[1:])
@@ -860,10 +869,13 @@ class Conversations:
                 approvals=approvals.requests,
                 stopped_by=found.label if found is not None else "",
                 recalled_by=self._recalled.pop(execution.id, ""),
+                plan=plan,
             )
             owed.append(Owed("card", progress_card(view, self._lang), sequence))
         else:
-            view = ProgressView(title, "failed", (), elapsed, approvals=approvals.requests)
+            view = ProgressView(
+                title, "failed", (), elapsed, approvals=approvals.requests, plan=plan
+            )
             owed.append(Owed("card", progress_card(view, self._lang), sequence))
             reason = execution.error or "the Agent ended without an answer"
             result = execution.result

@@ -254,6 +254,9 @@ class ProgressView:
     stopped_by: str = ""
     # Who recalled the message that asked for a cancelled turn; shown instead of ``stopped_by``.
     recalled_by: str = ""
+    # The Agent's plan as it last reported it: (step, status) with status pending, in_progress
+    # or completed; empty when it reported none.
+    plan: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

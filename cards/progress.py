@@ -60,6 +60,10 @@ FENCE_CHARS = 32
 FENCE_BYTES = FENCE_CHARS * 6 + 16
 # The least the first card keeps for the answer whatever its sections hold.
 MIN_FIRST_ANSWER_BYTES = 8_000
+# The Agent's plan, on the progress card and the result card's first part.
+PLAN_BYTES = 2_200
+PLAN_STEP_CHARS = 200
+PLAN_MARKS = {"completed": "✅", "in_progress": "🔄", "pending": "⬜"}
 PROGRESS_LINES = 12
 PROGRESS_LINE_CHARS = 300
 
@@ -99,7 +103,7 @@ def progress_card(view: ProgressView, lang: Lang) -> Card:
         return card(
             text(lang, f"progress.title.{view.status}"),
             _STATUS_TEMPLATE[view.status],
-            [*project_line(view, lang), *shown, *requests, *tail],
+            [*project_line(view, lang), *plan_section(view.plan, lang), *shown, *requests, *tail],
             subtitle=view.title[:120],
         )
 
@@ -109,6 +113,43 @@ def progress_card(view: ProgressView, lang: Lang) -> Card:
         lines = lines[1:]
         built = build(lines)
     return built
+
+
+def plan_lines(plan: tuple[tuple[str, str], ...] | list[tuple[str, str]], lang: Lang) -> list[str]:
+    """The plan as checklist lines (markdown) under its heading, within ``PLAN_BYTES``: the
+    steps still to do are kept before the ones done, and those left out are counted."""
+    if not plan:
+        return []
+    done = sum(1 for _, status in plan if status == "completed")
+    heading = text(lang, "progress.plan", done=done, total=len(plan))
+
+    def line(step: str, status: str) -> str:
+        shown = escape(defuse_mentions(step.replace("\n", " ")[:PLAN_STEP_CHARS]))
+        mark = PLAN_MARKS.get(status, PLAN_MARKS["pending"])
+        return f"{mark} ~~{shown}~~" if status == "completed" else f"{mark} {shown}"
+
+    lines = [line(step, status) for step, status in plan]
+    shown = list(range(len(lines)))
+    more = text(lang, "result.branch.more", more=999)
+    room = PLAN_BYTES - encoded_size(heading) - encoded_size(more)
+
+    def cost() -> int:
+        return sum(encoded_size(lines[i]) for i in shown)
+
+    while shown and cost() > room:
+        # A step done is dropped before one still to do; the earliest of each first.
+        finished = [i for i in shown if plan[i][1] == "completed"]
+        shown.remove(finished[0] if finished else shown[-1])
+    kept = [lines[i] for i in shown]
+    if len(shown) < len(lines):
+        kept.append(text(lang, "result.branch.more", more=len(lines) - len(shown)))
+    return [heading, *kept]
+
+
+def plan_section(plan: tuple[tuple[str, str], ...], lang: Lang) -> list[Element]:
+    """The plan as one markdown element, or nothing when the Agent reported none."""
+    lines = plan_lines(plan, lang)
+    return [markdown("\n".join(lines))] if lines else []
 
 
 def project_line(view: ProgressView, lang: Lang) -> list[Element]:
@@ -340,12 +381,14 @@ def result_cards(
     approvals: TurnApprovals | None = None,
     branch: BranchView | None = None,
     finish: FinishView | None = None,
+    plan: tuple[tuple[str, str], ...] = (),
 ) -> list[Card]:
     """The Agent's result as one or more cards, each within ``CARD_MAX_BYTES``, that together
     hold all of it. A turn bound to memory shows what it did with it on the first card, a turn
     that asked for permissions (or whose conversation keeps rules) what was allowed and denied,
-    a project turn its branch; ``finish`` adds the usage and the conversation's controls."""
-    sections: list[Element] = []
+    a project turn its branch, a turn with a plan its plan's final state; ``finish`` adds the
+    usage and the conversation's controls."""
+    sections: list[Element] = plan_section(plan, lang)
     if branch is not None:
         sections += branch_section(branch, lang)
     if memory is not None:
@@ -407,6 +450,7 @@ def _first_card(
 # Every section within its budget leaves the first card room for a good part of the answer.
 assert (
     HEAD_BYTES
+    + PLAN_BYTES
     + BRANCH_BYTES
     + MEMORY_BYTES
     + APPROVALS_BYTES

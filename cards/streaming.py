@@ -1,5 +1,5 @@
 """The streaming progress card: a CardKit card entity whose one markdown element shows the
-Agent's text as it arrives.
+Agent's text as it arrives, under its plan when it reported one.
 
 Rules: the streamed element (``STREAM_ELEMENT``) holds at most ``STREAM_CHARS`` characters, the
 newest kept behind a leading ellipsis; mentions are defused. The card is in streaming mode while
@@ -12,25 +12,34 @@ from __future__ import annotations
 from cards.catalogue import text
 from cards.elements import Card, Element, card, defuse_mentions
 from cards.models import Lang, ProgressView
-from cards.progress import cancel_row, project_line
+from cards.progress import cancel_row, plan_lines, project_line
 
 STREAM_ELEMENT = "stream"
 STREAM_CHARS = 8_000
 
 
-def stream_text(lines: tuple[str, ...] | list[str]) -> str:
-    """What the streamed element shows: the progress so far, newest kept when it is long."""
+def stream_text(
+    lines: tuple[str, ...] | list[str], plan: tuple[tuple[str, str], ...] = (), lang: Lang = "en_us"
+) -> str:
+    """What the streamed element shows: the Agent's plan (within its own budget) above the
+    progress so far, whose newest part is kept when it is long."""
     joined = "\n\n".join(line for line in lines if line)
     if len(joined) > STREAM_CHARS:
         joined = "…" + joined[-(STREAM_CHARS - 1) :]
-    return defuse_mentions(joined) or "…"
+    checklist = "\n".join(plan_lines(plan, lang))
+    shown = defuse_mentions(joined)
+    return "\n\n".join(part for part in (checklist, shown) if part) or "…"
 
 
 def streaming_card(view: ProgressView, lang: Lang) -> Card:
     """The card entity a turn starts with; ``streaming_mode`` makes Feishu type updates out."""
     elements: list[Element] = [
         *project_line(view, lang),
-        {"tag": "markdown", "element_id": STREAM_ELEMENT, "content": stream_text(view.lines)},
+        {
+            "tag": "markdown",
+            "element_id": STREAM_ELEMENT,
+            "content": stream_text(view.lines, view.plan, lang),
+        },
     ]
     if view.run_id:
         elements.append(cancel_row(view.run_id, lang))

@@ -356,18 +356,21 @@ class Execution:
         )
 
 
-# The kinds of ExecutionEvent: a worker reports progress, warning, status and egress (a network
-# host its Agent was refused); the Hub adds ``memory`` when the turn's delegated credential reads
-# or changes memory.
-EventKind = Literal["progress", "warning", "status", "memory", "approval", "egress"]
+# The kinds of ExecutionEvent: a worker reports progress, warning, status, egress (a network
+# host its Agent was refused) and plan (the Agent's checklist as it now stands, as JSON: a list of
+# {"step", "status"} with status pending, in_progress or completed); the Hub adds ``memory``
+# when the turn's delegated credential reads or changes memory.
+EventKind = Literal["progress", "warning", "status", "memory", "approval", "egress", "plan"]
 PROGRESS: Final = "progress"
 WARNING: Final = "warning"
 STATUS: Final = "status"
 MEMORY: Final = "memory"
 APPROVAL: Final = "approval"
 EGRESS: Final = "egress"
+PLAN: Final = "plan"
+PLAN_STATUSES = ("pending", "in_progress", "completed")
 EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
-WORKER_EVENT_KINDS = frozenset({PROGRESS, WARNING, STATUS, EGRESS})
+WORKER_EVENT_KINDS = frozenset({PROGRESS, WARNING, STATUS, EGRESS, PLAN})
 MemoryOp = Literal["read", "searched", "saved", "forgot"]
 MEMORY_OPS: tuple[MemoryOp, ...] = get_args(MemoryOp)
 
@@ -425,6 +428,27 @@ class ExecutionEvent:
             return MemoryUse.from_wire(wire) if isinstance(wire, Mapping) else None
         except (ValueError, InvalidArgument):
             return None
+
+    def plan_steps(self) -> tuple[tuple[str, str], ...] | None:
+        """The checklist a ``plan`` event records, as (step, status) pairs; None for any other
+        kind (or a malformed one, which a watcher skips rather than fail the turn over)."""
+        if self.kind != PLAN:
+            return None
+        try:
+            wire = json.loads(self.text)
+        except ValueError:
+            return None
+        if not isinstance(wire, list):
+            return None
+        steps = []
+        for item in wire:
+            if not isinstance(item, Mapping):
+                return None
+            step, status = item.get("step"), item.get("status")
+            if not isinstance(step, str) or status not in PLAN_STATUSES:
+                return None
+            steps.append((step, str(status)))
+        return tuple(steps)
 
     def approval(self) -> Approval | None:
         """The permission request an ``approval`` event records, as it stood then; None for

@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 
 from hub.client import HubClient
-from hub.contract import EGRESS, PROGRESS, WARNING, Claim, Session, TurnOutcome, TurnResult
+from hub.contract import EGRESS, PLAN, PROGRESS, WARNING, Claim, Session, TurnOutcome, TurnResult
 from hub.errors import AmuxError, Conflict, InvalidArgument, NotFound, Unavailable
 from hub.requestid import REQUEST_ID
 from runtime_bridge.agent_users import configured_user
@@ -46,6 +46,7 @@ from runtime_bridge.providers import (
     Launcher,
     LaunchPlan,
     MemoryAttachment,
+    PlanUpdate,
     Progress,
     Result,
     build_plan,
@@ -485,6 +486,10 @@ class Worker:
                 await self._event(claimed, WARNING, BUDGET_WARNING)
             if isinstance(event, Progress):
                 await self._event(claimed, PROGRESS, plan.mask(event.text))
+            elif isinstance(event, PlanUpdate):
+                # Each step masked on its own, so a mask never breaks the JSON around it.
+                masked = [(plan.mask(step), status) for step, status in event.steps]
+                await self._event(claimed, PLAN, PlanUpdate(tuple(masked)).to_json())
             elif isinstance(event, Result):
                 turn.text = plan.mask(event.text)
                 turn.native_id = event.native_session_id

@@ -29,6 +29,7 @@ from runtime_bridge.providers.plan import (
     MemoryAttachment,
     PlannedCopy,
     PlannedFile,
+    PlanUpdate,
     Progress,
     Result,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "NativeMemoryUnconfirmed",
     "PlannedCopy",
     "PlannedFile",
+    "PlanUpdate",
     "Progress",
     "Result",
     "build_plan",

@@ -58,6 +58,7 @@ from runtime_bridge.providers.plan import (
     LaunchPlan,
     LaunchRequest,
     PlannedFile,
+    PlanUpdate,
     Progress,
     Result,
 )
@@ -69,6 +70,8 @@ PERMISSION_SHIM = Path(permission_shim.__file__)
 EDIT_TOOLS = ("Write", "Edit", "MultiEdit", "NotebookEdit")
 # Tools that only read or search: never worth a person's time (the sandbox bounds what is seen).
 READ_TOOLS = ("Read", "Glob", "Grep", "LS", "NotebookRead")
+# Claude's todo list tool: its calls carry the whole list, shown as the turn's plan.
+TODO_TOOL = "TodoWrite"
 # An edit whose old and new text together pass this is not diffed (a diff of huge strings
 # costs far more than it shows): its detail lists both whole, past the bound a person is shown,
 # so it is denied unasked with the advice to make smaller edits.
@@ -259,6 +262,17 @@ def _text_blocks(content: Any) -> list[str]:
     ]
 
 
+def _todo_plan(tool_input: Any) -> PlanUpdate:
+    """Claude's todo list (its ``TodoWrite`` input) as the turn's plan."""
+    todos = tool_input.get("todos") if isinstance(tool_input, dict) else None
+    steps = [
+        (str(todo.get("content") or ""), str(todo.get("status") or ""))
+        for todo in (todos if isinstance(todos, list) else [])
+        if isinstance(todo, dict)
+    ]
+    return PlanUpdate.of(steps)
+
+
 class ClaudeStream(StreamParser):
     """Parses ``--output-format stream-json`` lines."""
 
@@ -274,7 +288,10 @@ class ClaudeStream(StreamParser):
             events: list[Event] = [Progress(t) for t in _text_blocks(content)]
             for block in content if isinstance(content, list) else []:
                 if isinstance(block, dict) and block.get("type") == "tool_use":
-                    events.append(Progress(f"tool: {block.get('name')}"))
+                    if block.get("name") == TODO_TOOL:
+                        events.append(_todo_plan(block.get("input")))
+                    else:
+                        events.append(Progress(f"tool: {block.get('name')}"))
             return events
         if kind == "result":
             if message.get("is_error") or message.get("subtype") != "success":

@@ -56,6 +56,7 @@ from runtime_bridge.providers.plan import (
     LaunchPlan,
     LaunchRequest,
     PlannedCopy,
+    PlanUpdate,
     Progress,
     Result,
 )
@@ -404,6 +405,20 @@ class CodexApprovals:
         return await self._approver(masked)
 
 
+# Codex's step statuses (camel case on the wire) as a plan's.
+PLAN_STATUS = {"pending": "pending", "inProgress": "in_progress", "completed": "completed"}
+
+
+def _plan_update(plan: Any) -> PlanUpdate:
+    """A ``turn/plan/updated`` plan (its steps with their statuses) as the turn's plan."""
+    steps = [
+        (str(step.get("step") or ""), PLAN_STATUS.get(str(step.get("status")), "pending"))
+        for step in (plan if isinstance(plan, list) else [])
+        if isinstance(step, Mapping)
+    ]
+    return PlanUpdate.of(steps)
+
+
 class CodexTurn:
     """Folds app-server notifications of one turn into events. Pure."""
 
@@ -431,6 +446,8 @@ class CodexTurn:
         if method == "item/completed" and item.get("type") == "agentMessage":
             self.last_text = str(item.get("text") or "")
             return [Progress(self.last_text)] if self.last_text else []
+        if method == "turn/plan/updated":
+            return [_plan_update(params.get("plan"))]
         if method == "thread/tokenUsage/updated":
             usage = params.get("tokenUsage")
             if isinstance(usage, Mapping) and isinstance(usage.get("total"), Mapping):

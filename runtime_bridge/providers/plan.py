@@ -272,6 +272,42 @@ class Progress:
     text: str
 
 
+# A plan keeps at most this many steps, each cut to this many characters, and its JSON at most
+# this many bytes: within one event's bound (``hub.eventbudget.MAX_EVENT_BYTES``), so a plan event
+# is never cut in the middle of its JSON.
+PLAN_STEPS = 40
+PLAN_STEP_CHARS = 200
+PLAN_JSON_BYTES = 12 * 1024
+PLAN_STATUSES = ("pending", "in_progress", "completed")
+
+
+@dataclass(frozen=True)
+class PlanUpdate:
+    """The Agent's plan as it now stands (its whole checklist, each step with its status:
+    pending, in_progress or completed)."""
+
+    steps: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, steps: list[tuple[str, str]]) -> PlanUpdate:
+        """A plan from what an Agent reported: steps bounded, unknown statuses as pending."""
+        kept: list[tuple[str, str]] = []
+        size = 2
+        for text, status in steps[:PLAN_STEPS]:
+            if not text.strip():
+                continue
+            known = status if status in PLAN_STATUSES else "pending"
+            step = (text.strip()[:PLAN_STEP_CHARS], known)
+            size += len(cls((step,)).to_json().encode("utf-8", "surrogatepass"))
+            if size > PLAN_JSON_BYTES:
+                break
+            kept.append(step)
+        return cls(tuple(kept))
+
+    def to_json(self) -> str:
+        return json.dumps([{"step": t, "status": s} for t, s in self.steps], ensure_ascii=False)
+
+
 @dataclass(frozen=True)
 class Result:
     """The agent's final answer and the native id to resume its conversation with."""
@@ -288,4 +324,4 @@ class Failure:
     message: str
 
 
-Event = Progress | Result | Failure
+Event = Progress | PlanUpdate | Result | Failure

@@ -259,3 +259,43 @@ async def test_save_in_one_topic_and_recall_in_a_new_topic(bot: Bot) -> None:
     fresh = bot.model.main_requests[-1]
     assert "Remember our review report format" not in json.dumps(fresh.body["messages"])
     assert "topics/review-format.md" in bot.model.tool_results[-1][1]
+
+
+def _todos(*states: str) -> dict[str, Any]:
+    steps = ("Inspect the parser", "Patch the bug", "Run the tests")
+    return {
+        "todos": [
+            {"content": step, "status": state, "activeForm": step}
+            for step, state in zip(steps, states, strict=True)
+        ]
+    }
+
+
+async def test_the_agents_plan_is_on_the_progress_card_and_its_final_state_on_the_result(
+    bot: Bot,
+) -> None:
+    done_planning = asyncio.Event()
+    bot.model.add_steps(
+        [
+            CallTool("TodoWrite", _todos("in_progress", "pending", "pending")),
+            # Held until the first plan has been seen on the progress card.
+            CallTool("TodoWrite", _todos(*["completed"] * 3), hold=done_planning),
+            Answer("Fixed and tested."),
+        ]
+    )
+    asked = await bot.say("Fix the parser bug")
+    progress = (await until(lambda: bot.replies_to(asked)))[0]
+
+    def shown_while_running() -> bool:
+        return any(
+            "🔄 Inspect the parser" in update and "⬜ Run the tests" in update
+            for update in [card_text(progress.card), *progress.updates]
+        )
+
+    await until(shown_while_running)
+    assert "(0/3 done)" in card_text(progress.card)
+    done_planning.set()
+    await until(lambda: "Fixed and tested." in card_text(progress.card))
+    final = card_text(progress.card)
+    assert "✅ ~~Run the tests~~" in final and "(3/3 done)" in final
+    assert "🔄" not in final and "⬜" not in final

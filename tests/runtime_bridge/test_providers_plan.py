@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 from hub.errors import InvalidArgument
+from hub.eventbudget import MAX_EVENT_BYTES
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV, NO_OWNER_TOKEN
 from runtime_bridge.memoryprotocol import merge_instructions, protocol_text
 from runtime_bridge.providers import (
     LaunchRequest,
     MemoryAttachment,
+    PlanUpdate,
     Progress,
     Result,
     build_plan,
@@ -412,3 +414,73 @@ def test_a_missing_executable_names_the_setting_that_chooses_it(
         f"{provider} executable '{provider}-absent' was not found on the launch PATH; "
         f"install it, or {setting}"
     )
+
+
+def test_claude_todo_list_becomes_the_plan_with_each_steps_status() -> None:
+    stream = ClaudeStream()
+    todos = [
+        {"content": "Read the parser", "status": "completed", "activeForm": "Reading"},
+        {"content": "Fix the bug", "status": "in_progress", "activeForm": "Fixing"},
+        {"content": "Run the tests", "status": "pending", "activeForm": "Running"},
+        {"content": "Odd one", "status": "blocked", "activeForm": "?"},
+    ]
+    events = stream.feed(
+        {
+            "type": "assistant",
+            "message": {
+                "content": [
+                    {"type": "text", "text": "Planning."},
+                    {"type": "tool_use", "name": "TodoWrite", "input": {"todos": todos}},
+                ]
+            },
+        }
+    )
+    assert events == [
+        Progress("Planning."),
+        PlanUpdate(
+            (
+                ("Read the parser", "completed"),
+                ("Fix the bug", "in_progress"),
+                ("Run the tests", "pending"),
+                # A status the card does not know is shown as still to do.
+                ("Odd one", "pending"),
+            )
+        ),
+    ]
+
+
+def test_a_huge_todo_list_is_bounded_so_its_event_stays_whole_json() -> None:
+    stream = ClaudeStream()
+    todos = [{"content": "中" * 5000, "status": "pending"} for _ in range(500)]
+    (event,) = stream.feed(
+        {
+            "type": "assistant",
+            "message": {
+                "content": [{"type": "tool_use", "name": "TodoWrite", "input": {"todos": todos}}]
+            },
+        }
+    )
+    assert isinstance(event, PlanUpdate)
+    assert len(event.to_json().encode()) < MAX_EVENT_BYTES
+    assert json.loads(event.to_json())[0]["status"] == "pending"
+
+
+def test_codex_plan_updates_become_the_plan() -> None:
+    turn = CodexTurn("t-1")
+    (event,) = turn.feed(
+        "turn/plan/updated",
+        {
+            "threadId": "t-1",
+            "turnId": "u-1",
+            "explanation": None,
+            "plan": [
+                {"step": "Inspect", "status": "completed"},
+                {"step": "Patch", "status": "inProgress"},
+                {"step": "Verify", "status": "pending"},
+            ],
+        },
+    )
+    assert event == PlanUpdate(
+        (("Inspect", "completed"), ("Patch", "in_progress"), ("Verify", "pending"))
+    )
+    assert turn.feed("turn/plan/updated", {"threadId": "other", "plan": []}) == []
