@@ -105,6 +105,7 @@ from hub.contract import (
     MEMORY,
     PLAN,
     RUNNING,
+    STEP,
     SUCCEEDED,
     WARNING,
     Approval,
@@ -607,6 +608,8 @@ class Conversations:
         memory: list[MemoryUse] = []
         # The Agent's plan as it last reported it (each report is the whole checklist).
         plan: tuple[tuple[str, str], ...] = ()
+        # The Agent's tool calls so far, oldest first.
+        steps: list[tuple[str, str]] = []
         if followed.note:
             warnings.append(followed.note)
             lines.append("⚠ " + followed.note)
@@ -632,15 +635,18 @@ class Conversations:
             for event in answer.events:
                 use = event.memory_use()
                 approval = event.approval()
-                steps = event.plan_steps()
-                if steps is not None:
-                    plan = steps
+                checklist = event.plan_steps()
+                step = event.tool_step()
+                if checklist is not None:
+                    plan = checklist
+                elif step is not None:
+                    steps.append(step)
                 elif use is not None:
                     memory.append(use)
                     lines.append(f"memory: {use.op} {use.path}".rstrip())
                 elif approval is not None:
                     requests[approval.request_id] = changed[approval.request_id] = approval
-                elif event.kind in (MEMORY, APPROVAL, PLAN):
+                elif event.kind in (MEMORY, APPROVAL, PLAN, STEP):
                     continue
                 elif event.kind == WARNING:
                     # The budget's share is told on the result card, in the chat's language
@@ -675,7 +681,9 @@ class Conversations:
                     await streaming.close()
                 # A streaming card ends under a sequence above every update sent to it.
                 sequence = streaming.next_sequence() if streaming is not None else 0
-                await self._report(followed, answer, warnings, elapsed, memory, sequence, plan)
+                await self._report(
+                    followed, answer, warnings, elapsed, memory, sequence, plan, tuple(steps)
+                )
                 return
             restarting = executions.closing
             if restarting:
@@ -690,9 +698,10 @@ class Conversations:
                 tuple(self._approval_view(a, files) for a in requests.values()),
                 *project_of(executions.session(answer.execution.session_id)),
                 plan=plan,
+                steps=tuple(steps),
             )
             if streaming is not None:
-                streaming.push(stream_text(lines, plan, self._lang))
+                streaming.push(stream_text(lines, plan, self._lang, tuple(steps)))
                 if restarting:
                     await streaming.flush()
             elif followed.progress_message_id:
@@ -819,6 +828,7 @@ class Conversations:
         memory: list[MemoryUse] | None = None,
         sequence: int = 0,
         plan: tuple[tuple[str, str], ...] = (),
+        steps: tuple[tuple[str, str], ...] = (),
     ) -> None:
         execution = answer.execution
         state = execution.state
@@ -854,6 +864,7 @@ class Conversations:
                 ),
                 finish=finish,
                 plan=plan,
+                steps=steps,
             )
             owed.append(Owed("card", parts[0], sequence))
             owed.extend(Owed("reply", extra) for extra in parts[1:])

@@ -257,6 +257,9 @@ class ProgressView:
     # The Agent's plan as it last reported it: (step, status) with status pending, in_progress
     # or completed; empty when it reported none.
     plan: tuple[tuple[str, str], ...] = ()
+    # The Agent's tool calls so far, oldest first: (action, subject) with action read, edit,
+    # run, search or tool.
+    steps: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

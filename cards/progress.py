@@ -59,11 +59,14 @@ FENCE_CHARS = 32
 # The most a fence repair adds to a piece: the reopened fence line and the closing one.
 FENCE_BYTES = FENCE_CHARS * 6 + 16
 # The least the first card keeps for the answer whatever its sections hold.
-MIN_FIRST_ANSWER_BYTES = 8_000
+MIN_FIRST_ANSWER_BYTES = 6_000
 # The Agent's plan, on the progress card and the result card's first part.
 PLAN_BYTES = 2_200
 PLAN_STEP_CHARS = 200
 PLAN_MARKS = {"completed": "✅", "in_progress": "🔄", "pending": "⬜"}
+# The Agent's tool calls, newest kept, on the progress card and the result card's first part.
+STEPS_BYTES = 1_500
+STEP_ACTIONS = ("read", "edit", "run", "search", "tool")
 PROGRESS_LINES = 12
 PROGRESS_LINE_CHARS = 300
 
@@ -103,7 +106,14 @@ def progress_card(view: ProgressView, lang: Lang) -> Card:
         return card(
             text(lang, f"progress.title.{view.status}"),
             _STATUS_TEMPLATE[view.status],
-            [*project_line(view, lang), *plan_section(view.plan, lang), *shown, *requests, *tail],
+            [
+                *project_line(view, lang),
+                *plan_section(view.plan, lang),
+                *steps_section(view.steps, lang),
+                *shown,
+                *requests,
+                *tail,
+            ],
             subtitle=view.title[:120],
         )
 
@@ -150,6 +160,32 @@ def plan_section(plan: tuple[tuple[str, str], ...], lang: Lang) -> list[Element]
     """The plan as one markdown element, or nothing when the Agent reported none."""
     lines = plan_lines(plan, lang)
     return [markdown("\n".join(lines))] if lines else []
+
+
+def step_label(action: str, subject: str, lang: Lang) -> str:
+    """One step as a list shows it: ``run `pytest -x``` (markdown)."""
+    known = action if action in STEP_ACTIONS else "tool"
+    return f"- {text(lang, f'step.{known}')} {_code(code(_middle(subject)))}".rstrip()
+
+
+def steps_section(steps: tuple[tuple[str, str], ...], lang: Lang) -> list[Element]:
+    """The Agent's tool calls as a compact list within ``STEPS_BYTES``: the newest that fit,
+    those before them counted."""
+    if not steps:
+        return []
+    heading = text(lang, "progress.steps", count=len(steps))
+    room = STEPS_BYTES - encoded_size(heading)
+    room -= encoded_size(text(lang, "progress.steps.earlier", more=len(steps)))
+    kept: list[str] = []
+    for action, subject in reversed(steps):
+        line = step_label(action, subject, lang)
+        room -= encoded_size(line)
+        if room < 0:
+            break
+        kept.insert(0, line)
+    if len(kept) < len(steps):
+        kept.insert(0, text(lang, "progress.steps.earlier", more=len(steps) - len(kept)))
+    return [markdown("\n".join([heading, *kept]))]
 
 
 def project_line(view: ProgressView, lang: Lang) -> list[Element]:
@@ -382,13 +418,14 @@ def result_cards(
     branch: BranchView | None = None,
     finish: FinishView | None = None,
     plan: tuple[tuple[str, str], ...] = (),
+    steps: tuple[tuple[str, str], ...] = (),
 ) -> list[Card]:
     """The Agent's result as one or more cards, each within ``CARD_MAX_BYTES``, that together
     hold all of it. A turn bound to memory shows what it did with it on the first card, a turn
     that asked for permissions (or whose conversation keeps rules) what was allowed and denied,
-    a project turn its branch, a turn with a plan its plan's final state; ``finish`` adds the
-    usage and the conversation's controls."""
-    sections: list[Element] = plan_section(plan, lang)
+    a project turn its branch, a turn with a plan its plan's final state, the tools it used;
+    ``finish`` adds the usage and the conversation's controls."""
+    sections: list[Element] = [*plan_section(plan, lang), *steps_section(steps, lang)]
     if branch is not None:
         sections += branch_section(branch, lang)
     if memory is not None:
@@ -451,6 +488,7 @@ def _first_card(
 assert (
     HEAD_BYTES
     + PLAN_BYTES
+    + STEPS_BYTES
     + BRANCH_BYTES
     + MEMORY_BYTES
     + APPROVALS_BYTES

@@ -12,23 +12,27 @@ from __future__ import annotations
 from cards.catalogue import text
 from cards.elements import Card, Element, card, defuse_mentions
 from cards.models import Lang, ProgressView
-from cards.progress import cancel_row, plan_lines, project_line
+from cards.progress import cancel_row, plan_lines, project_line, steps_section
 
 STREAM_ELEMENT = "stream"
 STREAM_CHARS = 8_000
 
 
 def stream_text(
-    lines: tuple[str, ...] | list[str], plan: tuple[tuple[str, str], ...] = (), lang: Lang = "en_us"
+    lines: tuple[str, ...] | list[str],
+    plan: tuple[tuple[str, str], ...] = (),
+    lang: Lang = "en_us",
+    steps: tuple[tuple[str, str], ...] = (),
 ) -> str:
-    """What the streamed element shows: the Agent's plan (within its own budget) above the
-    progress so far, whose newest part is kept when it is long."""
+    """What the streamed element shows: the Agent's plan and its steps (each within its own
+    budget) above the progress so far, whose newest part is kept when it is long."""
     joined = "\n\n".join(line for line in lines if line)
     if len(joined) > STREAM_CHARS:
         joined = "…" + joined[-(STREAM_CHARS - 1) :]
     checklist = "\n".join(plan_lines(plan, lang))
+    used = "\n\n".join(str(element["content"]) for element in steps_section(steps, lang))
     shown = defuse_mentions(joined)
-    return "\n\n".join(part for part in (checklist, shown) if part) or "…"
+    return "\n\n".join(part for part in (checklist, used, shown) if part) or "…"
 
 
 def streaming_card(view: ProgressView, lang: Lang) -> Card:
@@ -38,7 +42,7 @@ def streaming_card(view: ProgressView, lang: Lang) -> Card:
         {
             "tag": "markdown",
             "element_id": STREAM_ELEMENT,
-            "content": stream_text(view.lines, view.plan, lang),
+            "content": stream_text(view.lines, view.plan, lang, view.steps),
         },
     ]
     if view.run_id:

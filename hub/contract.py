@@ -358,9 +358,10 @@ class Execution:
 
 # The kinds of ExecutionEvent: a worker reports progress, warning, status, egress (a network
 # host its Agent was refused) and plan (the Agent's checklist as it now stands, as JSON: a list of
-# {"step", "status"} with status pending, in_progress or completed); the Hub adds ``memory``
+# {"step", "status"} with status pending, in_progress or completed) and step (one tool call, as
+# JSON: {"action", "subject"}, action read, edit, run, search or tool); the Hub adds ``memory``
 # when the turn's delegated credential reads or changes memory.
-EventKind = Literal["progress", "warning", "status", "memory", "approval", "egress", "plan"]
+EventKind = Literal["progress", "warning", "status", "memory", "approval", "egress", "plan", "step"]
 PROGRESS: Final = "progress"
 WARNING: Final = "warning"
 STATUS: Final = "status"
@@ -368,9 +369,11 @@ MEMORY: Final = "memory"
 APPROVAL: Final = "approval"
 EGRESS: Final = "egress"
 PLAN: Final = "plan"
+STEP: Final = "step"
+STEP_ACTIONS = ("read", "edit", "run", "search", "tool")
 PLAN_STATUSES = ("pending", "in_progress", "completed")
 EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
-WORKER_EVENT_KINDS = frozenset({PROGRESS, WARNING, STATUS, EGRESS, PLAN})
+WORKER_EVENT_KINDS = frozenset({PROGRESS, WARNING, STATUS, EGRESS, PLAN, STEP})
 MemoryOp = Literal["read", "searched", "saved", "forgot"]
 MEMORY_OPS: tuple[MemoryOp, ...] = get_args(MemoryOp)
 
@@ -449,6 +452,22 @@ class ExecutionEvent:
                 return None
             steps.append((step, str(status)))
         return tuple(steps)
+
+    def tool_step(self) -> tuple[str, str] | None:
+        """The (action, subject) a ``step`` event records; None for any other kind (or a
+        malformed one)."""
+        if self.kind != STEP:
+            return None
+        try:
+            wire = json.loads(self.text)
+        except ValueError:
+            return None
+        if not isinstance(wire, Mapping):
+            return None
+        action, subject = wire.get("action"), wire.get("subject")
+        if action not in STEP_ACTIONS or not isinstance(subject, str):
+            return None
+        return str(action), subject
 
     def approval(self) -> Approval | None:
         """The permission request an ``approval`` event records, as it stood then; None for

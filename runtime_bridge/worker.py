@@ -22,7 +22,17 @@ from functools import partial
 from pathlib import Path
 
 from hub.client import HubClient
-from hub.contract import EGRESS, PLAN, PROGRESS, WARNING, Claim, Session, TurnOutcome, TurnResult
+from hub.contract import (
+    EGRESS,
+    PLAN,
+    PROGRESS,
+    STEP,
+    WARNING,
+    Claim,
+    Session,
+    TurnOutcome,
+    TurnResult,
+)
 from hub.errors import AmuxError, Conflict, InvalidArgument, NotFound, Unavailable
 from hub.requestid import REQUEST_ID
 from runtime_bridge.agent_users import configured_user
@@ -49,6 +59,7 @@ from runtime_bridge.providers import (
     PlanUpdate,
     Progress,
     Result,
+    ToolStep,
     build_plan,
     run,
 )
@@ -490,6 +501,9 @@ class Worker:
                 # Each step masked on its own, so a mask never breaks the JSON around it.
                 masked = [(plan.mask(step), status) for step, status in event.steps]
                 await self._event(claimed, PLAN, PlanUpdate(tuple(masked)).to_json())
+            elif isinstance(event, ToolStep):
+                step = ToolStep(event.action, plan.mask(event.subject))
+                await self._event(claimed, STEP, step.to_json())
             elif isinstance(event, Result):
                 turn.text = plan.mask(event.text)
                 turn.native_id = event.native_session_id

@@ -32,6 +32,7 @@ from runtime_bridge.providers.plan import (
     PlanUpdate,
     Progress,
     Result,
+    ToolStep,
 )
 from runtime_bridge.providers.process import LOCAL, Launcher, LocalLauncher
 
@@ -84,6 +85,7 @@ __all__ = [
     "PlanUpdate",
     "Progress",
     "Result",
+    "ToolStep",
     "build_plan",
     "run",
 ]

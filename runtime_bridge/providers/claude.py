@@ -63,6 +63,7 @@ from runtime_bridge.providers.plan import (
     Result,
 )
 from runtime_bridge.providers.process import LOCAL, Launcher, StreamParser, run_json_lines
+from runtime_bridge.providers.steps import tool_step
 
 MCP_CONFIG = MEMORY_CONFIG_DIR / "claude-mcp.json"
 PERMISSION_SHIM = Path(permission_shim.__file__)
@@ -291,7 +292,7 @@ class ClaudeStream(StreamParser):
                     if block.get("name") == TODO_TOOL:
                         events.append(_todo_plan(block.get("input")))
                     else:
-                        events.append(Progress(f"tool: {block.get('name')}"))
+                        events.append(tool_step(str(block.get("name")), block.get("input")))
             return events
         if kind == "result":
             if message.get("is_error") or message.get("subtype") != "success":

@@ -59,6 +59,7 @@ from runtime_bridge.providers.plan import (
     PlanUpdate,
     Progress,
     Result,
+    ToolStep,
 )
 from runtime_bridge.providers.process import (
     LOCAL,
@@ -68,6 +69,7 @@ from runtime_bridge.providers.process import (
     materialize,
     resolve_executable,
 )
+from runtime_bridge.providers.steps import first_words
 
 CODEX_HOME = "codex-home"
 NOBODY_TO_ASK = "this launch has nobody to ask for permission"
@@ -435,14 +437,14 @@ class CodexTurn:
         item = params.get("item") if isinstance(params.get("item"), Mapping) else {}
         assert isinstance(item, Mapping)
         if method == "item/started" and item.get("type") == "mcpToolCall":
-            return [Progress(f"tool: {item.get('server')}.{item.get('tool')}")]
+            return [ToolStep.of("tool", f"{item.get('server')}.{item.get('tool')}")]
         if method == "item/started" and item.get("type") == "commandExecution":
-            return [Progress(f"command: {item.get('command')}")]
+            return [ToolStep.of("run", first_words(str(item.get("command") or "")))]
         if method == "item/started" and item.get("type") == "fileChange":
             changes = item.get("changes") if isinstance(item.get("changes"), list) else []
             assert isinstance(changes, list)
             paths = [str(c.get("path")) for c in changes if isinstance(c, Mapping)]
-            return [Progress(f"edit: {', '.join(paths)}")]
+            return [ToolStep.of("edit", ", ".join(paths))]
         if method == "item/completed" and item.get("type") == "agentMessage":
             self.last_text = str(item.get("text") or "")
             return [Progress(self.last_text)] if self.last_text else []

@@ -45,6 +45,7 @@ from runtime_bridge.providers.plan import (
     Result,
 )
 from runtime_bridge.providers.process import LOCAL, Launcher, StreamParser, run_json_lines
+from runtime_bridge.providers.steps import tool_step
 
 AGENT_DIR = "pi-agent"
 MODELS_FILE = "models.json"
@@ -224,7 +225,7 @@ class PiStream(StreamParser):
         if kind == "session":
             self.session_id = str(message.get("id") or "") or None
         elif kind == "tool_execution_start":
-            return [Progress(f"tool: {message.get('toolName')}")]
+            return [tool_step(str(message.get("toolName")), message.get("args"))]
         elif kind == "message_end":
             body = message.get("message") or {}
             if body.get("role") != "assistant":

@@ -308,6 +308,31 @@ class PlanUpdate:
         return json.dumps([{"step": t, "status": s} for t, s in self.steps], ensure_ascii=False)
 
 
+STEP_ACTIONS = ("read", "edit", "run", "search", "tool")
+# A step's subject (a path, a command's first words, a tool's name) at most.
+STEP_SUBJECT_CHARS = 160
+
+
+@dataclass(frozen=True)
+class ToolStep:
+    """One tool call of the Agent: ``action`` read, edit, run, search or tool, and what it acted
+    on (a path, a command's first words, a query, or the tool's name)."""
+
+    action: str
+    subject: str
+
+    @classmethod
+    def of(cls, action: str, subject: str) -> ToolStep:
+        """A step bounded for its event: a known action, a subject on one line, cut."""
+        shown = " ".join(subject.split())
+        if len(shown) > STEP_SUBJECT_CHARS:
+            shown = shown[: STEP_SUBJECT_CHARS - 1] + "…"
+        return cls(action if action in STEP_ACTIONS else "tool", shown)
+
+    def to_json(self) -> str:
+        return json.dumps({"action": self.action, "subject": self.subject}, ensure_ascii=False)
+
+
 @dataclass(frozen=True)
 class Result:
     """The agent's final answer and the native id to resume its conversation with."""
@@ -324,4 +349,4 @@ class Failure:
     message: str
 
 
-Event = Progress | PlanUpdate | Result | Failure
+Event = Progress | PlanUpdate | ToolStep | Result | Failure

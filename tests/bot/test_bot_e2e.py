@@ -271,13 +271,14 @@ def _todos(*states: str) -> dict[str, Any]:
     }
 
 
-async def test_the_agents_plan_is_on_the_progress_card_and_its_final_state_on_the_result(
+async def test_the_agents_plan_and_steps_are_on_the_progress_card_and_the_result(
     bot: Bot,
 ) -> None:
     done_planning = asyncio.Event()
     bot.model.add_steps(
         [
             CallTool("TodoWrite", _todos("in_progress", "pending", "pending")),
+            CallTool("Glob", {"pattern": "**/*.py"}),
             # Held until the first plan has been seen on the progress card.
             CallTool("TodoWrite", _todos(*["completed"] * 3), hold=done_planning),
             Answer("Fixed and tested."),
@@ -299,3 +300,5 @@ async def test_the_agents_plan_is_on_the_progress_card_and_its_final_state_on_th
     final = card_text(progress.card)
     assert "✅ ~~Run the tests~~" in final and "(3/3 done)" in final
     assert "🔄" not in final and "⬜" not in final
+    # The tools it used are listed, its todo list being the plan rather than a step.
+    assert "- search `**/*.py`" in final and "**Steps** (1)" in final

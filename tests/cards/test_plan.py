@@ -1,5 +1,5 @@
-"""The Agent's plan on its cards: a checklist on the progress card, the streamed text and the
-result card, each within Feishu's card limit however long the plan."""
+"""The Agent's plan and steps on its cards: a checklist and the tools it used on the progress card,
+the streamed text and the result card, each within Feishu's card limit however long they are."""
 
 from __future__ import annotations
 
@@ -84,6 +84,7 @@ def test_a_long_plan_keeps_the_steps_still_to_do_and_counts_the_rest() -> None:
 def test_every_card_fits_with_a_huge_plan_and_every_other_section_full(lang: Lang) -> None:
     states = ("completed", "in_progress", "pending")
     plan = tuple(("中`*<" * 500, states[n % 3]) for n in range(300))
+    steps = tuple(("run", "中`*<" * 500) for _ in range(2000))
     long_path = "/".join(ch * 200 for ch in "abcd") + "/中`文.py"
     huge = ApprovalView("run_1", "r", "T*" * 500, "edit", "中`" * 3000, "d", 0.0, reason="<" * 500)
     progress = progress_card(
@@ -97,6 +98,7 @@ def test_every_card_fits_with_a_huge_plan_and_every_other_section_full(lang: Lan
             "project",
             "amux/" + "b" * 300,
             plan=plan,
+            steps=steps,
         ),
         lang,
     )
@@ -124,9 +126,49 @@ def test_every_card_fits_with_a_huge_plan_and_every_other_section_full(lang: Lan
         branch=branch,
         finish=FinishView({"input_tokens": 10**9, "output_tokens": 10**9}, 10**6, "feishu:oc:om"),
         plan=plan,
+        steps=steps,
     )
     for shown in cards:
         assert_valid_card(shown)
         assert encoded_size(shown) <= CARD_MAX_BYTES
     first = all_text(cards[0])
     assert {"en_us": "/300 done", "zh_cn": "/300）"}[lang] in first
+
+
+STEPS = (
+    ("read", "src/app.py"),
+    ("edit", "src/app.py"),
+    ("run", "pytest -x `rm` <at id=all></at>"),
+    ("search", "**/*.py"),
+    ("tool", "mcp__memory__amux_memory_get"),
+)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_cards_list_the_tools_the_agent_used(lang: Lang) -> None:
+    view = ProgressView("t", "running", ("working",), 1.0, "run_1", steps=STEPS)
+    progress = all_text(progress_card(view, lang))
+    (result,) = result_cards("Done.", lang, steps=STEPS)
+    assert_valid_card(result)
+    for shown in (progress, all_text(result)):
+        words = {"en_us": ("read", "edit", "run"), "zh_cn": ("读取", "编辑", "运行")}[lang]
+        assert f"- {words[0]} `src/app.py`" in shown
+        assert f"- {words[1]} `src/app.py`" in shown
+        # A command cannot break out of its code span nor mention anyone.
+        assert f"- {words[2]} `pytest -x 'rm' &lt;at" in shown
+        assert "`mcp__memory__amux_memory_get`" in shown
+        assert {"en_us": "**Steps** (5)", "zh_cn": "**步骤**（5）"}[lang] in shown
+
+
+def test_many_steps_keep_the_newest_and_count_the_earlier() -> None:
+    steps = tuple(("read", f"file{n}.py") for n in range(300))
+    shown = all_text(progress_card(ProgressView("t", "running", steps=steps), "en_us"))
+    assert "`file299.py`" in shown and "`file0.py`" not in shown
+    earlier = int(shown.split("… and ")[1].split(" earlier")[0])
+    assert 0 < earlier < 300 and f"`file{earlier}.py`" in shown
+    assert f"`file{earlier - 1}.py`" not in shown
+
+
+def test_the_streamed_text_lists_the_steps() -> None:
+    streamed = stream_text(["said"], (), "en_us", STEPS)
+    assert streamed.startswith("**Steps** (5)") and "- run `pytest -x" in streamed

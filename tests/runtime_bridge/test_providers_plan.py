@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,13 +18,14 @@ from runtime_bridge.providers import (
     PlanUpdate,
     Progress,
     Result,
+    ToolStep,
     build_plan,
 )
 from runtime_bridge.providers.claude import ClaudeStream
 from runtime_bridge.providers.codex import CodexTurn, unconfirmed_memory_settings
 from runtime_bridge.providers.errors import ExecutableMissing
 from runtime_bridge.providers.pi import PiStream
-from runtime_bridge.providers.plan import MASK, Failure
+from runtime_bridge.providers.plan import MASK, STEP_SUBJECT_CHARS, Failure
 from runtime_bridge.providers.process import resolve_executable
 
 SECRET = "tok-very-secret"
@@ -305,7 +307,7 @@ def test_claude_stream_yields_progress_then_result_with_session() -> None:
     ]
     assert events == [
         Progress("Looking."),
-        Progress("tool: mcp__memory__amux_memory_search"),
+        ToolStep("tool", "mcp__memory__amux_memory_search"),
         Result("Done.", "s-9", {"output_tokens": 3}),
     ]
 
@@ -484,3 +486,66 @@ def test_codex_plan_updates_become_the_plan() -> None:
         (("Inspect", "completed"), ("Patch", "in_progress"), ("Verify", "pending"))
     )
     assert turn.feed("turn/plan/updated", {"threadId": "other", "plan": []}) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "tool_input", "step"),
+    [
+        ("Read", {"file_path": "src/app.py"}, ToolStep("read", "src/app.py")),
+        ("Edit", {"file_path": "src/app.py", "old_string": "a"}, ToolStep("edit", "src/app.py")),
+        ("Write", {"file_path": "new.md", "content": "x"}, ToolStep("edit", "new.md")),
+        # A command shows its first words, on one line.
+        (
+            "Bash",
+            {"command": "pytest -x -q tests/a.py\n--maxfail 1 -k slow --no-header"},
+            ToolStep("run", "pytest -x -q tests/a.py --maxfail 1 …"),
+        ),
+        ("Grep", {"pattern": "TODO", "path": "src"}, ToolStep("search", "src")),
+        ("Glob", {"pattern": "**/*.py"}, ToolStep("search", "**/*.py")),
+        ("WebFetch", {"url": "https://example.com/x"}, ToolStep("read", "https://example.com/x")),
+        (
+            "mcp__memory__amux_memory_get",
+            {"path": "a.md"},
+            ToolStep("tool", "mcp__memory__amux_memory_get"),
+        ),
+    ],
+)
+def test_claude_tool_calls_become_steps_naming_what_they_act_on(
+    name: str, tool_input: dict[str, Any], step: ToolStep
+) -> None:
+    stream = ClaudeStream()
+    block = {"type": "tool_use", "name": name, "input": tool_input}
+    events = stream.feed({"type": "assistant", "message": {"content": [block]}})
+    assert events == [step]
+
+
+def test_a_steps_subject_is_bounded() -> None:
+    stream = ClaudeStream()
+    block = {"type": "tool_use", "name": "Read", "input": {"file_path": "/" + "a" * 5000}}
+    (event,) = stream.feed({"type": "assistant", "message": {"content": [block]}})
+    assert isinstance(event, ToolStep) and len(event.subject) == STEP_SUBJECT_CHARS
+
+
+def test_codex_items_become_steps() -> None:
+    turn = CodexTurn("t-1")
+    command = {"type": "commandExecution", "command": "cargo test --all -- --nocapture x y z"}
+    change = {"type": "fileChange", "changes": [{"path": "a.rs"}, {"path": "b.rs"}]}
+    tool = {"type": "mcpToolCall", "server": "memory", "tool": "amux_memory_get"}
+    events = [
+        *turn.feed("item/started", {"threadId": "t-1", "item": command}),
+        *turn.feed("item/started", {"threadId": "t-1", "item": change}),
+        *turn.feed("item/started", {"threadId": "t-1", "item": tool}),
+    ]
+    assert events == [
+        ToolStep("run", "cargo test --all -- --nocapture x …"),
+        ToolStep("edit", "a.rs, b.rs"),
+        ToolStep("tool", "memory.amux_memory_get"),
+    ]
+
+
+def test_pi_tool_calls_become_steps() -> None:
+    stream = PiStream()
+    events = stream.feed(
+        {"type": "tool_execution_start", "toolName": "bash", "args": {"command": "ls -la"}}
+    )
+    assert events == [ToolStep("run", "ls -la")]
