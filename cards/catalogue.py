@@ -162,6 +162,10 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "progress.elapsed": "{seconds} s elapsed",
         "progress.plan": "**Plan** ({done}/{total} done)",
         "progress.steps": "**Steps** ({count})",
+        "footer.context": "context {percent}% full",
+        "footer.compact": (
+            "The context is {percent}% full: send `/compact` to have the Agent summarise it."
+        ),
         "progress.steps.earlier": "… and {more} earlier",
         "step.read": "read",
         "step.edit": "edit",
@@ -733,6 +737,8 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "progress.elapsed": "已用时 {seconds} 秒",
         "progress.plan": "**计划**（已完成 {done}/{total}）",
         "progress.steps": "**步骤**（{count}）",
+        "footer.context": "上下文已用 {percent}%",
+        "footer.compact": "上下文已用 {percent}%：发送 `/compact` 让 Agent 压缩它。",
         "progress.steps.earlier": "… 之前另有 {more} 步",
         "step.read": "读取",
         "step.edit": "编辑",

@@ -31,6 +31,7 @@ from cards.elements import (
     plain,
     row,
 )
+from cards.footer import footer
 from cards.models import (
     BranchView,
     ChangedFileView,
@@ -59,7 +60,9 @@ FENCE_CHARS = 32
 # The most a fence repair adds to a piece: the reopened fence line and the closing one.
 FENCE_BYTES = FENCE_CHARS * 6 + 16
 # The least the first card keeps for the answer whatever its sections hold.
-MIN_FIRST_ANSWER_BYTES = 6_000
+MIN_FIRST_ANSWER_BYTES = 5_500
+# The footer of a finished turn's first card (model, time, tokens, context, branch).
+FOOTER_BYTES = 600
 # The Agent's plan, on the progress card and the result card's first part.
 PLAN_BYTES = 2_200
 PLAN_STEP_CHARS = 200
@@ -435,7 +438,8 @@ def result_cards(
     # The widest heading any card of the answer may carry, for measuring before splitting.
     widest = text(lang, "result.part", index=9999, total=9999)
     first_room = CARD_MAX_BYTES - FENCE_BYTES
-    first_room -= encoded_size(_first_card(widest, "", sections, title, finish, lang))
+    on_branch = branch.branch if branch is not None else ""
+    first_room -= encoded_size(_first_card(widest, "", sections, title, finish, lang, on_branch))
     rest_room = CARD_MAX_BYTES - FENCE_BYTES - encoded_size(_part_card(widest, "", title))
     pieces = split_text(
         defuse_mentions(value),
@@ -452,7 +456,7 @@ def result_cards(
             else text(lang, "result.title")
         )
         if index == 1:
-            cards.append(_first_card(heading, piece, sections, title, finish, lang))
+            cards.append(_first_card(heading, piece, sections, title, finish, lang, on_branch))
         else:
             cards.append(_part_card(heading, piece, title))
     return cards
@@ -469,9 +473,12 @@ def _first_card(
     title: str,
     finish: FinishView | None,
     lang: Lang,
+    branch: str = "",
 ) -> Card:
     if finish is not None and finish.budget is not None:
         sections = [*sections, markdown(budget_line("budget.warning", finish.budget, lang))]
+    if finish is not None:
+        sections = [*sections, *footer(finish.usage, finish.elapsed_seconds, branch, lang)]
     built = card(heading, "green", [markdown(piece), *sections], subtitle=title[:120])
     if finish is None:
         return built
@@ -489,6 +496,7 @@ assert (
     HEAD_BYTES
     + PLAN_BYTES
     + STEPS_BYTES
+    + FOOTER_BYTES
     + BRANCH_BYTES
     + MEMORY_BYTES
     + APPROVALS_BYTES

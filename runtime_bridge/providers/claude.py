@@ -280,11 +280,17 @@ class ClaudeStream(StreamParser):
     def __init__(self) -> None:
         super().__init__()
         self.session_id: str | None = None
+        # The model that answered, and how many tokens its last request held: the context's fill.
+        self.model: str | None = None
+        self.context_tokens: int | None = None
 
     def feed(self, message: dict[str, Any]) -> list[Event]:
         self.session_id = message.get("session_id") or self.session_id
         kind = message.get("type")
+        if kind == "system" and isinstance(message.get("model"), str):
+            self.model = message["model"]
         if kind == "assistant":
+            self._note_usage(message.get("message") or {})
             content = (message.get("message") or {}).get("content")
             events: list[Event] = [Progress(t) for t in _text_blocks(content)]
             for block in content if isinstance(content, list) else []:
@@ -299,12 +305,34 @@ class ClaudeStream(StreamParser):
                 errors = message.get("errors") or [message.get("result") or message.get("subtype")]
                 self.failure = Failure(f"claude failed: {'; '.join(map(str, errors))}")
             else:
+                usage = dict(message.get("usage") or {})
+                if self.model:
+                    usage["model"] = self.model
+                if self.context_tokens is not None:
+                    usage["context_tokens"] = self.context_tokens
                 self.result = Result(
                     text=str(message.get("result") or ""),
                     native_session_id=self.session_id,
-                    usage=dict(message.get("usage") or {}),
+                    usage=usage,
                 )
         return []
+
+    def _note_usage(self, body: Any) -> None:
+        """The model and the context's fill from one of the model's answers: what its request
+        held, cached or not."""
+        if not isinstance(body, dict):
+            return
+        if isinstance(body.get("model"), str) and body["model"]:
+            self.model = body["model"]
+        usage = body.get("usage")
+        if isinstance(usage, dict):
+            counts = [usage.get(key) for key in CONTEXT_KEYS]
+            held = [c for c in counts if isinstance(c, int) and not isinstance(c, bool)]
+            if held:
+                self.context_tokens = sum(held)
+
+
+CONTEXT_KEYS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
 
 def run(

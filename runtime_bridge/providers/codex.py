@@ -454,6 +454,12 @@ class CodexTurn:
             usage = params.get("tokenUsage")
             if isinstance(usage, Mapping) and isinstance(usage.get("total"), Mapping):
                 self.usage = dict(usage["total"])
+                # The context's fill: what the last request held, of the window Codex reports.
+                last = usage.get("last")
+                if isinstance(last, Mapping) and isinstance(last.get("inputTokens"), int):
+                    self.usage["context_tokens"] = last["inputTokens"]
+                if isinstance(usage.get("modelContextWindow"), int):
+                    self.usage["context_window"] = usage["modelContextWindow"]
         elif method == "error" and not params.get("willRetry"):
             error = params.get("error")
             self.error = str(error.get("message") if isinstance(error, Mapping) else error)

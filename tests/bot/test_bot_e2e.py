@@ -302,3 +302,6 @@ async def test_the_agents_plan_and_steps_are_on_the_progress_card_and_the_result
     assert "🔄" not in final and "⬜" not in final
     # The tools it used are listed, its todo list being the plan rather than a step.
     assert "- search `**/*.py`" in final and "**Steps** (1)" in final
+    # The footer names the model Claude asked for and how full its context is.
+    model = bot.model.main_requests[-1].body["model"]
+    assert model in final and "% full" in final

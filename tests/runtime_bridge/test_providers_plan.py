@@ -549,3 +549,30 @@ def test_pi_tool_calls_become_steps() -> None:
         {"type": "tool_execution_start", "toolName": "bash", "args": {"command": "ls -la"}}
     )
     assert events == [ToolStep("run", "ls -la")]
+
+
+def test_claude_reports_its_model_and_the_context_its_last_request_held() -> None:
+    stream = ClaudeStream()
+    stream.feed({"type": "system", "subtype": "init", "model": "claude-x", "session_id": "s"})
+    usage = {"input_tokens": 10, "cache_read_input_tokens": 5000, "cache_creation_input_tokens": 90}
+    message = {"model": "claude-y", "usage": usage, "content": [{"type": "text", "text": "hi"}]}
+    stream.feed({"type": "assistant", "message": message})
+    stream.feed(
+        {"type": "result", "subtype": "success", "is_error": False, "result": "ok", "usage": {}}
+    )
+    (result,) = stream.finish(0, "")
+    assert isinstance(result, Result)
+    assert result.usage == {"model": "claude-y", "context_tokens": 5100}
+
+
+def test_codex_reports_the_context_its_last_request_held_of_its_window() -> None:
+    turn = CodexTurn("t-1")
+    usage = {
+        "total": {"inputTokens": 900, "outputTokens": 30},
+        "last": {"inputTokens": 300, "outputTokens": 10},
+        "modelContextWindow": 272_000,
+    }
+    turn.feed("thread/tokenUsage/updated", {"threadId": "t-1", "tokenUsage": usage})
+    (done,) = turn.feed("turn/completed", {"threadId": "t-1", "turn": {"status": "completed"}})
+    assert isinstance(done, Result)
+    assert done.usage["context_tokens"] == 300 and done.usage["context_window"] == 272_000
