@@ -164,7 +164,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "progress.steps": "**Steps** ({count})",
         "footer.context": "context {percent}% full",
         "footer.compact": (
-            "The context is {percent}% full: send `/compact` to have the Agent summarise it."
+            "The context is {percent}% full: consider `/compact`."
         ),
         "progress.steps.earlier": "… and {more} earlier",
         "step.read": "read",
@@ -738,7 +738,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "progress.plan": "**计划**（已完成 {done}/{total}）",
         "progress.steps": "**步骤**（{count}）",
         "footer.context": "上下文已用 {percent}%",
-        "footer.compact": "上下文已用 {percent}%：发送 `/compact` 让 Agent 压缩它。",
+        "footer.compact": "上下文已用 {percent}%：可考虑 `/compact`。",
         "progress.steps.earlier": "… 之前另有 {more} 步",
         "step.read": "读取",
         "step.edit": "编辑",
