@@ -28,6 +28,7 @@ from hub.contract import (
     WARNING,
     Approval,
     Execution,
+    ExecutionEvent,
     MemoryUse,
     Session,
     TurnResult,
@@ -282,6 +283,10 @@ async def follow(
                 if use is not None:
                     typer.echo(memory_line(use), err=True)
                     continue
+                shown = _plan_or_step(event)
+                if shown is not None:
+                    typer.echo(shown, err=True)
+                    continue
                 prefix = {WARNING: "warning: ", STATUS: "status: ", EGRESS: "network: "}.get(
                     event.kind, ""
                 )
@@ -291,6 +296,20 @@ async def follow(
     finally:
         if desk is not None:
             await desk.close()
+
+
+PLAN_MARKS = {"completed": "[x]", "in_progress": "[>]", "pending": "[ ]"}
+
+
+def _plan_or_step(event: ExecutionEvent) -> str | None:
+    """A plan or step event as a line of the run's progress; None for any other event."""
+    steps = event.plan_steps()
+    if steps is not None:
+        return "plan: " + "; ".join(f"{PLAN_MARKS.get(s, '[ ]')} {t}" for t, s in steps)
+    step = event.tool_step()
+    if step is not None:
+        return f"{step[0]}: {step[1]}"
+    return None
 
 
 @agent_app.command("run")

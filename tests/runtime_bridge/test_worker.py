@@ -251,3 +251,27 @@ async def test_a_working_directory_must_exist_and_is_never_made_by_the_cli_or_th
             assert model.main_requests == []
         finally:
             hub.stop()
+
+
+async def test_agent_run_prints_the_agents_plan_and_steps_as_readable_lines(
+    tmp_path: Path,
+) -> None:
+    todos = [
+        {"content": "Inspect", "status": "completed", "activeForm": "Inspecting"},
+        {"content": "Patch", "status": "in_progress", "activeForm": "Patching"},
+    ]
+    script: list[Step] = [
+        CallTool("TodoWrite", {"todos": todos}),
+        CallTool("Glob", {"pattern": "**/*.py"}),
+        Answer("Planned."),
+    ]
+    async with FakeModelServer(script) as model:
+        hub = start_hub(tmp_path, model.base_url)
+        try:
+            done = await cli(hub, "agent", "run", "Plan it", timeout=150)
+            assert done.returncode == 0, done.stderr
+            assert "plan: [x] Inspect; [>] Patch" in done.stderr
+            assert "search: **/*.py" in done.stderr
+            assert '{"step"' not in done.stderr and '{"action"' not in done.stderr
+        finally:
+            hub.stop()
