@@ -296,7 +296,13 @@ async def test_the_agents_plan_and_steps_are_on_the_progress_card_and_the_result
     await until(shown_while_running)
     assert "(0/3 done)" in card_text(progress.card)
     done_planning.set()
-    await until(lambda: "Fixed and tested." in card_text(progress.card))
+    # The streamed card shows the answer's words before the turn's final card replaces it,
+    # footer and all.
+    await until(
+        lambda: (
+            "Fixed and tested." in card_text(progress.card) and "% full" in card_text(progress.card)
+        )
+    )
     final = card_text(progress.card)
     assert "✅ ~~Run the tests~~" in final and "(3/3 done)" in final
     assert "🔄" not in final and "⬜" not in final
