@@ -24,6 +24,8 @@ Each table and the module that owns its rows (the one that writes them; others o
   the commit that queues the turn
 - ``projects``, ``chat_projects``: ``hub.projects``; ``sessions.project`` and
   ``sessions.home_worker``: ``hub.executions``
+- ``project_forges``, ``pull_requests``: ``hub.forges``
+- ``user_tokens``: ``hub.user_tokens``, each person's Feishu user access token, sealed
 
 Readers outside the owners: ``hub.server`` (readiness and metrics counts), ``hub.rpc_executions``
 (whom a turn runs as), ``hub.history`` (the Sessions and turns of a scope) and ``hub.usage`` (the
@@ -374,6 +376,18 @@ CREATE TABLE pull_requests (
 );
 """
 
+# Version 15: each person's own Feishu user access token, sealed (see hub.user_tokens); the
+# scopes are in clear so a card can show them without opening the token.
+_V15_USER_TOKENS = """
+CREATE TABLE user_tokens (
+    principal_id TEXT PRIMARY KEY REFERENCES principals(id) ON DELETE CASCADE,
+    sealed BLOB NOT NULL,
+    scopes TEXT NOT NULL,
+    connected_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+"""
+
 MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (1, _V1_IDENTITY_AND_SETTINGS),
     (2, _queue_with_request_ids),
@@ -389,6 +403,7 @@ MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (12, _V12_STOPS_AND_EXTENSION_REQUESTS),
     (13, _V13_SCHEDULES),
     (14, _V14_FORGES),
+    (15, _V15_USER_TOKENS),
 )
 
 SCHEMA_VERSION = sqlite.latest(MIGRATIONS)

@@ -450,6 +450,8 @@ async def memory_erase_principal(call: Call, params: ErasePrincipalParams) -> di
     """The owner erases everything one Principal wrote to memory, whatever the running policy."""
     memory = call.hub.memory
     receipt = await memory.erase_principal(call.actor, params.principal_id, via_of(call.via))
+    # Their Feishu connection goes with them: nothing of theirs is read as them again.
+    await call.hub.user_tokens.erase(params.principal_id)
     logger.info("memory of a principal erased by %s", call.actor.principal.name)
     return receipt.to_wire()
 

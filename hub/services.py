@@ -26,6 +26,8 @@ from hub.state import State
 from hub.store import MemoryStore
 from hub.sysconfig import SystemConfig
 from hub.usage import Usage
+from hub.user_tokens import KEY_FILE as USER_TOKEN_KEY_FILE
+from hub.user_tokens import UserTokens
 
 logger = logging.getLogger("amux.hub")
 
@@ -79,6 +81,8 @@ class Hub:
     schedules: Schedules
     # Where projects' pull requests are opened, and each conversation's.
     forges: Forges
+    # Each person's own Feishu token, sealed; read only to act as that person.
+    user_tokens: UserTokens
     restart_requested: asyncio.Event = field(default_factory=asyncio.Event)
     # Hooks other packages register to extend ``system.capabilities`` (e.g. connected workers).
     capability_hooks: list[Callable[[], dict[str, object]]] = field(default_factory=list)
@@ -143,6 +147,7 @@ class Hub:
                 projects,
                 Schedules(state, lambda: executions.providers, config.schedule_rules),
                 Forges(state, projects),
+                UserTokens(state, settings.home / USER_TOKEN_KEY_FILE),
             )
             hub._bootstrap_owner()
         except BaseException:

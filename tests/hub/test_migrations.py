@@ -103,6 +103,7 @@ ALL_TABLES = {
     "principals",
     "aliases",
     "credentials",
+    "user_tokens",
     "settings",
     "sessions",
     "executions",
