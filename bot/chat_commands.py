@@ -23,6 +23,7 @@ from typing import Literal
 
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import MessageEvent
+from bot.feishu_accounts import FeishuAccounts
 from bot.identity import CLAIM_LOCK_SECONDS, CLAIM_SECONDS, ClaimRefused, FeishuIdentities
 from bot.management import Management
 from bot.schedule_commands import ScheduleCommands
@@ -222,12 +223,34 @@ class ChatCommands:
         await self._say(said, await self._management.unbind_chat(said.event.chat_id, said.sender()))
 
 
+class AccountCommands:
+    """``/amux connect`` and ``/amux disconnect``: a person's own Feishu account."""
+
+    def __init__(self, client: FeishuClient, accounts: FeishuAccounts) -> None:
+        self._client = client
+        self._accounts = accounts
+
+    async def connect(self, said: Said) -> None:
+        chat_id = said.event.chat_id
+
+        async def tell(text: str) -> None:
+            await self._client.send_text(chat_id, text)
+
+        answer = await self._accounts.begin(said.sender(), tell)
+        await self._client.reply(said.event.message_id, text=answer, in_thread=False)
+
+    async def disconnect(self, said: Said) -> None:
+        answer = await self._accounts.disconnect(said.sender())
+        await self._client.reply(said.event.message_id, text=answer, in_thread=False)
+
+
 def command_table(
     client: FeishuClient,
     identities: FeishuIdentities,
     management: Management,
     lang: Lang,
     schedules: ScheduleCommands | None = None,
+    accounts: FeishuAccounts | None = None,
 ) -> CommandTable:
     """Every chat command amux answers, who may send it, and where."""
     table = CommandTable(client, identities, management, lang)
@@ -242,6 +265,11 @@ def command_table(
     table.add(("project",), commands.project, private="member", group="member")
     table.add(("project", "bind"), commands.bind, private="owner", group="owner")
     table.add(("project", "unbind"), commands.unbind, private="owner", group="owner")
+    if accounts is not None:
+        # The link and code connect whoever opens them first: only the person's own chat.
+        account_commands = AccountCommands(client, accounts)
+        table.add(("connect",), account_commands.connect, private="member")
+        table.add(("disconnect",), account_commands.disconnect, private="member")
     if schedules is not None:
         # A schedule runs as whoever adds it and delivers where it was added; changing one is
         # its creator's or the owner's, which the Hub checks per schedule.

@@ -19,6 +19,7 @@ from bot.feishu.events import (
     UserIds,
     recall_of,
 )
+from bot.feishu_accounts import FeishuAccounts
 from bot.identity import FeishuIdentities
 from bot.management import Management
 from bot.quotas import SenderLimit
@@ -52,6 +53,7 @@ class BotSink:
         limit: SenderLimit | None = None,
         schedules: ScheduleCommands | None = None,
         late: CatchUp | None = None,
+        accounts: FeishuAccounts | None = None,
     ) -> None:
         self._client = client
         self._identities = identities
@@ -60,7 +62,7 @@ class BotSink:
         self._lang = lang
         self._limit = limit or SenderLimit(0)
         self._actions = action_table(management, conversations, lang)
-        self._commands = command_table(client, identities, management, lang, schedules)
+        self._commands = command_table(client, identities, management, lang, schedules, accounts)
         # Messages found long after they were sent wait for their sender's word (catch-up).
         self._late = late
         self._late_runs: set[asyncio.Task[None]] = set()

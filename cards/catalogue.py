@@ -211,6 +211,22 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "The forwarded messages could not be read ({reason}): the Agent does not see them."
         ),
         "provider.set": "New conversations in this chat now run {provider}.",
+        "feishu.connect.open": (
+            "To let amux read Feishu documents as you, open {url} and enter the code {code} "
+            "within {minutes} minutes. amux asks only to read documents, wikis, sheets and "
+            "bitables ({scopes})."
+        ),
+        "feishu.connect.done": (
+            "Your Feishu account is connected: links you send are read as you ({scopes}). "
+            "Send /amux disconnect to stop."
+        ),
+        "feishu.connect.failed": (
+            "Feishu was not connected ({reason}). Send /amux connect to try again."
+        ),
+        "feishu.disconnect.done": (
+            "Your Feishu account is disconnected; amux no longer holds its token."
+        ),
+        "feishu.disconnect.none": "No Feishu account of yours is connected.",
         "project.bound": (
             "This chat is now bound to project **{project}**: each new conversation works on a "
             "branch of its own from {branch}. {memory}"
@@ -528,7 +544,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "schedule.none": "No schedules deliver into this chat.",
         "manage.schedules": "**Schedules**",
         "manage.schedules.none": (
-            "None yet. In a chat, `/amux schedule add \"0 9 * * 1-5\" <prompt>` runs a prompt "
+            'None yet. In a chat, `/amux schedule add "0 9 * * 1-5" <prompt>` runs a prompt '
             "there on a clock, as you."
         ),
         "manage.schedules.line": (
@@ -578,7 +594,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "schedule.none": "没有定时任务向此会话发送结果。",
         "manage.schedules": "**定时任务**",
         "manage.schedules.none": (
-            "还没有。在会话中用 `/amux schedule add \"0 9 * * 1-5\" <提示词>` "
+            '还没有。在会话中用 `/amux schedule add "0 9 * * 1-5" <提示词>` '
             "按时以你的身份在那里运行一个提示词。"
         ),
         "manage.schedules.line": (
@@ -774,6 +790,18 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "forward.title": "转发的消息",
         "forward.unavailable": "无法读取转发的消息（{reason}）：Agent 看不到它们。",
         "provider.set": "本会话的新对话将使用 {provider}。",
+        "feishu.connect.open": (
+            "要让 amux 以你的身份读取飞书文档，请在 {minutes} 分钟内打开 {url} "
+            "并输入验证码 {code}。"
+            "amux 只申请读取文档、知识库、电子表格和多维表格（{scopes}）。"
+        ),
+        "feishu.connect.done": (
+            "你的飞书账号已连接：你发送的链接将以你的身份读取（{scopes}）。"
+            "发送 /amux disconnect 可断开。"
+        ),
+        "feishu.connect.failed": "飞书账号未连接（{reason}）。发送 /amux connect 重试。",
+        "feishu.disconnect.done": "你的飞书账号已断开，amux 不再保存其令牌。",
+        "feishu.disconnect.none": "你没有已连接的飞书账号。",
         "project.bound": (
             "本会话已绑定到项目 **{project}**：每个新对话都在从 {branch} 创建的独立分支上"
             "工作。{memory}"

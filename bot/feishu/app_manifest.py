@@ -31,6 +31,17 @@ SCOPES: tuple[str, ...] = (
     "application:application:self_manage",
 )
 
+# User scopes: what a person grants when they connect their own account (``/amux connect``), so
+# documents they link are read as them. Read-only, and nothing else of their account;
+# ``offline_access`` is what makes Feishu hand out a refresh token.
+USER_SCOPES: tuple[str, ...] = (
+    "docx:document:readonly",
+    "wiki:wiki:readonly",
+    "sheets:spreadsheet:readonly",
+    "bitable:app:readonly",
+    "offline_access",
+)
+
 EVENTS: tuple[str, ...] = (MESSAGE_RECEIVE, *sorted(OTHER_SUBSCRIBED))
 
 CALLBACKS: tuple[str, ...] = (CARD_ACTION,)
@@ -42,7 +53,7 @@ APP_DESCRIPTION = "Coding Agents in Feishu chats, with a shared long-term memory
 def addons() -> dict[str, Any]:
     """The registration's request for the scopes, events and callbacks above."""
     return {
-        "scopes": {"tenant": list(SCOPES)},
+        "scopes": {"tenant": list(SCOPES), "user": list(USER_SCOPES)},
         "events": {"items": {"tenant": list(EVENTS)}},
         "callbacks": {"items": list(CALLBACKS)},
     }

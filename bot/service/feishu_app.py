@@ -15,6 +15,7 @@ from bot.feishu.adapter import FeishuAdapter
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
 from bot.feishu.liveness import LINK_HEALTH
+from bot.feishu_accounts import App, FeishuAccounts
 from bot.files import TurnFiles
 from bot.forwards import ForwardReader
 from bot.identity import FeishuIdentities
@@ -153,6 +154,7 @@ class _Bot:
     conversations: Conversations
     sink: BotSink
     scheduler: Scheduler
+    accounts: FeishuAccounts
 
     async def start(self) -> None:
         self.identities.offer_claim()
@@ -175,6 +177,7 @@ class _Bot:
         await self.conversations.stop()
         await self.adapter.dispatcher.drain()
         await self.names.close()
+        await self.accounts.close()
         await self.outbox.stop(OUTBOX_GRACE_SECONDS)
         await self.adapter.stop()
         self.outbox.close()
@@ -238,6 +241,11 @@ def _assemble(
         wake=scheduler.wake,
     )
     limit = SenderLimit(hub.config.messages_per_minute)
+    accounts = FeishuAccounts(
+        hub.user_tokens,
+        App(settings.app_id, settings.app_secret.get_secret_value(), settings.domain),
+        settings.language,
+    )
     sink = BotSink(
         client,
         identities,
@@ -247,9 +255,19 @@ def _assemble(
         limit,
         schedule_commands,
         late=adapter.catch_up,
+        accounts=accounts,
     )
     return _Bot(
-        adapter, names, identities, management, seen, outbox, conversations, sink, scheduler
+        adapter,
+        names,
+        identities,
+        management,
+        seen,
+        outbox,
+        conversations,
+        sink,
+        scheduler,
+        accounts,
     )
 
 

@@ -86,7 +86,10 @@ async def test_one_scan_makes_the_app_with_everything_amux_uses_and_saves_it_for
     assert "left" in ran.stderr
     assert accounts.polls() == 3, "pending twice, then made"
     asked = decoded_addons(ran.link())
-    assert asked["scopes"] == {"tenant": list(app_manifest.SCOPES)}
+    assert asked["scopes"] == {
+        "tenant": list(app_manifest.SCOPES),
+        "user": list(app_manifest.USER_SCOPES),
+    }
     assert asked["events"] == {"items": {"tenant": list(app_manifest.EVENTS)}}
     assert asked["callbacks"] == {"items": list(app_manifest.CALLBACKS)}
     assert "im.message.receive_v1" in asked["events"]["items"]["tenant"]

@@ -49,6 +49,11 @@ from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 from bot.feishu import app_manifest
 
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
+# OAuth for a person's own user access token (the device flow, and refreshing what it gave).
+DEVICE_AUTHORIZATION_PATH = "/open-apis/authen/v2/oauth/device_authorization"
+OAUTH_TOKEN_PATH = "/open-apis/authen/v2/oauth/token"
+# Paths called without a bearer token: they are how one is obtained.
+_UNAUTHENTICATED = (TOKEN_PATH, DEVICE_AUTHORIZATION_PATH, OAUTH_TOKEN_PATH)
 
 
 @dataclass
@@ -94,6 +99,18 @@ def _too_large(msg_type: str, content: str) -> web.Response | None:
     return web.json_response(
         {"code": TOO_LARGE, "msg": f"message content is over {limit} bytes"}, status=400
     )
+
+
+@dataclass
+class DeviceGrant:
+    """One device-flow start: its codes, the scopes asked, and whom it was granted to (the
+    ``open_id`` of the person who entered the code), None while nobody has."""
+
+    device_code: str
+    user_code: str
+    scope: str
+    open_id: str | None = None
+    denied: bool = False
 
 
 @dataclass
@@ -197,6 +214,12 @@ class FakeFeishu:
         self.app_events = set(app_manifest.EVENTS)
         self.app_callbacks = set(app_manifest.CALLBACKS)
         self.app_config_refused = False
+        # Device flow: started grants by device code; user tokens and refresh tokens issued to
+        # whom (open_id); those revoked or rotated stop working.
+        self.device_grants: dict[str, DeviceGrant] = {}
+        self.user_access_tokens: dict[str, str] = {}
+        self.user_refresh_tokens: dict[str, str] = {}
+        self.user_token_expire = 7200
         self.url = ""
         # Long connection state.
         self.ws_connected = asyncio.Event()
@@ -215,6 +238,8 @@ class FakeFeishu:
     async def __aenter__(self) -> FakeFeishu:
         app = web.Application()
         app.router.add_post(TOKEN_PATH, self._token)
+        app.router.add_post(DEVICE_AUTHORIZATION_PATH, self._device_authorization)
+        app.router.add_post(OAUTH_TOKEN_PATH, self._oauth_token)
         app.router.add_post("/open-apis/im/v1/messages", self._create)
         app.router.add_get("/open-apis/im/v1/messages", self._list)
         app.router.add_get("/open-apis/contact/v3/users/batch", self._users)
@@ -342,6 +367,18 @@ class FakeFeishu:
         self.forwarded[message.message_id] = listed
         return message
 
+    def grant_device(self, user_code: str, open_id: str) -> None:
+        """The person ``open_id`` enters ``user_code`` and grants what it asked."""
+        for grant in self.device_grants.values():
+            if grant.user_code == user_code:
+                grant.open_id = open_id
+                return
+        raise KeyError(f"no device flow shows the code {user_code!r}")
+
+    def user_tokens_of(self, open_id: str) -> list[str]:
+        """The user access tokens issued to ``open_id`` (still valid), oldest first."""
+        return [t for t, who in self.user_access_tokens.items() if who == open_id]
+
     def calls(self, method: str, path_contains: str) -> list[Recorded]:
         return [r for r in self.requests if r.method == method and path_contains in r.path]
 
@@ -377,7 +414,7 @@ class FakeFeishu:
                     status=failure.status,
                     headers=failure.headers,
                 )
-        if request.path.startswith("/open-apis/") and request.path != TOKEN_PATH:
+        if request.path.startswith("/open-apis/") and request.path not in _UNAUTHENTICATED:
             auth = request.headers.get("Authorization", "")
             if auth.removeprefix("Bearer ") not in self.issued_tokens:
                 return web.json_response(
@@ -389,6 +426,69 @@ class FakeFeishu:
     def _body(self, request: web.Request) -> dict[str, Any]:
         body = self.requests[-1].body
         return body if isinstance(body, dict) else {}
+
+    async def _device_authorization(self, request: web.Request) -> web.Response:
+        body = self._body(request)
+        if body.get("client_id") != self.app_id:
+            return web.json_response({"code": 20002, "msg": "invalid client"}, status=400)
+        number = next(self._ids)
+        grant = DeviceGrant(f"dc-{number}", f"UC-{number:04d}", str(body.get("scope") or ""))
+        self.device_grants[grant.device_code] = grant
+        return web.json_response(
+            {
+                "device_code": grant.device_code,
+                "user_code": grant.user_code,
+                "verification_uri": f"{self.url}/verify",
+                "verification_uri_complete": f"{self.url}/verify?code={grant.user_code}",
+                "expires_in": 240,
+                "interval": 1,
+            }
+        )
+
+    def _issue_user_token(self, open_id: str, scope: str) -> web.Response:
+        number = next(self._ids)
+        access, refresh = f"u-{number}", f"ur-{number}"
+        self.user_access_tokens[access] = open_id
+        self.user_refresh_tokens[refresh] = open_id
+        return web.json_response(
+            {
+                "code": 0,
+                "access_token": access,
+                "refresh_token": refresh,
+                "expires_in": self.user_token_expire,
+                "refresh_token_expires_in": 30 * 86400,
+                "scope": scope,
+                "token_type": "Bearer",
+            }
+        )
+
+    async def _oauth_token(self, request: web.Request) -> web.Response:
+        body = self._body(request)
+        if body.get("client_id") != self.app_id or body.get("client_secret") != self.app_secret:
+            return web.json_response(
+                {"code": 20002, "error": "invalid_client", "msg": "invalid client"}, status=400
+            )
+        kind = body.get("grant_type")
+        if kind == "urn:ietf:params:oauth:grant-type:device_code":
+            grant = self.device_grants.get(str(body.get("device_code")))
+            if grant is None:
+                return web.json_response({"error": "expired_token"}, status=400)
+            if grant.denied:
+                return web.json_response({"error": "access_denied"}, status=400)
+            if grant.open_id is None:
+                return web.json_response({"error": "authorization_pending"}, status=400)
+            del self.device_grants[grant.device_code]  # a device code is used once
+            return self._issue_user_token(grant.open_id, grant.scope)
+        if kind == "refresh_token":
+            # A refresh token is used once: Feishu hands out a new one with each refresh.
+            open_id = self.user_refresh_tokens.pop(str(body.get("refresh_token")), None)
+            if open_id is None:
+                return web.json_response(
+                    {"code": 20026, "error": "invalid_grant", "msg": "refresh token invalid"},
+                    status=400,
+                )
+            return self._issue_user_token(open_id, "")
+        return web.json_response({"error": "unsupported_grant_type"}, status=400)
 
     async def _token(self, request: web.Request) -> web.Response:
         body = self._body(request)

@@ -1,0 +1,78 @@
+"""A person connects their own Feishu account from their private chat (`/amux connect`), so
+documents they link can be read as them; `/amux disconnect` erases what the Hub kept.
+
+The whole service in-process with signed events to its webhook, as ``test_bot_flows`` runs it,
+and the fake Feishu's device flow standing in for Feishu's."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from bot.feishu.app_manifest import USER_SCOPES
+from tests.bot.test_bot_flows import BOB, Bot, private_chat, running_bot
+from tests.conftest import until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def text_of(bot: Bot, message_id: str) -> str:
+    return str(json.loads(bot.feishu.messages[message_id].content)["text"])
+
+
+def sent_to(bot: Bot, chat_id: str) -> list[str]:
+    """The texts the bot sent (not replied) into ``chat_id``, oldest first."""
+    return [
+        json.loads(call.body["content"])["text"]
+        for call in bot.feishu.calls("POST", "/open-apis/im/v1/messages")
+        if call.body and call.body.get("receive_id") == chat_id and call.body["msg_type"] == "text"
+    ]
+
+
+async def connect(bot: Bot) -> str:
+    """Bob sends `/amux connect` and grants the code it shows; the text that says so."""
+    asked = await bot.say("/amux connect", BOB)
+    shown = text_of(bot, (await bot.reply_to(asked)).message_id)
+    found = re.search(r"code (UC-\d+)", shown)
+    assert found is not None, shown
+    assert f"{bot.feishu.url}/verify" in shown
+    bot.feishu.grant_device(found.group(1), BOB["sender_open_id"])
+    told: list[str] = await until(lambda: sent_to(bot, private_chat(BOB)))
+    return told[-1]
+
+
+async def test_a_member_connects_their_account_and_the_hub_keeps_only_their_token(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        told = await connect(bot)
+        assert "connected" in told and "docx:document:readonly" in told
+
+        (issued,) = bot.feishu.user_tokens_of(BOB["sender_open_id"])
+        token = bot.hub.user_tokens.token(bot.ids["bob"])
+        assert token is not None and token.access_token == issued
+        # Feishu was asked for reading documents and nothing more.
+        (started,) = bot.feishu.calls("POST", "/oauth/device_authorization")
+        assert started.body["scope"].split() == list(USER_SCOPES)
+        # The token shows nowhere in the chat.
+        assert all(issued not in m.content for m in bot.feishu.messages.values())
+        assert bot.hub.user_tokens.token(bot.ids["alice"]) is None
+
+
+async def test_disconnect_erases_the_token(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        await connect(bot)
+        asked = await bot.say("/amux disconnect", BOB)
+        assert "disconnected" in text_of(bot, (await bot.reply_to(asked)).message_id)
+        assert bot.hub.user_tokens.token(bot.ids["bob"]) is None
+        assert bot.hub.user_tokens.connection(bot.ids["bob"]) is None
+
+
+async def test_connecting_is_refused_in_a_group(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        asked = await bot.say("/amux connect", BOB, group=True, mention=True)
+        assert "private chat" in text_of(bot, (await bot.reply_to(asked)).message_id)
+        assert bot.feishu.calls("POST", "/oauth/device_authorization") == []
