@@ -57,6 +57,19 @@ class FeishuSettings(BaseSettings):
     # At most one in-place card update per message per interval while streaming.
     card_update_interval_seconds: float = 1.5
     # The Agent a new Feishu conversation runs (claude, codex or pi).
+    # Feishu documents linked in a message, read as its sender: at most this many bytes of
+    # Markdown per link and per turn.
+    document_link_bytes: int = Field(
+        default=32 * 1024,
+        ge=1024,
+        description="Bytes of Markdown a Feishu document linked in a message gives the Agent, "
+        "read as the message's sender.",
+    )
+    document_turn_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        description="Bytes of Markdown all the documents linked in one message give the Agent.",
+    )
     provider: str = "claude"
     # Language of the bot's cards and replies.
     language: Literal["zh_cn", "en_us"] = "zh_cn"

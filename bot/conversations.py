@@ -61,6 +61,7 @@ from bot.feishu.client import FeishuClient
 from bot.feishu.events import Forwarded, MessageEvent, Recall
 from bot.files import Refused, Saved, TurnFiles, with_files
 from bot.forwards import ForwardReader
+from bot.linked_docs import Linked, LinkedDocs
 from bot.outbox import Followed, Outbox, Owed
 from bot.quotas import refusal_card
 from bot.streaming import StreamingCard, open_streaming
@@ -255,8 +256,10 @@ class Conversations:
         diffs: BranchDiffs | None = None,
         zone: str = DEFAULT_TIME_ZONE,
         forwards: ForwardReader | None = None,
+        documents: LinkedDocs | None = None,
     ) -> None:
         self._hub = hub
+        self._documents = documents
         self._forwards = forwards
         self._zone = zone
         self._files = files
@@ -367,12 +370,19 @@ class Conversations:
         if self._early.pop(event.message_id, None) is not None:
             logger.info("message %s was recalled before its turn started", event.message_id)
             return None
+        linked = Linked()
+        if self._documents is not None:
+            # As the sender, whoever's conversation this is: what they link is what they can open.
+            linked = await self._documents.read(event.text, sender.id)
+        documents = [document.line() for document in linked.documents]
         try:
             submitted, session = await executions.submit(
                 principal_id=principal_id,
                 submitted_by=sender.id,
                 provider=self._provider_for(event.chat_id, session, project),
-                prompt=with_context(with_sender(request, sender), context, forwarded, self._zone),
+                prompt=with_context(
+                    with_sender(request, sender), context, forwarded, self._zone, documents
+                ),
                 origin=origin,
                 workspace=workspace,
                 project=project.name if project is not None else None,
@@ -393,6 +403,8 @@ class Conversations:
         note = left
         if context.unavailable is not None:
             unread = catalogue_text(self._lang, "context.unavailable", reason=context.unavailable)
+            note = f"{note} {unread}".strip()
+        for unread in linked.unread:
             note = f"{note} {unread}".strip()
         if started is not None:
             started.queued.set_result(submitted.id)

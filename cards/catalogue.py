@@ -227,6 +227,15 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "Your Feishu account is disconnected; amux no longer holds its token."
         ),
         "feishu.disconnect.none": "No Feishu account of yours is connected.",
+        "document.not_connected": (
+            "Not read: {urls}. Documents are read only as you: send /amux connect to the bot "
+            "in a private chat first."
+        ),
+        "document.unreadable": (
+            "Not read: {url} ({reason}). Check that your Feishu account can open it, or send "
+            "/amux connect again."
+        ),
+        "document.over_bound": "Not read: {url} (over this turn's limit of linked documents).",
         "project.bound": (
             "This chat is now bound to project **{project}**: each new conversation works on a "
             "branch of its own from {branch}. {memory}"
@@ -802,6 +811,13 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "feishu.connect.failed": "飞书账号未连接（{reason}）。发送 /amux connect 重试。",
         "feishu.disconnect.done": "你的飞书账号已断开，amux 不再保存其令牌。",
         "feishu.disconnect.none": "你没有已连接的飞书账号。",
+        "document.not_connected": (
+            "未读取：{urls}。文档只以你的身份读取：请先在与机器人的私聊中发送 /amux connect。"
+        ),
+        "document.unreadable": (
+            "未读取：{url}（{reason}）。请确认你的飞书账号能打开它，或重新发送 /amux connect。"
+        ),
+        "document.over_bound": "未读取：{url}（超出本轮链接文档的上限）。",
         "project.bound": (
             "本会话已绑定到项目 **{project}**：每个新对话都在从 {branch} 创建的独立分支上"
             "工作。{memory}"

@@ -19,6 +19,7 @@ from bot.feishu_accounts import App, FeishuAccounts
 from bot.files import TurnFiles
 from bot.forwards import ForwardReader
 from bot.identity import FeishuIdentities
+from bot.linked_docs import LinkedDocs
 from bot.management import Management
 from bot.names import DisplayNames
 from bot.outbox import OUTBOX_FILE, Outbox
@@ -214,6 +215,18 @@ def _assemble(
         hub_settings.home / DIFFS_DIR, client, files.post if files is not None else None
     )
     outbox = _outbox(adapter, hub_settings, settings, diffs, metrics)
+    accounts = FeishuAccounts(
+        hub.user_tokens,
+        App(settings.app_id, settings.app_secret.get_secret_value(), settings.domain),
+        settings.language,
+    )
+    documents = LinkedDocs(
+        accounts.access_token,
+        settings.domain,
+        settings.language,
+        link_bytes=settings.document_link_bytes,
+        turn_bytes=settings.document_turn_bytes,
+    )
     conversations = Conversations(
         hub,
         client,
@@ -228,6 +241,7 @@ def _assemble(
         diffs=diffs,
         zone=settings.time_zone,
         forwards=ForwardReader(client),
+        documents=documents,
     )
     scheduler = Scheduler(
         hub, client, conversations, lang=settings.language, zone=settings.time_zone
@@ -241,11 +255,6 @@ def _assemble(
         wake=scheduler.wake,
     )
     limit = SenderLimit(hub.config.messages_per_minute)
-    accounts = FeishuAccounts(
-        hub.user_tokens,
-        App(settings.app_id, settings.app_secret.get_secret_value(), settings.domain),
-        settings.language,
-    )
     sink = BotSink(
         client,
         identities,

@@ -91,6 +91,13 @@ CARD_LIMIT_BYTES = 30 * 1024
 TEXT_LIMIT_BYTES = 150 * 1024
 
 
+def _is_document_path(path: str) -> bool:
+    """A call a user access token may make: reading documents, wikis and sheets."""
+    return path.startswith(
+        ("/open-apis/docx/", "/open-apis/wiki/", "/open-apis/sheets/", "/open-apis/bitable/")
+    )
+
+
 def _too_large(msg_type: str, content: str) -> web.Response | None:
     """Feishu's refusal of a message body over its size limit, or None when it fits."""
     limit = CARD_LIMIT_BYTES if msg_type == "interactive" else TEXT_LIMIT_BYTES
@@ -111,6 +118,20 @@ class DeviceGrant:
     scope: str
     open_id: str | None = None
     denied: bool = False
+
+
+@dataclass
+class FakeDocument:
+    """A document in the fake: its kind (``docx`` or ``sheet``), title, revision, content (text
+    for a docx, rows for a sheet), and who may read it: the ``open_id``s of people, and whether
+    the app's tenant token may."""
+
+    kind: str
+    title: str
+    content: Any
+    readers: set[str] = field(default_factory=set)
+    app_may_read: bool = False
+    revision: int = 7
 
 
 @dataclass
@@ -220,6 +241,11 @@ class FakeFeishu:
         self.user_access_tokens: dict[str, str] = {}
         self.user_refresh_tokens: dict[str, str] = {}
         self.user_token_expire = 7200
+        # Documents by token, wiki nodes (wiki token -> (obj_type, obj_token)), and every read of
+        # one: (path, the bearer token it carried).
+        self.documents: dict[str, FakeDocument] = {}
+        self.wiki_nodes: dict[str, tuple[str, str]] = {}
+        self.document_reads: list[tuple[str, str]] = []
         self.url = ""
         # Long connection state.
         self.ws_connected = asyncio.Event()
@@ -240,6 +266,14 @@ class FakeFeishu:
         app.router.add_post(TOKEN_PATH, self._token)
         app.router.add_post(DEVICE_AUTHORIZATION_PATH, self._device_authorization)
         app.router.add_post(OAUTH_TOKEN_PATH, self._oauth_token)
+        app.router.add_get("/open-apis/docx/v1/documents/{token}", self._docx)
+        app.router.add_get("/open-apis/docx/v1/documents/{token}/raw_content", self._docx_raw)
+        app.router.add_get("/open-apis/wiki/v2/spaces/get_node", self._wiki_node)
+        app.router.add_get("/open-apis/sheets/v3/spreadsheets/{token}", self._sheet)
+        app.router.add_get("/open-apis/sheets/v3/spreadsheets/{token}/sheets/query", self._sheets)
+        app.router.add_get(
+            "/open-apis/sheets/v2/spreadsheets/{token}/values/{range}", self._sheet_values
+        )
         app.router.add_post("/open-apis/im/v1/messages", self._create)
         app.router.add_get("/open-apis/im/v1/messages", self._list)
         app.router.add_get("/open-apis/contact/v3/users/batch", self._users)
@@ -416,7 +450,10 @@ class FakeFeishu:
                 )
         if request.path.startswith("/open-apis/") and request.path not in _UNAUTHENTICATED:
             auth = request.headers.get("Authorization", "")
-            if auth.removeprefix("Bearer ") not in self.issued_tokens:
+            bearer = auth.removeprefix("Bearer ")
+            if bearer not in self.issued_tokens and not (
+                _is_document_path(request.path) and bearer in self.user_access_tokens
+            ):
                 return web.json_response(
                     {"code": 99991663, "msg": "Invalid access token for authorization"},
                     status=400,
@@ -489,6 +526,80 @@ class FakeFeishu:
                 )
             return self._issue_user_token(open_id, "")
         return web.json_response({"error": "unsupported_grant_type"}, status=400)
+
+    def _document(self, request: web.Request, token: str, kind: str) -> FakeDocument | web.Response:
+        """The document if the request's bearer may read it; else Feishu's refusal."""
+        bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        self.document_reads.append((request.path, bearer))
+        document = self.documents.get(token)
+        if document is None or document.kind != kind:
+            return web.json_response({"code": 1770002, "msg": "not found"}, status=404)
+        who = self.user_access_tokens.get(bearer)
+        allowed = who in document.readers if who is not None else document.app_may_read
+        if not allowed:
+            return web.json_response({"code": 1770032, "msg": "forbidden"}, status=403)
+        return document
+
+    async def _docx(self, request: web.Request) -> web.Response:
+        document = self._document(request, request.match_info["token"], "docx")
+        if isinstance(document, web.Response):
+            return document
+        return web.json_response(
+            {
+                "code": 0,
+                "data": {
+                    "document": {
+                        "document_id": request.match_info["token"],
+                        "title": document.title,
+                        "revision_id": document.revision,
+                    }
+                },
+            }
+        )
+
+    async def _docx_raw(self, request: web.Request) -> web.Response:
+        document = self._document(request, request.match_info["token"], "docx")
+        if isinstance(document, web.Response):
+            return document
+        return web.json_response({"code": 0, "data": {"content": document.content}})
+
+    async def _wiki_node(self, request: web.Request) -> web.Response:
+        bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        self.document_reads.append((request.path, bearer))
+        node = self.wiki_nodes.get(request.query.get("token", ""))
+        if node is None:
+            return web.json_response({"code": 131005, "msg": "not found"}, status=404)
+        obj_type, obj_token = node
+        title = self.documents[obj_token].title if obj_token in self.documents else ""
+        return web.json_response(
+            {
+                "code": 0,
+                "data": {"node": {"obj_type": obj_type, "obj_token": obj_token, "title": title}},
+            }
+        )
+
+    async def _sheet(self, request: web.Request) -> web.Response:
+        document = self._document(request, request.match_info["token"], "sheet")
+        if isinstance(document, web.Response):
+            return document
+        return web.json_response({"code": 0, "data": {"spreadsheet": {"title": document.title}}})
+
+    async def _sheets(self, request: web.Request) -> web.Response:
+        document = self._document(request, request.match_info["token"], "sheet")
+        if isinstance(document, web.Response):
+            return document
+        return web.json_response(
+            {"code": 0, "data": {"sheets": [{"sheet_id": "s1", "title": "Sheet1"}]}}
+        )
+
+    async def _sheet_values(self, request: web.Request) -> web.Response:
+        document = self._document(request, request.match_info["token"], "sheet")
+        if isinstance(document, web.Response):
+            return document
+        value_range = {"range": request.match_info["range"], "values": document.content}
+        return web.json_response(
+            {"code": 0, "data": {"revision": document.revision, "valueRange": value_range}}
+        )
 
     async def _token(self, request: web.Request) -> web.Response:
         body = self._body(request)

@@ -1,0 +1,230 @@
+"""Feishu documents linked in a message, read as the person who sent it and given to the Agent
+as context.
+
+A docx, wiki, sheet or bitable link is read with the sender's own user access token
+(``bot.feishu_accounts``), never the bot's tenant token nor anyone else's: what reaches the
+prompt is only what the sender could open themselves. Each is converted to Markdown, bounded
+per link and per turn, and goes inside the untrusted fence (``bot.topic_context.with_context``)
+with its title, URL and revision. A link that cannot be read as the sender (not connected, no
+access, a kind not read) gets one line on the turn's card saying which and what to do.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from cards.catalogue import text as catalogue_text
+from cards.models import Lang
+
+logger = logging.getLogger("amux.bot")
+
+# Feishu's and Lark's document hosts (a tenant's own subdomain of one of them).
+LINK = re.compile(
+    r"https://[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.(?:feishu\.cn|larksuite\.com|larkoffice\.com)"
+    r"/(docx|wiki|sheets|base)/([A-Za-z0-9]{8,64})"
+)
+# More links than this in one message are left out, each told.
+MAX_LINKS = 5
+# The rows and columns of a sheet read: its first sheet's top-left corner.
+SHEET_RANGE = "A1:Z200"
+_TIMEOUT = aiohttp.ClientTimeout(total=20)
+
+
+@dataclass(frozen=True)
+class LinkedDocument:
+    """One document as the Agent sees it: ``markdown`` is the sender's view, cut to the bound
+    (``truncated`` then says so)."""
+
+    url: str
+    kind: str
+    title: str
+    revision: str
+    markdown: str
+    truncated: bool = False
+
+    def line(self) -> dict[str, object]:
+        line: dict[str, object] = {
+            "document": self.kind,
+            "title": self.title,
+            "url": self.url,
+            "revision": self.revision,
+            "text": self.markdown,
+        }
+        if self.truncated:
+            line["truncated"] = True
+        return line
+
+
+@dataclass(frozen=True)
+class Linked:
+    """What a message's links gave: the documents read, and one line per link that was not."""
+
+    documents: tuple[LinkedDocument, ...] = ()
+    unread: tuple[str, ...] = ()
+
+
+class Unreadable(Exception):
+    """Feishu would not give this document to the sender (``reason`` says why, for the card)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def links_in(text: str) -> list[tuple[str, str, str]]:
+    """(url, kind, token) of each distinct document link in ``text``, in order."""
+    found: dict[str, tuple[str, str, str]] = {}
+    for match in LINK.finditer(text):
+        found.setdefault(match.group(2), (match.group(0), match.group(1), match.group(2)))
+    return list(found.values())
+
+
+class LinkedDocs:
+    """Reads the documents a message links, as its sender."""
+
+    def __init__(
+        self,
+        access_token: Callable[[str], Awaitable[str | None]],
+        domain: str,
+        lang: Lang,
+        *,
+        link_bytes: int,
+        turn_bytes: int,
+    ) -> None:
+        self._access_token = access_token
+        self._domain = domain.rstrip("/")
+        self._lang = lang
+        self._link_bytes = link_bytes
+        self._turn_bytes = turn_bytes
+
+    async def read(self, text: str, principal_id: str) -> Linked:
+        links = links_in(text)
+        if not links:
+            return Linked()
+        token = await self._access_token(principal_id)
+        if token is None:
+            # Never the bot's token, never anyone else's: without the sender's, nothing is read.
+            urls = ", ".join(url for url, _, _ in links)
+            return Linked(unread=(catalogue_text(self._lang, "document.not_connected", urls=urls),))
+        documents: list[LinkedDocument] = []
+        unread: list[str] = []
+        left = self._turn_bytes
+        async with aiohttp.ClientSession(timeout=_TIMEOUT) as http:
+            reader = _Reader(http, self._domain, token)
+            for index, (url, kind, doc_token) in enumerate(links):
+                if index >= MAX_LINKS or left <= 0:
+                    unread.append(catalogue_text(self._lang, "document.over_bound", url=url))
+                    continue
+                try:
+                    title, revision, markdown = await reader.read(kind, doc_token)
+                except Unreadable as refused:
+                    logger.info("a linked %s could not be read as its sender: %s", kind, refused)
+                    unread.append(
+                        catalogue_text(
+                            self._lang, "document.unreadable", url=url, reason=refused.reason
+                        )
+                    )
+                    continue
+                bound = min(self._link_bytes, left)
+                kept, truncated = _cut(markdown, bound)
+                left -= len(kept.encode())
+                documents.append(LinkedDocument(url, kind, title, revision, kept, truncated))
+        return Linked(tuple(documents), tuple(unread))
+
+
+class _Reader:
+    def __init__(self, http: aiohttp.ClientSession, domain: str, token: str) -> None:
+        self._http = http
+        self._domain = domain
+        self._headers = {"Authorization": f"Bearer {token}"}
+
+    async def _get(self, path: str, **query: str) -> dict[str, Any]:
+        try:
+            async with self._http.get(
+                self._domain + path, params=query, headers=self._headers
+            ) as response:
+                body = await response.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+            raise Unreadable(f"Feishu did not answer: {type(error).__name__}") from None
+        if not isinstance(body, dict):
+            raise Unreadable("Feishu answered nothing readable")
+        code = body.get("code")
+        if code != 0:
+            raise Unreadable(f"Feishu code {code}: {str(body.get('msg') or '')[:120]}")
+        data = body.get("data")
+        return data if isinstance(data, dict) else {}
+
+    async def read(self, kind: str, token: str) -> tuple[str, str, str]:
+        """(title, revision, Markdown) of one document."""
+        if kind == "wiki":
+            node = (await self._get("/open-apis/wiki/v2/spaces/get_node", token=token)).get(
+                "node"
+            ) or {}
+            obj_type, obj_token = str(node.get("obj_type") or ""), str(node.get("obj_token") or "")
+            if obj_type == "docx":
+                return await self._docx(obj_token)
+            if obj_type == "sheet":
+                return await self._sheet(obj_token)
+            raise Unreadable(f"a wiki page of kind {obj_type or 'unknown'} is not read")
+        if kind == "docx":
+            return await self._docx(token)
+        if kind == "sheets":
+            return await self._sheet(token)
+        raise Unreadable("bitables are not read yet")
+
+    async def _docx(self, token: str) -> tuple[str, str, str]:
+        document = (await self._get(f"/open-apis/docx/v1/documents/{token}")).get("document") or {}
+        raw = await self._get(f"/open-apis/docx/v1/documents/{token}/raw_content")
+        return (
+            str(document.get("title") or ""),
+            str(document.get("revision_id") or ""),
+            str(raw.get("content") or ""),
+        )
+
+    async def _sheet(self, token: str) -> tuple[str, str, str]:
+        base = f"/open-apis/sheets/v3/spreadsheets/{token}"
+        sheet = (await self._get(base)).get("spreadsheet") or {}
+        sheets = (await self._get(f"{base}/sheets/query")).get("sheets") or []
+        if not sheets:
+            return str(sheet.get("title") or ""), "", ""
+        first = str(sheets[0].get("sheet_id") or "")
+        values = await self._get(
+            f"/open-apis/sheets/v2/spreadsheets/{token}/values/{first}!{SHEET_RANGE}"
+        )
+        value_range = values.get("valueRange") or {}
+        rows = value_range.get("values") or []
+        revision = str(values.get("revision") or value_range.get("revision") or "")
+        return str(sheet.get("title") or ""), revision, _table(rows)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    shown = value if isinstance(value, str) else str(value)
+    return " ".join(shown.split()).replace("|", "\\|")
+
+
+def _table(rows: list[Any]) -> str:
+    """A sheet's rows as a Markdown table, the first row its header."""
+    kept = [[_cell(v) for v in row] for row in rows if isinstance(row, list)]
+    if not kept:
+        return ""
+    width = max(len(row) for row in kept)
+    kept = [row + [""] * (width - len(row)) for row in kept]
+    lines = ["| " + " | ".join(kept[0]) + " |", "|" + " --- |" * width]
+    lines += ["| " + " | ".join(row) + " |" for row in kept[1:]]
+    return "\n".join(lines)
+
+
+def _cut(text: str, limit: int) -> tuple[str, bool]:
+    """``text`` to at most ``limit`` UTF-8 bytes, whole characters only; whether it was cut."""
+    raw = text.encode()
+    if len(raw) <= limit:
+        return text, False
+    return raw[:limit].decode(errors="ignore"), True
