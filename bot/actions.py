@@ -514,6 +514,9 @@ def action_table(management: Management, conversations: Conversations, lang: Lan
     table.toast(actions.PULL_REQUEST, RunRef.parse, turns.pull_request)
 
     table.card(actions.MANAGE_OPEN, no_value, management.open)
+    # Each acts on the clicker's own account only; connecting, only in their private chat.
+    table.card(actions.FEISHU_CONNECT, no_value, management.connect_feishu)
+    table.card(actions.FEISHU_DISCONNECT, no_value, management.disconnect_feishu)
     table.card(actions.PROVIDER_SET, ProviderChoice.parse, management.choose_provider)
     for drafting in (
         actions.MEMORY_TOGGLE,

@@ -24,6 +24,7 @@ from bot.actions import (
     SearchForm,
     UnbindRequest,
 )
+from bot.feishu_accounts import FeishuAccounts
 from bot.project_cards import ProjectCards, Tell
 from cards.catalogue import plain_text, text
 from cards.elements import Card, escape
@@ -148,8 +149,11 @@ class Management:
         default_provider: str,
         tell: Tell | None = None,
         zone: str = DEFAULT_TIME_ZONE,
+        accounts: FeishuAccounts | None = None,
     ) -> None:
         self._hub = hub
+        self._accounts = accounts
+        self._tell = tell
         self.lang = lang
         self.zone = zone
         self.default_provider = default_provider
@@ -244,6 +248,8 @@ class Management:
             identity=Identity(principal.label, principal.id, "user", principal.is_owner),
             memory_scope=memory_scope(principal.id, self._hub.config.isolation),
             memory=Setting(bool(memory.saved), bool(memory.running), draft_memory),
+            feishu_scopes=self._feishu_scopes(principal),
+            feishu_connectable=self._accounts is not None,
             isolation=Setting(isolation.saved == "on", isolation.running == "on", draft_isolation),
             history_days=Setting(int(history.saved), int(history.running), draft_history_days),
             restarted=restarted,
@@ -289,6 +295,38 @@ class Management:
             ),
             draft_revision=draft.revision,
         )
+
+    def _feishu_scopes(self, principal: Principal) -> tuple[str, ...] | None:
+        connection = self._hub.user_tokens.connection(principal.id)
+        return None if connection is None else connection.scopes
+
+    def _own_private_chat(self, click: Click) -> bool:
+        holder = self._hub.people.private_chat_holder(click.chat_id) if click.chat_id else None
+        return holder is not None and holder.id == click.principal.id
+
+    async def connect_feishu(self, click: Click, _: None) -> Card:
+        """``feishu.connect``: start connecting the clicker's own account, in their own private
+        chat only (whoever opens the code connects their account: never a group's card)."""
+        if self._accounts is None or not self._own_private_chat(click):
+            logger.warning(
+                "refused a Feishu connect from %s outside their chat", click.principal.label
+            )
+            raise Forbidden(text(self.lang, "command.private_only"))
+        chat_id, tell = click.chat_id, self._tell
+
+        async def told(words: str) -> None:
+            if tell is not None:
+                await tell(chat_id, words)
+
+        started = await self._accounts.begin(click.principal, told)
+        return self.card(click.principal, chat_id=chat_id, notice=escape(started))
+
+    async def disconnect_feishu(self, click: Click, _: None) -> Card:
+        """``feishu.disconnect``: erase the clicker's own token (whoever's card it was)."""
+        if self._accounts is None:
+            raise Forbidden(text(self.lang, "command.private_only"))
+        done = await self._accounts.disconnect(click.principal)
+        return self.card(click.principal, chat_id=click.chat_id, notice=escape(done))
 
     async def open(self, click: Click, _: None) -> Card:
         """``manage.open``: the management card again."""

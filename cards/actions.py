@@ -64,6 +64,9 @@ action                     fields carried in the value
 ``catchup.run``             (none): run the message a note about a message sent while the bot was
                            away answers; which message, and who may run it (its sender or the
                            owner, once), is the bot's record of the note, never the card's
+``feishu.connect``         (none): start connecting the clicker's own Feishu account; only in
+                           their own private chat with the bot (the bot's record of that chat)
+``feishu.disconnect``      (none): erase the clicker's own Feishu token
 =========================  ======================================================================
 
 The draft is ``memory_enabled``, ``isolation``, ``history_days``, ``max_queued`` and
@@ -115,6 +118,8 @@ PROJECT_UNBIND: Final = "project.unbind"
 SCHEDULE_CHANGE: Final = "schedule.change"
 CATCH_UP_RUN: Final = "catchup.run"
 PULL_REQUEST: Final = "branch.pull_request"
+FEISHU_CONNECT: Final = "feishu.connect"
+FEISHU_DISCONNECT: Final = "feishu.disconnect"
 
 ALL: Final[frozenset[str]] = frozenset(
     {
@@ -152,6 +157,8 @@ ALL: Final[frozenset[str]] = frozenset(
         SCHEDULE_CHANGE,
         CATCH_UP_RUN,
         PULL_REQUEST,
+        FEISHU_CONNECT,
+        FEISHU_DISCONNECT,
     }
 )
 

@@ -227,6 +227,14 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "Your Feishu account is disconnected; amux no longer holds its token."
         ),
         "feishu.disconnect.none": "No Feishu account of yours is connected.",
+        "manage.feishu.none": (
+            "**Feishu account**: not connected; documents you link are not read."
+        ),
+        "manage.feishu.connected": (
+            "**Feishu account**: connected; documents you link are read as you ({scopes})."
+        ),
+        "manage.feishu.connect": "Connect Feishu account",
+        "manage.feishu.disconnect": "Disconnect Feishu account",
         "document.not_connected": (
             "Not read: {urls}. Documents are read only as you: send /amux connect to the bot "
             "in a private chat first."
@@ -811,6 +819,12 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "feishu.connect.failed": "飞书账号未连接（{reason}）。发送 /amux connect 重试。",
         "feishu.disconnect.done": "你的飞书账号已断开，amux 不再保存其令牌。",
         "feishu.disconnect.none": "你没有已连接的飞书账号。",
+        "manage.feishu.none": "**飞书账号**：未连接；你发送的文档链接不会被读取。",
+        "manage.feishu.connected": (
+            "**飞书账号**：已连接；你发送的文档链接以你的身份读取（{scopes}）。"
+        ),
+        "manage.feishu.connect": "连接飞书账号",
+        "manage.feishu.disconnect": "断开飞书账号",
         "document.not_connected": (
             "未读取：{urls}。文档只以你的身份读取：请先在与机器人的私聊中发送 /amux connect。"
         ),

@@ -150,6 +150,22 @@ def _identity_section(view: ManagementView, lang: Lang) -> list[Element]:
             + f"\n{role}"
         ),
         markdown(text(lang, "manage.scope", scope=code(view.memory_scope)) + f"\n{scope_hint}"),
+        *_feishu_account(view, lang),
+    ]
+
+
+def _feishu_account(view: ManagementView, lang: Lang) -> list[Element]:
+    if not view.feishu_connectable:
+        return []
+    if view.feishu_scopes is None:
+        return [
+            markdown(text(lang, "manage.feishu.none")),
+            row(button(text(lang, "manage.feishu.connect"), actions.FEISHU_CONNECT)),
+        ]
+    scopes = ", ".join(code(scope) for scope in view.feishu_scopes) or "-"
+    return [
+        markdown(text(lang, "manage.feishu.connected", scopes=scopes)),
+        row(button(text(lang, "manage.feishu.disconnect"), actions.FEISHU_DISCONNECT)),
     ]
 
 

@@ -106,6 +106,10 @@ class ManagementView:
     isolation: Setting[bool]
     # Whole days an overwritten or forgotten document stays restorable (0: none kept).
     history_days: Setting[int]
+    # The viewer's own Feishu account: the scopes it granted, None when not connected; shown
+    # only where this Hub can connect accounts.
+    feishu_scopes: tuple[str, ...] | None = None
+    feishu_connectable: bool = False
     restarted: bool = False
     # The Agent new conversations in this chat run, and the choices offered.
     chat_id: str = ""

@@ -205,8 +205,18 @@ def _assemble(
         names=names,
         scanner_open_id=owner_open_id,
     )
+    accounts = FeishuAccounts(
+        hub.user_tokens,
+        App(settings.app_id, settings.app_secret.get_secret_value(), settings.domain),
+        settings.language,
+    )
     management = Management(
-        hub, settings.language, settings.provider, tell=client.send_text, zone=settings.time_zone
+        hub,
+        settings.language,
+        settings.provider,
+        tell=client.send_text,
+        zone=settings.time_zone,
+        accounts=accounts,
     )
     seen = SeenTopics(hub_settings.home / TOPICS_FILE)
     files = _turn_files(client, hub_settings, runtime)
@@ -215,11 +225,6 @@ def _assemble(
         hub_settings.home / DIFFS_DIR, client, files.post if files is not None else None
     )
     outbox = _outbox(adapter, hub_settings, settings, diffs, metrics)
-    accounts = FeishuAccounts(
-        hub.user_tokens,
-        App(settings.app_id, settings.app_secret.get_secret_value(), settings.domain),
-        settings.language,
-    )
     documents = LinkedDocs(
         accounts.access_token,
         settings.domain,

@@ -13,7 +13,16 @@ from pathlib import Path
 import pytest
 
 from bot.feishu.app_manifest import USER_SCOPES
-from tests.bot.test_bot_flows import BOB, Bot, private_chat, running_bot
+from cards import actions
+from tests.bot.test_bot_flows import (
+    BOB,
+    GROUP,
+    Bot,
+    buttons,
+    card_text,
+    private_chat,
+    running_bot,
+)
 from tests.conftest import until
 
 pytestmark = pytest.mark.timeout(120)
@@ -76,3 +85,31 @@ async def test_connecting_is_refused_in_a_group(tmp_path: Path) -> None:
         asked = await bot.say("/amux connect", BOB, group=True, mention=True)
         assert "private chat" in text_of(bot, (await bot.reply_to(asked)).message_id)
         assert bot.feishu.calls("POST", "/oauth/device_authorization") == []
+
+
+async def test_the_amux_card_connects_shows_the_scopes_and_disconnects(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        asked = await bot.say("/amux", BOB)
+        shown = (await bot.reply_to(asked)).card
+        assert "not connected" in card_text(shown)
+        assert {"action": actions.FEISHU_CONNECT} in buttons(shown)
+
+        # A card clicked in a group never starts a connect: whoever reads the code would own it.
+        refused = await bot.card_after({"action": actions.FEISHU_CONNECT}, who=BOB, chat_id=GROUP)
+        assert "private chat" in card_text(refused)
+        assert bot.feishu.calls("POST", "/oauth/device_authorization") == []
+
+        started = await bot.card_after({"action": actions.FEISHU_CONNECT}, who=BOB)
+        found = re.search(r"code (UC-\d+)", card_text(started))
+        assert found is not None
+        bot.feishu.grant_device(found.group(1), BOB["sender_open_id"])
+        await until(lambda: sent_to(bot, private_chat(BOB)))
+        again = await bot.card_after({"action": actions.MANAGE_OPEN}, who=BOB)
+        assert "docx:document:readonly" in card_text(again)
+        assert {"action": actions.FEISHU_DISCONNECT} in buttons(again)
+        (issued,) = bot.feishu.user_tokens_of(BOB["sender_open_id"])
+        assert issued not in card_text(again)
+
+        gone = await bot.card_after({"action": actions.FEISHU_DISCONNECT}, who=BOB)
+        assert "not connected" in card_text(gone)
+        assert bot.hub.user_tokens.token(bot.ids["bob"]) is None
