@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from bot.feishu.app_manifest import USER_SCOPES
+from bot.feishu_accounts import App, FeishuAccounts
 from cards import actions
 from tests.bot.test_bot_flows import (
+    APP_ID,
     BOB,
     GROUP,
     Bot,
@@ -113,3 +115,30 @@ async def test_the_amux_card_connects_shows_the_scopes_and_disconnects(tmp_path:
         gone = await bot.card_after({"action": actions.FEISHU_DISCONNECT}, who=BOB)
         assert "not connected" in card_text(gone)
         assert bot.hub.user_tokens.token(bot.ids["bob"]) is None
+
+
+async def test_an_expired_token_is_refreshed_as_its_owner_and_a_refused_refresh_reads_nothing(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        # Feishu's tokens last two hours; these are inside the refresh margin from the start.
+        bot.feishu.user_token_expire = 30
+        await connect(bot)
+        granted = bot.hub.user_tokens.token(bot.ids["bob"])
+        assert granted is not None
+        accounts = FeishuAccounts(
+            bot.hub.user_tokens, App(APP_ID, bot.feishu.app_secret, bot.feishu.url), "en_us"
+        )
+
+        fresh = await accounts.access_token(bot.ids["bob"])
+        assert fresh is not None and fresh != granted.access_token
+        assert bot.feishu.user_access_tokens[fresh] == BOB["sender_open_id"]
+        (refresh,) = bot.feishu.calls("POST", "/oauth/token")[-1:]
+        assert refresh.body["refresh_token"] == granted.refresh_token
+        kept = bot.hub.user_tokens.token(bot.ids["bob"])
+        assert kept is not None and kept.access_token == fresh
+        assert kept.scopes == granted.scopes
+
+        # Feishu no longer honours the grant (revoked in Feishu): nothing to read with.
+        bot.feishu.user_refresh_tokens.clear()
+        assert await accounts.access_token(bot.ids["bob"]) is None
