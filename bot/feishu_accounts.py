@@ -50,6 +50,9 @@ class FeishuAccounts:
         self._app = app
         self._lang = lang
         self._waiting: dict[str, asyncio.Task[None]] = {}
+        # One refresh per person at a time: Feishu rotates the refresh token, so a second
+        # refresh with the same one would fail and drop a connection that is fine.
+        self._refreshing: dict[str, asyncio.Lock] = {}
 
     def _flow(self) -> DeviceFlowClient:
         return DeviceFlowClient(self._app.app_id, self._app.app_secret, domain=self._app.domain)
@@ -134,6 +137,11 @@ class FeishuAccounts:
     async def access_token(self, principal_id: str) -> str | None:
         """The token to read as ``principal_id`` now, refreshed if it has expired; None when
         they have not connected or Feishu no longer honours the grant (they connect again)."""
+        lock = self._refreshing.setdefault(principal_id, asyncio.Lock())
+        async with lock:
+            return await self._current(principal_id)
+
+    async def _current(self, principal_id: str) -> str | None:
         token = self._tokens.token(principal_id)
         if token is None or not token.access_token:
             return None

@@ -6,8 +6,10 @@ and the fake Feishu's device flow standing in for Feishu's."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from bot.feishu.app_manifest import USER_SCOPES
 from bot.feishu_accounts import App, FeishuAccounts
 from cards import actions
+from hub.user_tokens import UserToken
 from tests.bot.test_bot_flows import (
     APP_ID,
     BOB,
@@ -130,8 +133,13 @@ async def test_an_expired_token_is_refreshed_as_its_owner_and_a_refused_refresh_
             bot.hub.user_tokens, App(APP_ID, bot.feishu.app_secret, bot.feishu.url), "en_us"
         )
 
-        fresh = await accounts.access_token(bot.ids["bob"])
+        bot.feishu.user_token_expire = 7200
+        # Two links read at once refresh once, and both read.
+        fresh, same = await asyncio.gather(
+            accounts.access_token(bot.ids["bob"]), accounts.access_token(bot.ids["bob"])
+        )
         assert fresh is not None and fresh != granted.access_token
+        assert same == fresh
         assert bot.feishu.user_access_tokens[fresh] == BOB["sender_open_id"]
         (refresh,) = bot.feishu.calls("POST", "/oauth/token")[-1:]
         assert refresh.body["refresh_token"] == granted.refresh_token
@@ -141,4 +149,6 @@ async def test_an_expired_token_is_refreshed_as_its_owner_and_a_refused_refresh_
 
         # Feishu no longer honours the grant (revoked in Feishu): nothing to read with.
         bot.feishu.user_refresh_tokens.clear()
+        expired = UserToken(fresh, kept.refresh_token, time.time() - 1, None, kept.scopes)
+        await bot.hub.user_tokens.store(bot.ids["bob"], expired)
         assert await accounts.access_token(bot.ids["bob"]) is None
