@@ -33,6 +33,8 @@ LINK = re.compile(
 MAX_LINKS = 5
 # The rows and columns of a sheet read: its first sheet's top-left corner.
 SHEET_RANGE = "A1:Z200"
+# The records of a bitable read: its first table's first page.
+BITABLE_ROWS = 200
 _TIMEOUT = aiohttp.ClientTimeout(total=20)
 
 
@@ -176,7 +178,7 @@ class _Reader:
             return await self._docx(token)
         if kind == "sheets":
             return await self._sheet(token)
-        raise Unreadable("bitables are not read yet")
+        return await self._bitable(token)
 
     async def _docx(self, token: str) -> tuple[str, str, str]:
         document = (await self._get(f"/open-apis/docx/v1/documents/{token}")).get("document") or {}
@@ -186,6 +188,23 @@ class _Reader:
             str(document.get("revision_id") or ""),
             str(raw.get("content") or ""),
         )
+
+    async def _bitable(self, token: str) -> tuple[str, str, str]:
+        """A bitable's first table, its records as rows (the first page of them)."""
+        base = f"/open-apis/bitable/v1/apps/{token}"
+        app = (await self._get(base)).get("app") or {}
+        tables = (await self._get(f"{base}/tables")).get("items") or []
+        title, revision = str(app.get("name") or ""), str(app.get("revision") or "")
+        if not tables:
+            return title, revision, ""
+        table = str(tables[0].get("table_id") or "")
+        records = await self._get(f"{base}/tables/{table}/records", page_size=str(BITABLE_ROWS))
+        items = [i.get("fields") or {} for i in records.get("items") or [] if isinstance(i, dict)]
+        columns: list[str] = []
+        for fields in items:
+            columns += [name for name in fields if name not in columns]
+        rows = [columns, *([_field(fields.get(name)) for name in columns] for fields in items)]
+        return title, revision, _table(rows) if columns else ""
 
     async def _sheet(self, token: str) -> tuple[str, str, str]:
         base = f"/open-apis/sheets/v3/spreadsheets/{token}"
@@ -201,6 +220,15 @@ class _Reader:
         rows = value_range.get("values") or []
         revision = str(values.get("revision") or value_range.get("revision") or "")
         return str(sheet.get("title") or ""), revision, _table(rows)
+
+
+def _field(value: object) -> str:
+    """A bitable field as text: rich text and options are lists of pieces."""
+    if isinstance(value, list):
+        return " ".join(_field(piece) for piece in value)
+    if isinstance(value, dict):
+        return str(value.get("text") or value.get("name") or value.get("link") or "")
+    return "" if value is None else str(value)
 
 
 def _cell(value: object) -> str:

@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 PLAN = "https://acme.feishu.cn/docx/DocPlan0001"
 WIKI = "https://acme.feishu.cn/wiki/WikiNode0001"
 SECRET = "https://acme.feishu.cn/docx/DocSecret001"
+BASE = "https://acme.feishu.cn/base/BaseTasks001"
 
 
 async def say(bot: Bot, words: str) -> str:
@@ -52,6 +53,12 @@ async def test_links_are_read_as_their_sender_and_only_as_them(tmp_path: Path) -
             "sheet", "Budget", [["item", "cost"], ["servers", 120]], readers={"ou_dave"}
         )
         feishu.wiki_nodes["WikiNode0001"] = ("sheet", "ShtBudget01")
+        feishu.documents["BaseTasks001"] = FakeDocument(
+            "bitable",
+            "Tasks",
+            [{"Task": [{"type": "text", "text": "Write notes"}], "Owner": "Dave", "Done": False}],
+            readers={"ou_dave"},
+        )
         # Alice's, which the bot's app could read too: Dave may not.
         feishu.documents["DocSecret001"] = FakeDocument(
             "docx", "Salaries", "alice-only-figures", readers={"ou_alice"}, app_may_read=True
@@ -70,7 +77,7 @@ async def test_links_are_read_as_their_sender_and_only_as_them(tmp_path: Path) -
         await until(lambda: said_anywhere(bot, "account is connected"))
         (dave_token,) = feishu.user_tokens_of("ou_dave")
 
-        asked = await say(bot, f"Compare {PLAN} with {WIKI} and {SECRET}")
+        asked = await say(bot, f"Compare {PLAN} with {WIKI}, {BASE} and {SECRET}")
         await until(lambda: bot.answered(asked, "Freeze on Thursday"))
         refused = await until(lambda: bot.answered(asked, "Not read: "))
         assert f"Not read: {SECRET} (Feishu code 1770032" in refused
@@ -80,6 +87,11 @@ async def test_links_are_read_as_their_sender_and_only_as_them(tmp_path: Path) -
         assert documents["Release plan"]["url"] == PLAN
         assert documents["Release plan"]["revision"] == "7"
         assert documents["Budget"]["text"].splitlines()[2] == "| servers | 120 |"
+        assert documents["Tasks"]["text"].splitlines() == [
+            "| Task | Owner | Done |",
+            "| --- | --- | --- |",
+            "| Write notes | Dave | False |",
+        ]
         assert "Salaries" not in documents
         assert "alice-only-figures" not in bot.prompts()[-1]
         assert "Request:" in bot.prompts()[-1].split(fence.marker)[-1]

@@ -269,6 +269,11 @@ class FakeFeishu:
         app.router.add_get("/open-apis/docx/v1/documents/{token}", self._docx)
         app.router.add_get("/open-apis/docx/v1/documents/{token}/raw_content", self._docx_raw)
         app.router.add_get("/open-apis/wiki/v2/spaces/get_node", self._wiki_node)
+        app.router.add_get("/open-apis/bitable/v1/apps/{token}", self._bitable)
+        app.router.add_get("/open-apis/bitable/v1/apps/{token}/tables", self._bitable_tables)
+        app.router.add_get(
+            "/open-apis/bitable/v1/apps/{token}/tables/{table}/records", self._bitable_records
+        )
         app.router.add_get("/open-apis/sheets/v3/spreadsheets/{token}", self._sheet)
         app.router.add_get("/open-apis/sheets/v3/spreadsheets/{token}/sheets/query", self._sheets)
         app.router.add_get(
@@ -577,6 +582,27 @@ class FakeFeishu:
                 "data": {"node": {"obj_type": obj_type, "obj_token": obj_token, "title": title}},
             }
         )
+
+    async def _bitable(self, request: web.Request) -> web.Response:
+        document = self._document(request, request.match_info["token"], "bitable")
+        if isinstance(document, web.Response):
+            return document
+        app = {"name": document.title, "revision": document.revision}
+        return web.json_response({"code": 0, "data": {"app": app}})
+
+    async def _bitable_tables(self, request: web.Request) -> web.Response:
+        document = self._document(request, request.match_info["token"], "bitable")
+        if isinstance(document, web.Response):
+            return document
+        items = [{"table_id": "tbl1", "name": "Table 1"}]
+        return web.json_response({"code": 0, "data": {"items": items}})
+
+    async def _bitable_records(self, request: web.Request) -> web.Response:
+        document = self._document(request, request.match_info["token"], "bitable")
+        if isinstance(document, web.Response):
+            return document
+        items = [{"record_id": f"rec{i}", "fields": f} for i, f in enumerate(document.content)]
+        return web.json_response({"code": 0, "data": {"items": items, "has_more": False}})
 
     async def _sheet(self, request: web.Request) -> web.Response:
         document = self._document(request, request.match_info["token"], "sheet")
