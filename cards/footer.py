@@ -32,6 +32,9 @@ WINDOWS: tuple[tuple[str, int], ...] = (
 LONG_WINDOW = ("[1m]", 1_000_000)
 
 
+FOOTER_ID = "footer"
+
+
 def context_window(model: str) -> int | None:
     """The context window of ``model`` by name; None when this table does not know it."""
     name = model.lower()
@@ -75,7 +78,11 @@ def footer(
         parts.append(text(lang, "footer.context", percent=percent))
     if branch:
         parts.append(escape(branch[:BRANCH_CHARS]))
-    elements = [markdown(f"<font color='grey'>{' · '.join(parts)}</font>")]
+    # Named, so a reader of the card (or its tests) can tell the footer from the answer.
+    elements = [
+        {**markdown(f"<font color='grey'>{' · '.join(parts)}</font>"), "element_id": FOOTER_ID}
+    ]
     if percent is not None and percent > COMPACT_AT:
-        elements.append(markdown(text(lang, "footer.compact", percent=percent)))
+        hint = markdown(text(lang, "footer.compact", percent=percent))
+        elements.append({**hint, "element_id": f"{FOOTER_ID}_hint"})
     return elements

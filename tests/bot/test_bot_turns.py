@@ -9,9 +9,11 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from cards.footer import FOOTER_ID
 from hub.client import HubClient
 from hub.paths import principal_scope
 from runtime_bridge.config import RuntimeSettings
@@ -165,7 +167,14 @@ async def test_a_long_answer_arrives_as_several_cards_that_add_up_to_it(tmp_path
         await until(lambda: len(bot.replies_to(asked)) >= total)
         results = [m.card for m in bot.replies_to(asked) if "Result (" in card_text(m.card)]
         assert len(results) == total
-        parts = [markdown_of(card) for card in results]
+        # The first card ends with the turn's footer (model, time, tokens): not the answer's.
+        parts = [markdown_of(without_footer(card)) for card in results]
         # Every card's code blocks are balanced, so each renders on its own.
         assert all(part.count("```") % 2 == 0 for part in parts)
         assert unrepair(parts) == answer
+
+
+def without_footer(card: dict[str, Any]) -> dict[str, Any]:
+    elements = card["body"]["elements"]
+    kept = [e for e in elements if not str(e.get("element_id", "")).startswith(FOOTER_ID)]
+    return {**card, "body": {**card["body"], "elements": kept}}
