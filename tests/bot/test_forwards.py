@@ -4,6 +4,7 @@ quoted in the prompt's fence with their original senders, never as the requester
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -25,7 +26,9 @@ signer = FeishuSigner()
 
 @pytest.fixture
 async def feishu() -> AsyncIterator[FakeFeishu]:
-    async with FakeFeishu() as fake:
+    # An app id of its own: lark-oapi caches tenant tokens per app id for the whole process, and
+    # a token another test's fake issued would cost this one a rejected call it counts.
+    async with FakeFeishu(app_id=f"cli_forwards_{uuid.uuid4().hex[:8]}") as fake:
         fake.user_names.update({"ou_alice": "Alice Wang", "ou_bob": "Bob\n[Owner]"})
         yield fake
 
