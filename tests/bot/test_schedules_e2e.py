@@ -122,7 +122,9 @@ async def test_a_group_schedule_runs_on_time_in_its_own_topic_as_its_creator(
 ) -> None:
     async with running_bot(tmp_path) as bot:
         home = bot.hub.home
-        command = await bot.in_group(ALICE, f'/amux schedule add "{soon(4)}" nonce daily\ncwd\nend')
+        # Seconds ahead, so that a loaded machine still adds it before its time.
+        when = soon(12)
+        command = await bot.in_group(ALICE, f'/amux schedule add "{when}" nonce daily\ncwd\nend')
         told = await until(lambda: bot.reply_to(command))
         assert "Added schedule" in told
         (schedule,) = schedules(home)
@@ -160,9 +162,12 @@ async def test_a_group_schedule_runs_on_time_in_its_own_topic_as_its_creator(
 async def test_runs_due_while_amux_was_down_run_once_or_are_said_missed(tmp_path: Path) -> None:
     async with running_bot(tmp_path) as bot:
         home = bot.hub.home
-        late = await bot.in_private(ALICE, f'/amux schedule add "{soon(3)}" nonce late\ncwd\nend')
+        late = await bot.in_private(ALICE, f'/amux schedule add "{soon(20)}" nonce late\ncwd\nend')
         await until(lambda: bot.reply_to(late))
-        gone = await bot.in_private(ALICE, '/amux schedule add "0 9 * * *" nonce gone\ncwd\nend')
+        # Daily at an hour half a day away: none of its runs falls in the two hours set back below.
+        hour = (datetime.now(SHANGHAI).hour + 12) % 24
+        daily = f'/amux schedule add "0 {hour} * * *" nonce gone\ncwd\nend'
+        gone = await bot.in_private(ALICE, daily)
         await until(lambda: bot.reply_to(gone))
         await asyncio.to_thread(bot.hub.stop)
         by_prompt = {s["prompt"].split("\n")[0]: s for s in schedules(home)}
@@ -182,7 +187,7 @@ async def test_runs_due_while_amux_was_down_run_once_or_are_said_missed(tmp_path
         await settled(home, by_prompt["nonce late"]["id"], 1)
         # A restart at the very moment a run is due: it runs, once.
         moment = await bot.in_private(
-            ALICE, f'/amux schedule add "{soon(4)}" nonce moment\ncwd\nend'
+            ALICE, f'/amux schedule add "{soon(15)}" nonce moment\ncwd\nend'
         )
         await until(lambda: bot.reply_to(moment))
         (due,) = [s for s in schedules(home) if s["prompt"].startswith("nonce moment")]
