@@ -22,7 +22,7 @@ INPUT_KEYS = ("input_tokens", "inputTokens", "input")
 OUTPUT_KEYS = ("output_tokens", "outputTokens", "output")
 
 
-def _count(usage: Mapping[str, Any], keys: tuple[str, ...]) -> int | None:
+def token_count(usage: Mapping[str, Any], keys: tuple[str, ...]) -> int | None:
     for key in keys:
         value = usage.get(key)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -30,7 +30,7 @@ def _count(usage: Mapping[str, Any], keys: tuple[str, ...]) -> int | None:
     return None
 
 
-def _short(count: int) -> str:
+def short_count(count: int) -> str:
     return f"{count / 1000:.1f}k" if count >= 1000 else str(count)
 
 
@@ -40,9 +40,11 @@ def usage_summary(usage: Mapping[str, Any], elapsed_seconds: float, lang: Lang) 
     counted = usage.get("gateway")
     if isinstance(counted, Mapping):
         usage = counted
-    spent_in, spent_out = _count(usage, INPUT_KEYS), _count(usage, OUTPUT_KEYS)
+    spent_in, spent_out = token_count(usage, INPUT_KEYS), token_count(usage, OUTPUT_KEYS)
     if spent_in is not None and spent_out is not None:
-        parts.append(text(lang, "usage.tokens", input=_short(spent_in), output=_short(spent_out)))
+        parts.append(
+            text(lang, "usage.tokens", input=short_count(spent_in), output=short_count(spent_out))
+        )
     parts.append(text(lang, "usage.elapsed", seconds=f"{elapsed_seconds:.0f}"))
     return " · ".join(parts)
 

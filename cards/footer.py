@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cards.catalogue import text
-from cards.controls import INPUT_KEYS, OUTPUT_KEYS, _count, _short
+from cards.controls import INPUT_KEYS, OUTPUT_KEYS, short_count, token_count
 from cards.elements import Element, escape, markdown
 from cards.models import Lang
 
@@ -48,8 +48,8 @@ def context_window(model: str) -> int | None:
 
 def context_percent(usage: Mapping[str, Any]) -> int | None:
     """How full the model's context is, in percent; None when that is not known."""
-    held = _count(usage, ("context_tokens",))
-    window = _count(usage, ("context_window",))
+    held = token_count(usage, ("context_tokens",))
+    window = token_count(usage, ("context_window",))
     model = usage.get("model")
     if window is None and isinstance(model, str):
         window = context_window(model)
@@ -70,9 +70,11 @@ def footer(
     if isinstance(model, str) and model:
         parts.append(escape(model[:MODEL_CHARS]))
     parts.append(text(lang, "usage.elapsed", seconds=f"{elapsed_seconds:.0f}"))
-    spent_in, spent_out = _count(totals, INPUT_KEYS), _count(totals, OUTPUT_KEYS)
+    spent_in, spent_out = token_count(totals, INPUT_KEYS), token_count(totals, OUTPUT_KEYS)
     if spent_in is not None and spent_out is not None:
-        parts.append(text(lang, "usage.tokens", input=_short(spent_in), output=_short(spent_out)))
+        parts.append(
+            text(lang, "usage.tokens", input=short_count(spent_in), output=short_count(spent_out))
+        )
     percent = context_percent(own)
     if percent is not None:
         parts.append(text(lang, "footer.context", percent=percent))
