@@ -16,7 +16,8 @@
 #                `release` file there                            -> forked STARTED of N
 #   allocate MIB allocate and touch MIB MiB of memory            -> allocated MIB | allocate-failed MIB
 #   fill MIB     write a file of MIB MiB in the workspace        -> filled MIB
-#   flood MIB    write MIB files of 1 MiB each in the workspace  -> flooded MIB
+#   flood MIB    write MIB files of 1 MiB each in the workspace, a tenth of a second apart (a
+#                busy tool's pace, slower than the bound's measurements on any disk) -> flooded MIB
 #   hold         wait (up to 90 s) for a `release` file in the workspace -> held
 #   clean        remove the files fill and flood wrote           -> cleaned
 #   fail CODE    end at once with exit status CODE               -> failing CODE
@@ -84,6 +85,7 @@ while IFS= read -r line; do
       while [ "$n" -lt "$arg" ]; do
         n=$((n + 1))
         head -c 1048576 /dev/urandom > "flood-$n.bin"
+        sleep 0.1
       done
       echo "flooded $arg" ;;
     hold)
