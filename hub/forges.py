@@ -2,9 +2,10 @@
 conversation opened.
 
 The owner names a project's forge (its kind, its API's base URL, the repository on it) and a
-token for it. The token is kept in the Hub's state database, beside the projects, and goes
-nowhere else: never to a worker or a sandbox (an Agent pushes the branch; the Hub opens the
-pull request), never in a wire answer, a card, a log line or an error message. A forge's own
+token for it. The token is kept in the Hub's state database, beside the projects, sealed
+(``hub.sealing``, with the project's name as its associated data), and goes nowhere else: never
+to a worker or a sandbox (an Agent pushes the branch; the Hub opens the pull request), never in
+a wire answer, a card, a log line or an error message. A forge's own
 answer is cut short and has the token taken out before it is shown, in case it echoes it.
 
 A conversation opens at most one pull request: the first press opens it from the conversation's
@@ -27,6 +28,7 @@ import aiohttp
 from hub.errors import Forbidden, InvalidArgument, NotFound, Unavailable
 from hub.principals import Principal
 from hub.projects import Projects
+from hub.sealing import Sealer
 from hub.state import State
 
 ForgeKind = Literal["github", "gitlab"]
@@ -111,22 +113,58 @@ def _scrubbed(text: str, token: str) -> str:
 class Forges:
     """Projects' forges and conversations' pull requests in the Hub's state database."""
 
-    def __init__(self, state: State, projects: Projects, seconds: float = FORGE_SECONDS) -> None:
+    def __init__(
+        self,
+        state: State,
+        projects: Projects,
+        sealer: Sealer,
+        seconds: float = FORGE_SECONDS,
+    ) -> None:
         self._state = state
         self.db = state.db
         self._projects = projects
+        self._sealer = sealer
         self._seconds = seconds
         # One press at a time opens a conversation's pull request: two at once would open two.
         self._lock = asyncio.Lock()
+        self._seal_clear_tokens()
+
+    def _seal_clear_tokens(self) -> None:
+        """Seal the tokens an older version kept in the clear, so none stays readable."""
+        clear = self.db.execute(
+            "SELECT project, token FROM project_forges WHERE sealed IS NULL AND token != ''"
+        ).fetchall()
+        if not clear:
+            return
+        # Overwritten on disk too, not left in a free page of the database file.
+        secure = self.db.execute("PRAGMA secure_delete").fetchone()[0]
+        self.db.execute("PRAGMA secure_delete = ON")
+        try:
+            with self._state.transaction() as db:
+                for row in clear:
+                    db.execute(
+                        "UPDATE project_forges SET sealed = ?, token = '' WHERE project = ?",
+                        (self._seal(row["project"], row["token"]), row["project"]),
+                    )
+        finally:
+            self.db.execute(f"PRAGMA secure_delete = {int(secure)}")
+
+    def _seal(self, project: str, token: str) -> bytes:
+        return self._sealer.seal(project, token.encode())
 
     def of(self, project: str) -> Forge | None:
+        """The project's forge; None when it has none, or its token no longer opens (the key
+        was replaced), so the owner sets it again."""
         row = self.db.execute(
             "SELECT * FROM project_forges WHERE project = ?", (project,)
         ).fetchone()
-        if row is None:
+        if row is None or row["sealed"] is None:
+            return None
+        token = self._sealer.open(project, bytes(row["sealed"]))
+        if token is None:
             return None
         kind: ForgeKind = "gitlab" if row["kind"] == "gitlab" else "github"
-        return Forge(row["project"], kind, row["base_url"], row["repo"], row["token"])
+        return Forge(row["project"], kind, row["base_url"], row["repo"], token.decode())
 
     async def set(
         self,
@@ -165,11 +203,12 @@ class Forges:
 
         def upsert(db: sqlite3.Connection) -> None:
             db.execute(
-                "INSERT INTO project_forges (project, kind, base_url, repo, token, set_by, set_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(project) DO UPDATE SET kind = "
-                "excluded.kind, base_url = excluded.base_url, repo = excluded.repo, "
-                "token = excluded.token, set_by = excluded.set_by, set_at = excluded.set_at",
-                (project, kind, url, named, token, by, time.time()),
+                "INSERT INTO project_forges"
+                " (project, kind, base_url, repo, token, sealed, set_by, set_at)"
+                " VALUES (?, ?, ?, ?, '', ?, ?, ?) ON CONFLICT(project) DO UPDATE SET kind = "
+                "excluded.kind, base_url = excluded.base_url, repo = excluded.repo, token = '', "
+                "sealed = excluded.sealed, set_by = excluded.set_by, set_at = excluded.set_at",
+                (project, kind, url, named, self._seal(project, token), by, time.time()),
             )
 
         await self._state.write(upsert)

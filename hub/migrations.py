@@ -388,6 +388,12 @@ CREATE TABLE user_tokens (
 );
 """
 
+# Version 16: a project's forge token sealed like a user token (see hub.forges); ``token`` keeps
+# only what an older version wrote in the clear, until the Hub seals it at its next start.
+_V16_SEALED_FORGE_TOKENS = """
+ALTER TABLE project_forges ADD COLUMN sealed BLOB;
+"""
+
 MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (1, _V1_IDENTITY_AND_SETTINGS),
     (2, _queue_with_request_ids),
@@ -404,6 +410,7 @@ MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (13, _V13_SCHEDULES),
     (14, _V14_FORGES),
     (15, _V15_USER_TOKENS),
+    (16, _V16_SEALED_FORGE_TOKENS),
 )
 
 SCHEMA_VERSION = sqlite.latest(MIGRATIONS)

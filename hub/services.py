@@ -22,11 +22,11 @@ from hub.preferences import ChatPreferences, RestartCards
 from hub.projects import Projects
 from hub.rootlock import RootLock
 from hub.schedules import Schedules
+from hub.sealing import Sealer
 from hub.state import State
 from hub.store import MemoryStore
 from hub.sysconfig import SystemConfig
 from hub.usage import Usage
-from hub.user_tokens import KEY_FILE as USER_TOKEN_KEY_FILE
 from hub.user_tokens import UserTokens
 
 logger = logging.getLogger("amux.hub")
@@ -129,6 +129,7 @@ class Hub:
             )
             history.open()
             projects = Projects(state, executions.providers)
+            sealer = Sealer(settings.home)
             hub = cls(
                 settings,
                 state,
@@ -146,8 +147,8 @@ class Hub:
                 usage,
                 projects,
                 Schedules(state, lambda: executions.providers, config.schedule_rules),
-                Forges(state, projects),
-                UserTokens(state, settings.home / USER_TOKEN_KEY_FILE),
+                Forges(state, projects, sealer),
+                UserTokens(state, sealer),
             )
             hub._bootstrap_owner()
         except BaseException:

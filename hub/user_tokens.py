@@ -2,32 +2,21 @@
 
 A connected person's documents are read with their token and nobody else's, so the token is
 worth as much as their Feishu account: the Hub keeps it in the ``user_tokens`` table of its
-state database, sealed with AES-GCM under a key in ``<AMUX_HOME>/user-token.key`` (created 0600
-on first use, by this process, never handed to a workspace). The Principal's id is the sealed
-blob's associated data, so a row copied onto another Principal does not open. A backup of the
-database without the key file holds nothing usable; losing the key only means everyone
-connects again.
+state database, sealed (``hub.sealing``) with the Principal's id as the associated data, so a
+row copied onto another Principal does not open. A backup of the database without the key file
+holds nothing usable; losing the key only means everyone connects again.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import sqlite3
 import time
 from dataclasses import dataclass
-from pathlib import Path
-
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from hub.errors import InvalidArgument
+from hub.sealing import Sealer
 from hub.state import State
-
-KEY_FILE = "user-token.key"
-_KEY_BYTES = 32
-_NONCE_BYTES = 12
 
 
 @dataclass(frozen=True)
@@ -59,15 +48,9 @@ class Connection:
 
 
 class UserTokens:
-    def __init__(self, state: State, key_path: Path) -> None:
+    def __init__(self, state: State, sealer: Sealer) -> None:
         self._state = state
-        self._key_path = key_path
-        self._aead: AESGCM | None = None
-
-    def _cipher(self) -> AESGCM:
-        if self._aead is None:
-            self._aead = AESGCM(_load_or_create_key(self._key_path))
-        return self._aead
+        self._sealer = sealer
 
     def _seal(self, principal_id: str, token: UserToken) -> bytes:
         secret = json.dumps(
@@ -78,17 +61,12 @@ class UserTokens:
                 "refresh_expires_at": token.refresh_expires_at,
             }
         ).encode()
-        nonce = secrets.token_bytes(_NONCE_BYTES)
-        return nonce + self._cipher().encrypt(nonce, secret, principal_id.encode())
+        return self._sealer.seal(principal_id, secret)
 
     def _open(self, principal_id: str, sealed: bytes) -> dict[str, object] | None:
-        try:
-            clear = self._cipher().decrypt(
-                sealed[:_NONCE_BYTES], sealed[_NONCE_BYTES:], principal_id.encode()
-            )
-        except InvalidTag:
-            # Another key (a restored backup, a replaced key file) or a moved row: unusable,
-            # and the person connects again.
+        clear = self._sealer.open(principal_id, sealed)
+        if clear is None:
+            # Another key or a moved row: unusable, and the person connects again.
             return None
         opened = json.loads(clear)
         return opened if isinstance(opened, dict) else None
@@ -157,24 +135,3 @@ def _text_or_none(value: object) -> str | None:
 
 def _number_or_none(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) else None
-
-
-def _load_or_create_key(path: Path) -> bytes:
-    """The operator's key, created 0600 on first use; created exclusively, so two processes
-    racing to create it agree on one."""
-    try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        key = path.read_bytes()
-        if len(key) != _KEY_BYTES:
-            raise InvalidArgument(
-                f"{path} is not a user token key ({_KEY_BYTES} bytes): restore it from the "
-                "backup or remove it, and everyone connects Feishu again"
-            ) from None
-        return key
-    key = secrets.token_bytes(_KEY_BYTES)
-    with os.fdopen(descriptor, "wb") as out:
-        out.write(key)
-        out.flush()
-        os.fsync(out.fileno())
-    return key

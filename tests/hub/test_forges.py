@@ -128,3 +128,42 @@ async def test_in_a_bound_groups_conversation_whoever_sent_a_turn_may_press_and_
             session.id, bob, branch="amux/grp", title="t", body="b"
         )
         assert opened and forge.pulls[("acme/web", pull.number)]["head"] == "amux/grp"
+
+
+async def test_a_forge_token_is_sealed_at_rest_and_one_kept_in_the_clear_is_sealed_at_start(
+    tmp_path: Path,
+) -> None:
+    settings = HubSettings(home=tmp_path / "home")
+    hub = Hub.open(settings, providers=("claude",))
+    try:
+        owner = hub.state.add_principal("alice", "user")
+        await hub.projects.add("web", by=owner.id, path=str(make_repo(tmp_path / "web")))
+        await hub.projects.add("api", by=owner.id, path=str(make_repo(tmp_path / "api")))
+        await hub.forges.set("web", kind="github", token=TOKEN, by=owner.id, repo="acme/web")
+        # What a version that kept the token in the clear left behind.
+        with hub.state.transaction() as db:
+            db.execute(
+                "INSERT INTO project_forges (project, kind, base_url, repo, token, set_by, set_at)"
+                " VALUES ('api', 'gitlab', 'https://gitlab.example.com', 'acme/api', ?, ?, 0)",
+                (TOKEN + "-api", owner.id),
+            )
+    finally:
+        hub.close()
+
+    hub = Hub.open(settings, providers=("claude",))
+    try:
+        web, api = hub.forges.of("web"), hub.forges.of("api")
+        assert web is not None and web.token == TOKEN
+        assert api is not None and api.token == TOKEN + "-api"
+        hub.state.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        for path in settings.state_path.parent.glob(settings.state_path.name + "*"):
+            assert TOKEN.encode() not in path.read_bytes(), path
+    finally:
+        hub.close()
+    # Without the key the tokens do not open: the owner sets them again.
+    (settings.home / "secrets.key").unlink()
+    hub = Hub.open(settings, providers=("claude",))
+    try:
+        assert hub.forges.of("web") is None
+    finally:
+        hub.close()

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from hub.config import HubSettings
 from hub.rpc import HUB
+from hub.sealing import KEY_FILE, Sealer
 from hub.services import Hub
-from hub.user_tokens import KEY_FILE, UserToken, UserTokens
+from hub.user_tokens import UserToken, UserTokens
 from tests.hub.conftest import ServeHub
 from tests.hub.test_approvals import rpc
 
@@ -43,7 +44,7 @@ async def test_a_stored_token_is_not_readable_in_the_state_database(
     # Sealed to Alice: nobody else's lookup, and no other key, opens it.
     assert hub.user_tokens.token(ids["owner"]) is None
     key.unlink()
-    assert UserTokens(hub.state, key).token(ids["alice"]) is None
+    assert UserTokens(hub.state, Sealer(key.parent)).token(ids["alice"]) is None
 
 
 async def test_erasing_a_principal_erases_their_feishu_connection(serve_hub: ServeHub) -> None:
@@ -57,3 +58,15 @@ async def test_erasing_a_principal_erases_their_feishu_connection(serve_hub: Ser
     assert hub.user_tokens.token(ids["alice"]) is None
     assert hub.user_tokens.connection(ids["alice"]) is None
     assert hub.user_tokens.token(ids["owner"]) is not None
+
+
+def test_the_key_an_older_version_named_user_token_key_is_taken_over(tmp_path: Path) -> None:
+    before = tmp_path / "before"
+    before.mkdir()
+    sealed = Sealer(before).seal("alice", b"u-access")
+    (tmp_path / "home").mkdir()
+    (before / KEY_FILE).rename(tmp_path / "home" / "user-token.key")
+
+    assert Sealer(tmp_path / "home").open("alice", sealed) == b"u-access"
+    assert not (tmp_path / "home" / "user-token.key").exists()
+    assert Sealer(tmp_path / "home").open("bob", sealed) is None
