@@ -51,6 +51,11 @@ TOOL = "tool"
 SOCKET_NAME = "approvals.sock"
 SOCKET_ENV = "AMUX_APPROVAL_SOCKET"
 MAX_REQUEST_BYTES = 1 << 20
+# The socket is the Agent's to flood: its connections at once, each buffering up to a request,
+# and how long one may take to send its request line, are bounded so the worker (whose memory and
+# tasks are not the launch's) holds at most this much for it. A helper asks one at a time.
+APPROVAL_CONNECTIONS = 16
+REQUEST_SECONDS = 30.0
 # Bounds on what a request carries to a person: a command or path list, and a diff or a tool's
 # input, each whole up to the Hub's bound (a longer one is denied without asking, never cut).
 SUBJECT_CHARS = MAX_SUBJECT_CHARS
@@ -160,14 +165,20 @@ class ApprovalSocket:
         describe: Describe,
         mask: Callable[[str], str] = lambda text: text,
         owner: tuple[int, int] | None = None,
+        *,
+        connections: int = APPROVAL_CONNECTIONS,
+        request_seconds: float = REQUEST_SECONDS,
     ) -> None:
         self.path = path
         self._approver = approver
         self._describe = describe
         self._mask = mask
         self._owner = owner
+        self._connections = connections
+        self._request_seconds = request_seconds
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
+        self._refusals_logged = False
 
     async def __aenter__(self) -> ApprovalSocket:
         self._server = await asyncio.start_unix_server(
@@ -188,6 +199,16 @@ class ApprovalSocket:
             os.unlink(self.path)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._handlers) >= self._connections:
+            # Closed before anything is read: the asking helper takes it as a denial.
+            writer.transport.abort()
+            if not self._refusals_logged:
+                self._refusals_logged = True
+                logger.warning(
+                    "refused permission requests past %d at once (logged once per launch)",
+                    self._connections,
+                )
+            return
         task = asyncio.current_task()
         assert task is not None
         self._handlers.add(task)
@@ -206,9 +227,10 @@ class ApprovalSocket:
 
     async def _answer(self, reader: asyncio.StreamReader) -> ApprovalAnswer:
         try:
-            line = await reader.readline()
+            async with asyncio.timeout(self._request_seconds):
+                line = await reader.readline()
             message = json.loads(line)
-        except (ValueError, asyncio.LimitOverrunError, ConnectionError):
+        except (ValueError, asyncio.LimitOverrunError, ConnectionError, TimeoutError):
             return ApprovalAnswer(False, "amux could not read this permission request")
         if not isinstance(message, dict) or not isinstance(message.get("tool"), str):
             return ApprovalAnswer(False, "amux could not read this permission request")

@@ -121,3 +121,38 @@ async def test_no_socket_or_a_garbled_answer_is_a_denial(tmp_path: Path) -> None
     async with server:
         garbled = await ask_over_socket(str(path), "Write", {})
     assert not garbled.allowed and "no answer" in garbled.message
+
+
+async def test_a_flood_of_connections_is_refused_past_the_bound_and_a_silent_one_times_out(
+    tmp_path: Path,
+) -> None:
+    async def approver(request: ApprovalRequest) -> ApprovalAnswer:
+        return ApprovalAnswer(True, "fine")
+
+    path = tmp_path / "approvals.sock"
+    async with ApprovalSocket(path, approver, describe, connections=3, request_seconds=60):
+        # Three connections that never send their request hold every place.
+        held = [await asyncio.open_unix_connection(str(path)) for _ in range(3)]
+        refused = await ask_over_socket(str(path), "Write", {"path": "/w/a"})
+        assert not refused.allowed
+        for _, writer in held:
+            writer.close()
+            await writer.wait_closed()
+
+        # Their places free again once they are gone.
+        async def answered() -> ApprovalAnswer:
+            while True:
+                answer = await ask_over_socket(str(path), "Write", {"path": "/w/a"})
+                if answer.allowed:
+                    return answer
+
+        assert await asyncio.wait_for(answered(), 10) == ApprovalAnswer(True, "fine")
+
+    async with ApprovalSocket(path, approver, describe, request_seconds=0.2):
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        writer.write(b'{"tool": "Write", "input": {"pa')
+        await writer.drain()
+        # Not a whole request in time: denied and closed, not held.
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+    assert b'"allow": false' in answer and b"could not read" in answer
