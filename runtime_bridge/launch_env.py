@@ -104,10 +104,13 @@ def filter_env(env: Mapping[str, str], pass_env: Iterable[str]) -> dict[str, str
 
 
 def join_path(prepend: Iterable[str], path: str | None) -> str:
-    """``prepend`` then ``path``'s entries, each directory once, empty entries dropped."""
+    """``prepend`` then ``path``'s entries, each directory once, empty and relative entries
+    dropped: either names a directory under the Agent's working directory, its own to write, where
+    a program it planted would run in place of the one a command names (and a command judged safe
+    to run unasked would run it)."""
     seen: list[str] = []
     for entry in [*prepend, *(path or "").split(":")]:
-        if entry and entry not in seen:
+        if entry.startswith("/") and entry not in seen:
             seen.append(entry)
     return ":".join(seen)
 

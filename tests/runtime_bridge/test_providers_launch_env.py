@@ -66,8 +66,13 @@ def test_prepended_directories_come_first_and_path_entries_are_unique() -> None:
     assert env["PATH"] == "/cli:/bin:/usr/bin"
 
 
-@given(st.lists(st.sampled_from(["/a", "/b", "/c", ""]), max_size=8))
+def test_relative_path_entries_which_name_the_agents_own_directories_are_dropped() -> None:
+    env = launch_env({"PATH": ".:node_modules/.bin:/usr/bin:bin:./tools"})
+    assert env["PATH"] == "/usr/bin"
+
+
+@given(st.lists(st.sampled_from(["/a", "/b", "/c", "", "d", "."]), max_size=8))
 def test_join_path_keeps_first_occurrence_order(entries: list[str]) -> None:
     joined = join_path([], ":".join(entries)).split(":")
-    expected = list(dict.fromkeys(e for e in entries if e))
+    expected = list(dict.fromkeys(e for e in entries if e.startswith("/")))
     assert joined == (expected or [""])
