@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import jsonschema
 import pytest
 import yaml
+from aiohttp import web
 from kubernetes_validate.utils import all_versions, schema_contents
 from referencing import Registry, Resource
 
+from hub.config import HubSettings
 from hub.contract import QUEUED, RUNNING
+from hub.server import add_hub
 from tests.conftest import REPO
 
 CHART = REPO / "deploy" / "helm" / "amux"
@@ -238,21 +243,24 @@ def test_the_values_schema_refuses_what_the_chart_cannot_do(
         render(values)
 
 
-def test_the_hub_probes_are_the_endpoints_the_hub_serves() -> None:
-    from aiohttp import web
-
-    from hub.server import healthz, readyz
-
-    served = {"/healthz": healthz, "/readyz": readyz}
+def test_the_hub_probes_are_the_endpoints_the_hub_serves(tmp_path: Path) -> None:
+    # The Hub's own routing table, as `amux serve` builds it (nothing is started).
     app = web.Application()
-    for path, handler in served.items():
-        app.router.add_get(path, handler)
-    (container,) = containers(hub(render({})))
+    add_hub(app, HubSettings(home=tmp_path))
+    served = {
+        route.resource.canonical
+        for route in app.router.routes()
+        if route.method == "GET" and route.resource is not None
+    }
+    statefulset = hub(render({}))
+    (container,) = containers(statefulset)
     port = {p["name"]: p["containerPort"] for p in container["ports"]}
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         get = container[probe]["httpGet"]
         assert get["path"] in served, probe
-        assert port[get["port"]] == 8765
+        assert port[get["port"]] == HubSettings().port
+    annotations = statefulset["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/path"] in served
     # Liveness only asks whether the process is up; readiness runs the Hub's checks.
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
@@ -433,3 +441,14 @@ def test_the_readme_documents_every_value() -> None:
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())
     missing = [path for path in paths(defaults) if f"`{path}`" not in readme]
     assert missing == []
+
+
+def test_the_pods_run_as_the_user_the_image_makes() -> None:
+    containerfile = (REPO / "deploy" / "Containerfile").read_text()
+    user = re.search(r"groupadd .*--gid (\d+).*\n.*useradd .*--uid (\d+)", containerfile)
+    assert user is not None
+    gid, uid = map(int, user.groups())
+    manifests = render({})
+    for workload in (hub(manifests), worker(manifests)):
+        context = workload["spec"]["template"]["spec"]["securityContext"]
+        assert (context["runAsUser"], context["runAsGroup"]) == (uid, gid)
