@@ -190,6 +190,14 @@ def test_every_manifest_is_valid_for_each_supported_kubernetes_version(combinati
                 pytest.fail(f"{manifest['kind']} invalid for Kubernetes {version}: {error.message}")
 
 
+@pytest.mark.parametrize("version", [KUBE_VERSIONS[0], KUBE_VERSIONS[-1]])
+def test_helm_lint_finds_nothing_to_warn_about(version: str) -> None:
+    report = helm.lint(CHART, strict=True, kube_version=f"v{version}")
+    # Severity 2 is a warning, 3 an error; 1 (information) is the missing icon.
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+    assert report["errors"] == []
+
+
 def test_the_validation_refuses_a_field_kubernetes_does_not_know() -> None:
     # The strict schemas are what make the test above mean something: a misspelt field fails.
     manifest = hub(render({}))
