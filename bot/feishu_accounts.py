@@ -5,17 +5,23 @@ are read as them and never as the bot.
 documents (``app_manifest.USER_SCOPES``): the bot answers in the private chat with the link and
 code, waits for the person to grant it, and hands the token to the Hub (``hub.user_tokens``),
 which keeps it sealed. The token never goes into a workspace, a card, a prompt or a log.
-``/amux disconnect`` erases it.
+``/amux disconnect`` revokes it at Feishu (``POST <accounts>/oauth/v1/revoke``, the refresh
+token and the access token both) and then erases it; a revoke Feishu refuses or never answers
+still erases it here, and the answer says so, so the person can also remove the app's access in
+Feishu themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
+import aiohttp
 from lark_oapi.channel.auth.device_flow import DeviceFlowClient
 from lark_oapi.channel.errors import UATAuthError
 from lark_oapi.channel.types import UAT
@@ -30,6 +36,9 @@ logger = logging.getLogger("amux.bot")
 
 # Feishu's device codes live a few minutes; nobody waits longer than this for one.
 MAX_WAIT_SECONDS = 900
+# Feishu's OAuth token revocation (RFC 7009), on its accounts site.
+REVOKE_PATH = "/oauth/v1/revoke"
+_REVOKE_TIMEOUT = aiohttp.ClientTimeout(total=15)
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,18 @@ class App:
     app_id: str
     app_secret: str
     domain: str
+
+    @property
+    def accounts(self) -> str:
+        """Feishu's accounts site for this app's open platform (``open.feishu.cn`` ->
+        ``accounts.feishu.cn``, Lark's likewise): where tokens are revoked. Any other address
+        (a proxy, a loopback stand-in) serves both."""
+        split = urlsplit(self.domain)
+        host = split.hostname or ""
+        if not host.startswith("open."):
+            return self.domain.rstrip("/")
+        netloc = split.netloc.replace(host, "accounts." + host.removeprefix("open."), 1)
+        return urlunsplit((split.scheme, netloc, "", "", "")).rstrip("/")
 
 
 class FeishuAccounts:
@@ -123,16 +144,48 @@ class FeishuAccounts:
         await _call(tell, plain_text(self._lang, "feishu.connect.done", scopes=scopes))
 
     async def disconnect(self, person: Principal) -> str:
-        """Erase ``person``'s token (and stop a connect still waiting); the text to answer."""
+        """Revoke ``person``'s token at Feishu, then erase it (and stop a connect still
+        waiting), whether or not Feishu took the revoke; the text to answer."""
         waiting = self._waiting.pop(person.id, None)
         if waiting is not None:
             waiting.cancel()
+        token = self._tokens.token(person.id)
+        refused = None if token is None else await self._revoke(token)
         erased = await self._tokens.erase(person.id)
-        if erased:
-            logger.info("%s disconnected their Feishu account", person.label)
-        return plain_text(
-            self._lang, "feishu.disconnect.done" if erased else "feishu.disconnect.none"
-        )
+        if not erased:
+            return plain_text(self._lang, "feishu.disconnect.none")
+        if refused is not None:
+            logger.warning(
+                "%s disconnected their Feishu account; Feishu did not revoke it: %s",
+                person.label,
+                refused,
+            )
+            return plain_text(self._lang, "feishu.disconnect.unrevoked", reason=refused)
+        logger.info("%s disconnected their Feishu account; Feishu revoked it", person.label)
+        return plain_text(self._lang, "feishu.disconnect.done")
+
+    async def _revoke(self, token: UserToken) -> str | None:
+        """Ask Feishu to revoke both of ``token``'s tokens; None when it did, else why not."""
+        url = self._app.accounts + REVOKE_PATH
+        pairs = [(token.refresh_token, "refresh_token"), (token.access_token, "access_token")]
+        try:
+            async with aiohttp.ClientSession(timeout=_REVOKE_TIMEOUT) as http:
+                for secret, hint in pairs:
+                    if not secret:
+                        continue
+                    form = {
+                        "client_id": self._app.app_id,
+                        "client_secret": self._app.app_secret,
+                        "token": secret,
+                        "token_type_hint": hint,
+                    }
+                    async with http.post(url, data=form) as response:
+                        refused = _revoke_refusal(response.status, await response.text())
+                    if refused is not None:
+                        return refused
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            return f"Feishu did not answer: {type(error).__name__}"
+        return None
 
     async def access_token(self, principal_id: str) -> str | None:
         """The token to read as ``principal_id`` now, refreshed if it has expired; None when
@@ -182,6 +235,27 @@ def _user_token(granted: UAT) -> UserToken:
         refresh_expires_at=granted.refresh_expires_at,
         scopes=tuple(granted.scopes),
     )
+
+
+def _revoke_refusal(status: int, body: str) -> str | None:
+    """Why Feishu's answer to a revoke is a refusal (its words, cut short), None when it is not.
+    An empty or non-JSON 2xx body is RFC 7009's plain success."""
+    try:
+        answer = json.loads(body) if body.strip() else {}
+    except ValueError:
+        answer = {}
+    if not isinstance(answer, dict):
+        answer = {}
+    words = str(answer.get("error_description") or answer.get("msg") or answer.get("error") or "")
+    words = " ".join(words.split())[:160]
+    if status >= 400:
+        return f"HTTP {status}" + (f": {words}" if words else "")
+    code = answer.get("code")
+    if isinstance(code, int) and code != 0:
+        return f"Feishu code {code}" + (f": {words}" if words else "")
+    if answer.get("error"):
+        return words
+    return None
 
 
 def _reason(error: BaseException) -> str:

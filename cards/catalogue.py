@@ -224,7 +224,13 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "Feishu was not connected ({reason}). Send /amux connect to try again."
         ),
         "feishu.disconnect.done": (
-            "Your Feishu account is disconnected; amux no longer holds its token."
+            "Your Feishu account is disconnected: Feishu revoked amux's token and amux no longer "
+            "holds it."
+        ),
+        "feishu.disconnect.unrevoked": (
+            "Your Feishu account is disconnected and amux no longer holds its token, but Feishu "
+            "did not confirm revoking it ({reason}): to be sure, remove amux's access in "
+            "Feishu's settings."
         ),
         "feishu.disconnect.none": "No Feishu account of yours is connected.",
         "manage.feishu.none": (
@@ -817,7 +823,11 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "发送 /amux disconnect 可断开。"
         ),
         "feishu.connect.failed": "飞书账号未连接（{reason}）。发送 /amux connect 重试。",
-        "feishu.disconnect.done": "你的飞书账号已断开，amux 不再保存其令牌。",
+        "feishu.disconnect.done": "你的飞书账号已断开：飞书已撤销 amux 的令牌，amux 不再保存它。",
+        "feishu.disconnect.unrevoked": (
+            "你的飞书账号已断开，amux 不再保存其令牌，但飞书未确认撤销授权（{reason}）："
+            "如需确认，请在飞书设置中移除 amux 的授权。"
+        ),
         "feishu.disconnect.none": "你没有已连接的飞书账号。",
         "manage.feishu.none": "**飞书账号**：未连接；你发送的文档链接不会被读取。",
         "manage.feishu.connected": (

@@ -1,5 +1,6 @@
 """A person connects their own Feishu account from their private chat (`/amux connect`), so
-documents they link can be read as them; `/amux disconnect` erases what the Hub kept.
+documents they link can be read as them; `/amux disconnect` revokes it at Feishu and erases
+what the Hub kept.
 
 The whole service in-process with signed events to its webhook, as ``test_bot_flows`` runs it,
 and the fake Feishu's device flow standing in for Feishu's."""
@@ -76,13 +77,37 @@ async def test_a_member_connects_their_account_and_the_hub_keeps_only_their_toke
         assert bot.hub.user_tokens.token(bot.ids["alice"]) is None
 
 
-async def test_disconnect_erases_the_token(tmp_path: Path) -> None:
+async def test_disconnect_revokes_the_token_at_feishu_and_erases_it(tmp_path: Path) -> None:
     async with running_bot(tmp_path) as bot:
         await connect(bot)
+        held = bot.hub.user_tokens.token(bot.ids["bob"])
+        assert held is not None and held.refresh_token is not None
         asked = await bot.say("/amux disconnect", BOB)
-        assert "disconnected" in text_of(bot, (await bot.reply_to(asked)).message_id)
+        answer = text_of(bot, (await bot.reply_to(asked)).message_id)
+        assert "disconnected" in answer and "revoked" in answer
+        # Feishu no longer honours either token: not to read with, not to refresh with.
+        assert set(bot.feishu.revoked_tokens) == {held.access_token, held.refresh_token}
+        assert bot.feishu.user_tokens_of(BOB["sender_open_id"]) == []
+        assert held.refresh_token not in bot.feishu.user_refresh_tokens
         assert bot.hub.user_tokens.token(bot.ids["bob"]) is None
         assert bot.hub.user_tokens.connection(bot.ids["bob"]) is None
+        # The app asked as itself: its own id and secret, never the person's token alone.
+        (first, _) = bot.feishu.calls("POST", "/oauth/v1/revoke")
+        assert b"client_secret=" in first.body and APP_ID.encode() in first.body
+
+
+async def test_a_revoke_feishu_refuses_still_erases_the_token_and_the_card_says_so(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        await connect(bot)
+        bot.feishu.revoke_refused = True
+        gone = await bot.card_after({"action": actions.FEISHU_DISCONNECT}, who=BOB)
+        shown = card_text(gone)
+        assert "did not confirm revoking" in shown and "HTTP 500" in shown
+        assert "not connected" in shown
+        assert bot.hub.user_tokens.token(bot.ids["bob"]) is None
+        assert bot.feishu.revoked_tokens == []
 
 
 async def test_connecting_is_refused_in_a_group(tmp_path: Path) -> None:
@@ -152,3 +177,10 @@ async def test_an_expired_token_is_refreshed_as_its_owner_and_a_refused_refresh_
         expired = UserToken(fresh, kept.refresh_token, time.time() - 1, None, kept.scopes)
         await bot.hub.user_tokens.store(bot.ids["bob"], expired)
         assert await accounts.access_token(bot.ids["bob"]) is None
+
+
+def test_tokens_are_revoked_at_the_accounts_site_of_the_apps_own_platform() -> None:
+    assert App("a", "s", "https://open.feishu.cn").accounts == "https://accounts.feishu.cn"
+    assert App("a", "s", "https://open.larksuite.com/").accounts == "https://accounts.larksuite.com"
+    # A proxy or stand-in in front of both sites is asked itself.
+    assert App("a", "s", "http://127.0.0.1:8123").accounts == "http://127.0.0.1:8123"

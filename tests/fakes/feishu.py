@@ -52,6 +52,8 @@ TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
 # OAuth for a person's own user access token (the device flow, and refreshing what it gave).
 DEVICE_AUTHORIZATION_PATH = "/open-apis/authen/v2/oauth/device_authorization"
 OAUTH_TOKEN_PATH = "/open-apis/authen/v2/oauth/token"
+# Token revocation, on Feishu's accounts site (the fake serves both sites).
+OAUTH_REVOKE_PATH = "/oauth/v1/revoke"
 # Paths called without a bearer token: they are how one is obtained.
 _UNAUTHENTICATED = (TOKEN_PATH, DEVICE_AUTHORIZATION_PATH, OAUTH_TOKEN_PATH)
 
@@ -241,6 +243,10 @@ class FakeFeishu:
         self.user_access_tokens: dict[str, str] = {}
         self.user_refresh_tokens: dict[str, str] = {}
         self.user_token_expire = 7200
+        # Every user token revoked (access or refresh): refused from then on; and whether
+        # revoking is refused (Feishu answering an error), for a disconnect that cannot revoke.
+        self.revoked_tokens: list[str] = []
+        self.revoke_refused = False
         # Documents by token, wiki nodes (wiki token -> (obj_type, obj_token)), and every read of
         # one: (path, the bearer token it carried).
         self.documents: dict[str, FakeDocument] = {}
@@ -266,6 +272,7 @@ class FakeFeishu:
         app.router.add_post(TOKEN_PATH, self._token)
         app.router.add_post(DEVICE_AUTHORIZATION_PATH, self._device_authorization)
         app.router.add_post(OAUTH_TOKEN_PATH, self._oauth_token)
+        app.router.add_post(OAUTH_REVOKE_PATH, self._oauth_revoke)
         app.router.add_get("/open-apis/docx/v1/documents/{token}", self._docx)
         app.router.add_get("/open-apis/docx/v1/documents/{token}/raw_content", self._docx_raw)
         app.router.add_get("/open-apis/wiki/v2/spaces/get_node", self._wiki_node)
@@ -531,6 +538,20 @@ class FakeFeishu:
                 )
             return self._issue_user_token(open_id, "")
         return web.json_response({"error": "unsupported_grant_type"}, status=400)
+
+    async def _oauth_revoke(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        if form.get("client_id") != self.app_id or form.get("client_secret") != self.app_secret:
+            return web.json_response(
+                {"error": "invalid_client", "error_description": "invalid client"}, status=401
+            )
+        if self.revoke_refused:
+            return web.json_response({"code": 20050, "msg": "system busy"}, status=500)
+        token = str(form.get("token") or "")
+        # RFC 7009: an unknown token is revoked already, and still a success.
+        if self.user_access_tokens.pop(token, None) or self.user_refresh_tokens.pop(token, None):
+            self.revoked_tokens.append(token)
+        return web.json_response({"code": 0})
 
     def _document(self, request: web.Request, token: str, kind: str) -> FakeDocument | web.Response:
         """The document if the request's bearer may read it; else Feishu's refusal."""
