@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from bot import feishu_docx
 from cards.catalogue import text as catalogue_text
 from cards.models import Lang
 
@@ -35,6 +36,10 @@ MAX_LINKS = 5
 SHEET_RANGE = "A1:Z200"
 # The records of a bitable read: its first table's first page.
 BITABLE_ROWS = 200
+# A docx's blocks are listed this many to a page, and at most this many pages are read: a
+# document longer than that gives what was read (it is far past the prompt's bound anyway).
+DOCX_BLOCK_PAGE = 500
+DOCX_BLOCK_PAGES = 20
 _TIMEOUT = aiohttp.ClientTimeout(total=20)
 
 
@@ -182,12 +187,36 @@ class _Reader:
 
     async def _docx(self, token: str) -> tuple[str, str, str]:
         document = (await self._get(f"/open-apis/docx/v1/documents/{token}")).get("document") or {}
-        raw = await self._get(f"/open-apis/docx/v1/documents/{token}/raw_content")
         return (
             str(document.get("title") or ""),
             str(document.get("revision_id") or ""),
-            str(raw.get("content") or ""),
+            await self._docx_markdown(token),
         )
+
+    async def _docx_markdown(self, token: str) -> str:
+        """The docx as Markdown from its blocks; its plain text when they cannot be listed."""
+        try:
+            shown = feishu_docx.markdown(await self._docx_blocks(token))
+        except Unreadable as refused:
+            logger.info("a linked docx's blocks could not be read, so its text is: %s", refused)
+            shown = ""
+        if shown:
+            return shown
+        raw = await self._get(f"/open-apis/docx/v1/documents/{token}/raw_content")
+        return str(raw.get("content") or "")
+
+    async def _docx_blocks(self, token: str) -> list[dict[str, Any]]:
+        blocks: list[dict[str, Any]] = []
+        query = {"page_size": str(DOCX_BLOCK_PAGE), "document_revision_id": "-1"}
+        for _ in range(DOCX_BLOCK_PAGES):
+            page = await self._get(f"/open-apis/docx/v1/documents/{token}/blocks", **query)
+            items = page.get("items")
+            blocks += [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+            following = str(page.get("page_token") or "")
+            if not page.get("has_more") or not following:
+                break
+            query["page_token"] = following
+        return blocks
 
     async def _bitable(self, token: str) -> tuple[str, str, str]:
         """A bitable's first table, its records as rows (the first page of them)."""

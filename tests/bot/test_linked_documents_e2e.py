@@ -18,13 +18,15 @@ import pytest
 from tests.bot.test_message_kinds_e2e import CHAT, Bot, running_bot
 from tests.bot.test_topic_context import fenced
 from tests.conftest import until
-from tests.fakes.feishu import FakeDocument
+from tests.fakes.feishu import FakeDocument, docx_blocks
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 PLAN = "https://acme.feishu.cn/docx/DocPlan0001"
 WIKI = "https://acme.feishu.cn/wiki/WikiNode0001"
 SECRET = "https://acme.feishu.cn/docx/DocSecret001"
+DESIGN = "https://acme.feishu.cn/docx/DocDesign001"
+NOTES = "https://acme.feishu.cn/docx/DocNotes0001"
 BASE = "https://acme.feishu.cn/base/BaseTasks001"
 
 
@@ -41,6 +43,13 @@ def said_anywhere(bot: Bot, pattern: str) -> re.Match[str] | None:
         if found is not None:
             return found
     return None
+
+
+async def connect_dave(bot: Bot) -> None:
+    await say(bot, "/amux connect")
+    code = await until(lambda: said_anywhere(bot, r"code (UC-\d+)"))
+    bot.feishu.grant_device(code.group(1), "ou_dave")
+    await until(lambda: said_anywhere(bot, "account is connected"))
 
 
 async def test_links_are_read_as_their_sender_and_only_as_them(tmp_path: Path) -> None:
@@ -111,3 +120,47 @@ async def test_links_are_read_as_their_sender_and_only_as_them(tmp_path: Path) -
         shown = await until(lambda: bot.answered(asked, "/amux connect"))
         assert len(feishu.document_reads) == reads
         assert json.dumps(PLAN)[1:-1] in shown
+
+
+async def test_a_docx_reaches_the_prompt_as_markdown_from_its_blocks(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        feishu = bot.feishu
+        feishu.documents["DocDesign001"] = FakeDocument(
+            "docx",
+            "Design",
+            "flattened text the blocks improve on",
+            readers={"ou_dave"},
+            blocks=docx_blocks(
+                "DocDesign001",
+                ("h1", "Storage"),
+                ("text", "Keep `state.sqlite3` small."),
+                ("bullet", "Tables", [("bullet", "sessions"), ("bullet", "turns")]),
+                ("ordered", "Migrate"),
+                ("ordered", "Vacuum"),
+                ("code", 49, "db.execute('VACUUM')\n"),
+                ("table", [["Table", "Rows"], ["sessions", "120"]]),
+            ),
+        )
+        # Its blocks cannot be listed (Feishu errs): its plain text is read instead.
+        feishu.documents["DocNotes0001"] = FakeDocument(
+            "docx", "Notes", "plain notes", readers={"ou_dave"}
+        )
+        await connect_dave(bot)
+        feishu.fail_next(1, status=500, code=1770001, path_contains="DocNotes0001/blocks")
+
+        asked = await say(bot, f"Review {DESIGN} and {NOTES}")
+        await until(lambda: bot.answered(asked, "Vacuum"))
+        fence = fenced(bot.prompts()[-1])
+        documents = {r["title"]: r for r in fence.records if "document" in r}
+        assert documents["Design"]["text"] == (
+            "# Storage\n\n"
+            "Keep `state.sqlite3` small.\n\n"
+            "- Tables\n  - sessions\n  - turns\n1. Migrate\n2. Vacuum\n\n"
+            "```python\ndb.execute('VACUUM')\n```\n\n"
+            "| Table | Rows |\n| --- | --- |\n| sessions | 120 |"
+        )
+        # The blocks came in pages, every page read.
+        pages = feishu.calls("GET", "DocDesign001/blocks")
+        assert len(pages) > 1 and pages[1].query["page_token"]
+        assert documents["Notes"]["text"] == "plain notes"
+        assert feishu.calls("GET", "DocNotes0001/raw_content")

@@ -126,7 +126,8 @@ class DeviceGrant:
 class FakeDocument:
     """A document in the fake: its kind (``docx`` or ``sheet``), title, revision, content (text
     for a docx, rows for a sheet), and who may read it: the ``open_id``s of people, and whether
-    the app's tenant token may."""
+    the app's tenant token may. A docx's ``blocks`` (``docx_blocks``) are what its block list
+    answers; without them it is one paragraph of its text."""
 
     kind: str
     title: str
@@ -134,6 +135,79 @@ class FakeDocument:
     readers: set[str] = field(default_factory=set)
     app_may_read: bool = False
     revision: int = 7
+    blocks: list[dict[str, Any]] | None = None
+
+
+_HEADINGS = {f"h{level}": (2 + level, f"heading{level}") for level in range(1, 10)}
+_LIST_KINDS = {"bullet": (12, "bullet"), "ordered": (13, "ordered"), "todo": (17, "todo")}
+
+
+def docx_blocks(document_id: str, *described: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """A docx's blocks as Feishu lists them (the page first, every block after its parent),
+    from a short description, one tuple a block:
+
+    ``("h1", text)`` .. ``("h9", text)``, ``("text", text)``, ``("quote", text)``,
+    ``("bullet" | "ordered", text, [children])``, ``("todo", text, done)``,
+    ``("code", language_number, source)``, ``("divider",)``, ``("table", [[cell, ...], ...])``.
+    A text in backticks (```` `x` ````) is one inline-code run."""
+    ids = itertools.count(1)
+    out: list[dict[str, Any]] = []
+
+    def elements(words: str) -> list[dict[str, Any]]:
+        # Split on backticks: every other piece is inline code.
+        pieces = words.split("`")
+        return [
+            {"text_run": {"content": piece, "text_element_style": {"inline_code": odd % 2 == 1}}}
+            for odd, piece in enumerate(pieces)
+            if piece
+        ]
+
+    def add(parent: str, item: tuple[Any, ...]) -> str:
+        block_id = f"blk{next(ids)}"
+        kind, *rest = item
+        block: dict[str, Any] = {"block_id": block_id, "parent_id": parent}
+        out.append(block)
+        if kind in _HEADINGS or kind in ("text", "quote"):
+            number, key = _HEADINGS.get(kind) or ((2, "text") if kind == "text" else (15, "quote"))
+            block |= {"block_type": number, key: {"elements": elements(rest[0]), "style": {}}}
+        elif kind in _LIST_KINDS:
+            number, key = _LIST_KINDS[kind]
+            style = {"done": bool(rest[1])} if kind == "todo" else {}
+            block |= {"block_type": number, key: {"elements": elements(rest[0]), "style": style}}
+            if kind != "todo" and len(rest) > 1:
+                block["children"] = [add(block_id, child) for child in rest[1]]
+        elif kind == "code":
+            runs = [{"text_run": {"content": rest[1], "text_element_style": {}}}]
+            block |= {"block_type": 14, "code": {"elements": runs, "style": {"language": rest[0]}}}
+        elif kind == "divider":
+            block |= {"block_type": 22, "divider": {}}
+        elif kind == "table":
+            rows: list[list[str]] = rest[0]
+            cells = []
+            for row in rows:
+                for words in row:
+                    cell = f"blk{next(ids)}"
+                    cell_block: dict[str, Any] = {
+                        "block_id": cell,
+                        "parent_id": block_id,
+                        "block_type": 32,
+                        "table_cell": {},
+                    }
+                    out.append(cell_block)
+                    cell_block["children"] = [add(cell, ("text", words))]
+                    cells.append(cell)
+            size = {"row_size": len(rows), "column_size": len(rows[0]) if rows else 0}
+            block |= {"block_type": 31, "children": cells}
+            block["table"] = {"cells": cells, "property": size}
+        else:
+            raise ValueError(f"no such block in a description: {kind!r}")
+        return block_id
+
+    page: dict[str, Any] = {"block_id": document_id, "block_type": 1, "parent_id": ""}
+    out.append(page)
+    page["children"] = [add(document_id, item) for item in described]
+    page["page"] = {"elements": [], "style": {}}
+    return out
 
 
 @dataclass
@@ -251,6 +325,8 @@ class FakeFeishu:
         # one: (path, the bearer token it carried).
         self.documents: dict[str, FakeDocument] = {}
         self.wiki_nodes: dict[str, tuple[str, str]] = {}
+        # At most this many of a docx's blocks to a page of its block list.
+        self.docx_block_page = 4
         self.document_reads: list[tuple[str, str]] = []
         self.url = ""
         # Long connection state.
@@ -275,6 +351,7 @@ class FakeFeishu:
         app.router.add_post(OAUTH_REVOKE_PATH, self._oauth_revoke)
         app.router.add_get("/open-apis/docx/v1/documents/{token}", self._docx)
         app.router.add_get("/open-apis/docx/v1/documents/{token}/raw_content", self._docx_raw)
+        app.router.add_get("/open-apis/docx/v1/documents/{token}/blocks", self._docx_block_list)
         app.router.add_get("/open-apis/wiki/v2/spaces/get_node", self._wiki_node)
         app.router.add_get("/open-apis/bitable/v1/apps/{token}", self._bitable)
         app.router.add_get("/open-apis/bitable/v1/apps/{token}/tables", self._bitable_tables)
@@ -588,6 +665,26 @@ class FakeFeishu:
         if isinstance(document, web.Response):
             return document
         return web.json_response({"code": 0, "data": {"content": document.content}})
+
+    async def _docx_block_list(self, request: web.Request) -> web.Response:
+        token = request.match_info["token"]
+        document = self._document(request, token, "docx")
+        if isinstance(document, web.Response):
+            return document
+        blocks = document.blocks
+        if blocks is None:
+            blocks = docx_blocks(token, ("text", str(document.content)))
+        # Pages smaller than asked, so a reader that stops after one page misses blocks.
+        size = min(int(request.query.get("page_size") or 500), self.docx_block_page)
+        start = int(request.query.get("page_token") or 0)
+        following = start + size
+        more = following < len(blocks)
+        data = {
+            "items": blocks[start:following],
+            "has_more": more,
+            "page_token": str(following) if more else "",
+        }
+        return web.json_response({"code": 0, "data": data})
 
     async def _wiki_node(self, request: web.Request) -> web.Response:
         bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
