@@ -62,13 +62,16 @@ class FeishuSettings(BaseSettings):
     document_link_bytes: int = Field(
         default=32 * 1024,
         ge=1024,
-        description="Bytes of Markdown a Feishu document linked in a message gives the Agent, "
-        "read as the message's sender.",
+        description="Bytes of Markdown a Feishu document linked in a message may put in the "
+        "Agent's prompt, read as the message's sender. A longer document is saved whole in the "
+        "conversation's working directory (inbox/<message>/feishu/) and the prompt holds its "
+        "first 2 KiB and the file's path (with remote workers only, it is cut at this bound).",
     )
     document_turn_bytes: int = Field(
         default=64 * 1024,
         ge=1024,
-        description="Bytes of Markdown all the documents linked in one message give the Agent.",
+        description="Bytes of Markdown all the documents linked in one message may put in the "
+        "Agent's prompt; links past it are not read, and the card says which.",
     )
     provider: str = "claude"
     # Language of the bot's cards and replies.

@@ -61,7 +61,7 @@ from bot.feishu.client import FeishuClient
 from bot.feishu.events import Forwarded, MessageEvent, Recall
 from bot.files import Refused, Saved, TurnFiles, with_files
 from bot.forwards import ForwardReader
-from bot.linked_docs import Linked, LinkedDocs
+from bot.linked_docs import Keep, Linked, LinkedDocs
 from bot.outbox import Followed, Outbox, Owed
 from bot.quotas import refusal_card
 from bot.streaming import StreamingCard, open_streaming
@@ -351,13 +351,14 @@ class Conversations:
         else:
             principal_id = sender.id
         prompt = event.text.strip()
+        # Where this turn works: a message's files and long linked documents are saved there.
+        target = session or Workplace(
+            principal_id,
+            workspace,
+            project=project.name if project is not None else None,
+            origin=origin,
+        )
         if event.attachments:
-            target = session or Workplace(
-                principal_id,
-                workspace,
-                project=project.name if project is not None else None,
-                origin=origin,
-            )
             prompt = await self._bring_in(event, target, prompt)
         forwarded, request = await self._forwarded(event, prompt)
         if not request:
@@ -373,7 +374,9 @@ class Conversations:
         linked = Linked()
         if self._documents is not None:
             # As the sender, whoever's conversation this is: what they link is what they can open.
-            linked = await self._documents.read(event.text, sender.id)
+            linked = await self._documents.read(
+                event.text, sender.id, self._document_keeper(event.message_id, target)
+            )
         documents = [document.line() for document in linked.documents]
         try:
             submitted, session = await executions.submit(
@@ -560,6 +563,19 @@ class Conversations:
                 f"\n({left_out} more forwarded messages were left out: too many or too long.)"
             )
         return forwarded, request
+
+    def _document_keeper(self, message_id: str, target: Session | Workplace) -> Keep | None:
+        """Saves a linked document too long for the prompt where the turn works; None when
+        the bot cannot reach the workspace (its beginning alone is then read)."""
+        files = self._files
+        if files is None:
+            return None
+
+        async def keep(name: str, markdown: str) -> str | None:
+            saved = await files.save_document(message_id, target, name, markdown)
+            return None if saved is None else saved.path
+
+        return keep
 
     async def _bring_in(self, event: MessageEvent, target: Session | Workplace, prompt: str) -> str:
         """Save the message's files where ``target``'s turns work (a new project

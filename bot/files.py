@@ -67,6 +67,8 @@ MAX_OUT_BYTES = 20 * 1024 * 1024
 MAX_OUTBOX_ENTRIES = 256
 INBOX = "inbox"
 OUTBOX = "outbox"
+# Linked Feishu documents too long for the prompt, saved beside the message's files.
+DOCUMENTS = "feishu"
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _SAFE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
@@ -322,6 +324,29 @@ class TurnFiles:
                 continue
             saved.append(Saved(str(target.relative_to(workspace)), len(content)))
         return saved, refused
+
+    async def save_document(
+        self, message_id: str, session: Session | Workplace, name: str, markdown: str
+    ) -> Saved | None:
+        """Save a linked document's Markdown in ``session``'s workspace, as ``bring_in`` saves
+        a message's files (``inbox/<message id>/feishu/<name>``); None when it cannot be."""
+        try:
+            workspace = self.workspace(session)
+            owner = await asyncio.to_thread(self._site.identity_of, session)
+        except AmuxError as error:
+            logger.warning("no workspace to save a linked document in: %s", error.message)
+            return None
+        directory = workspace / INBOX / sanitize(message_id, "message") / DOCUMENTS
+        file_name = sanitize(name, "document.md")
+        content = markdown.encode()
+        try:
+            await asyncio.to_thread(
+                _save, workspace, directory.relative_to(workspace), file_name, content, owner
+            )
+        except OSError as error:
+            logger.warning("could not save a linked document in the workspace: %s", error.strerror)
+            return None
+        return Saved(str((directory / file_name).relative_to(workspace)), len(content))
 
     @staticmethod
     async def left_to_send(workspace: Path, since: float) -> tuple[list[Path], list[Refused]]:

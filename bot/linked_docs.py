@@ -5,8 +5,11 @@ A docx, wiki, sheet or bitable link is read with the sender's own user access to
 (``bot.feishu_accounts``), never the bot's tenant token nor anyone else's: what reaches the
 prompt is only what the sender could open themselves. Each is converted to Markdown, bounded
 per link and per turn, and goes inside the untrusted fence (``bot.topic_context.with_context``)
-with its title, URL and revision. A link that cannot be read as the sender (not connected, no
-access, a kind not read) gets one line on the turn's card saying which and what to do.
+with its title, URL and revision. A document longer than the per-link bound is saved whole as a
+file in the conversation's working directory (``keep``: ``inbox/<message>/feishu/``), and the
+fence holds only its beginning and the file's path, so the Agent reads the rest when it needs
+it. A link that cannot be read as the sender (not connected, no access, a kind not read) gets
+one line on the turn's card saying which and what to do.
 """
 
 from __future__ import annotations
@@ -40,7 +43,14 @@ BITABLE_ROWS = 200
 # document longer than that gives what was read (it is far past the prompt's bound anyway).
 DOCX_BLOCK_PAGE = 500
 DOCX_BLOCK_PAGES = 20
+# A document saved as a file shows this much of its beginning in the prompt.
+HEAD_BYTES = 2048
 _TIMEOUT = aiohttp.ClientTimeout(total=20)
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+# Saves a long document's whole Markdown under a file name; the path the Agent opens it by
+# (relative to its working directory), None when it could not be saved.
+Keep = Callable[[str, str], Awaitable[str | None]]
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,8 @@ class LinkedDocument:
     revision: str
     markdown: str
     truncated: bool = False
+    # Where the whole document was saved, when ``markdown`` is only its beginning.
+    file: str | None = None
 
     def line(self) -> dict[str, object]:
         line: dict[str, object] = {
@@ -65,6 +77,8 @@ class LinkedDocument:
         }
         if self.truncated:
             line["truncated"] = True
+        if self.file is not None:
+            line["file"] = self.file
         return line
 
 
@@ -110,7 +124,9 @@ class LinkedDocs:
         self._link_bytes = link_bytes
         self._turn_bytes = turn_bytes
 
-    async def read(self, text: str, principal_id: str) -> Linked:
+    async def read(self, text: str, principal_id: str, keep: Keep | None = None) -> Linked:
+        """The documents ``text`` links, read as ``principal_id``; one longer than its bound is
+        handed to ``keep`` whole when there is one, and only its beginning is shown."""
         links = links_in(text)
         if not links:
             return Linked()
@@ -139,9 +155,15 @@ class LinkedDocs:
                     )
                     continue
                 bound = min(self._link_bytes, left)
-                kept, truncated = _cut(markdown, bound)
+                saved = None
+                if keep is not None and len(markdown.encode()) > bound:
+                    saved = await keep(_file_name(title, doc_token), markdown)
+                shown = bound if saved is None else min(HEAD_BYTES, bound)
+                kept, truncated = _cut(markdown, shown)
                 left -= len(kept.encode())
-                documents.append(LinkedDocument(url, kind, title, revision, kept, truncated))
+                documents.append(
+                    LinkedDocument(url, kind, title, revision, kept, truncated, file=saved)
+                )
         return Linked(tuple(documents), tuple(unread))
 
 
@@ -277,6 +299,14 @@ def _table(rows: list[Any]) -> str:
     lines = ["| " + " | ".join(kept[0]) + " |", "|" + " --- |" * width]
     lines += ["| " + " | ".join(row) + " |" for row in kept[1:]]
     return "\n".join(lines)
+
+
+def _file_name(title: str, token: str) -> str:
+    """A file name for a saved document: its title's safe characters, then its token (two
+    documents of one title stay apart)."""
+    slug = _UNSAFE_NAME.sub("-", title).strip(".-")[:60].strip(".-")
+    safe_token = _UNSAFE_NAME.sub("", token)[:64] or "document"
+    return f"{slug}-{safe_token}.md" if slug else f"{safe_token}.md"
 
 
 def _cut(text: str, limit: int) -> tuple[str, bool]:

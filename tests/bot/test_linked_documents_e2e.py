@@ -27,6 +27,7 @@ WIKI = "https://acme.feishu.cn/wiki/WikiNode0001"
 SECRET = "https://acme.feishu.cn/docx/DocSecret001"
 DESIGN = "https://acme.feishu.cn/docx/DocDesign001"
 NOTES = "https://acme.feishu.cn/docx/DocNotes0001"
+HANDBOOK = "https://acme.feishu.cn/docx/DocHandbook1"
 BASE = "https://acme.feishu.cn/base/BaseTasks001"
 
 
@@ -164,3 +165,28 @@ async def test_a_docx_reaches_the_prompt_as_markdown_from_its_blocks(tmp_path: P
         assert len(pages) > 1 and pages[1].query["page_token"]
         assert documents["Notes"]["text"] == "plain notes"
         assert feishu.calls("GET", "DocNotes0001/raw_content")
+
+
+async def test_a_document_longer_than_its_bound_is_saved_for_the_agent_to_read(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        # Longer than the 32 KiB a link may put in the prompt.
+        lines = [f"Rule {n}: keep the build green." for n in range(1, 1501)]
+        bot.feishu.documents["DocHandbook1"] = FakeDocument(
+            "docx", "Team handbook", "\n".join([*lines, "THE LAST RULE"]), readers={"ou_dave"}
+        )
+        await connect_dave(bot)
+
+        asked = await say(bot, f"Follow {HANDBOOK}")
+        shown = await until(lambda: bot.answered(asked, "THE LAST RULE"))
+        prompt = bot.prompts()[-1]
+        (document,) = [r for r in fenced(prompt).records if "document" in r]
+        path = document["file"]
+        assert re.fullmatch(r"inbox/[A-Za-z0-9_-]+/feishu/Team-handbook-DocHandbook1\.md", path)
+        # The prompt holds the beginning; the Agent read the end from the file it names.
+        assert document["truncated"] is True
+        assert document["text"].startswith("Rule 1: keep the build green.\nRule 2:")
+        assert len(document["text"].encode()) <= 2048
+        assert "THE LAST RULE" not in prompt
+        assert f"Read {path}, ending: THE LAST RULE" in shown
