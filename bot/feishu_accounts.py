@@ -150,7 +150,8 @@ class FeishuAccounts:
         if waiting is not None:
             waiting.cancel()
         token = self._tokens.token(person.id)
-        refused = None if token is None else await self._revoke(token)
+        # A kept token that no longer opens (the key file replaced) cannot be revoked by amux.
+        refused = "amux could not open it" if token is None else await self._revoke(token)
         erased = await self._tokens.erase(person.id)
         if not erased:
             return plain_text(self._lang, "feishu.disconnect.none")

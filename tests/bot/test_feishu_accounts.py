@@ -20,6 +20,7 @@ from bot.feishu_accounts import App, FeishuAccounts
 from cards import actions
 from hub.user_tokens import UserToken
 from tests.bot.test_bot_flows import (
+    ALICE,
     APP_ID,
     BOB,
     GROUP,
@@ -107,6 +108,27 @@ async def test_a_revoke_feishu_refuses_still_erases_the_token_and_the_card_says_
         assert "did not confirm revoking" in shown and "HTTP 500" in shown
         assert "not connected" in shown
         assert bot.hub.user_tokens.token(bot.ids["bob"]) is None
+        assert bot.feishu.revoked_tokens == []
+
+
+async def test_a_kept_token_that_no_longer_opens_is_erased_and_said_unrevoked(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        await connect(bot)
+        # Bob's sealed row copied onto Alice's Principal: bound to Bob's id, it never opens.
+        await bot.hub.state.write(
+            lambda db: db.execute(
+                "INSERT INTO user_tokens (principal_id, sealed, scopes, connected_at, updated_at)"
+                " SELECT ?, sealed, scopes, connected_at, updated_at FROM user_tokens"
+                " WHERE principal_id = ?",
+                (bot.ids["alice"], bot.ids["bob"]),
+            )
+        )
+        assert bot.hub.user_tokens.connection(bot.ids["alice"]) is not None
+        gone = await bot.card_after({"action": actions.FEISHU_DISCONNECT}, who=ALICE)
+        assert "did not confirm revoking it (amux could not open it)" in card_text(gone)
+        assert bot.hub.user_tokens.connection(bot.ids["alice"]) is None
         assert bot.feishu.revoked_tokens == []
 
 
