@@ -220,7 +220,7 @@ class _Reader:
         try:
             shown = feishu_docx.markdown(await self._docx_blocks(token))
         except Unreadable as refused:
-            logger.info("a linked docx's blocks could not be read, so its text is: %s", refused)
+            logger.info("a linked docx's blocks could not be read, its text is: %s", refused)
             shown = ""
         if shown:
             return shown
