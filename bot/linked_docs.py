@@ -139,7 +139,7 @@ class LinkedDocs:
         unread: list[str] = []
         left = self._turn_bytes
         async with aiohttp.ClientSession(timeout=_TIMEOUT) as http:
-            reader = _Reader(http, self._domain, token)
+            reader = Reader(http, self._domain, token)
             for index, (url, kind, doc_token) in enumerate(links):
                 if index >= MAX_LINKS or left <= 0:
                     unread.append(catalogue_text(self._lang, "document.over_bound", url=url))
@@ -167,7 +167,10 @@ class LinkedDocs:
         return Linked(tuple(documents), tuple(unread))
 
 
-class _Reader:
+class Reader:
+    """Reads Feishu with one person's user access token; shared by linked documents and the
+    Agent's Feishu tools (``bot.feishu_docs``)."""
+
     def __init__(self, http: aiohttp.ClientSession, domain: str, token: str) -> None:
         self._http = http
         self._domain = domain
@@ -187,6 +190,23 @@ class _Reader:
         if code != 0:
             raise Unreadable(f"Feishu code {code}: {str(body.get('msg') or '')[:120]}")
         data = body.get("data")
+        return data if isinstance(data, dict) else {}
+
+    async def post(self, path: str, body: dict[str, Any], **query: str) -> dict[str, Any]:
+        """Like ``_get``, for Feishu's calls that take a JSON body."""
+        try:
+            async with self._http.post(
+                self._domain + path, params=query, json=body, headers=self._headers
+            ) as response:
+                answer = await response.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+            raise Unreadable(f"Feishu did not answer: {type(error).__name__}") from None
+        if not isinstance(answer, dict):
+            raise Unreadable("Feishu answered nothing readable")
+        code = answer.get("code")
+        if code != 0:
+            raise Unreadable(f"Feishu code {code}: {str(answer.get('msg') or '')[:120]}")
+        data = answer.get("data")
         return data if isinstance(data, dict) else {}
 
     async def read(self, kind: str, token: str) -> tuple[str, str, str]:

@@ -308,6 +308,14 @@ class HubClient:
     async def memory_forget(self, path: str, expected_revision: str) -> dict[str, Any]:
         return await self.call("memory.forget", path=path, expected_revision=expected_revision)
 
+    async def feishu_read(
+        self, document: str, kind: str | None = None, offset: int | None = None
+    ) -> dict[str, Any]:
+        return await self.call("feishu.read", document=document, kind=kind, offset=offset)
+
+    async def feishu_search(self, query: str, limit: int | None = None) -> dict[str, Any]:
+        return await self.call("feishu.search", query=query, limit=limit)
+
     async def memory_history(
         self, path: str | None = None, limit: int | None = None, before: int | None = None
     ) -> dict[str, Any]:

@@ -6,7 +6,9 @@
     ├── Unauthenticated            unauthenticated      401
     ├── Forbidden                  forbidden            403
     │   ├── BindingMismatch        binding_mismatch     403
-    │   └── MemoryDisabled         memory_disabled      403
+    │   ├── MemoryDisabled         memory_disabled      403
+    │   ├── FeishuNotConnected     feishu_not_connected 403
+    │   └── FeishuRefused          feishu_refused       403
     ├── NotFound                   not_found            404
     ├── RequestTimeout             request_timeout      408
     ├── Conflict                   conflict             409   observed_revision, path
@@ -14,6 +16,7 @@
     ├── UnsupportedEncoding        unsupported_encoding 415
     ├── QuotaExceeded              quota_exceeded       422   limit, retry_after
     ├── Unavailable                unavailable          503
+    │   ├── FeishuUnavailable      feishu_unavailable   503
     │   └── StorageUnavailable     storage_unavailable  503   cause, disk
     │       └── StorageFull        storage_unavailable  507   cause, disk
     └── InternalError              internal             500
@@ -117,6 +120,20 @@ class MemoryDisabled(Forbidden):
     status = 403
 
 
+class FeishuNotConnected(Forbidden):
+    """The person a Feishu tool acts as has not connected their own Feishu account."""
+
+    code = "feishu_not_connected"
+    status = 403
+
+
+class FeishuRefused(Forbidden):
+    """Feishu would not give that person what was asked (no access, no such document)."""
+
+    code = "feishu_refused"
+    status = 403
+
+
 class NotFound(AmuxError):
     code = "not_found"
     status = 404
@@ -172,6 +189,13 @@ class QuotaExceeded(AmuxError):
 
 class Unavailable(AmuxError):
     code = "unavailable"
+    status = 503
+
+
+class FeishuUnavailable(Unavailable):
+    """This Hub reads no Feishu documents: no Feishu app runs beside it, or Feishu is down."""
+
+    code = "feishu_unavailable"
     status = 503
 
 

@@ -37,6 +37,7 @@ from hub.errors import (
     PayloadTooLarge,
     StorageUnavailable,
 )
+from hub.feishu_docs import METHODS as FEISHU_METHODS
 from hub.history import via_of
 from hub.identity import (
     Actor,
@@ -503,6 +504,8 @@ async def system_capabilities(call: Call, params: NoParams) -> dict[str, Any]:
         },
     }
     result["runtime"] = {"workers": hub.executions.connected_workers()}
+    # Whether the Feishu tools can read: only with a Feishu app beside this Hub.
+    result["feishu"] = {"available": hub.feishu_docs is not None, "methods": list(FEISHU_METHODS)}
     # What the next turn runs under, so a plan or a client can say so before it starts.
     result["agents"] = {
         "permissions": hub.config.permissions,

@@ -35,6 +35,7 @@ from hub.rpc import (
     rpc_handler,
 )
 from hub.rpc_executions import EXECUTION_METHODS
+from hub.rpc_feishu import FEISHU_METHODS
 from hub.rpc_projects import PROJECT_METHODS
 from hub.rpc_schedules import SCHEDULE_METHODS
 from hub.services import Hub
@@ -97,6 +98,7 @@ HUB_METHODS = combine(
     EXECUTION_METHODS,
     PROJECT_METHODS,
     SCHEDULE_METHODS,
+    FEISHU_METHODS,
 )
 
 

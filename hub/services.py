@@ -13,6 +13,7 @@ from hub.approvals import Approvals
 from hub.config import OWNER_TOKEN_FILE, HubSettings
 from hub.errors import InvalidArgument
 from hub.executions import Executions
+from hub.feishu_docs import FeishuDocsReader
 from hub.forges import Forges
 from hub.history import MemoryHistory
 from hub.identity import Actor, Authenticator, require_owner
@@ -86,6 +87,9 @@ class Hub:
     restart_requested: asyncio.Event = field(default_factory=asyncio.Event)
     # Hooks other packages register to extend ``system.capabilities`` (e.g. connected workers).
     capability_hooks: list[Callable[[], dict[str, object]]] = field(default_factory=list)
+    # Reads Feishu as one person with their own token: set by the bot when a Feishu app runs
+    # beside the Hub (the Hub itself never speaks to Feishu); None answers feishu_unavailable.
+    feishu_docs: FeishuDocsReader | None = None
 
     @classmethod
     def open(cls, settings: HubSettings, providers: Iterable[str] = ()) -> Hub:

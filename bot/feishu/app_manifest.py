@@ -39,6 +39,8 @@ USER_SCOPES: tuple[str, ...] = (
     "wiki:wiki:readonly",
     "sheets:spreadsheet:readonly",
     "bitable:app:readonly",
+    # The Agent's feishu_search: only what the person may open.
+    "search:docs:read",
     "offline_access",
 )
 

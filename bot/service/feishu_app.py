@@ -16,6 +16,7 @@ from bot.feishu.client import FeishuClient
 from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
 from bot.feishu.liveness import LINK_HEALTH
 from bot.feishu_accounts import App, FeishuAccounts
+from bot.feishu_docs import FeishuDocs
 from bot.files import TurnFiles
 from bot.forwards import ForwardReader
 from bot.identity import FeishuIdentities
@@ -232,6 +233,8 @@ def _assemble(
         link_bytes=settings.document_link_bytes,
         turn_bytes=settings.document_turn_bytes,
     )
+    # The Agent's Feishu tools read through the Hub as the person a turn is for.
+    hub.feishu_docs = FeishuDocs(accounts.access_token, settings.domain)
     conversations = Conversations(
         hub,
         client,

@@ -94,9 +94,16 @@ TEXT_LIMIT_BYTES = 150 * 1024
 
 
 def _is_document_path(path: str) -> bool:
-    """A call a user access token may make: reading documents, wikis and sheets."""
+    """A call a user access token may make: reading and searching documents, wikis and
+    sheets."""
     return path.startswith(
-        ("/open-apis/docx/", "/open-apis/wiki/", "/open-apis/sheets/", "/open-apis/bitable/")
+        (
+            "/open-apis/docx/",
+            "/open-apis/wiki/",
+            "/open-apis/sheets/",
+            "/open-apis/bitable/",
+            "/open-apis/suite/docs-api/search/",
+        )
     )
 
 
@@ -353,6 +360,7 @@ class FakeFeishu:
         app.router.add_get("/open-apis/docx/v1/documents/{token}/raw_content", self._docx_raw)
         app.router.add_get("/open-apis/docx/v1/documents/{token}/blocks", self._docx_block_list)
         app.router.add_get("/open-apis/wiki/v2/spaces/get_node", self._wiki_node)
+        app.router.add_post("/open-apis/suite/docs-api/search/object", self._search_docs)
         app.router.add_get("/open-apis/bitable/v1/apps/{token}", self._bitable)
         app.router.add_get("/open-apis/bitable/v1/apps/{token}/tables", self._bitable_tables)
         app.router.add_get(
@@ -501,6 +509,12 @@ class FakeFeishu:
     def user_tokens_of(self, open_id: str) -> list[str]:
         """The user access tokens issued to ``open_id`` (still valid), oldest first."""
         return [t for t, who in self.user_access_tokens.items() if who == open_id]
+
+    def user_token_for(self, open_id: str) -> str:
+        """A user access token for ``open_id``, as if they had just granted the device flow."""
+        number = next(self._ids)
+        self.user_access_tokens[f"u-{number}"] = open_id
+        return f"u-{number}"
 
     def calls(self, method: str, path_contains: str) -> list[Recorded]:
         return [r for r in self.requests if r.method == method and path_contains in r.path]
@@ -684,6 +698,25 @@ class FakeFeishu:
             "has_more": more,
             "page_token": str(following) if more else "",
         }
+        return web.json_response({"code": 0, "data": data})
+
+    async def _search_docs(self, request: web.Request) -> web.Response:
+        """Feishu's document search: documents whose title or text holds the key, of those the
+        bearer may open (a user token: its person's; the app's: those it may read)."""
+        bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        self.document_reads.append((request.path, bearer))
+        body = self._body(request)
+        key = str(body.get("search_key") or "").lower()
+        count = int(body.get("count") or 20)
+        who = self.user_access_tokens.get(bearer)
+        shown = {"docx": "docx", "sheet": "sheet", "bitable": "bitable"}
+        found = [
+            {"docs_token": token, "docs_type": shown[doc.kind], "title": doc.title}
+            for token, doc in self.documents.items()
+            if (who in doc.readers if who is not None else doc.app_may_read)
+            and (key in doc.title.lower() or key in json.dumps(doc.content).lower())
+        ]
+        data = {"docs_entities": found[:count], "has_more": len(found) > count, "total": len(found)}
         return web.json_response({"code": 0, "data": data})
 
     async def _wiki_node(self, request: web.Request) -> web.Response:

@@ -264,6 +264,23 @@ def test_the_capability_verdict_needs_memory_methods_and_memory_enabled() -> Non
     assert off.error is not None and off.error.code == "memory_disabled"
 
 
+def test_the_feishu_tools_need_a_feishu_app_and_not_memory() -> None:
+    methods = ["memory.search", "memory.get", "memory.upsert", "memory.forget"]
+    feishu = {"available": True, "methods": ["feishu.read", "feishu.search"]}
+    # Memory off refuses the memory tools only.
+    off = judge_capabilities({"memory": {"enabled": False, "methods": methods}, "feishu": feishu})
+    assert off.refusal(feishu=False) is not None and off.refusal(feishu=True) is None
+    # No Feishu app beside the Hub, or a Hub from before the Feishu tools: they say so.
+    for capabilities in (
+        {"memory": {"enabled": True, "methods": methods}, "feishu": {**feishu, "available": False}},
+        {"memory": {"enabled": True, "methods": methods}},
+    ):
+        verdict = judge_capabilities(capabilities)
+        assert verdict.refusal(feishu=False) is None
+        refusal = verdict.refusal(feishu=True)
+        assert refusal is not None and refusal.code == "feishu_unavailable"
+
+
 def test_only_a_closed_pipe_counts_as_the_client_going_away() -> None:
     assert client_went_away(BrokenPipeError())
     assert client_went_away(ExceptionGroup("stdio", [BrokenPipeError(), ConnectionResetError()]))

@@ -33,6 +33,8 @@ TOOLS = {
         {"path", "content", "expected_revision"},
     ),
     "amux.memory_forget": ({"path", "expected_revision"}, {"path", "expected_revision"}),
+    "amux.feishu_read": ({"document", "kind", "offset"}, {"document"}),
+    "amux.feishu_search": ({"query", "limit"}, {"query"}),
     "amux.result_continue": ({"cursor"}, {"cursor"}),
 }
 MODULE_COMMAND = [sys.executable, "-m", "runtime_bridge.mcp_server"]

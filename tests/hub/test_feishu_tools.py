@@ -1,0 +1,163 @@
+"""The Hub's ``feishu.read`` and ``feishu.search``: whom they read as, and their typed refusals.
+
+The bot's reader is the real one (``bot.feishu_docs.FeishuDocs``) given a person's token by
+the callable ``amux serve`` gives it (``FeishuAccounts.access_token``); tokens here are handed out
+per person by that callable, and Feishu itself is the loopback fake.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from bot.feishu_docs import FeishuDocs
+from hub.rpc import HUB
+from hub.services import Hub
+from tests.fakes.feishu import FakeDocument, FakeFeishu
+from tests.hub.conftest import Served, ServeHub
+
+Client = TestClient[Any, Any]
+TOPIC = "feishu:oc_team:om_root"
+WORKSPACE = "topic-" + "cd" * 16
+PLAN = "https://acme.feishu.cn/docx/DocPlan0001"
+
+
+@pytest.fixture
+async def served(serve_hub: ServeHub) -> Served:
+    return await serve_hub("alice", "mallory", memory=True)
+
+
+async def call(client: Client, token: str, method: str, **params: Any) -> tuple[int, Any]:
+    response = await client.post(
+        f"/rpc/v1/{method}", json=params, headers={"Authorization": f"Bearer {token}"}
+    )
+    return response.status, await response.json()
+
+
+async def turn_credential(client: Client, ids: dict[str, str], sender: str) -> tuple[str, str]:
+    """(the delegated credential of a turn ``sender`` sent in a shared topic Alice started, the
+    turn's id)."""
+    hub: Hub = client.server.app[HUB]
+    first, session = await hub.executions.submit(
+        principal_id=ids["alice"],
+        submitted_by=ids["alice"],
+        provider="claude",
+        prompt="start",
+        origin=TOPIC,
+        workspace=WORKSPACE,
+    )
+    turn = first
+    if sender != "alice":
+        turn, _ = await hub.executions.submit(
+            principal_id=session.principal_id,
+            submitted_by=ids[sender],
+            provider="claude",
+            prompt="reply",
+            origin=TOPIC,
+        )
+    status, delegated = await call(
+        client,
+        ids["runtime-token"],
+        "sessions.memory",
+        session_id=session.id,
+        capable=True,
+        execution_id=turn.id,
+    )
+    assert status == 200, delegated
+    return str(delegated["token"]), turn.id
+
+
+async def test_without_a_feishu_app_the_tools_are_unavailable_not_an_error(
+    served: tuple[Client, dict[str, str]],
+) -> None:
+    client, ids = served
+    token, _ = await turn_credential(client, ids, "alice")
+    status, body = await call(client, token, "feishu.read", document=PLAN)
+    assert status == 503
+    assert body["error"]["code"] == "feishu_unavailable"
+    status, capabilities = await call(client, token, "system.capabilities")
+    assert capabilities["feishu"] == {
+        "available": False,
+        "methods": ["feishu.read", "feishu.search"],
+    }
+
+
+async def test_a_turn_reads_as_its_sender_and_an_unconnected_sender_is_told_to_connect(
+    served: tuple[Client, dict[str, str]],
+) -> None:
+    client, ids = served
+    hub: Hub = client.server.app[HUB]
+    async with FakeFeishu(app_id="cli_tools") as feishu:
+        feishu.documents["DocPlan0001"] = FakeDocument(
+            "docx", "Release plan", "Ship on Friday. " * 3000, readers={"ou_mallory"}
+        )
+        mallory_token = feishu.user_token_for("ou_mallory")
+        # Alice has connected, Mallory too; the turn is Mallory's, in Alice's topic.
+        tokens = {ids["mallory"]: mallory_token, ids["alice"]: feishu.user_token_for("ou_alice")}
+
+        async def access_token(principal_id: str) -> str | None:
+            return tokens.get(principal_id)
+
+        hub.feishu_docs = FeishuDocs(access_token, feishu.url)
+        token, turn = await turn_credential(client, ids, "mallory")
+
+        status, read = await call(client, token, "feishu.read", document=PLAN)
+        assert status == 200, read
+        assert (read["title"], read["kind"], read["revision"]) == ("Release plan", "docx", "7")
+        assert read["text"].startswith("Ship on Friday.")
+        assert read["next_offset"] == len(read["text"]) < read["total_chars"]
+        status, rest = await call(
+            client, token, "feishu.read", document="DocPlan0001", offset=read["next_offset"]
+        )
+        assert status == 200, rest
+        assert read["text"] + rest["text"] == "Ship on Friday. " * 3000
+        assert rest["next_offset"] is None
+        assert {bearer for _, bearer in feishu.document_reads} == {mallory_token}
+
+        status, found = await call(client, token, "feishu.search", query="release")
+        assert status == 200, found
+        assert found["results"] == [
+            {"kind": "docx", "token": "DocPlan0001", "title": "Release plan", "url": ""}
+        ]
+
+        # Mallory disconnects: the turn is told how to connect, and nothing is read as anyone.
+        del tokens[ids["mallory"]]
+        reads = len(feishu.document_reads)
+        status, refused = await call(client, token, "feishu.read", document=PLAN)
+        assert status == 403
+        assert refused["error"]["code"] == "feishu_not_connected"
+        assert "send /amux connect in your private chat" in refused["error"]["message"]
+        assert len(feishu.document_reads) == reads
+
+        # Once the turn has ended, its credential reads nothing, even left in the workspace.
+        tokens[ids["mallory"]] = mallory_token
+        await hub.executions.cancel(turn)
+        status, ended = await call(client, token, "feishu.read", document=PLAN)
+        assert status == 403 and ended["error"]["code"] == "forbidden", ended
+        assert "has ended" in ended["error"]["message"]
+        assert len(feishu.document_reads) == reads
+
+
+async def test_bad_references_and_services_are_refused_with_their_codes(
+    served: tuple[Client, dict[str, str]],
+) -> None:
+    client, ids = served
+    hub: Hub = client.server.app[HUB]
+
+    async def nobody(principal_id: str) -> str | None:
+        return None
+
+    hub.feishu_docs = FeishuDocs(nobody, "http://127.0.0.1:9")
+    token, _ = await turn_credential(client, ids, "alice")
+    for document in ("../../etc/passwd", "https://example.com/docx/DocPlan0001", "short"):
+        status, body = await call(client, token, "feishu.read", document=document)
+        assert (status, body["error"]["code"]) == (400, "invalid_argument"), document
+    status, body = await call(client, token, "feishu.read", document="DocPlan0001", kind="slides")
+    assert (status, body["error"]["code"]) == (400, "invalid_argument")
+    status, body = await call(client, token, "feishu.search", query="")
+    assert (status, body["error"]["code"]) == (400, "invalid_argument")
+    # The worker's own credential is a service's: it has no Feishu account to read as.
+    status, body = await call(client, ids["runtime-token"], "feishu.search", query="plan")
+    assert (status, body["error"]["code"]) == (403, "forbidden")
