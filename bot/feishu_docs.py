@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import aiohttp
 
@@ -89,6 +90,30 @@ class FeishuDocs:
                     f"Feishu would not give you this document: {refused.reason}"
                 ) from None
         return FeishuDocument(SHOWN[reader_kind], doc_token, title, revision, text, url)
+
+    async def comment(self, principal_id: str, document: str, text: str) -> dict[str, Any]:
+        url, reader_kind, doc_token = target(document, None)
+        if reader_kind != "docx":
+            raise InvalidArgument("comments are added to docx documents only")
+        token = await self._token(principal_id)
+        body = {
+            "reply_list": {
+                "replies": [
+                    {"content": {"elements": [{"type": "text_run", "text_run": {"text": text}}]}}
+                ]
+            }
+        }
+        async with aiohttp.ClientSession(timeout=_TIMEOUT) as http:
+            try:
+                made = await Reader(http, self._domain, token).post(
+                    f"/open-apis/drive/v1/files/{doc_token}/comments", body, file_type="docx"
+                )
+            except Unreadable as refused:
+                logger.info("an Agent's Feishu comment was refused: %s", refused.reason)
+                raise FeishuRefused(
+                    f"Feishu would not take your comment: {refused.reason}"
+                ) from None
+        return {"comment_id": str(made.get("comment_id") or "")}
 
     async def search(self, principal_id: str, query: str, limit: int) -> list[FeishuHit]:
         token = await self._token(principal_id)

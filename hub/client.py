@@ -316,6 +316,21 @@ class HubClient:
     async def feishu_search(self, query: str, limit: int | None = None) -> dict[str, Any]:
         return await self.call("feishu.search", query=query, limit=limit)
 
+    async def feishu_comment(
+        self,
+        document: str,
+        text: str,
+        request_id: str | None = None,
+        wait_seconds: float | None = None,
+    ) -> dict[str, Any]:
+        return await self.call(
+            "feishu.comment",
+            document=document,
+            text=text,
+            request_id=request_id,
+            wait_seconds=wait_seconds,
+        )
+
     async def memory_history(
         self, path: str | None = None, limit: int | None = None, before: int | None = None
     ) -> dict[str, Any]:

@@ -13,13 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from hub.contract import Execution
 from hub.errors import FeishuUnavailable, Forbidden, NotFound
 from hub.executions import Executions
 from hub.identity import Actor
 from hub.state import State
 
 # The RPC methods the Feishu tools call (``hub.rpc_feishu``), as ``system.capabilities`` lists them.
-METHODS = ("feishu.read", "feishu.search")
+METHODS = ("feishu.read", "feishu.search", "feishu.comment")
 # One read's text; a longer document continues from ``next_offset``.
 READ_CHARS = 24_000
 MAX_SEARCH_RESULTS = 20
@@ -70,11 +71,23 @@ class FeishuDocsReader(Protocol):
 
     async def search(self, principal_id: str, query: str, limit: int) -> list[FeishuHit]: ...
 
+    async def comment(self, principal_id: str, document: str, text: str) -> dict[str, Any]:
+        """Add ``text`` as a new comment on the docx ``document`` (a URL or token); what Feishu
+        answered of it (its ``comment_id``)."""
+        ...
+
 
 def acting_person(actor: Actor, state: State, executions: Executions) -> str:
-    """The Principal id whose Feishu account a call with ``actor``'s credential reads as.
+    """The Principal id whose Feishu account a call with ``actor``'s credential reads as (see
+    ``acting_turn``)."""
+    return acting_turn(actor, state, executions)[0]
 
-    A person's own credential reads as them. A turn's delegated credential reads as the person
+
+def acting_turn(actor: Actor, state: State, executions: Executions) -> tuple[str, Execution | None]:
+    """Whose Feishu account a call with ``actor``'s credential acts as, and the running turn its
+    credential was issued for (None for a person's own credential).
+
+    A person's own credential acts as them. A turn's delegated credential acts as the person
     the turn runs for (in a project group, whose turns run as the project, the person who sent
     it), and only while that turn runs: a credential left behind in a shared workspace must not
     let a later turn read as someone else.
@@ -86,7 +99,7 @@ def acting_person(actor: Actor, state: State, executions: Executions) -> str:
     if not actor.delegated:
         if principal.kind != "user":
             raise Forbidden("Feishu tools read as a person; a service credential has no account")
-        return principal.id
+        return principal.id, None
     launch = state.credential_launch(actor.credential.id)
     if launch is None or launch[1] is None:
         raise Forbidden("this Agent credential was not issued for a turn; Feishu tools need one")
@@ -97,11 +110,11 @@ def acting_person(actor: Actor, state: State, executions: Executions) -> str:
     if execution.finished:
         raise Forbidden("the turn this Agent credential was issued for has ended")
     if principal.kind == "user":
-        return principal.id
+        return principal.id, execution
     sender = state.principal(execution.submitted_by) if execution.submitted_by else None
     if sender is None or sender.kind != "user":
         raise Forbidden("this turn was not sent by a person; Feishu tools read as one")
-    return sender.id
+    return sender.id, execution
 
 
 def reader_of(reader: FeishuDocsReader | None) -> FeishuDocsReader:

@@ -90,6 +90,8 @@ class Hub:
     # Reads Feishu as one person with their own token: set by the bot when a Feishu app runs
     # beside the Hub (the Hub itself never speaks to Feishu); None answers feishu_unavailable.
     feishu_docs: FeishuDocsReader | None = None
+    # The allowed requests whose Feishu comment was added: an answer adds one comment, once.
+    feishu_comments_made: set[str] = field(default_factory=set)
 
     @classmethod
     def open(cls, settings: HubSettings, providers: Iterable[str] = ()) -> Hub:

@@ -260,7 +260,30 @@ class MemoryBridge:
             return error_result(err)
         return self._first_page(dumps(result))
 
+    async def forward_until_answered(
+        self, call: Callable[[HubClient, str | None], Awaitable[dict[str, Any]]]
+    ) -> CallToolResult:
+        """A Feishu write: one call after another, each a bounded wait on the Hub, while the
+        person the turn is for has not answered its permission request (the Hub denies it at
+        its timeout, which ends this)."""
+        request_id: str | None = None
+        while True:
+            answered: dict[str, Any] = {}
+
+            async def once(
+                hub: HubClient, asked: str | None = request_id, seen: dict[str, Any] = answered
+            ) -> dict[str, Any]:
+                result = await call(hub, asked)
+                seen.update(result)
+                return result
+
+            result = await self.forward(once, feishu=True)
+            if result.is_error or answered.get("pending") is not True:
+                return result
+            request_id = str(answered.get("request_id") or "") or None
+
     def continue_result(self, cursor: str) -> CallToolResult:
+
         try:
             page = self._pages.next_page(cursor, self._clock())
         except AmuxError as err:
@@ -279,6 +302,9 @@ def _page_result(blocks: list[str]) -> CallToolResult:
 _READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 _WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
 _FEISHU = ToolAnnotations(read_only_hint=True, open_world_hint=True)
+_FEISHU_WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True)
+# How long each call of a Feishu write waits on the Hub for a person's answer.
+DECISION_WAIT = 5.0
 
 _SEARCH = (
     "Search amux long-term memory for literal keywords. The query is split on whitespace; a "
@@ -313,6 +339,12 @@ _FEISHU_SEARCH = (
     "Search Feishu documents and wikis by keywords as the person you are working for: only "
     "what they may open is found. Returns JSON results, each with kind, token and title; read "
     "one with amux.feishu_read (token and kind)."
+)
+_FEISHU_COMMENT = (
+    "Add a comment to a Feishu docx document as the person you are working for. Under the "
+    "ask permission policy they are shown the exact text and the document first, and the call "
+    "returns once they answer: if they deny it, you get the reason; do not ask again unasked. "
+    "Pass the document's URL or token and the comment's plain text."
 )
 _CONTINUE = (
     "Fetch the next part of an amux tool result that was cut at the page limit. Pass the "
@@ -458,6 +490,20 @@ def build_server(bridge: MemoryBridge | BridgeSlot) -> MCPServer:
         ] = None,
     ) -> CallToolResult:
         return await slot.bridge.forward(lambda hub: hub.feishu_search(query, limit), feishu=True)
+
+    @server.tool(
+        name="amux.feishu_comment",
+        description=_FEISHU_COMMENT,
+        annotations=_FEISHU_WRITE,
+        structured_output=False,
+    )
+    async def feishu_comment(
+        document: Annotated[str, Field(description="A Feishu docx URL or document token.")],
+        text: Annotated[str, Field(description="The comment, plain text.")],
+    ) -> CallToolResult:
+        return await slot.bridge.forward_until_answered(
+            lambda hub, request_id: hub.feishu_comment(document, text, request_id, DECISION_WAIT)
+        )
 
     @server.tool(
         name=CONTINUE_TOOL, description=_CONTINUE, annotations=_READ_ONLY, structured_output=False

@@ -41,6 +41,8 @@ USER_SCOPES: tuple[str, ...] = (
     "bitable:app:readonly",
     # The Agent's feishu_search: only what the person may open.
     "search:docs:read",
+    # The Agent's feishu_comment, each one allowed as an edit is (under ask, on its card).
+    "docs:document.comment:create",
     "offline_access",
 )
 

@@ -50,6 +50,23 @@ PLAN = "https://acme.feishu.cn/docx/DocPlan0001"
 SECRET = "https://acme.feishu.cn/docx/DocSecret001"
 READ = "mcp__memory__amux_feishu_read"
 SEARCH = "mcp__memory__amux_feishu_search"
+COMMENT = "mcp__memory__amux_feishu_comment"
+
+
+def approve_buttons(node: Any) -> dict[str, dict[str, Any]]:
+    """The permission answer buttons anywhere in a card, by decision."""
+    found: dict[str, dict[str, Any]] = {}
+    if isinstance(node, dict):
+        if node.get("tag") == "button":
+            value = node["behaviors"][0]["value"]
+            if value.get("action") == "run.approve":
+                found[value["decision"]] = value
+        for child in node.values():
+            found.update(approve_buttons(child))
+    elif isinstance(node, list):
+        for child in node:
+            found.update(approve_buttons(child))
+    return found
 
 
 @dataclass
@@ -76,6 +93,34 @@ class Bot:
             if words in shown:
                 return shown
         return None
+
+    def permission_card(self, asked: str) -> tuple[str, str, dict[str, dict[str, Any]]] | None:
+        """(message id, what it shows, its answer buttons) of the card asking for a permission
+        under ``asked``."""
+        for message in list(self.feishu.messages.values()):
+            if message.sender_open_id or message.root_id != asked:
+                continue
+            for card in (message.card, *message.updates):
+                found = approve_buttons(card)
+                if found:
+                    return message.message_id, json.dumps(card, ensure_ascii=False), found
+        return None
+
+    async def click(self, message_id: str, value: dict[str, Any]) -> dict[str, Any]:
+        payload = signer.card_action(
+            value,
+            open_message_id=message_id,
+            open_chat_id=CHAT,
+            operator_open_id=DAVE["sender_open_id"],
+            operator_union_id=DAVE["sender_union_id"],
+            operator_user_id=DAVE["sender_user_id"],
+        )
+        body, headers = signer.sign(payload)
+        url = f"{self.hub.url}/feishu/events"
+        async with self.http.post(url, data=io.BytesIO(body), headers=headers) as response:
+            assert response.status == 200
+            answer: dict[str, Any] = await response.json(content_type=None)
+            return answer
 
     def said(self, pattern: str) -> re.Match[str] | None:
         for message in list(self.feishu.messages.values()):
@@ -192,3 +237,22 @@ async def test_the_agent_reads_feishu_as_its_sender_through_amux_mcp(tmp_path: P
         # Inside the sandbox: no Feishu variable, no token in the environment or the files.
         assert probed.splitlines()[0] == "0", probed
         assert "HOLD" not in probed and "probed" in probed, probed
+
+        # A comment is a change: under ask, Dave sees its exact text and it waits for him.
+        done = await asyncio.to_thread(
+            bot.hub.cli, "system", "config", "set", "agents.permissions", "ask"
+        )
+        assert done.returncode == 0, done.stderr
+        note = "Looks right to me; ship on Friday."
+        bot.model.add_steps(
+            [CallTool(COMMENT, {"document": PLAN, "text": note}), Answer("third answer")]
+        )
+        asked = await bot.say("Say on the release plan that it looks right")
+        message_id, shown, answers = await until(lambda: bot.permission_card(asked), seconds=120)
+        assert note in shown and "DocPlan0001" in shown, shown
+        assert set(answers) == {"allow_once", "allow_session", "deny"}
+        assert feishu.comments == []
+        await bot.click(message_id, answers["allow_once"])
+        await until(lambda: bot.answered(asked, "third answer"), seconds=120)
+        assert feishu.comments == [("DocPlan0001", note, dave_token)]
+        assert '"commented":true' in bot.tool_results()[-1]

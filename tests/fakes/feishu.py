@@ -103,6 +103,7 @@ def _is_document_path(path: str) -> bool:
             "/open-apis/sheets/",
             "/open-apis/bitable/",
             "/open-apis/suite/docs-api/search/",
+            "/open-apis/drive/v1/files/",
         )
     )
 
@@ -335,6 +336,8 @@ class FakeFeishu:
         # At most this many of a docx's blocks to a page of its block list.
         self.docx_block_page = 4
         self.document_reads: list[tuple[str, str]] = []
+        # Comments added: (document token, text, the bearer token it carried).
+        self.comments: list[tuple[str, str, str]] = []
         self.url = ""
         # Long connection state.
         self.ws_connected = asyncio.Event()
@@ -361,6 +364,7 @@ class FakeFeishu:
         app.router.add_get("/open-apis/docx/v1/documents/{token}/blocks", self._docx_block_list)
         app.router.add_get("/open-apis/wiki/v2/spaces/get_node", self._wiki_node)
         app.router.add_post("/open-apis/suite/docs-api/search/object", self._search_docs)
+        app.router.add_post("/open-apis/drive/v1/files/{token}/comments", self._comment)
         app.router.add_get("/open-apis/bitable/v1/apps/{token}", self._bitable)
         app.router.add_get("/open-apis/bitable/v1/apps/{token}/tables", self._bitable_tables)
         app.router.add_get(
@@ -718,6 +722,22 @@ class FakeFeishu:
         ]
         data = {"docs_entities": found[:count], "has_more": len(found) > count, "total": len(found)}
         return web.json_response({"code": 0, "data": data})
+
+    async def _comment(self, request: web.Request) -> web.Response:
+        """A whole-document comment on a docx, by a person who may read it."""
+        document = self._document(request, request.match_info["token"], "docx")
+        if isinstance(document, web.Response):
+            return document
+        bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        replies = self._body(request).get("reply_list", {}).get("replies", [])
+        text = "".join(
+            str(element.get("text_run", {}).get("text", ""))
+            for reply in replies
+            for element in reply.get("content", {}).get("elements", [])
+        )
+        comment_id = f"cm-{next(self._ids)}"
+        self.comments.append((request.match_info["token"], text, bearer))
+        return web.json_response({"code": 0, "data": {"comment_id": comment_id}})
 
     async def _wiki_node(self, request: web.Request) -> web.Response:
         bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")

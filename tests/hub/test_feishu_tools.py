@@ -80,7 +80,7 @@ async def test_without_a_feishu_app_the_tools_are_unavailable_not_an_error(
     status, capabilities = await call(client, token, "system.capabilities")
     assert capabilities["feishu"] == {
         "available": False,
-        "methods": ["feishu.read", "feishu.search"],
+        "methods": ["feishu.read", "feishu.search", "feishu.comment"],
     }
 
 
@@ -161,3 +161,85 @@ async def test_bad_references_and_services_are_refused_with_their_codes(
     # The worker's own credential is a service's: it has no Feishu account to read as.
     status, body = await call(client, ids["runtime-token"], "feishu.search", query="plan")
     assert (status, body["error"]["code"]) == (403, "forbidden")
+
+
+async def running_turn(client: Client, ids: dict[str, str]) -> tuple[str, str]:
+    """(the delegated credential, the id) of Alice's turn, claimed by a worker."""
+    hub: Hub = client.server.app[HUB]
+    turn, session = await hub.executions.submit(
+        principal_id=ids["alice"], submitted_by=ids["alice"], provider="claude", prompt="go"
+    )
+    runtime = ids["runtime-token"]
+    _, registered = await call(client, runtime, "workers.register", name="w")
+    status, claimed = await call(
+        client, runtime, "executions.claim", worker_id=registered["worker_id"]
+    )
+    assert status == 200 and claimed["execution"]["id"] == turn.id, claimed
+    _, delegated = await call(
+        client, runtime, "sessions.memory", session_id=session.id, execution_id=turn.id
+    )
+    return str(delegated["token"]), turn.id
+
+
+async def test_a_comment_waits_for_its_persons_answer_on_exactly_that_text(
+    served: tuple[Client, dict[str, str]],
+) -> None:
+    client, ids = served
+    hub: Hub = client.server.app[HUB]
+    alice = hub.state.principal(ids["alice"])
+    assert alice is not None
+    async with FakeFeishu(app_id="cli_tools") as feishu:
+        feishu.documents["DocPlan0001"] = FakeDocument(
+            "docx", "Release plan", "Ship.", readers={"ou_alice"}
+        )
+        alice_token = feishu.user_token_for("ou_alice")
+
+        async def access_token(principal_id: str) -> str | None:
+            return alice_token if principal_id == ids["alice"] else None
+
+        hub.feishu_docs = FeishuDocs(access_token, feishu.url)
+        token, turn = await running_turn(client, ids)
+
+        # Under ask (the default) it is a permission request, and nothing is written yet.
+        status, asked = await call(client, token, "feishu.comment", document=PLAN, text="Ship it")
+        assert status == 200 and asked["pending"] is True, asked
+        (request,) = hub.approvals.of_execution(turn)
+        assert (request.tool, request.detail) == ("feishu_comment", "Ship it")
+        assert request.subject == f"comment on {PLAN}"
+        assert feishu.comments == []
+        # An answer holds for the text shown, not for another.
+        rid = asked["request_id"]
+        status, other = await call(
+            client, token, "feishu.comment", document=PLAN, text="Delete it", request_id=rid
+        )
+        assert (status, other["error"]["code"]) == (400, "invalid_argument")
+
+        await hub.approvals.decide(turn, rid, "allow_once", alice)
+        status, done = await call(
+            client, token, "feishu.comment", document=PLAN, text="Ship it", request_id=rid
+        )
+        assert status == 200 and done["commented"] is True, done
+        assert feishu.comments == [("DocPlan0001", "Ship it", alice_token)]
+        # One answer, one comment.
+        status, again = await call(
+            client, token, "feishu.comment", document=PLAN, text="Ship it", request_id=rid
+        )
+        assert (status, again["error"]["code"]) == (409, "conflict")
+
+        status, asked = await call(client, token, "feishu.comment", document=PLAN, text="No")
+        await hub.approvals.decide(turn, asked["request_id"], "deny", alice, "not now")
+        status, denied = await call(
+            client,
+            token,
+            "feishu.comment",
+            document=PLAN,
+            text="No",
+            request_id=asked["request_id"],
+        )
+        assert (status, denied["error"]["code"]) == (403, "forbidden")
+        assert "not now" in denied["error"]["message"]
+
+        hub.config.save("agents.permissions", "read-only")
+        status, refused = await call(client, token, "feishu.comment", document=PLAN, text="x")
+        assert (status, refused["error"]["code"]) == (403, "forbidden")
+        assert len(feishu.comments) == 1

@@ -35,6 +35,7 @@ TOOLS = {
     "amux.memory_forget": ({"path", "expected_revision"}, {"path", "expected_revision"}),
     "amux.feishu_read": ({"document", "kind", "offset"}, {"document"}),
     "amux.feishu_search": ({"query", "limit"}, {"query"}),
+    "amux.feishu_comment": ({"document", "text"}, {"document", "text"}),
     "amux.result_continue": ({"cursor"}, {"cursor"}),
 }
 MODULE_COMMAND = [sys.executable, "-m", "runtime_bridge.mcp_server"]
