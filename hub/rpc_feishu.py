@@ -131,6 +131,12 @@ async def feishu_comment(call: Call, params: CommentParams) -> dict[str, Any]:
             if approval.decision == DENY:
                 reason = approval.reason or "denied"
                 raise Forbidden(f"the comment was not allowed: {reason}")
+            if approval.decided_by != person:
+                # The owner may answer anyone's requests, but words go out in this person's name
+                # only on their own say-so.
+                raise Forbidden(
+                    "only the person a comment is made as may allow it; nothing was added"
+                )
             request_id = approval.request_id
             if request_id in hub.feishu_comments_made:
                 raise Conflict("this comment was already added; ask anew for another")

@@ -163,11 +163,13 @@ async def test_bad_references_and_services_are_refused_with_their_codes(
     assert (status, body["error"]["code"]) == (403, "forbidden")
 
 
-async def running_turn(client: Client, ids: dict[str, str]) -> tuple[str, str]:
-    """(the delegated credential, the id) of Alice's turn, claimed by a worker."""
+async def running_turn(
+    client: Client, ids: dict[str, str], person: str = "alice"
+) -> tuple[str, str]:
+    """(the delegated credential, the id) of ``person``'s turn, claimed by a worker."""
     hub: Hub = client.server.app[HUB]
     turn, session = await hub.executions.submit(
-        principal_id=ids["alice"], submitted_by=ids["alice"], provider="claude", prompt="go"
+        principal_id=ids[person], submitted_by=ids[person], provider="claude", prompt="go"
     )
     runtime = ids["runtime-token"]
     _, registered = await call(client, runtime, "workers.register", name="w")
@@ -238,6 +240,27 @@ async def test_a_comment_waits_for_its_persons_answer_on_exactly_that_text(
         )
         assert (status, denied["error"]["code"]) == (403, "forbidden")
         assert "not now" in denied["error"]["message"]
+
+        # Mallory's comment goes out in her name: the owner's answer is not hers.
+        mallory_turn, mallory = await running_turn(client, ids, "mallory")
+        tokens_of = {ids["mallory"]: feishu.user_token_for("ou_mallory")}
+
+        async def either(principal_id: str) -> str | None:
+            return tokens_of.get(principal_id) or await access_token(principal_id)
+
+        hub.feishu_docs = FeishuDocs(either, feishu.url)
+        status, asked = await call(client, mallory_turn, "feishu.comment", document=PLAN, text="Hi")
+        await hub.approvals.decide(mallory, asked["request_id"], "allow_once", alice)
+        status, theirs = await call(
+            client,
+            mallory_turn,
+            "feishu.comment",
+            document=PLAN,
+            text="Hi",
+            request_id=asked["request_id"],
+        )
+        assert (status, theirs["error"]["code"]) == (403, "forbidden")
+        assert "only the person a comment is made as" in theirs["error"]["message"]
 
         hub.config.save("agents.permissions", "read-only")
         status, refused = await call(client, token, "feishu.comment", document=PLAN, text="x")
