@@ -1121,6 +1121,12 @@ class Conversations:
             return False
         return True
 
+    def private_chat_of(
+        self, principal_id: str
+    ) -> tuple[Literal["chat_id", "open_id", "union_id"], str] | None:
+        """How to reach a Principal in their private chat with the bot (see below)."""
+        return self._private_chat_of(principal_id)
+
     def _private_chat_of(
         self, principal_id: str
     ) -> tuple[Literal["chat_id", "open_id", "union_id"], str] | None:

@@ -7,6 +7,7 @@ import logging
 
 from bot.actions import Click, action_table, no_value
 from bot.chat_commands import command_table, command_words
+from bot.comments import DocumentComments
 from bot.conversations import Conversations
 from bot.feishu.catchup import CatchUp
 from bot.feishu.client import FeishuClient
@@ -14,6 +15,7 @@ from bot.feishu.content import STICKER
 from bot.feishu.events import (
     CardAction,
     CardResponse,
+    CommentEvent,
     MessageEvent,
     OtherEvent,
     UserIds,
@@ -54,8 +56,10 @@ class BotSink:
         schedules: ScheduleCommands | None = None,
         late: CatchUp | None = None,
         accounts: FeishuAccounts | None = None,
+        comments: DocumentComments | None = None,
     ) -> None:
         self._client = client
+        self._comments = comments
         self._identities = identities
         self._management = management
         self._conversations = conversations
@@ -189,6 +193,31 @@ class BotSink:
         if principal is None:
             return CardResponse(card=enrollment_closed_card(self._lang))
         return await self._actions.dispatch(action, principal)
+
+    async def on_comment(self, event: CommentEvent) -> None:
+        """A document comment that @mentions the bot: a turn of its author, who is admitted and
+        resolved as a message's sender is; someone without a Principal is told so in the thread
+        and nothing runs."""
+        if not event.mentions_bot or self._comments is None:
+            return
+        if not self._identities.admits(event.tenant_key, event.app_id, event.author):
+            return
+        author = event.author.union_id or event.author.open_id or event.author.user_id
+        refusal = self._limit.check(author)
+        if refusal is not None:
+            logger.info("a comment of Feishu user %s is over the per-minute limit", author)
+            return
+        comments = self._comments
+        try:
+            principal = await self._identities.person(event.author)
+        except AmuxError as error:
+            logger.warning("comment %s refused: %s", event.comment_id, error.message)
+            return
+        if principal is None:
+            logger.info("a comment of Feishu user %s, who is no member, ran nothing", author)
+            await comments.tell(event, "notice.enrollment_closed")
+            return
+        await comments.handle(event, principal)
 
     async def on_event(self, event: OtherEvent) -> None:
         recall = recall_of(event)

@@ -63,8 +63,16 @@ _NAME_PUNCTUATION = frozenset("[]<>{}()")
 _RAW_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
-def preamble(marker: str, *, topic: bool = True, forwarded: bool = False) -> str:
-    if not topic and not forwarded:
+def preamble(
+    marker: str, *, topic: bool = True, forwarded: bool = False, comment: bool = False
+) -> str:
+    if comment:
+        what = (
+            "The Feishu document comment thread the request was written in: the passage of the "
+            'document it comments on (the line with "quote"), then the thread\'s replies you '
+            "have not seen yet, oldest first,"
+        )
+    elif not topic and not forwarded:
         what = "Feishu documents the requester linked, written by other people,"
     elif topic and forwarded:
         what = (
@@ -209,13 +217,16 @@ def with_context(
     forwarded: tuple[Forwarded, ...] = (),
     zone: str = DEFAULT_TIME_ZONE,
     documents: Sequence[Mapping[str, object]] = (),
+    quote: str | None = None,
 ) -> str:
     """The prompt: the fenced block of the topic's context, what the request forwarded and the
-    documents it links (when there is any), then the request."""
-    if not context.messages and not forwarded and not documents:
+    documents it links (when there is any), then the request. ``quote`` is the commented
+    passage of a document comment thread, whose replies are then ``context``'s messages."""
+    if not context.messages and not forwarded and not documents and quote is None:
         return request
     names = dict(context.names)
-    lines = [
+    lines = [quoted({"quote": quote})] if quote is not None else []
+    lines += [
         quoted(
             {
                 "from": display_name(message.sender_open_id, names),
@@ -232,7 +243,9 @@ def with_context(
     # 64 random bits cannot be guessed; drawing again is for the sake of certainty.
     while any(marker in text for text in everything):
         marker = new_marker()
-    said = preamble(marker, topic=bool(context.messages), forwarded=bool(forwarded))
+    said = preamble(
+        marker, topic=bool(context.messages), forwarded=bool(forwarded), comment=quote is not None
+    )
     if documents:
         said += (
             ' A line with "document" is a Feishu document the requester linked, read as them: '

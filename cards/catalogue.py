@@ -163,9 +163,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "progress.plan": "**Plan** ({done}/{total} done)",
         "progress.steps": "**Steps** ({count})",
         "footer.context": "context {percent}% full",
-        "footer.compact": (
-            "The context is {percent}% full: consider `/compact`."
-        ),
+        "footer.compact": ("The context is {percent}% full: consider `/compact`."),
         "progress.steps.earlier": "… and {more} earlier",
         "step.read": "read",
         "step.edit": "edit",
@@ -526,6 +524,24 @@ MESSAGES: dict[Lang, dict[str, str]] = {
             "Your memory documents are kept while it is off. You can still erase them for good."
         ),
         "notice.memory_disabled.erase": "Erase my memory…",
+        "comment.long": (
+            "The answer is longer than a comment reply takes: all of it is in your private chat "
+            "with the bot."
+        ),
+        "comment.cut": (
+            "The answer is cut short here: the rest could not be sent to your private chat with "
+            "the bot. Open a private chat with it and ask again."
+        ),
+        "comment.title": "Answer to your comment",
+        "comment.failed": "The Agent could not answer: {reason}",
+        "comment.stopped": "The turn was stopped before the Agent answered.",
+        "comment.refused": "Nothing was run: {reason}",
+        "comment.empty": "Write what you want the Agent to do after the @mention.",
+        "comment.unreadable": "This comment could not be read, so nothing was run: {reason}",
+        "comment.own_thread": (
+            "This comment thread is another member's conversation and memory is isolated per "
+            "person. Start a comment of your own to talk to the Agent."
+        ),
         "notice.enrollment_closed.title": "Not enrolled",
         "notice.enrollment_closed": (
             "This Hub does not accept new members right now. Ask its owner to add you."
@@ -1075,6 +1091,19 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "notice.memory_disabled": "本 Hub 未开启 Agent 记忆。所有者可在 /amux → 实验功能 中开启。",
         "notice.memory_disabled.erase_hint": "关闭期间你的记忆文档仍会保留。你仍可以将其彻底删除。",
         "notice.memory_disabled.erase": "彻底删除我的记忆…",
+        "comment.long": "回答超出评论回复的长度：完整内容已发到你与机器人的私聊中。",
+        "comment.cut": (
+            "回答在此截断：其余内容无法发到你与机器人的私聊中。请与机器人开启私聊后再问一次。"
+        ),
+        "comment.title": "对你评论的回答",
+        "comment.failed": "Agent 未能回答：{reason}",
+        "comment.stopped": "这一轮在 Agent 回答前被停止了。",
+        "comment.refused": "未运行：{reason}",
+        "comment.empty": "请在 @ 之后写下你想让 Agent 做的事。",
+        "comment.unreadable": "无法读取这条评论，因此未运行：{reason}",
+        "comment.own_thread": (
+            "这个评论串属于另一位成员的对话，且记忆按人隔离。请新建你自己的评论与 Agent 对话。"
+        ),
         "notice.enrollment_closed.title": "尚未加入",
         "notice.enrollment_closed": "本 Hub 目前不接受新成员。请联系所有者添加你。",
         "notice.own_topic.title": "请开启你自己的话题",

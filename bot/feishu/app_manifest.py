@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.feishu.events import CARD_ACTION, MESSAGE_RECEIVE, OTHER_SUBSCRIBED
+from bot.feishu.events import CARD_ACTION, COMMENT_ADD, MESSAGE_RECEIVE, OTHER_SUBSCRIBED
 
 # Tenant scopes, each for something users would miss without it.
 SCOPES: tuple[str, ...] = (
@@ -27,6 +27,10 @@ SCOPES: tuple[str, ...] = (
     "cardkit:card:write",
     # People's names on cards, in prompts and in logs.
     "contact:user.base:readonly",
+    # Read a document comment thread that @mentions the bot (its quote and replies) and answer
+    # in it; nothing of the document itself is read with these.
+    "docs:document.comment:read",
+    "docs:document.comment:create",
     # Read the app's own configuration, so `amux doctor` can say what it lacks.
     "application:application:self_manage",
 )
@@ -46,7 +50,7 @@ USER_SCOPES: tuple[str, ...] = (
     "offline_access",
 )
 
-EVENTS: tuple[str, ...] = (MESSAGE_RECEIVE, *sorted(OTHER_SUBSCRIBED))
+EVENTS: tuple[str, ...] = (MESSAGE_RECEIVE, COMMENT_ADD, *sorted(OTHER_SUBSCRIBED))
 
 CALLBACKS: tuple[str, ...] = (CARD_ACTION,)
 

@@ -329,6 +329,64 @@ class FeishuClient:
                 return zone if isinstance(zone, str) else ""
         return ""
 
+    async def comment(self, file_token: str, file_type: str, comment_id: str) -> dict[str, Any]:
+        """A document comment as ``drive.v1.file.comment.get`` answers it (its ``quote`` and
+        first replies, authors by open_id), with the bot's own token."""
+        data = await self._call(
+            "comment_get",
+            HttpMethod.GET,
+            "/open-apis/drive/v1/files/:file_token/comments/:comment_id",
+            paths={"file_token": file_token, "comment_id": comment_id},
+            queries=[("file_type", file_type), ("user_id_type", "open_id")],
+        )
+        found = data.get("data")
+        return found if isinstance(found, dict) else {}
+
+    async def comment_replies(
+        self, file_token: str, file_type: str, comment_id: str, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """A comment thread's replies, oldest first, at most ``limit`` of them
+        (``drive.v1.file.comment.reply.list``)."""
+        replies: list[dict[str, Any]] = []
+        page_token = ""
+        while len(replies) < limit:
+            queries = [
+                ("file_type", file_type),
+                ("user_id_type", "open_id"),
+                ("page_size", str(min(100, limit - len(replies)))),
+            ]
+            if page_token:
+                queries.append(("page_token", page_token))
+            data = (
+                await self._call(
+                    "comment_replies",
+                    HttpMethod.GET,
+                    "/open-apis/drive/v1/files/:file_token/comments/:comment_id/replies",
+                    paths={"file_token": file_token, "comment_id": comment_id},
+                    queries=queries,
+                )
+            ).get("data") or {}
+            replies += [item for item in data.get("items") or [] if isinstance(item, dict)]
+            page_token = str(data.get("page_token") or "")
+            if not data.get("has_more") or not page_token:
+                break
+        return replies[:limit]
+
+    async def reply_comment(
+        self, file_token: str, file_type: str, comment_id: str, text: str
+    ) -> str:
+        """Add a reply of the bot's, plain text, to a comment thread; its reply id."""
+        elements = [{"type": "text_run", "text_run": {"text": text}}]
+        data = await self._call(
+            "comment_reply",
+            HttpMethod.POST,
+            "/open-apis/drive/v1/files/:file_token/comments/:comment_id/replies",
+            paths={"file_token": file_token, "comment_id": comment_id},
+            queries=[("file_type", file_type)],
+            body={"content": {"elements": elements}},
+        )
+        return str((data.get("data") or {}).get("reply_id") or "")
+
     async def message_resource(self, message_id: str, key: str, kind: str, *, limit: int) -> bytes:
         """An image or file of a message (``im.v1.message_resource.get``; ``kind`` image|file) of
         at most ``limit`` bytes: no more than ``limit + 1`` are ever read.

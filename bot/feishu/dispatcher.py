@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from bot.feishu.events import (
     CardAction,
     CardResponse,
+    CommentEvent,
     EventDedup,
     EventSink,
     MalformedEvent,
@@ -147,6 +148,15 @@ class EventDispatcher:
             self.observer.feishu_event("deduplicated")
             logger.info("message %s of event %s ran already", event.message_id, event.event_id)
             return Accepted(ACK)
+        if (
+            isinstance(event, CommentEvent)
+            and event.reply_id
+            and not await self._first_message(event.seen_key)
+        ):
+            # Feishu may notify one reply twice under two event ids; it runs once.
+            self.observer.feishu_event("deduplicated")
+            logger.info("comment reply of event %s ran already", event.event_id)
+            return Accepted(ACK)
         self.observer.feishu_event("received")
         if isinstance(event, CardAction):
             return Accepted(await self._card(event))
@@ -158,6 +168,9 @@ class EventDispatcher:
             except Exception:
                 logger.exception("could not note where chat %s got to", message.chat_id)
             owed = _Owed(event.event_id, lambda: sink.on_message(message))
+        elif isinstance(event, CommentEvent):
+            comment = event
+            owed = _Owed(event.event_id, lambda: sink.on_comment(comment))
         else:
             other = event
             owed = _Owed(event.event_id, lambda: sink.on_event(other))

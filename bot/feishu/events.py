@@ -1,8 +1,8 @@
 """Typed Feishu events, the seams that consume them, and the pure parser from Feishu's JSON.
 
 Both ingress paths (webhook and long connection) produce the same plaintext schema 2.0
-payloads; :func:`parse_event` turns one into a :class:`MessageEvent`, :class:`CardAction` or
-:class:`OtherEvent`. Parsing is pure: no I/O, no clock.
+payloads; :func:`parse_event` turns one into a :class:`MessageEvent`, :class:`CardAction`,
+:class:`CommentEvent` or :class:`OtherEvent`. Parsing is pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from bot.feishu.content import INTERACTIVE, MERGE_FORWARD, READ_AS_TEXT, card_te
 MESSAGE_RECEIVE = "im.message.receive_v1"
 CARD_ACTION = "card.action.trigger"
 MESSAGE_RECALLED = "im.message.recalled_v1"
+# A comment or reply added in a cloud document the bot is told of (it was @mentioned).
+COMMENT_ADD = "drive.notice.comment_add_v1"
 # Types amux subscribes to besides messages and card clicks; they reach EventSink.on_event.
 OTHER_SUBSCRIBED = frozenset(
     {
@@ -193,6 +195,39 @@ def recall_of(event: OtherEvent) -> Recall | None:
 
 
 @dataclass(frozen=True)
+class CommentEvent:
+    """A comment, or a reply in a comment thread, added in a Feishu cloud document.
+
+    Feishu names the document (``file_token``, ``file_type``), the thread (``comment_id``), the
+    reply that was added (``reply_id``; the thread's first reply for a new comment), who wrote
+    it (``author``) and whether it @mentions the bot; what it says is read from the comment API.
+    ``reply_id`` is empty when Feishu left it out: the author's latest reply is then meant.
+    """
+
+    event_id: str
+    file_token: str
+    file_type: str
+    comment_id: str
+    reply_id: str
+    author: UserIds
+    mentions_bot: bool
+    author_type: str = ""
+    create_time_ms: int = 0
+    tenant_key: str = ""
+    app_id: str = ""
+
+    @property
+    def conversation_key(self) -> str:
+        """One Session per comment thread, as one per topic."""
+        return f"{self.file_token}:{self.comment_id}"
+
+    @property
+    def seen_key(self) -> str:
+        """What de-duplication remembers: a reply is run once, whatever event carried it."""
+        return f"comment:{self.file_token}:{self.comment_id}:{self.reply_id}"
+
+
+@dataclass(frozen=True)
 class UrlVerification:
     challenge: str
 
@@ -214,7 +249,7 @@ class CardResponse:
         return body
 
 
-Event = MessageEvent | CardAction | OtherEvent
+Event = MessageEvent | CardAction | CommentEvent | OtherEvent
 
 
 class EventSink(Protocol):
@@ -230,6 +265,9 @@ class EventSink(Protocol):
         once and update later with ``FeishuClient.update_card(action.open_message_id, ...)`` or
         ``FeishuClient.delayed_update(action.token, ...)``.
         """
+
+    async def on_comment(self, event: CommentEvent) -> None:
+        """Handle a comment added in a document; runs after Feishu was answered."""
 
     async def on_event(self, event: OtherEvent) -> None:
         """Handle any other subscribed event (bot added to a chat, menu click, ...)."""
@@ -414,6 +452,8 @@ def parse_event(payload: dict[str, Any], bot_open_id: str = "") -> Event | UrlVe
         parsed = _message(event_id, event, bot_open_id)
     elif event_type == CARD_ACTION:
         parsed = _card_action(event_id, event)
+    elif event_type == COMMENT_ADD:
+        parsed = _comment(event_id, event)
     else:
         parsed = OtherEvent(event_id=event_id, event_type=event_type, event=event)
     return replace(parsed, tenant_key=tenant_key, app_id=app_id)
@@ -465,6 +505,45 @@ def _message(event_id: str, event: dict[str, Any], bot_open_id: str) -> MessageE
         create_time_ms=created,
         attachments=attachments_of(message_type, content),
         forwarded=(Forwarded(card, message_type=INTERACTIVE),) if card else (),
+    )
+
+
+def _comment(event_id: str, event: dict[str, Any]) -> CommentEvent:
+    # The current shape keeps the author and document under ``notice_meta``; older deliveries
+    # put them at the top level (``user_id``, ``is_mention``).
+    meta = event.get("notice_meta")
+    meta = meta if isinstance(meta, dict) else {}
+
+    def field_of(name: str) -> str:
+        value = event.get(name) or meta.get(name)
+        return value if isinstance(value, str) else ""
+
+    file_token, file_type = field_of("file_token"), field_of("file_type")
+    comment_id, reply_id = field_of("comment_id"), field_of("reply_id")
+    author = _ids(meta.get("from_user_id") or event.get("user_id"))
+    if not (file_token and file_type and comment_id):
+        raise MalformedEvent("comment event without its document or comment")
+    if not (author.open_id or author.union_id or author.user_id):
+        raise MalformedEvent("comment event without its author")
+    mentioned = event.get("is_mentioned")
+    if mentioned is None:
+        mentioned = meta.get("is_mentioned", event.get("is_mention"))
+    created = event.get("create_time") or meta.get("timestamp") or event.get("action_time")
+    try:
+        created_ms = int(created or 0)
+    except (TypeError, ValueError):
+        created_ms = 0
+    author_type = meta.get("from_user_type")
+    return CommentEvent(
+        event_id=event_id,
+        file_token=file_token,
+        file_type=file_type,
+        comment_id=comment_id,
+        reply_id=reply_id,
+        author=author,
+        mentions_bot=mentioned is True,
+        author_type=author_type if isinstance(author_type, str) else "",
+        create_time_ms=created_ms,
     )
 
 

@@ -8,12 +8,13 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from bot.comments import DocumentComments
 from bot.config import FeishuSettings
 from bot.conversations import Conversations
 from bot.diffs import DIFFS_DIR, BranchDiffs
 from bot.feishu.adapter import FeishuAdapter
 from bot.feishu.client import FeishuClient
-from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
+from bot.feishu.events import CardAction, CardResponse, CommentEvent, MessageEvent, OtherEvent
 from bot.feishu.liveness import LINK_HEALTH
 from bot.feishu_accounts import App, FeishuAccounts
 from bot.feishu_docs import FeishuDocs
@@ -62,6 +63,9 @@ class _DeferredSink:
 
     async def on_card_action(self, action: CardAction) -> CardResponse | None:
         return await self._bot().on_card_action(action)
+
+    async def on_comment(self, event: CommentEvent) -> None:
+        await self._bot().on_comment(event)
 
     async def on_event(self, event: OtherEvent) -> None:
         await self._bot().on_event(event)
@@ -262,6 +266,16 @@ def _assemble(
         provider_of=management.provider_of,
         wake=scheduler.wake,
     )
+    comments = DocumentComments(
+        hub,
+        client,
+        lang=settings.language,
+        bot_open_id=lambda: adapter.dispatcher.bot_open_id,
+        provider_of=management.provider_of,
+        reach=conversations.private_chat_of,
+        documents=documents,
+        zone=settings.time_zone,
+    )
     limit = SenderLimit(hub.config.messages_per_minute)
     sink = BotSink(
         client,
@@ -273,6 +287,7 @@ def _assemble(
         schedule_commands,
         late=adapter.catch_up,
         accounts=accounts,
+        comments=comments,
     )
     return _Bot(
         adapter,

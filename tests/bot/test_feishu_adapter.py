@@ -10,7 +10,7 @@ from pydantic import SecretStr
 
 from bot.config import FeishuSettings
 from bot.feishu.adapter import FeishuAdapter
-from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
+from bot.feishu.events import CardAction, CardResponse, CommentEvent, MessageEvent, OtherEvent
 from bot.feishu.ingress import EVENTS_PATH
 from cards.models import ProgressView
 from cards.progress import progress_card, result_cards
@@ -48,6 +48,9 @@ class EchoBot:
 
     async def on_card_action(self, action: CardAction) -> CardResponse | None:
         return CardResponse(toast=action.action)
+
+    async def on_comment(self, event: CommentEvent) -> None:
+        return None
 
     async def on_event(self, event: OtherEvent) -> None:
         return None

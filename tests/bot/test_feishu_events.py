@@ -5,6 +5,7 @@ import pytest
 from bot.feishu.events import (
     CardAction,
     CardResponse,
+    CommentEvent,
     MalformedEvent,
     MessageEvent,
     OtherEvent,
@@ -205,3 +206,48 @@ def test_card_response_wire_shape() -> None:
         "card": {"type": "raw", "data": {"schema": "2.0"}},
     }
     assert CardResponse().to_wire() == {}
+
+
+def test_a_document_comment_names_its_thread_reply_author_and_whether_it_mentions_the_bot() -> None:
+    payload = signer.comment(
+        "DocPlan0001", "cm_7", "rp_9", author_open_id="ou_dave", event_id="ev_c1"
+    )
+    event = parse_event(payload, bot_open_id="ou_bot")
+    assert isinstance(event, CommentEvent)
+    assert (event.file_token, event.file_type) == ("DocPlan0001", "docx")
+    assert (event.comment_id, event.reply_id) == ("cm_7", "rp_9")
+    assert event.author.open_id == "ou_dave" and event.author.union_id == "on_user1"
+    assert event.mentions_bot is True
+    # Delivered for the app's tenant, which the sink admits as it admits messages.
+    assert (event.tenant_key, event.app_id) == ("tenant_1", "cli_test")
+    # One conversation per thread; one run per reply, whatever event carried it.
+    assert event.conversation_key == "DocPlan0001:cm_7"
+    assert event.seen_key == "comment:DocPlan0001:cm_7:rp_9"
+
+    quiet = parse_event(signer.comment("DocPlan0001", "cm_7", "rp_10", mentioned=False))
+    assert isinstance(quiet, CommentEvent) and quiet.mentions_bot is False
+
+
+def test_an_older_comment_shape_with_its_fields_at_the_top_level_is_read_too() -> None:
+    payload = signer.comment("DocPlan0001", "cm_7", "rp_9")
+    meta = payload["event"].pop("notice_meta")
+    del payload["event"]["is_mentioned"]
+    payload["event"].update(
+        file_token=meta["file_token"],
+        file_type="sheet",
+        user_id={"open_id": "ou_erin"},
+        is_mention=True,
+    )
+    event = parse_event(payload)
+    assert isinstance(event, CommentEvent)
+    assert (event.file_type, event.author.open_id, event.mentions_bot) == ("sheet", "ou_erin", True)
+
+
+@pytest.mark.parametrize("missing", ["file_token", "comment_id", "from_user_id"])
+def test_a_comment_without_its_document_thread_or_author_is_malformed(missing: str) -> None:
+    payload = signer.comment("DocPlan0001", "cm_7", "rp_9")
+    event = payload["event"]
+    event.pop(missing, None)
+    event["notice_meta"].pop(missing, None)
+    with pytest.raises(MalformedEvent):
+        parse_event(payload)

@@ -85,6 +85,20 @@ async def test_a_message_is_acked_and_delivered_once_even_when_posted_twice(
     assert event.text == "hello" and event.mentions_bot
 
 
+async def test_a_comment_reply_is_delivered_once_even_under_two_event_ids(
+    webhook: Webhook,
+) -> None:
+    first = signer.comment("DocPlan0001", "cm_1", "rp_1", event_id="ev_c1")
+    again = signer.comment("DocPlan0001", "cm_1", "rp_1", event_id="ev_c2")
+    later = signer.comment("DocPlan0001", "cm_1", "rp_2", event_id="ev_c3")
+    for payload in (first, first, again, later):
+        assert await webhook.post(payload) == (200, {"msg": "success"})
+    await webhook.sink.wait_for(lambda s: len(s.comments) >= 2)
+    await webhook.dispatcher.drain()
+    assert [c.reply_id for c in webhook.sink.comments] == ["rp_1", "rp_2"]
+    assert webhook.sink.messages == [] and webhook.sink.others == []
+
+
 async def test_forged_signature_is_401_and_nothing_is_delivered(webhook: Webhook) -> None:
     body, headers = signer.sign(signer.message("hi"))
     headers["X-Lark-Signature"] = headers["X-Lark-Signature"][::-1]

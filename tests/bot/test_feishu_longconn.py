@@ -63,6 +63,19 @@ async def test_events_arrive_on_the_main_loop_once(connected: Connected) -> None
     assert endpoint_call.body["AppID"] == connected.fake.app_id
 
 
+async def test_a_document_comment_arrives_over_the_long_connection(connected: Connected) -> None:
+    payload = signer.comment("DocPlan0001", "cm_1", "rp_1", event_id="ev_ws_comment")
+    assert await connected.fake.push(payload) == {"code": 200}
+    await connected.sink.wait_for(lambda s: len(s.comments) == 1)
+    (comment,) = connected.sink.comments
+    assert (comment.file_token, comment.comment_id, comment.reply_id) == (
+        "DocPlan0001",
+        "cm_1",
+        "rp_1",
+    )
+    assert comment.mentions_bot and connected.sink.others == []
+
+
 @pytest.mark.parametrize("frame_type", ["card", "event"])
 async def test_card_clicks_are_answered_with_the_in_place_card(
     connected: Connected, frame_type: str

@@ -251,8 +251,8 @@ async def test_the_agent_reads_feishu_as_its_sender_through_amux_mcp(tmp_path: P
         message_id, shown, answers = await until(lambda: bot.permission_card(asked), seconds=120)
         assert note in shown and "DocPlan0001" in shown, shown
         assert set(answers) == {"allow_once", "allow_session", "deny"}
-        assert feishu.comments == []
+        assert feishu.comments_added == []
         await bot.click(message_id, answers["allow_once"])
         await until(lambda: bot.answered(asked, "third answer"), seconds=120)
-        assert feishu.comments == [("DocPlan0001", note, dave_token)]
+        assert feishu.comments_added == [("DocPlan0001", note, dave_token)]
         assert '"commented":true' in bot.tool_results()[-1]

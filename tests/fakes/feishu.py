@@ -19,6 +19,12 @@ Forwarded chats: ``add_forward`` stores a ``merge_forward`` message and the mess
 for a forward, every message in it (nested forwards' too), each naming the forward it sits in as
 ``upper_message_id``.
 
+Document comments: ``add_comment`` starts a comment thread on a document's passage and
+``add_comment_reply`` adds a person's reply to it; the drive comment API (get a comment, list a
+thread's replies, add a reply) answers from them, and a reply the bot adds is stored in its
+thread as the bot's (``bot_open_id``). A whole-document or resolved comment takes no reply, and
+a reply over ``COMMENT_REPLY_CHARS`` is refused, as Feishu refuses them.
+
 Size: a card over Feishu's limit (``CARD_LIMIT_BYTES`` of JSON) is refused with code 230025, as
 Feishu refuses it, wherever a card is sent (a message, a reply, a card update, a CardKit entity
 created or replaced, a delayed update); so is a text message over ``TEXT_LIMIT_BYTES``. Nothing of
@@ -90,6 +96,7 @@ SEQUENCE_STALE = 300317
 NO_PERMISSION = 99991672
 TOO_LARGE = 230025
 CARD_LIMIT_BYTES = 30 * 1024
+COMMENT_REPLY_CHARS = 10_000
 TEXT_LIMIT_BYTES = 150 * 1024
 
 
@@ -219,6 +226,39 @@ def docx_blocks(document_id: str, *described: tuple[Any, ...]) -> list[dict[str,
 
 
 @dataclass
+class FakeReply:
+    """One reply of a comment thread: who wrote it (an ``open_id``) and its content elements."""
+
+    reply_id: str
+    user_id: str
+    elements: list[dict[str, Any]]
+    create_time: int = 0
+
+    @property
+    def text(self) -> str:
+        """Its text runs, as a reader sees them."""
+        return "".join(
+            str((e.get("text_run") or {}).get("text") or "")
+            for e in self.elements
+            if e.get("type") == "text_run"
+        )
+
+
+@dataclass
+class FakeComment:
+    """A comment thread on a document: the passage it quotes, and its replies in order (the
+    first one is the comment itself)."""
+
+    file_token: str
+    file_type: str
+    comment_id: str
+    quote: str
+    replies: list[FakeReply] = field(default_factory=list)
+    is_whole: bool = False
+    is_solved: bool = False
+
+
+@dataclass
 class CardEntity:
     card_id: str
     card: dict[str, Any]
@@ -337,7 +377,9 @@ class FakeFeishu:
         self.docx_block_page = 4
         self.document_reads: list[tuple[str, str]] = []
         # Comments added: (document token, text, the bearer token it carried).
-        self.comments: list[tuple[str, str, str]] = []
+        self.comments_added: list[tuple[str, str, str]] = []
+        # Comment threads by (file_token, comment_id).
+        self.comments: dict[tuple[str, str], FakeComment] = {}
         self.url = ""
         # Long connection state.
         self.ws_connected = asyncio.Event()
@@ -364,7 +406,7 @@ class FakeFeishu:
         app.router.add_get("/open-apis/docx/v1/documents/{token}/blocks", self._docx_block_list)
         app.router.add_get("/open-apis/wiki/v2/spaces/get_node", self._wiki_node)
         app.router.add_post("/open-apis/suite/docs-api/search/object", self._search_docs)
-        app.router.add_post("/open-apis/drive/v1/files/{token}/comments", self._comment)
+        app.router.add_post("/open-apis/drive/v1/files/{token}/comments", self._add_comment)
         app.router.add_get("/open-apis/bitable/v1/apps/{token}", self._bitable)
         app.router.add_get("/open-apis/bitable/v1/apps/{token}/tables", self._bitable_tables)
         app.router.add_get(
@@ -375,6 +417,10 @@ class FakeFeishu:
         app.router.add_get(
             "/open-apis/sheets/v2/spreadsheets/{token}/values/{range}", self._sheet_values
         )
+        comment = "/open-apis/drive/v1/files/{file_token}/comments/{comment_id}"
+        app.router.add_get(comment, self._comment)
+        app.router.add_get(comment + "/replies", self._comment_replies)
+        app.router.add_post(comment + "/replies", self._comment_reply)
         app.router.add_post("/open-apis/im/v1/messages", self._create)
         app.router.add_get("/open-apis/im/v1/messages", self._list)
         app.router.add_get("/open-apis/contact/v3/users/batch", self._users)
@@ -501,6 +547,37 @@ class FakeFeishu:
         add(message.message_id, children)
         self.forwarded[message.message_id] = listed
         return message
+
+    def _reply_of(self, author_open_id: str, text: str, mention_bot: bool) -> FakeReply:
+        elements: list[dict[str, Any]] = []
+        if mention_bot:
+            elements.append({"type": "person", "person": {"user_id": self.bot_open_id}})
+        elements.append({"type": "text_run", "text_run": {"text": text}})
+        return FakeReply(f"rp_{next(self._ids)}", author_open_id, elements, int(time.time()))
+
+    def add_comment(
+        self,
+        file_token: str,
+        quote: str,
+        text: str,
+        *,
+        author_open_id: str = "ou_user",
+        file_type: str = "docx",
+        mention_bot: bool = True,
+    ) -> FakeComment:
+        """A person's comment on ``quote`` in a document, @mentioning the bot unless told not."""
+        comment = FakeComment(file_token, file_type, f"cm_{next(self._ids)}", quote)
+        comment.replies.append(self._reply_of(author_open_id, text, mention_bot))
+        self.comments[(file_token, comment.comment_id)] = comment
+        return comment
+
+    def add_comment_reply(
+        self, comment: FakeComment, text: str, *, author_open_id: str, mention_bot: bool = True
+    ) -> FakeReply:
+        """A person's reply in ``comment``'s thread."""
+        reply = self._reply_of(author_open_id, text, mention_bot)
+        comment.replies.append(reply)
+        return reply
 
     def grant_device(self, user_code: str, open_id: str) -> None:
         """The person ``open_id`` enters ``user_code`` and grants what it asked."""
@@ -723,7 +800,7 @@ class FakeFeishu:
         data = {"docs_entities": found[:count], "has_more": len(found) > count, "total": len(found)}
         return web.json_response({"code": 0, "data": data})
 
-    async def _comment(self, request: web.Request) -> web.Response:
+    async def _add_comment(self, request: web.Request) -> web.Response:
         """A whole-document comment on a docx, by a person who may read it."""
         document = self._document(request, request.match_info["token"], "docx")
         if isinstance(document, web.Response):
@@ -736,7 +813,7 @@ class FakeFeishu:
             for element in reply.get("content", {}).get("elements", [])
         )
         comment_id = f"cm-{next(self._ids)}"
-        self.comments.append((request.match_info["token"], text, bearer))
+        self.comments_added.append((request.match_info["token"], text, bearer))
         return web.json_response({"code": 0, "data": {"comment_id": comment_id}})
 
     async def _wiki_node(self, request: web.Request) -> web.Response:
@@ -797,6 +874,70 @@ class FakeFeishu:
         return web.json_response(
             {"code": 0, "data": {"revision": document.revision, "valueRange": value_range}}
         )
+
+    def _thread(self, request: web.Request) -> FakeComment | web.Response:
+        key = (request.match_info["file_token"], request.match_info["comment_id"])
+        comment = self.comments.get(key)
+        if comment is None or request.query.get("file_type") != comment.file_type:
+            return web.json_response({"code": 1069302, "msg": "comment not found"}, status=404)
+        return comment
+
+    @staticmethod
+    def _reply_data(reply: FakeReply) -> dict[str, Any]:
+        return {
+            "reply_id": reply.reply_id,
+            "user_id": reply.user_id,
+            "create_time": reply.create_time,
+            "update_time": reply.create_time,
+            "content": {"elements": reply.elements},
+        }
+
+    async def _comment(self, request: web.Request) -> web.Response:
+        comment = self._thread(request)
+        if isinstance(comment, web.Response):
+            return comment
+        data = {
+            "comment_id": comment.comment_id,
+            "user_id": comment.replies[0].user_id if comment.replies else "",
+            "is_whole": comment.is_whole,
+            "is_solved": comment.is_solved,
+            "quote": comment.quote,
+            # Feishu lists only the first replies here; the rest are paged from ``replies``.
+            "has_more": len(comment.replies) > 5,
+            "reply_list": {"replies": [self._reply_data(r) for r in comment.replies[:5]]},
+        }
+        return web.json_response({"code": 0, "msg": "success", "data": data})
+
+    async def _comment_replies(self, request: web.Request) -> web.Response:
+        comment = self._thread(request)
+        if isinstance(comment, web.Response):
+            return comment
+        offset = int(request.query.get("page_token") or 0)
+        size = int(request.query.get("page_size", "50"))
+        page = comment.replies[offset : offset + size]
+        more = offset + size < len(comment.replies)
+        data: dict[str, Any] = {
+            "items": [self._reply_data(r) for r in page],
+            "has_more": more,
+        }
+        if more:
+            data["page_token"] = str(offset + size)
+        return web.json_response({"code": 0, "msg": "success", "data": data})
+
+    async def _comment_reply(self, request: web.Request) -> web.Response:
+        comment = self._thread(request)
+        if isinstance(comment, web.Response):
+            return comment
+        if comment.is_whole or comment.is_solved:
+            return web.json_response(
+                {"code": 1069303, "msg": "comment does not take replies"}, status=400
+            )
+        elements = ((self._body(request).get("content") or {}).get("elements")) or []
+        reply = FakeReply(f"rp_{next(self._ids)}", self.bot_open_id, elements, int(time.time()))
+        if len(reply.text) > COMMENT_REPLY_CHARS:
+            return web.json_response({"code": 1069304, "msg": "reply too long"}, status=400)
+        comment.replies.append(reply)
+        return web.json_response({"code": 0, "msg": "success", "data": self._reply_data(reply)})
 
     async def _token(self, request: web.Request) -> web.Response:
         body = self._body(request)

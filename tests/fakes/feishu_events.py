@@ -23,7 +23,13 @@ from Crypto.Cipher import AES
 from pydantic import SecretStr
 
 from bot.config import FeishuSettings
-from bot.feishu.events import CardAction, CardResponse, MessageEvent, OtherEvent
+from bot.feishu.events import (
+    CardAction,
+    CardResponse,
+    CommentEvent,
+    MessageEvent,
+    OtherEvent,
+)
 
 if TYPE_CHECKING:
     from tests.fakes.feishu import FakeFeishu
@@ -179,6 +185,42 @@ class FeishuSigner:
             },
         }
 
+    def comment(
+        self,
+        file_token: str,
+        comment_id: str,
+        reply_id: str,
+        *,
+        author_open_id: str = "ou_user1",
+        author_union_id: str = "on_user1",
+        author_user_id: str = "u_user1",
+        file_type: str = "docx",
+        mentioned: bool = True,
+        event_id: str | None = None,
+    ) -> dict[str, Any]:
+        """A ``drive.notice.comment_add_v1`` event: Feishu names the document, the thread, the
+        reply added and its author, and whether it @mentions the bot; not what it says."""
+        author = {"open_id": author_open_id, "union_id": author_union_id}
+        if author_user_id:
+            author["user_id"] = author_user_id
+        return {
+            "schema": "2.0",
+            "header": self._header("drive.notice.comment_add_v1", event_id, None),
+            "event": {
+                "comment_id": comment_id,
+                "reply_id": reply_id,
+                "is_mentioned": mentioned,
+                "notice_meta": {
+                    "file_token": file_token,
+                    "file_type": file_type,
+                    "from_user_id": author,
+                    "to_user_id": {"open_id": "ou_bot"},
+                    "notice_type": "comment_add",
+                    "timestamp": str(int(time.time() * 1000)),
+                },
+            },
+        }
+
     @staticmethod
     def mention(key: str, open_id: str, name: str, union_id: str = "") -> dict[str, Any]:
         return {
@@ -244,6 +286,7 @@ class RecordingSink:
         self.messages: list[MessageEvent] = []
         self.card_actions: list[CardAction] = []
         self.others: list[OtherEvent] = []
+        self.comments: list[CommentEvent] = []
         self.card_response = card_response
         self.hold_cards = hold_cards
         self.release_cards = asyncio.Event()
@@ -266,6 +309,10 @@ class RecordingSink:
         self.cards_finished += 1
         await self._note()
         return self.card_response
+
+    async def on_comment(self, event: CommentEvent) -> None:
+        self.comments.append(event)
+        await self._note()
 
     async def on_event(self, event: OtherEvent) -> None:
         self.others.append(event)

@@ -208,7 +208,7 @@ async def test_a_comment_waits_for_its_persons_answer_on_exactly_that_text(
         (request,) = hub.approvals.of_execution(turn)
         assert (request.tool, request.detail) == ("feishu_comment", "Ship it")
         assert request.subject == f"comment on {PLAN}"
-        assert feishu.comments == []
+        assert feishu.comments_added == []
         # An answer holds for the text shown, not for another.
         rid = asked["request_id"]
         status, other = await call(
@@ -221,7 +221,7 @@ async def test_a_comment_waits_for_its_persons_answer_on_exactly_that_text(
             client, token, "feishu.comment", document=PLAN, text="Ship it", request_id=rid
         )
         assert status == 200 and done["commented"] is True, done
-        assert feishu.comments == [("DocPlan0001", "Ship it", alice_token)]
+        assert feishu.comments_added == [("DocPlan0001", "Ship it", alice_token)]
         # One answer, one comment.
         status, again = await call(
             client, token, "feishu.comment", document=PLAN, text="Ship it", request_id=rid
@@ -265,4 +265,4 @@ async def test_a_comment_waits_for_its_persons_answer_on_exactly_that_text(
         hub.config.save("agents.permissions", "read-only")
         status, refused = await call(client, token, "feishu.comment", document=PLAN, text="x")
         assert (status, refused["error"]["code"]) == (403, "forbidden")
-        assert len(feishu.comments) == 1
+        assert len(feishu.comments_added) == 1
