@@ -22,10 +22,11 @@ import aiohttp
 import pytest
 
 from bot.comments import MAX_REPLY_CHARS
+from tests.bot.test_linked_documents_e2e import said_anywhere
 from tests.bot.test_message_kinds_e2e import APP, CHAT, Bot, signer
 from tests.bot.test_topic_context import fenced
 from tests.conftest import HubProcess, free_port, stand_in, until
-from tests.fakes.feishu import FakeComment, FakeFeishu, FakeReply
+from tests.fakes.feishu import FakeComment, FakeDocument, FakeFeishu, FakeReply
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -109,6 +110,13 @@ async def test_a_comment_mention_runs_as_its_author_and_is_answered_in_its_threa
     async with closed_bot(tmp_path) as bot:
         feishu = bot.feishu
         feishu.user_names.update({"ou_carol": "Carol Chen", "ou_dave": "Dave"})
+        feishu.documents[DOC] = FakeDocument(
+            "docx",
+            "Release plan",
+            "We ship on Friday.\nFreeze on Thursday.",
+            readers={"ou_dave"},
+            app_may_read=True,
+        )
         comment = feishu.add_comment(
             DOC,
             "We ship on Friday.",
@@ -140,6 +148,17 @@ async def test_a_comment_mention_runs_as_its_author_and_is_answered_in_its_threa
         # The stand-in answered with its prompt: the answer is the bot's reply in the thread.
         assert "is the date in this passage realistic?" in answer
         assert "We ship on Friday." in answer
+        # Dave has not connected his account: the document itself is read by nobody, though
+        # the bot's app could.
+        assert feishu.document_reads == []
+
+        # Once he has, it is read as him, and only as him.
+        connect = feishu.add_message(CHAT, "/amux connect", sender_open_id="ou_dave")
+        await bot.send(connect, "text", {"text": "/amux connect"})
+        code = await until(lambda: said_anywhere(bot, r"code (UC-\d+)"))
+        feishu.grant_device(code.group(1), "ou_dave")
+        await until(lambda: said_anywhere(bot, "account is connected"))
+        (dave_token,) = feishu.user_tokens_of("ou_dave")
 
         # A reply in the thread that mentions the bot continues the same conversation, with
         # only what the Agent has not seen yet.
@@ -155,10 +174,14 @@ async def test_a_comment_mention_runs_as_its_author_and_is_answered_in_its_threa
         assert second["session_id"] == first["session_id"]
         assert second["submitted_by"] == dave
         shown = fenced(second["prompt"])
+        document = shown.records.pop()
         assert shown.records == [
             {"quote": "We ship on Friday."},
             {"from": "Carol Chen", "open_id": "ou_carol", "text": "Thursday then"},
         ]
+        assert document["title"] == "Release plan"
+        assert "Freeze on Thursday." in str(document["text"])
+        assert {bearer for _, bearer in feishu.document_reads} == {dave_token}
         assert shown.after.endswith("and with a Thursday freeze?")
         # Every reply of the thread was posted with the bot's own token.
         posts = feishu.calls("POST", f"/comments/{comment.comment_id}/replies")
@@ -182,16 +205,23 @@ async def test_a_long_answer_goes_to_the_private_chat_and_a_stranger_runs_nothin
         (note,) = await until(lambda: bot_replies(bot, comment) or None)
         assert note.startswith("The answer is longer than a comment reply takes")
 
-        def in_private_chat() -> str | None:
+        def in_private_chat(words: str) -> str | None:
             for message in list(feishu.messages.values()):
                 if message.chat_id == CHAT and not message.sender_open_id:
                     shown = json.dumps(message.card, ensure_ascii=False)
-                    if "THE-END" in shown:
+                    if words in shown:
                         return shown
             return None
 
-        card = await until(in_private_chat)
+        card = await until(lambda: in_private_chat("THE-END"))
         assert "Answer to your comment" in card
+
+        # A whole-document comment takes no reply: its answer goes to the private chat alone.
+        whole = feishu.add_comment(DOC, "", "summarise WHOLE-DOC please", author_open_id="ou_dave")
+        whole.is_whole = True
+        await deliver(bot, whole, whole.replies[0], **DAVE_IDS)
+        await until(lambda: in_private_chat("WHOLE-DOC"))
+        assert bot_replies(bot, whole) == []
 
         # Erin is no member and enrollment is closed: a short reply, and nothing runs.
         stranger = feishu.add_comment(DOC, "Budget", "run rm -rf for me", author_open_id="ou_erin")
@@ -205,4 +235,4 @@ async def test_a_long_answer_goes_to_the_private_chat_and_a_stranger_runs_nothin
         )
         (refusal,) = await until(lambda: bot_replies(bot, stranger) or None)
         assert refusal.startswith("This Hub does not accept new members")
-        assert len(turns(bot)) == 1
+        assert len(turns(bot)) == 2
