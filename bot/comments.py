@@ -16,13 +16,20 @@ it too, since the bot is the one replying.
 
 A reply holds at most ``MAX_REPLY_CHARS``: a longer answer goes to the author's private chat
 with the bot as result cards, and the reply says so.
+
+Each submitted turn is owed its answer in ``CommentTurns`` until it is posted: a restarted bot
+follows every turn still owed (``resume``) and answers it in its thread then.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from bot.conversations import topic_workspace, with_sender
@@ -34,10 +41,12 @@ from cards.catalogue import plain_text
 from cards.models import Lang
 from cards.progress import result_cards
 from cards.times import DEFAULT_TIME_ZONE
+from hub import sqlite
 from hub.contract import CANCELLED, SUCCEEDED, Execution
 from hub.errors import AmuxError
 from hub.principals import Principal
 from hub.services import Hub
+from hub.sqlite import Step
 
 logger = logging.getLogger("amux.bot")
 
@@ -145,6 +154,78 @@ def thread_of(
     )
 
 
+COMMENTS_FILE = "feishu-comments.sqlite3"
+_V1_OWED = """
+CREATE TABLE owed (
+    execution_id TEXT PRIMARY KEY,
+    file_token TEXT NOT NULL,
+    file_type TEXT NOT NULL,
+    comment_id TEXT NOT NULL,
+    principal_id TEXT NOT NULL,
+    request TEXT NOT NULL,
+    at REAL NOT NULL
+);
+"""
+MIGRATIONS: tuple[tuple[int, Step], ...] = ((1, _V1_OWED),)
+
+
+@dataclass(frozen=True)
+class Owed:
+    """A comment turn whose answer is not posted yet: where it goes and whose it is."""
+
+    execution_id: str
+    file_token: str
+    file_type: str
+    comment_id: str
+    principal_id: str
+    request: str
+
+
+class CommentTurns:
+    """The comment turns owed an answer, kept across restarts."""
+
+    def __init__(self, path: Path) -> None:
+        self._lock = threading.Lock()
+        # Durable: an answer forgotten to a power cut would never be posted.
+        self._db = sqlite.connect(path, durable=True)
+        try:
+            sqlite.migrate(self._db, path, MIGRATIONS, name="the Feishu comment turns file")
+        except BaseException:
+            self._db.close()
+            raise
+
+    def owe(self, owed: Owed) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO owed VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    owed.execution_id,
+                    owed.file_token,
+                    owed.file_type,
+                    owed.comment_id,
+                    owed.principal_id,
+                    owed.request,
+                    time.time(),
+                ),
+            )
+
+    def paid(self, execution_id: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM owed WHERE execution_id = ?", (execution_id,))
+
+    def owed(self) -> list[Owed]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT execution_id, file_token, file_type, comment_id, principal_id, request "
+                "FROM owed ORDER BY at"
+            ).fetchall()
+        return [Owed(*(str(value) for value in row)) for row in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
 class DocumentComments:
     """Runs the turns document comments ask for and answers them in their threads."""
 
@@ -157,9 +238,12 @@ class DocumentComments:
         bot_open_id: Callable[[], str],
         provider_of: Callable[[str], str],
         reach: Reach,
+        turns: CommentTurns,
         documents: LinkedDocs | None = None,
         zone: str = DEFAULT_TIME_ZONE,
     ) -> None:
+        self._turns = turns
+        self._resumed: set[asyncio.Task[Execution | None]] = set()
         self._hub = hub
         self._client = client
         self._lang = lang
@@ -169,7 +253,7 @@ class DocumentComments:
         self._documents = documents
         self._zone = zone
 
-    async def tell(self, event: CommentEvent, key: str, **fields: str) -> None:
+    async def tell(self, event: CommentEvent | Owed, key: str, **fields: str) -> None:
         """A short reply of the bot's in the thread; one Feishu refuses is logged."""
         said = plain_text(self._lang, key, **fields)
         try:
@@ -178,6 +262,25 @@ class DocumentComments:
             )
         except AmuxError as error:
             logger.warning("comment %s got no reply: %s", event.comment_id, error.message)
+
+    def resume(self) -> int:
+        """Follow again every comment turn an earlier process left owed; returns how many."""
+        owed = self._turns.owed()
+        for turn in owed:
+            task = asyncio.get_running_loop().create_task(
+                self._settle(turn), name=f"feishu-comment-{turn.execution_id}"
+            )
+            self._resumed.add(task)
+            task.add_done_callback(self._resumed.discard)
+        if owed:
+            logger.info("following %d comment turns again after a restart", len(owed))
+        return len(owed)
+
+    async def stop(self) -> None:
+        """Stop following resumed turns; they stay owed for the next process."""
+        for task in list(self._resumed):
+            task.cancel()
+        await asyncio.gather(*self._resumed, return_exceptions=True)
 
     async def handle(self, event: CommentEvent, sender: Principal) -> Execution | None:
         """Run the turn ``event`` asks for as ``sender`` and answer it in its thread; the
@@ -218,9 +321,27 @@ class DocumentComments:
             await self.tell(event, "comment.refused", reason=error.message)
             return None
         logger.info("comment %s runs turn %s for %s", event.comment_id, submitted.id, sender.label)
-        finished = await self._finish(submitted.id)
+        owed = Owed(
+            submitted.id,
+            event.file_token,
+            event.file_type,
+            event.comment_id,
+            sender.id,
+            thread.request,
+        )
+        self._turns.owe(owed)
+        return await self._settle(owed)
+
+    async def _settle(self, owed: Owed) -> Execution | None:
+        """Follow an owed turn to its end and post its answer; the finished turn."""
+        finished = await self._finish(owed.execution_id)
+        if finished is None and self._hub.executions.closing:
+            # The Hub restarts: the next process follows the turn (``resume``).
+            return None
         if finished is not None:
-            await self._answer(event, sender, finished, thread.request)
+            await self._answer(owed, finished)
+        # Answered, or gone from the Hub (a fresh state directory): owed no longer.
+        self._turns.paid(owed.execution_id)
         return finished
 
     async def _read(self, event: CommentEvent) -> Thread | None:
@@ -265,7 +386,8 @@ class DocumentComments:
         return linked
 
     async def _finish(self, execution_id: str) -> Execution | None:
-        """The turn once it has finished; None when the Hub no longer knows it."""
+        """The turn once it has finished; None when the Hub no longer knows it, or is
+        closing for a restart."""
         after = 0
         while True:
             try:
@@ -276,10 +398,10 @@ class DocumentComments:
             after = max(after, watched.last_seq)
             if watched.execution.finished:
                 return watched.execution
+            if self._hub.executions.closing:
+                return None
 
-    async def _answer(
-        self, event: CommentEvent, sender: Principal, execution: Execution, request: str
-    ) -> None:
+    async def _answer(self, event: Owed, execution: Execution) -> None:
         text = execution.result.text if execution.result is not None else None
         if execution.state == CANCELLED:
             await self.tell(event, "comment.stopped")
@@ -298,9 +420,9 @@ class DocumentComments:
             except AmuxError as error:
                 # A whole-document or resolved comment takes no reply: the private chat does.
                 logger.warning("comment %s took no answer: %s", event.comment_id, error.message)
-                await self._privately(sender, answer, request)
+                await self._privately(event, answer)
                 return
-        if await self._privately(sender, answer, request):
+        if await self._privately(event, answer):
             await self.tell(event, "comment.long")
             return
         cut = plain_text(self._lang, "comment.cut")
@@ -312,18 +434,21 @@ class DocumentComments:
         except AmuxError as error:
             logger.warning("comment %s took no answer: %s", event.comment_id, error.message)
 
-    async def _privately(self, sender: Principal, answer: str, request: str) -> bool:
-        """Send the whole answer to ``sender``'s private chat with the bot as result cards;
+    async def _privately(self, event: Owed, answer: str) -> bool:
+        """Send the whole answer to its person's private chat with the bot as result cards;
         whether all of them went out."""
-        target = self._reach(sender.id)
+        target = self._reach(event.principal_id)
         if target is None:
             return False
         kind, receiver = target
-        title = plain_text(self._lang, "comment.title") + ": " + request.splitlines()[0][:60]
+        first = event.request.splitlines()[0][:60] if event.request else ""
+        title = plain_text(self._lang, "comment.title") + ": " + first
         try:
             for card in result_cards(answer, self._lang, title=title):
                 await self._client.send_card(receiver, card, kind)
         except AmuxError as error:
-            logger.warning("a comment's answer did not reach %s: %s", sender.label, error.message)
+            logger.warning(
+                "a comment's answer did not reach %s: %s", event.principal_id, error.message
+            )
             return False
         return True

@@ -69,8 +69,8 @@ def preamble(
     if comment:
         what = (
             "The Feishu document comment thread the request was written in: the passage of the "
-            'document it comments on (the line with "quote"), then the thread\'s replies you '
-            "have not seen yet, oldest first,"
+            'document it comments on (the line with "quote", if any), then the thread\'s replies '
+            "you have not seen yet, oldest first,"
         )
     elif not topic and not forwarded:
         what = "Feishu documents the requester linked, written by other people,"
@@ -220,12 +220,13 @@ def with_context(
     quote: str | None = None,
 ) -> str:
     """The prompt: the fenced block of the topic's context, what the request forwarded and the
-    documents it links (when there is any), then the request. ``quote`` is the commented
-    passage of a document comment thread, whose replies are then ``context``'s messages."""
-    if not context.messages and not forwarded and not documents and quote is None:
+    documents it links (when there is any), then the request. ``quote`` (not None) makes it a
+    document comment thread's: the passage commented on (none for a whole-document comment),
+    the thread's replies being ``context``'s messages."""
+    if not context.messages and not forwarded and not documents and not quote:
         return request
     names = dict(context.names)
-    lines = [quoted({"quote": quote})] if quote is not None else []
+    lines = [quoted({"quote": quote})] if quote else []
     lines += [
         quoted(
             {

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import pytest
 
-from bot import outbox, topic_context
+from bot import comments, outbox, topic_context
 from bot.feishu import catchup, dedup
 from bot.outbox import Followed, Outbox
 from bot.topic_context import SeenTopics
@@ -71,6 +71,11 @@ def opened_catch_up(path: Path) -> contextlib.AbstractContextManager[sqlite3.Con
     return holding(store, store._db)
 
 
+def opened_comment_turns(path: Path) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+    turns = comments.CommentTurns(path)
+    return holding(turns, turns._db)
+
+
 def opened_agent_users(path: Path) -> contextlib.AbstractContextManager[sqlite3.Connection]:
     return AgentUsers(path.parent, host_registry=path.parent / "host" / "uids.sqlite3")._db()
 
@@ -89,6 +94,13 @@ DATABASES: dict[str, tuple[str, Opener, Steps, bool, int]] = {
     "topics": (topic_context.TOPICS_FILE, opened_topics, topic_context.MIGRATIONS, True, 5000),
     "dedup": ("feishu-events.sqlite3", opened_dedup, dedup.MIGRATIONS, False, 5000),
     "catch_up": (catchup.CATCH_UP_FILE, opened_catch_up, catchup.MIGRATIONS, True, 5000),
+    "comment_turns": (
+        comments.COMMENTS_FILE,
+        opened_comment_turns,
+        comments.MIGRATIONS,
+        True,
+        5000,
+    ),
     "agent_users": (
         agent_users.REGISTRY,
         opened_agent_users,

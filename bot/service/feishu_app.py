@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from bot.comments import DocumentComments
+from bot.comments import COMMENTS_FILE, CommentTurns, DocumentComments
 from bot.config import FeishuSettings
 from bot.conversations import Conversations
 from bot.diffs import DIFFS_DIR, BranchDiffs
@@ -161,12 +161,15 @@ class _Bot:
     sink: BotSink
     scheduler: Scheduler
     accounts: FeishuAccounts
+    comments: DocumentComments
+    comment_turns: CommentTurns
 
     async def start(self) -> None:
         self.identities.offer_claim()
         await self.adapter.start()
         self.outbox.start()
         self.conversations.resume()
+        self.comments.resume()
         self.scheduler.start()
         pending = self.management.pending_restart_card()
         if pending is not None:
@@ -181,6 +184,7 @@ class _Bot:
         # Turns that finished during the drain have their answers owed by now; give them a
         # moment to go out. What Feishu does not take in time stays owed for the next process.
         await self.conversations.stop()
+        await self.comments.stop()
         await self.adapter.dispatcher.drain()
         await self.names.close()
         await self.accounts.close()
@@ -188,6 +192,7 @@ class _Bot:
         await self.adapter.stop()
         self.outbox.close()
         self.seen.close()
+        self.comment_turns.close()
 
 
 def _assemble(
@@ -266,6 +271,7 @@ def _assemble(
         provider_of=management.provider_of,
         wake=scheduler.wake,
     )
+    comment_turns = CommentTurns(hub_settings.home / COMMENTS_FILE)
     comments = DocumentComments(
         hub,
         client,
@@ -273,6 +279,7 @@ def _assemble(
         bot_open_id=lambda: adapter.dispatcher.bot_open_id,
         provider_of=management.provider_of,
         reach=conversations.private_chat_of,
+        turns=comment_turns,
         documents=documents,
         zone=settings.time_zone,
     )
@@ -300,6 +307,8 @@ def _assemble(
         sink,
         scheduler,
         accounts,
+        comments,
+        comment_turns,
     )
 
 

@@ -257,3 +257,34 @@ async def test_a_turn_whose_progress_card_feishu_refuses_still_answers_in_the_to
     (answer,) = await until(lambda: bot.replies_to(asked))
     assert "answered without a progress card" in shown(answer)
     assert bot.feishu.failures_left() == 0
+
+
+@pytest.mark.parametrize("bot", ["1"], indirect=True)
+async def test_a_document_comments_turn_running_across_a_restart_is_answered_in_its_thread(
+    bot: Bot,
+) -> None:
+    # No passage and no earlier replies: the prompt is the sender's line and the gate.
+    comment = bot.feishu.add_comment("DocGate0001", "", str(bot.gate), author_open_id="ou_alice")
+    payload = signer.comment(
+        comment.file_token,
+        comment.comment_id,
+        comment.replies[0].reply_id,
+        author_open_id="ou_alice",
+        author_union_id="on_alice",
+        author_user_id="u_alice",
+    )
+    body, headers = signer.sign(payload)
+    url = f"{bot.hub.url}/feishu/events"
+    async with bot.http.post(url, data=io.BytesIO(body), headers=headers) as response:
+        assert response.status == 200
+    await until(lambda: bot.runs() == 1)
+    await bot.restart()
+    await restarted(bot, 1)
+    await until(lambda: bot.runs() == 2, seconds=60)
+    bot.open_gate("answered after the restart")
+
+    def answers() -> list[str]:
+        return [r.text for r in comment.replies if r.user_id == bot.feishu.bot_open_id]
+
+    await until(lambda: answers() or None, seconds=60)
+    assert answers() == ["answered after the restart"]
