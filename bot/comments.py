@@ -56,6 +56,8 @@ MAX_REPLY_CHARS = 3000
 # The replies of a thread read for one turn (a thread longer than this is rare).
 MAX_THREAD_REPLIES = 200
 WATCH_SECONDS = 20.0
+# The commented passage given to the Agent: a comment may be on a whole section.
+MAX_QUOTE_BYTES = 8 * 1024
 # Where the document itself is read from as its author: the link a person would share.
 _LINK_KINDS = {"docx": "docx", "sheet": "sheets", "bitable": "base"}
 _DOCUMENT_HOST = "https://www.feishu.cn"
@@ -146,8 +148,9 @@ def thread_of(
         until_ms=position + 1,
     )
     senders = {m.sender_open_id for m in earlier}
+    quote = str(comment.get("quote") or "").encode()
     return Thread(
-        quote=str(comment.get("quote") or ""),
+        quote=quote[:MAX_QUOTE_BYTES].decode(errors="ignore"),
         request=reply_text(replies[position], bot_open_id, names),
         earlier=earlier,
         names=tuple(sorted((k, v) for k, v in names.items() if k in senders)),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.comments import comment_origin, reply_text, thread_of
+from bot.comments import MAX_QUOTE_BYTES, comment_origin, reply_text, thread_of
 from bot.feishu.events import CommentEvent, parse_event
 from tests.fakes.feishu_events import FeishuSigner
 
@@ -79,3 +79,11 @@ def test_one_conversation_per_document_thread() -> None:
     other = parse_event(signer.comment("DocOther001", "cm_1", "rp_2"))
     assert isinstance(other, CommentEvent)
     assert comment_origin(other) != comment_origin(event("rp_2"))
+
+
+def test_a_long_passage_is_cut_to_its_bound_on_whole_characters() -> None:
+    passage = "发布计划" * MAX_QUOTE_BYTES
+    thread = thread_of({"quote": passage}, THREAD, event("rp_2"), BOT, {})
+    assert thread is not None
+    assert len(thread.quote.encode()) <= MAX_QUOTE_BYTES
+    assert passage.startswith(thread.quote) and len(thread.quote) > MAX_QUOTE_BYTES // 4
