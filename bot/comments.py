@@ -285,11 +285,25 @@ class DocumentComments:
             task.cancel()
         await asyncio.gather(*self._resumed, return_exceptions=True)
 
-    async def handle(self, event: CommentEvent, sender: Principal) -> Execution | None:
+    async def handle(
+        self,
+        event: CommentEvent,
+        sender: Principal | None,
+        burnt: Callable[[str], bool] = lambda text: False,
+    ) -> Execution | None:
         """Run the turn ``event`` asks for as ``sender`` and answer it in its thread; the
-        finished turn, None when nothing ran."""
+        finished turn, None when nothing ran. Without a ``sender`` (someone who is no member)
+        nothing runs and the thread is told; ``burnt`` says whether what the reply says held
+        the owner claim code, which a document's readers have now seen."""
         thread = await self._read(event)
         if thread is None:
+            return None
+        if burnt(thread.request):
+            await self.tell(event, "claim.burnt")
+            return None
+        if sender is None:
+            logger.info("a comment of someone who is no member ran nothing")
+            await self.tell(event, "notice.enrollment_closed")
             return None
         if not thread.request:
             await self.tell(event, "comment.empty")

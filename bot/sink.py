@@ -197,7 +197,7 @@ class BotSink:
     async def on_comment(self, event: CommentEvent) -> None:
         """A document comment that @mentions the bot: a turn of its author, who is admitted and
         resolved as a message's sender is; someone without a Principal is told so in the thread
-        and nothing runs."""
+        and nothing runs. A claim code in it is burnt, as anywhere outside a private chat."""
         if not event.mentions_bot or self._comments is None:
             return
         if not self._identities.admits(event.tenant_key, event.app_id, event.author):
@@ -214,10 +214,10 @@ class BotSink:
             logger.warning("comment %s refused: %s", event.comment_id, error.message)
             return
         if principal is None:
-            logger.info("a comment of Feishu user %s, who is no member, ran nothing", author)
-            await comments.tell(event, "notice.enrollment_closed")
-            return
-        await comments.handle(event, principal)
+            logger.info("a comment of Feishu user %s, who is no member, runs nothing", author)
+        await comments.handle(
+            event, principal, lambda said: self._identities.burn_if_seen(said, event.author)
+        )
 
     async def on_event(self, event: OtherEvent) -> None:
         recall = recall_of(event)

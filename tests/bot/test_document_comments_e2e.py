@@ -35,8 +35,9 @@ DAVE_IDS = {"author_open_id": "ou_dave", "author_union_id": "on_dave", "author_u
 
 
 @contextlib.asynccontextmanager
-async def closed_bot(tmp_path: Path) -> AsyncIterator[Bot]:
-    """The bot with enrollment closed and Dave as its owner, claimed in his private chat."""
+async def closed_bot(tmp_path: Path, claimed: bool = True) -> AsyncIterator[Bot]:
+    """The bot with enrollment closed and Dave as its owner, claimed in his private chat
+    (unless not ``claimed``)."""
     async with FakeFeishu(app_id=APP) as feishu:
         hub = HubProcess(
             tmp_path / "amux-home",
@@ -59,6 +60,9 @@ async def closed_bot(tmp_path: Path) -> AsyncIterator[Bot]:
             async with aiohttp.ClientSession() as http:
                 await until(lambda: feishu.calls("GET", "/bot/v3/info"))
                 bot = Bot(hub, feishu, http)
+                if not claimed:
+                    yield bot
+                    return
                 code = await until(lambda: re.search(r"/amux claim ([0-9a-f]+)", hub.log()))
                 words = f"/amux claim {code.group(1)}"
                 claim = feishu.add_message(CHAT, words, sender_open_id="ou_dave")
@@ -236,3 +240,18 @@ async def test_a_long_answer_goes_to_the_private_chat_and_a_stranger_runs_nothin
         (refusal,) = await until(lambda: bot_replies(bot, stranger) or None)
         assert refusal.startswith("This Hub does not accept new members")
         assert len(turns(bot)) == 2
+
+
+async def test_a_claim_code_in_a_comment_is_burnt_and_runs_nothing(tmp_path: Path) -> None:
+    async with closed_bot(tmp_path, claimed=False) as bot:
+        code = await until(lambda: re.search(r"/amux claim ([0-9a-f]+)", bot.hub.log()))
+        comment = bot.feishu.add_comment(
+            DOC, "Budget", f"/amux claim {code.group(1)}", author_open_id="ou_erin"
+        )
+        ids = {"author_open_id": "ou_erin", "author_union_id": "on_erin", "author_user_id": ""}
+        await deliver(bot, comment, comment.replies[0], **ids)
+        (said,) = await until(lambda: bot_replies(bot, comment) or None)
+        assert said.startswith("A claim code was posted here, where others can read it")
+        # A new code is offered in the log; the one the document's readers saw no longer works.
+        await until(lambda: len(re.findall(r"/amux claim ([0-9a-f]+)", bot.hub.log())) == 2)
+        assert turns(bot) == []
