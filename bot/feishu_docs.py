@@ -76,13 +76,17 @@ class FeishuDocs:
             )
         return token
 
-    async def read(self, principal_id: str, document: str, kind: str | None) -> FeishuDocument:
+    async def read(
+        self, principal_id: str, document: str, kind: str | None, cells: str | None = None
+    ) -> FeishuDocument:
         url, reader_kind, doc_token = target(document, kind)
+        if cells is not None and reader_kind not in ("sheets", "wiki"):
+            raise InvalidArgument("a range is read only from a sheet")
         token = await self._token(principal_id)
         async with aiohttp.ClientSession(timeout=_TIMEOUT) as http:
             try:
                 title, revision, text = await Reader(http, self._domain, token).read(
-                    reader_kind, doc_token
+                    reader_kind, doc_token, cells
                 )
             except Unreadable as refused:
                 logger.info("an Agent's Feishu read was refused: %s", refused.reason)

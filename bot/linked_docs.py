@@ -209,8 +209,8 @@ class Reader:
         data = answer.get("data")
         return data if isinstance(data, dict) else {}
 
-    async def read(self, kind: str, token: str) -> tuple[str, str, str]:
-        """(title, revision, Markdown) of one document."""
+    async def read(self, kind: str, token: str, cells: str | None = None) -> tuple[str, str, str]:
+        """(title, revision, Markdown) of one document; ``cells`` chooses a sheet's range."""
         if kind == "wiki":
             node = (await self._get("/open-apis/wiki/v2/spaces/get_node", token=token)).get(
                 "node"
@@ -219,12 +219,14 @@ class Reader:
             if obj_type == "docx":
                 return await self._docx(obj_token)
             if obj_type == "sheet":
-                return await self._sheet(obj_token)
+                return await self._sheet(obj_token, cells)
+            if cells is not None:
+                raise Unreadable("a range is read only from a sheet")
             raise Unreadable(f"a wiki page of kind {obj_type or 'unknown'} is not read")
         if kind == "docx":
             return await self._docx(token)
         if kind == "sheets":
-            return await self._sheet(token)
+            return await self._sheet(token, cells)
         return await self._bitable(token)
 
     async def _docx(self, token: str) -> tuple[str, str, str]:
@@ -277,15 +279,19 @@ class Reader:
         rows = [columns, *([_field(fields.get(name)) for name in columns] for fields in items)]
         return title, revision, _table(rows) if columns else ""
 
-    async def _sheet(self, token: str) -> tuple[str, str, str]:
+    async def _sheet(self, token: str, cells: str | None = None) -> tuple[str, str, str]:
+        """A sheet's values as a table: ``cells`` (``A1:D50`` of its first sheet, or
+        ``<sheet id>!A1:D50``), else its first sheet's ``SHEET_RANGE``."""
         base = f"/open-apis/sheets/v3/spreadsheets/{token}"
         sheet = (await self._get(base)).get("spreadsheet") or {}
-        sheets = (await self._get(f"{base}/sheets/query")).get("sheets") or []
-        if not sheets:
-            return str(sheet.get("title") or ""), "", ""
-        first = str(sheets[0].get("sheet_id") or "")
+        named, _, corner = (cells or SHEET_RANGE).rpartition("!")
+        if not named:
+            sheets = (await self._get(f"{base}/sheets/query")).get("sheets") or []
+            if not sheets:
+                return str(sheet.get("title") or ""), "", ""
+            named = str(sheets[0].get("sheet_id") or "")
         values = await self._get(
-            f"/open-apis/sheets/v2/spreadsheets/{token}/values/{first}!{SHEET_RANGE}"
+            f"/open-apis/sheets/v2/spreadsheets/{token}/values/{named}!{corner}"
         )
         value_range = values.get("valueRange") or {}
         rows = value_range.get("values") or []

@@ -309,9 +309,15 @@ class HubClient:
         return await self.call("memory.forget", path=path, expected_revision=expected_revision)
 
     async def feishu_read(
-        self, document: str, kind: str | None = None, offset: int | None = None
+        self,
+        document: str,
+        kind: str | None = None,
+        offset: int | None = None,
+        cells: str | None = None,
     ) -> dict[str, Any]:
-        return await self.call("feishu.read", document=document, kind=kind, offset=offset)
+        return await self.call(
+            "feishu.read", document=document, kind=kind, offset=offset, range=cells
+        )
 
     async def feishu_search(self, query: str, limit: int | None = None) -> dict[str, Any]:
         return await self.call("feishu.search", query=query, limit=limit)

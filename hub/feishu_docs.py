@@ -57,6 +57,11 @@ class FeishuHit:
         return {"kind": self.kind, "token": self.token, "title": self.title, "url": self.url}
 
 
+# A sheet's cells as Feishu's values API names them: an optional sheet id, then A1 notation.
+_CELL = r"[A-Z]{1,3}[1-9][0-9]{0,6}"
+SHEET_RANGE_PATTERN = rf"^(?:[A-Za-z0-9]{{1,32}}!)?{_CELL}(?::{_CELL})?$"
+
+
 class FeishuDocsReader(Protocol):
     """Reads Feishu as one person, with that person's own user token.
 
@@ -65,8 +70,12 @@ class FeishuDocsReader(Protocol):
     reference it cannot parse and ``FeishuUnavailable`` when Feishu does not answer.
     """
 
-    async def read(self, principal_id: str, document: str, kind: str | None) -> FeishuDocument:
-        """``document`` is a Feishu document URL or a bare token (of ``kind``; docx if None)."""
+    async def read(
+        self, principal_id: str, document: str, kind: str | None, cells: str | None = None
+    ) -> FeishuDocument:
+        """``document`` is a Feishu document URL or a bare token (of ``kind``; docx if None);
+        ``cells``, a sheet's range (``A1:D50``, or ``<sheet id>!A1:D50``) read instead of its
+        first sheet's top-left corner."""
         ...
 
     async def search(self, principal_id: str, query: str, limit: int) -> list[FeishuHit]: ...

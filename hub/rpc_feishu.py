@@ -13,6 +13,7 @@ from hub.errors import Conflict, Forbidden, InvalidArgument
 from hub.feishu_docs import (
     DEFAULT_SEARCH_RESULTS,
     MAX_SEARCH_RESULTS,
+    SHEET_RANGE_PATTERN,
     acting_person,
     acting_turn,
     read_page,
@@ -28,12 +29,18 @@ class ReadParams(Params):
     # A bare token's kind; a URL says its own.
     kind: str | None = text_field(16, None)
     offset: int = Field(0, ge=0, description="a non-negative integer (a next_offset)")
+    # A sheet's cells: ``A1:D50`` on its first sheet, or ``<sheet id>!A1:D50``.
+    range: str | None = Field(
+        None,
+        pattern=SHEET_RANGE_PATTERN,
+        description="a sheet range such as A1:D50 or <sheet id>!A1:D50",
+    )
 
 
 async def feishu_read(call: Call, params: ReadParams) -> dict[str, Any]:
     reader = reader_of(call.hub.feishu_docs)
     person = acting_person(call.actor, call.hub.state, call.hub.executions)
-    document = await reader.read(person, params.document.strip(), params.kind)
+    document = await reader.read(person, params.document.strip(), params.kind, params.range)
     return read_page(document, params.offset)
 
 

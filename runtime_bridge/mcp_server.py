@@ -472,9 +472,16 @@ def build_server(bridge: MemoryBridge | BridgeSlot) -> MCPServer:
         offset: Annotated[
             int | None, Field(description="next_offset of a previous read, to read on.")
         ] = None,
+        range: Annotated[
+            str | None,
+            Field(
+                description="A sheet's cells, e.g. A1:D50 (its first sheet) or "
+                "<sheet id>!A1:D50; without it, a sheet's top-left A1:Z200."
+            ),
+        ] = None,
     ) -> CallToolResult:
         return await slot.bridge.forward(
-            lambda hub: hub.feishu_read(document, kind, offset), feishu=True
+            lambda hub: hub.feishu_read(document, kind, offset, range), feishu=True
         )
 
     @server.tool(

@@ -870,7 +870,13 @@ class FakeFeishu:
         document = self._document(request, request.match_info["token"], "sheet")
         if isinstance(document, web.Response):
             return document
-        value_range = {"range": request.match_info["range"], "values": document.content}
+        named, _, corner = request.match_info["range"].partition("!")
+        if named != "s1":
+            return web.json_response({"code": 90215, "msg": "sheet not found"}, status=404)
+        value_range = {
+            "range": request.match_info["range"],
+            "values": _cells(list(document.content), corner),
+        }
         return web.json_response(
             {"code": 0, "data": {"revision": document.revision, "valueRange": value_range}}
         )
@@ -1367,3 +1373,16 @@ class FakeFeishu:
         if isinstance(ack.get("data"), str):
             ack["data"] = json.loads(base64.b64decode(ack["data"]))
         return ack
+
+
+def _cells(rows: list[Any], corner: str) -> list[Any]:
+    """The rows and columns of ``rows`` an A1 range (``B2:C3``, or one cell) names."""
+    ends = []
+    for cell in corner.split(":"):
+        letters = cell.rstrip("0123456789")
+        column = 0
+        for letter in letters:
+            column = column * 26 + ord(letter) - ord("A") + 1
+        ends.append((int(cell[len(letters):]) - 1, column - 1))
+    (top, left), (bottom, right) = ends[0], ends[-1]
+    return [list(row)[left : right + 1] for row in rows[top : bottom + 1]]

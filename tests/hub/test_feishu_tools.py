@@ -140,6 +140,41 @@ async def test_a_turn_reads_as_its_sender_and_an_unconnected_sender_is_told_to_c
         assert len(feishu.document_reads) == reads
 
 
+async def test_a_sheet_is_read_at_the_range_asked_for_and_a_bad_range_is_refused(
+    served: tuple[Client, dict[str, str]],
+) -> None:
+    client, ids = served
+    hub: Hub = client.server.app[HUB]
+    async with FakeFeishu(app_id="cli_tools") as feishu:
+        rows = [["name", "owner", "due"], ["login", "mallory", "Fri"], ["search", "alice", "Mon"]]
+        feishu.documents["ShtBugs0001"] = FakeDocument(
+            "sheet", "Bugs", rows, readers={"ou_alice"}
+        )
+        alice = feishu.user_token_for("ou_alice")
+
+        async def access_token(principal_id: str) -> str | None:
+            return alice if principal_id == ids["alice"] else None
+
+        hub.feishu_docs = FeishuDocs(access_token, feishu.url)
+        token, _ = await turn_credential(client, ids, "alice")
+        sheet = "https://acme.feishu.cn/sheets/ShtBugs0001"
+
+        status, whole = await call(client, token, "feishu.read", document=sheet)
+        assert status == 200, whole
+        assert "| search | alice | Mon |" in whole["text"]
+        for cells in ("B2:C3", "s1!B2:C3"):
+            status, part = await call(client, token, "feishu.read", document=sheet, range=cells)
+            assert status == 200, part
+            assert "mallory | Fri" in part["text"] and "alice | Mon" in part["text"]
+            assert "name" not in part["text"] and "login" not in part["text"], part["text"]
+        for cells in ("../values", "A1:D5/x", "a1", "s1!"):
+            status, body = await call(client, token, "feishu.read", document=sheet, range=cells)
+            assert (status, body["error"]["code"]) == (400, "invalid_argument"), cells
+        status, body = await call(client, token, "feishu.read", document=PLAN, range="A1:B2")
+        assert (status, body["error"]["code"]) == (400, "invalid_argument")
+        assert "only from a sheet" in body["error"]["message"]
+
+
 async def test_bad_references_and_services_are_refused_with_their_codes(
     served: tuple[Client, dict[str, str]],
 ) -> None:

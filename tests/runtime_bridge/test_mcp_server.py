@@ -33,7 +33,7 @@ TOOLS = {
         {"path", "content", "expected_revision"},
     ),
     "amux.memory_forget": ({"path", "expected_revision"}, {"path", "expected_revision"}),
-    "amux.feishu_read": ({"document", "kind", "offset"}, {"document"}),
+    "amux.feishu_read": ({"document", "kind", "offset", "range"}, {"document"}),
     "amux.feishu_search": ({"query", "limit"}, {"query"}),
     "amux.feishu_comment": ({"document", "text"}, {"document", "text"}),
     "amux.result_continue": ({"cursor"}, {"cursor"}),
