@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-import aiohttp
+import httpx
 from lark_oapi.channel.auth.device_flow import DeviceFlowClient
 from lark_oapi.channel.errors import UATAuthError
 from lark_oapi.channel.types import UAT
@@ -38,7 +38,7 @@ logger = logging.getLogger("amux.bot")
 MAX_WAIT_SECONDS = 900
 # Feishu's OAuth token revocation (RFC 7009), on its accounts site.
 REVOKE_PATH = "/oauth/v1/revoke"
-_REVOKE_TIMEOUT = aiohttp.ClientTimeout(total=15)
+_REVOKE_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,12 @@ class FeishuAccounts:
     """Connects and disconnects people's own Feishu accounts; hands out the token to read as
     one of them, refreshed when it has expired."""
 
-    def __init__(self, tokens: UserTokens, app: App, lang: Lang) -> None:
+    def __init__(
+        self, tokens: UserTokens, app: App, lang: Lang, *, http: httpx.AsyncClient | None = None
+    ) -> None:
+        """``http`` is the process's pooled Feishu session; without one each flow opens its own."""
         self._tokens = tokens
+        self._http = http
         self._app = app
         self._lang = lang
         self._waiting: dict[str, asyncio.Task[None]] = {}
@@ -76,7 +80,10 @@ class FeishuAccounts:
         self._refreshing: dict[str, asyncio.Lock] = {}
 
     def _flow(self) -> DeviceFlowClient:
-        return DeviceFlowClient(self._app.app_id, self._app.app_secret, domain=self._app.domain)
+        # A flow given a session leaves it open when it closes.
+        return DeviceFlowClient(
+            self._app.app_id, self._app.app_secret, domain=self._app.domain, http_client=self._http
+        )
 
     async def begin(self, person: Principal, tell: Callable[[str], object]) -> str:
         """Start connecting ``person``: the text to answer with (the link and code), and a wait
@@ -169,23 +176,26 @@ class FeishuAccounts:
         """Ask Feishu to revoke both of ``token``'s tokens; None when it did, else why not."""
         url = self._app.accounts + REVOKE_PATH
         pairs = [(token.refresh_token, "refresh_token"), (token.access_token, "access_token")]
+        http = self._http or httpx.AsyncClient()
         try:
-            async with aiohttp.ClientSession(timeout=_REVOKE_TIMEOUT) as http:
-                for secret, hint in pairs:
-                    if not secret:
-                        continue
-                    form = {
-                        "client_id": self._app.app_id,
-                        "client_secret": self._app.app_secret,
-                        "token": secret,
-                        "token_type_hint": hint,
-                    }
-                    async with http.post(url, data=form) as response:
-                        refused = _revoke_refusal(response.status, await response.text())
-                    if refused is not None:
-                        return refused
-        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            for secret, hint in pairs:
+                if not secret:
+                    continue
+                form = {
+                    "client_id": self._app.app_id,
+                    "client_secret": self._app.app_secret,
+                    "token": secret,
+                    "token_type_hint": hint,
+                }
+                response = await http.post(url, data=form, timeout=_REVOKE_SECONDS)
+                refused = _revoke_refusal(response.status_code, response.text)
+                if refused is not None:
+                    return refused
+        except (httpx.HTTPError, OSError) as error:
             return f"Feishu did not answer: {type(error).__name__}"
+        finally:
+            if http is not self._http:
+                await http.aclose()
         return None
 
     async def access_token(self, principal_id: str) -> str | None:

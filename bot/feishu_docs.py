@@ -13,16 +13,15 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
+import httpx
 
-from bot.linked_docs import Reader, Unreadable, links_in
+from bot.linked_docs import Reader, Unreadable, links_in, session
 from hub.errors import FeishuNotConnected, FeishuRefused, InvalidArgument
 from hub.feishu_docs import CONNECT_ADVICE, FeishuDocument, FeishuHit
 
 logger = logging.getLogger("amux.bot")
 
 SEARCH_PATH = "/open-apis/suite/docs-api/search/object"
-_TIMEOUT = aiohttp.ClientTimeout(total=20)
 # A bare token's kind as the Agent may name it (search results say ``sheet`` and ``bitable``,
 # links say ``sheets`` and ``base``) -> the kind ``Reader.read`` takes.
 KINDS = {
@@ -62,9 +61,16 @@ def target(document: str, kind: str | None) -> tuple[str, str, str]:
 class FeishuDocs:
     """Reads and searches Feishu as the person named by each call."""
 
-    def __init__(self, access_token: Callable[[str], Awaitable[str | None]], domain: str) -> None:
+    def __init__(
+        self,
+        access_token: Callable[[str], Awaitable[str | None]],
+        domain: str,
+        *,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
         self._access_token = access_token
         self._domain = domain.rstrip("/")
+        self._http = http
 
     async def _token(self, principal_id: str) -> str:
         token = await self._access_token(principal_id)
@@ -83,7 +89,7 @@ class FeishuDocs:
         if cells is not None and reader_kind not in ("sheets", "wiki"):
             raise InvalidArgument("a range is read only from a sheet")
         token = await self._token(principal_id)
-        async with aiohttp.ClientSession(timeout=_TIMEOUT) as http:
+        async with session(self._http) as http:
             try:
                 title, revision, text = await Reader(http, self._domain, token).read(
                     reader_kind, doc_token, cells
@@ -107,7 +113,7 @@ class FeishuDocs:
                 ]
             }
         }
-        async with aiohttp.ClientSession(timeout=_TIMEOUT) as http:
+        async with session(self._http) as http:
             try:
                 made = await Reader(http, self._domain, token).post(
                     f"/open-apis/drive/v1/files/{doc_token}/comments", body, file_type="docx"
@@ -121,7 +127,7 @@ class FeishuDocs:
 
     async def search(self, principal_id: str, query: str, limit: int) -> list[FeishuHit]:
         token = await self._token(principal_id)
-        async with aiohttp.ClientSession(timeout=_TIMEOUT) as http:
+        async with session(self._http) as http:
             try:
                 found = await Reader(http, self._domain, token).post(
                     SEARCH_PATH, {"search_key": query, "count": limit, "offset": 0}

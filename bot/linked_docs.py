@@ -14,13 +14,15 @@ one line on the turn's card saying which and what to do.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
+import httpx
 
 from bot import feishu_docx
 from cards.catalogue import text as catalogue_text
@@ -45,7 +47,8 @@ DOCX_BLOCK_PAGE = 500
 DOCX_BLOCK_PAGES = 20
 # A document saved as a file shows this much of its beginning in the prompt.
 HEAD_BYTES = 2048
-_TIMEOUT = aiohttp.ClientTimeout(total=20)
+# Each request, from connecting to the last byte of its answer.
+_TIMEOUT_SECONDS = 20.0
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 # Saves a long document's whole Markdown under a file name; the path the Agent opens it by
@@ -117,8 +120,11 @@ class LinkedDocs:
         *,
         link_bytes: int,
         turn_bytes: int,
+        http: httpx.AsyncClient | None = None,
     ) -> None:
+        """``http`` is the process's pooled Feishu session; without one each read opens its own."""
         self._access_token = access_token
+        self._http = http
         self._domain = domain.rstrip("/")
         self._lang = lang
         self._link_bytes = link_bytes
@@ -138,7 +144,7 @@ class LinkedDocs:
         documents: list[LinkedDocument] = []
         unread: list[str] = []
         left = self._turn_bytes
-        async with aiohttp.ClientSession(timeout=_TIMEOUT) as http:
+        async with session(self._http) as http:
             reader = Reader(http, self._domain, token)
             for index, (url, kind, doc_token) in enumerate(links):
                 if index >= MAX_LINKS or left <= 0:
@@ -167,39 +173,45 @@ class LinkedDocs:
         return Linked(tuple(documents), tuple(unread))
 
 
+
+@contextlib.asynccontextmanager
+async def session(shared: httpx.AsyncClient | None) -> AsyncIterator[httpx.AsyncClient]:
+    """``shared`` (the bot's pooled connections to Feishu), else a session of its own for the
+    duration."""
+    if shared is not None:
+        yield shared
+        return
+    async with httpx.AsyncClient(timeout=None, follow_redirects=True) as http:
+        yield http
+
+
 class Reader:
     """Reads Feishu with one person's user access token; shared by linked documents and the
     Agent's Feishu tools (``bot.feishu_docs``)."""
 
-    def __init__(self, http: aiohttp.ClientSession, domain: str, token: str) -> None:
+    def __init__(self, http: httpx.AsyncClient, domain: str, token: str) -> None:
         self._http = http
         self._domain = domain
         self._headers = {"Authorization": f"Bearer {token}"}
 
     async def _get(self, path: str, **query: str) -> dict[str, Any]:
-        try:
-            async with self._http.get(
-                self._domain + path, params=query, headers=self._headers
-            ) as response:
-                body = await response.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
-            raise Unreadable(f"Feishu did not answer: {type(error).__name__}") from None
-        if not isinstance(body, dict):
-            raise Unreadable("Feishu answered nothing readable")
-        code = body.get("code")
-        if code != 0:
-            raise Unreadable(f"Feishu code {code}: {str(body.get('msg') or '')[:120]}")
-        data = body.get("data")
-        return data if isinstance(data, dict) else {}
+        return await self._call("GET", path, None, query)
 
     async def post(self, path: str, body: dict[str, Any], **query: str) -> dict[str, Any]:
         """Like ``_get``, for Feishu's calls that take a JSON body."""
+        return await self._call("POST", path, body, query)
+
+    async def _call(
+        self, method: str, path: str, body: dict[str, Any] | None, query: dict[str, str]
+    ) -> dict[str, Any]:
+        """Feishu's ``data`` of one call; Unreadable for anything short of code 0."""
         try:
-            async with self._http.post(
-                self._domain + path, params=query, json=body, headers=self._headers
-            ) as response:
-                answer = await response.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+            async with asyncio.timeout(_TIMEOUT_SECONDS):
+                response = await self._http.request(
+                    method, self._domain + path, params=query, json=body, headers=self._headers
+                )
+            answer = response.json()
+        except (httpx.HTTPError, TimeoutError, ValueError) as error:
             raise Unreadable(f"Feishu did not answer: {type(error).__name__}") from None
         if not isinstance(answer, dict):
             raise Unreadable("Feishu answered nothing readable")

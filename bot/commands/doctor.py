@@ -741,7 +741,7 @@ async def check_feishu_credentials(feishu: FeishuSettings) -> Check:
     # Imported only when needed: lark-oapi takes seconds to import.
     from bot.feishu.client import FeishuClient
 
-    client = FeishuClient(feishu, attempts=1, timeout=HTTP_SECONDS, workers=1)
+    client = FeishuClient(feishu, attempts=1, timeout=HTTP_SECONDS, connections=1)
     try:
         info = await client.bot_info()
     except AmuxError as error:
@@ -800,7 +800,7 @@ async def check_feishu_app_config(feishu: FeishuSettings) -> Check:
     from bot.feishu.client import FeishuClient
     from bot.feishu.errors import FeishuApiError
 
-    client = FeishuClient(feishu, attempts=1, timeout=HTTP_SECONDS, workers=1)
+    client = FeishuClient(feishu, attempts=1, timeout=HTTP_SECONDS, connections=1)
     try:
         config = await client.app_config()
     except FeishuApiError as error:
@@ -845,7 +845,7 @@ async def check_feishu_topic_scope(feishu: FeishuSettings) -> Check:
     from bot.feishu.client import FeishuClient
     from bot.feishu.errors import FeishuApiError
 
-    client = FeishuClient(feishu, attempts=1, timeout=HTTP_SECONDS, workers=1)
+    client = FeishuClient(feishu, attempts=1, timeout=HTTP_SECONDS, connections=1)
     try:
         # A thread that does not exist: a missing scope is refused before the id is looked at.
         await client.thread_messages("omt_amux_doctor_probe", 1)
@@ -874,7 +874,7 @@ async def check_feishu_names(feishu: FeishuSettings) -> Check:
     from bot.feishu.errors import FeishuApiError
     from bot.names import CONTACT_SCOPE
 
-    client = FeishuClient(feishu, attempts=1, timeout=HTTP_SECONDS, workers=1)
+    client = FeishuClient(feishu, attempts=1, timeout=HTTP_SECONDS, connections=1)
     try:
         # Nobody has this open_id: a missing scope is refused before the id is looked at.
         await client.user_names(["ou_amux_doctor_probe"])

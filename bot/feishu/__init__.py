@@ -13,7 +13,8 @@ The bot plugs its handlers in as an :class:`~bot.feishu.events.EventSink`.
     liveness.py    the long connection's state and last-frame age (/healthz, /metrics)
     dispatcher.py  parse → de-duplicate → sink, ack first
     dedup.py       SQLite event-id memory
-    client.py      outbound API calls off the event loop
+    client.py      outbound API calls, retried and paced
+    transport.py   the one pooled HTTP session every Feishu call goes out on
     ratelimit.py   pacing under Feishu's per-chat and app-wide limits
     throttle.py    coalesced in-place card updates
     sdk.py         the one import of lark-oapi (and of its message normalizers)

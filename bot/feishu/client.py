@@ -1,9 +1,10 @@
-"""Outbound Feishu calls through lark-oapi, off the event loop, with bounded retries.
+"""Outbound Feishu calls on one pooled session, with bounded retries.
 
-lark-oapi's calls are synchronous (even its ``a*`` methods fetch the tenant token with blocking
-``requests``), so every call runs in a worker thread. Downloads bypass its transport, which reads
-every answer whole into memory: they go out with the same tenant token and are streamed, cut off
-past their byte cap. Retries happen only on HTTP 429, Feishu's
+Every call, the tenant token fetch included, goes out through the process's pooled
+``httpx.AsyncClient`` (``bot.feishu.transport``): kept-alive connections, at most a few at once,
+instead of lark-oapi's connection per call. lark-oapi still supplies the token request and its
+answer's model, the JSON encoding of bodies and its cache of tenant tokens, shared with the SDK.
+Downloads are streamed, cut off past their byte cap. Retries happen only on HTTP 429, Feishu's
 rate-limit codes, 5xx answers and connection errors; an invalid cached tenant token is dropped
 and fetched again once; anything else fails at once with a typed error that carries Feishu's
 code but never a credential.
@@ -12,21 +13,17 @@ code but never a credential.
 from __future__ import annotations
 
 import asyncio
-import functools
-import io
 import json
 import logging
 import random
+import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import requests
-import urllib3
-from requests_toolbelt import MultipartEncoder  # type: ignore[import-untyped]
+import httpx
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -39,15 +36,17 @@ from bot.feishu.errors import FeishuApiError, ResourceTooLarge
 from bot.feishu.observer import FeishuObserver, NoObserver
 from bot.feishu.ratelimit import Pacer
 from bot.feishu.sdk import (
-    AccessTokenType,
+    JSON,
+    AccessTokenResponse,
+    CreateSelfTenantTokenRequest,
+    CreateTokenRequestBody,
     HttpMethod,
     ObtainAccessTokenException,
-    RawResponse,
-    RequestOption,
     TokenManager,
+    build_user_agent,
     lark,
-    verify,
 )
+from bot.feishu.transport import DEFAULT_CONNECTIONS, call_timeout, pooled_session
 from hub.errors import Unavailable
 
 logger = logging.getLogger(__name__)
@@ -143,13 +142,17 @@ class FeishuClient:
         backoff: Callable[[RetryCallState], float] | None = None,
         max_retry_after: float = 30.0,
         timeout: float = 10.0,
-        workers: int = 8,
+        connections: int = DEFAULT_CONNECTIONS,
         pacer: Pacer | None = None,
+        http: httpx.AsyncClient | None = None,
     ) -> None:
+        """``http`` is the session to send on, which its giver closes; without one the client
+        makes its own of ``connections`` and closes it in :meth:`close`."""
         self._settings = settings
         self._pacer = pacer or Pacer()
         self.observer: FeishuObserver = NoObserver()
-        self._client = (
+        # Built only for what lark-oapi checks and keeps: a domain it accepts, the credentials.
+        client = (
             lark.Client.builder()
             .app_id(settings.app_id)
             .app_secret(settings.app_secret.get_secret_value())
@@ -158,15 +161,26 @@ class FeishuClient:
             .log_level(lark.LogLevel.WARNING)
             .build()
         )
+        assert client.config is not None, "the client is built with a config"
+        self._domain: str = client.config.domain
+        self._user_agent = build_user_agent()
+        self._timeout = call_timeout(timeout)
+        self._owns_http = http is None
+        self.http = http if http is not None else pooled_session(connections=connections)
         self._attempts = attempts
         self._backoff = backoff or default_backoff
         self._max_retry_after = max_retry_after
-        # Own threads: slow Feishu calls must not starve other users of the default executor.
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="feishu-api")
+        # One fetch of the tenant token at a time: the calls waiting on it all use its answer.
+        self._token_lock = asyncio.Lock()
+        self._sending = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     async def close(self) -> None:
-        """Wait for calls in flight, then release the worker threads."""
-        await asyncio.to_thread(self._executor.shutdown, True)
+        """Wait for the requests on the wire, then close the session if it is this client's."""
+        await self._idle.wait()
+        if self._owns_http:
+            await self.http.aclose()
 
     # -- public API ------------------------------------------------------------------------
 
@@ -597,24 +611,21 @@ class FeishuClient:
             before_sleep=lambda _state: self.observer.feishu_retry(operation),
             reraise=True,
         )
+        url = self._url(uri, paths)
+        request = _Request(operation, method.name, url, [*queries], body, files)
         ok = False
         try:
             async for attempt in retrying:
                 with attempt:
                     await self._pacer.wait(receiver, api=operation)
-                    call = functools.partial(
-                        self._call_once,
-                        operation,
-                        method,
-                        uri,
-                        paths,
-                        queries,
-                        body,
-                        files=files,
-                        binary=binary,
-                        limit=limit,
-                    )
-                    result = await asyncio.get_running_loop().run_in_executor(self._executor, call)
+                    self._sending += 1
+                    self._idle.clear()
+                    try:
+                        result = await self._call_once(request, binary=binary, limit=limit)
+                    finally:
+                        self._sending -= 1
+                        if not self._sending:
+                            self._idle.set()
                     ok = True
                     return result
         except _Retryable as error:
@@ -626,46 +637,24 @@ class FeishuClient:
             self.observer.feishu_call(operation, ok)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _call_once(
-        self,
-        operation: str,
-        method: HttpMethod,
-        uri: str,
-        paths: dict[str, str] | None,
-        queries: Sequence[tuple[str, str]],
-        body: dict[str, Any] | None,
-        *,
-        files: dict[str, Any] | None = None,
-        binary: bool = False,
-        limit: int | None = None,
+    def _url(self, uri: str, paths: dict[str, str] | None) -> str:
+        for name, value in (paths or {}).items():
+            # Quoted whole: an id holding "/", "?" or "#" cannot reach another path or query.
+            uri = uri.replace(f":{name}", urllib.parse.quote(str(value), safe=""))
+        return self._domain + uri
+
+    async def _call_once(
+        self, request: _Request, *, binary: bool = False, limit: int | None = None
     ) -> dict[str, Any]:
+        operation = request.operation
         for refreshed in (False, True):
-            payload: Any = body
-            headers = {"Content-Type": "application/json; charset=utf-8"}
-            if files:
-                # An upload is multipart; an encoder is read once, so each attempt makes its own.
-                fields: dict[str, Any] = {k: str(v) for k, v in (body or {}).items()}
-                for field_name, (file_name, content) in files.items():
-                    stream = io.BytesIO(content)
-                    fields[field_name] = (file_name, stream, "application/octet-stream")
-                payload = MultipartEncoder(fields=fields)
-                headers = {"Content-Type": payload.content_type}
-            request = (
-                lark.BaseRequest.builder()
-                .http_method(method)
-                .uri(uri)
-                .paths(dict(paths or {}))
-                .queries(list(queries))
-                .headers(headers)
-                .token_types({AccessTokenType.TENANT})
-                .body(payload)
-                .build()
-            )
+            token = ""
             try:
+                token = await self._tenant_token()
                 raw = (
-                    self._client.request(request).raw
+                    await self._exchange(request, token)
                     if limit is None
-                    else self._download(request, operation, limit)
+                    else await self._download(request, token, limit)
                 )
             except ObtainAccessTokenException as error:
                 if classify(200, error.code) == "retry":
@@ -675,14 +664,12 @@ class FeishuClient:
                     feishu_code=error.code,
                     operation=operation,
                 ) from None
-            except requests.RequestException as error:
+            except httpx.HTTPError as error:
                 raise _Retryable(f"connection error ({type(error).__name__})") from None
-            status = int(raw.status_code or 0)
-            content_type = next(
-                (v for k, v in (raw.headers or {}).items() if k.lower() == "content-type"), ""
-            )
+            status = raw.status
+            content_type = raw.headers.get("content-type", "")
             if binary and 200 <= status < 300 and "json" not in content_type:
-                return {_BYTES: raw.content or b""}
+                return {_BYTES: raw.content}
             try:
                 data: Any = json.loads(raw.content or b"{}")
             except ValueError:
@@ -703,14 +690,10 @@ class FeishuClient:
             if verdict == "ok":
                 return data
             if verdict == "retry":
-                raise _Retryable(
-                    f"HTTP {status}, code {feishu_code}", _retry_after(raw.headers or {})
-                )
+                raise _Retryable(f"HTTP {status}, code {feishu_code}", _retry_after(raw.headers))
             if verdict == "refresh_token" and not refreshed:
                 logger.info("Feishu rejected the cached tenant token; fetching a new one")
-                # The SDK's cache has no delete; an empty value forces a fetch.
-                key = TENANT_TOKEN_CACHE_KEY.format(app_id=self._settings.app_id)
-                TokenManager.cache.set(key, "", 0)
+                self._forget_token(token)
                 continue
             raise FeishuApiError(
                 f"Feishu {operation} failed: {data.get('msg') or 'error'} (code {feishu_code})",
@@ -720,40 +703,125 @@ class FeishuClient:
             )
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _download(self, request: lark.BaseRequest, operation: str, limit: int) -> RawResponse:
-        """``request`` sent as lark-oapi would send it, with the same cached tenant token, and its
-        answer read in pieces, abandoned as soon as it is over ``limit`` bytes.
+    # -- the tenant token, in the SDK's cache ------------------------------------------------
+
+    def _token_key(self) -> str:
+        return TENANT_TOKEN_CACHE_KEY.format(app_id=self._settings.app_id)
+
+    async def _tenant_token(self) -> str:
+        """The app's tenant token: the cached one, else one fetched on the pooled session and
+        cached as lark-oapi caches it (until ten minutes before Feishu says it expires).
+
+        Raises:
+            ObtainAccessTokenException: Feishu refused the credentials or rate limited them.
+            httpx.HTTPError: Feishu could not be reached.
+        """
+        cached = TokenManager.cache.get(self._token_key())
+        if cached:
+            return str(cached)
+        async with self._token_lock:
+            cached = TokenManager.cache.get(self._token_key())
+            if cached:
+                return str(cached)
+            request = CreateSelfTenantTokenRequest.builder().build()
+            body = (
+                CreateTokenRequestBody.builder()
+                .app_id(self._settings.app_id)
+                .app_secret(self._settings.app_secret.get_secret_value())
+                .build()
+            )
+            answer = await self._exchange(
+                _Request("tenant_token", "POST", self._domain + str(request.uri), [], body, None),
+                "",
+            )
+            try:
+                parsed = JSON.unmarshal(answer.content.decode("utf-8"), AccessTokenResponse)
+            except ValueError:
+                if answer.status >= 500:
+                    raise _Retryable(f"HTTP {answer.status} to the tenant token") from None
+                raise FeishuApiError(
+                    f"Feishu answered the tenant token request unreadably (HTTP {answer.status})",
+                    http_status=answer.status,
+                    operation="tenant_token",
+                ) from None
+            if not parsed.success():
+                raise ObtainAccessTokenException(
+                    "obtain self tenant access token failed", parsed.code, parsed.msg
+                )
+            token = str(parsed.tenant_access_token or "")
+            expires = int(time.time() + int(parsed.expire or 0) - 10 * 60)
+            TokenManager.cache.set(self._token_key(), token, expires)
+            return token
+
+    def _forget_token(self, rejected: str) -> None:
+        # Only the token Feishu refused: another call may have cached a fresh one meanwhile.
+        # The SDK's cache has no delete; an empty value forces a fetch.
+        if TokenManager.cache.get(self._token_key()) == rejected:
+            TokenManager.cache.set(self._token_key(), "", 0)
+
+    # -- the wire ---------------------------------------------------------------------------
+
+    def _headers(self, token: str) -> dict[str, str]:
+        headers = {"User-Agent": self._user_agent}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    async def _exchange(self, request: _Request, token: str) -> _Answer:
+        """``request`` on the pooled session, its answer read whole (Feishu's are small)."""
+        headers = self._headers(token)
+        if request.files:
+            # Multipart: the body's fields as text beside the files.
+            fields = {k: str(v) for k, v in (request.body or {}).items()}
+            uploads = {
+                field: (file_name, content, "application/octet-stream")
+                for field, (file_name, content) in request.files.items()
+            }
+            response = await self.http.request(
+                request.method,
+                request.url,
+                params=request.queries,
+                headers=headers,
+                data=fields,
+                files=uploads,
+                timeout=self._timeout,
+            )
+        else:
+            headers["Content-Type"] = "application/json; charset=utf-8"
+            encoded = JSON.marshal(request.body)
+            response = await self.http.request(
+                request.method,
+                request.url,
+                params=request.queries,
+                headers=headers,
+                content=encoded.encode("utf-8") if encoded is not None else None,
+                timeout=self._timeout,
+            )
+        return _Answer(response.status_code, dict(response.headers), response.content)
+
+    async def _download(self, request: _Request, token: str, limit: int) -> _Answer:
+        """``request``'s answer read in pieces, abandoned as soon as it is over ``limit`` bytes.
 
         Raises:
             ResourceTooLarge: the answer says or shows it is over ``limit`` bytes.
-            ObtainAccessTokenException, requests.RequestException: as lark-oapi's own calls.
+            httpx.HTTPError: as any other call.
         """
-        config = self._client.config
-        assert config is not None, "the client is built with a config"
-        option = RequestOption()
-        verify(config, request, option)
-        uri = str(request.uri)
-        for name, value in (request.paths or {}).items():
-            uri = uri.replace(f":{name}", urllib.parse.quote(str(value), safe=""))
-        headers = {
-            "Authorization": f"Bearer {option.tenant_access_token}",
-            # The cap counts bytes as they arrive; a compressed answer would count only after
-            # inflating them.
-            "Accept-Encoding": "identity",
-        }
-        with requests.get(
-            config.domain + uri,
-            params=list(request.queries),
+        operation = request.operation
+        headers = self._headers(token)
+        # The cap counts bytes as they arrive; a compressed answer would count only after
+        # inflating them.
+        headers["Accept-Encoding"] = "identity"
+        async with self.http.stream(
+            request.method,
+            request.url,
+            params=request.queries,
             headers=headers,
-            timeout=config.timeout,
-            stream=True,
+            timeout=self._timeout,
         ) as response:
-            raw = RawResponse()
-            raw.status_code = response.status_code
-            raw.headers = dict(response.headers)
+            status = response.status_code
             # Only a successful binary answer is the file; an error is JSON, and small.
             content_type = response.headers.get("Content-Type", "")
-            is_file = 200 <= response.status_code < 300 and "json" not in content_type
+            is_file = 200 <= status < 300 and "json" not in content_type
             cap = limit if is_file else _ANSWER_CAP
             declared = response.headers.get("Content-Length", "")
             if is_file and declared.isdigit() and int(declared) > limit:
@@ -762,19 +830,14 @@ class FeishuClient:
                 )
             chunks: list[bytes] = []
             received = 0
-            # One byte past the cap tells "exactly the cap" from "over it". Each piece is asked
-            # for by size, never more than the cap leaves, so nothing past it is ever held.
-            try:
-                while received <= cap:
-                    want = min(_DOWNLOAD_CHUNK, cap + 1 - received)
-                    chunk = response.raw.read(want, decode_content=True)
-                    if not chunk:
-                        break
-                    received += len(chunk)
-                    chunks.append(chunk)
-            except urllib3.exceptions.HTTPError as error:
-                # As requests reports the same failures when it reads a body itself.
-                raise requests.ConnectionError(type(error).__name__) from None
+            # One byte past the cap tells "exactly the cap" from "over it"; nothing past that is
+            # kept, and leaving the stream unread closes its connection instead of reusing it.
+            async for piece in response.aiter_bytes():
+                kept = piece[: cap + 1 - received]
+                received += len(kept)
+                chunks.append(kept)
+                if received > cap:
+                    break
             if received > cap and is_file:
                 raise ResourceTooLarge(
                     f"Feishu {operation} is over {limit} bytes",
@@ -784,11 +847,31 @@ class FeishuClient:
             if received > cap:
                 raise FeishuApiError(
                     f"Feishu {operation} answered with an error over {cap} bytes",
-                    http_status=response.status_code,
+                    http_status=status,
                     operation=operation,
                 )
-            raw.content = b"".join(chunks)
-        return raw
+            return _Answer(status, dict(response.headers), b"".join(chunks))
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One call as it goes on the wire: the same for every attempt of it."""
+
+    operation: str
+    method: str
+    url: str
+    queries: list[tuple[str, str | int | float | bool | None]]
+    body: Any
+    files: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """Feishu's answer: status, headers (names lower-cased) and body."""
+
+    status: int
+    headers: dict[str, str]
+    content: bytes
 
 
 def _content(card: dict[str, Any] | None, text: str | None) -> tuple[str, str]:

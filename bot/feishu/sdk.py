@@ -18,12 +18,17 @@ import warnings
 
 import lark_oapi as lark
 import lark_oapi.ws.client as ws_client
-from lark_oapi.core.enum import AccessTokenType, HttpMethod
+from lark_oapi.core.enum import HttpMethod
 from lark_oapi.core.exception import ObtainAccessTokenException
-from lark_oapi.core.model import RawResponse, RequestOption
-from lark_oapi.core.token import verify
+from lark_oapi.core.json import JSON
+from lark_oapi.core.token import (
+    AccessTokenResponse,
+    CreateSelfTenantTokenRequest,
+    CreateTokenRequestBody,
+)
 from lark_oapi.core.token.manager import TokenManager
 from lark_oapi.core.utils import AESCipher
+from lark_oapi.core.utils.user_agent import build_user_agent
 
 try:
     from lark_oapi.channel import (
@@ -49,6 +54,11 @@ except ImportError as error:  # pragma: no cover - only an SDK upgrade gets here
 
 __all__ = [
     "AESCipher",
+    "AccessTokenResponse",
+    "CreateSelfTenantTokenRequest",
+    "CreateTokenRequestBody",
+    "JSON",
+    "build_user_agent",
     "AudioContent",
     "InteractiveContent",
     "MediaContent",
@@ -63,14 +73,10 @@ __all__ = [
     "flatten_content",
     "parse_message_content",
     "resolve_mentions",
-    "AccessTokenType",
     "HttpMethod",
     "ObtainAccessTokenException",
-    "RawResponse",
-    "RequestOption",
     "TokenManager",
     "lark",
-    "verify",
     "ws_client",
 ]
 

@@ -219,6 +219,7 @@ def _assemble(
         hub.user_tokens,
         App(settings.app_id, settings.app_secret.get_secret_value(), settings.domain),
         settings.language,
+        http=client.http,
     )
     management = Management(
         hub,
@@ -241,9 +242,10 @@ def _assemble(
         settings.language,
         link_bytes=settings.document_link_bytes,
         turn_bytes=settings.document_turn_bytes,
+        http=client.http,
     )
     # The Agent's Feishu tools read through the Hub as the person a turn is for.
-    hub.feishu_docs = FeishuDocs(accounts.access_token, settings.domain)
+    hub.feishu_docs = FeishuDocs(accounts.access_token, settings.domain, http=client.http)
     conversations = Conversations(
         hub,
         client,

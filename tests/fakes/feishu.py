@@ -9,6 +9,9 @@ Resources: ``resources`` holds a message's images and files as bytes; ``large_re
 ones streamed in pieces, never whole, each counting the bytes that went out before the client
 stopped reading.
 
+Connections: ``connections`` counts the TCP connections the API calls arrived on (each client
+port seen once), so a test can tell a pooled client from one that connects for every call.
+
 Failure injection: ``fail_next(n, status=429, code=99991400)`` makes the next ``n`` matching
 API calls answer with that HTTP status and Feishu error code; ``go_down()`` refuses connections
 (and drops kept-alive ones) until ``come_back()``. Replies with a ``uuid`` already seen answer
@@ -326,6 +329,8 @@ class FakeFeishu:
         self.bot_open_id = bot_open_id
         self.token_expire = token_expire
         self.requests: list[Recorded] = []
+        # The (host, port) of each client connection an API call came on.
+        self._peers: set[tuple[str, int]] = set()
         self.messages: dict[str, StoredMessage] = {}
         self.card_updates: list[dict[str, Any]] = []
         self.issued_tokens: set[str] = set()
@@ -597,6 +602,11 @@ class FakeFeishu:
         self.user_access_tokens[f"u-{number}"] = open_id
         return f"u-{number}"
 
+    @property
+    def connections(self) -> int:
+        """How many TCP connections the API calls so far came on."""
+        return len(self._peers)
+
     def calls(self, method: str, path_contains: str) -> list[Recorded]:
         return [r for r in self.requests if r.method == method and path_contains in r.path]
 
@@ -609,6 +619,9 @@ class FakeFeishu:
         if self._down and request.transport is not None:
             request.transport.abort()
             raise ConnectionResetError("the fake Feishu is down")
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        if peer is not None:
+            self._peers.add((str(peer[0]), int(peer[1])))
         raw = await request.read()
         try:
             body: Any = json.loads(raw) if raw else None
