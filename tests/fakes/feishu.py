@@ -48,6 +48,7 @@ import email.parser
 import email.policy
 import itertools
 import json
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -323,7 +324,10 @@ class FakeFeishu:
         token_expire: int = 7200,
         ping_interval: int = 120,
         reconnect_count: int = 0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context`` serves it over TLS (``url`` is then https), as the real Feishu is."""
+        self._ssl = ssl_context
         self.app_id = app_id
         self.app_secret = app_secret
         self.bot_open_id = bot_open_id
@@ -450,10 +454,11 @@ class FakeFeishu:
         app.middlewares.append(self._record)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
-        self._site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self._site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._ssl)
         await self._site.start()
         self._port = self._runner.addresses[0][1]
-        self.url = f"http://127.0.0.1:{self._port}"
+        scheme = "https" if self._ssl is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self._port}"
         return self
 
     async def go_down(self) -> None:
@@ -466,7 +471,7 @@ class FakeFeishu:
     async def come_back(self) -> None:
         """End the outage on the same port; everything stored before is still there."""
         assert self._runner is not None
-        self._site = web.TCPSite(self._runner, "127.0.0.1", self._port)
+        self._site = web.TCPSite(self._runner, "127.0.0.1", self._port, ssl_context=self._ssl)
         await self._site.start()
         self._down = False
 
