@@ -151,7 +151,7 @@ class FeishuClient:
         self._settings = settings
         self._pacer = pacer or Pacer()
         self.observer: FeishuObserver = NoObserver()
-        # Built only for what lark-oapi checks and keeps: a domain it accepts, the credentials.
+        # Built only so lark-oapi vets the domain (https, an origin, no credentials in it).
         client = (
             lark.Client.builder()
             .app_id(settings.app_id)

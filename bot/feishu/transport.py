@@ -16,7 +16,8 @@ import ssl
 
 import httpx
 
-# As many calls in flight as the worker threads that used to send them.
+# Calls in flight at once; more wait for a free connection. Pacing holds the bot to 50 calls a
+# second per API, which a few kept-alive connections carry.
 DEFAULT_CONNECTIONS = 8
 # An idle connection is kept this long; Feishu's gateway keeps one open for about a minute.
 KEEPALIVE_SECONDS = 30.0

@@ -15,7 +15,7 @@ Feishu on another, and the load generator on the main one, so no side waits for 
 
 Outbound: ``FeishuClient.send_text`` against the fake, many chats at once; once with the client's
 own pacing (50 calls/s app-wide, 5/s per chat: the designed ceiling), once with pacing lifted (the
-raw path: lark-oapi in the client's worker threads), and one chat alone (the per-chat pace).
+raw path: the client's pooled session), and one chat alone (the per-chat pace).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Canary: the private parts of lark-oapi that amux relies on are still there, with the same shape.
 
 ``bot/feishu/longconn.py`` drives the SDK's WebSocket client by hand (it has no ``stop()`` and
-drops card frames), and ``bot/feishu/client.py`` clears the SDK's cached tenant token. None of this
-is public API, so an upgrade of lark-oapi can change it silently; these tests name what changed.
+drops card frames), and ``bot/feishu/client.py`` fills and clears the SDK's cached tenant token.
+None of this is public API, so an upgrade of lark-oapi can change it silently; these tests name
+what changed.
 """
 
 from __future__ import annotations
