@@ -734,11 +734,12 @@ class FeishuClient:
                 _Request("tenant_token", "POST", self._domain + str(request.uri), [], body, None),
                 "",
             )
+            if answer.status == 429 or answer.status >= 500:
+                # As for any other call: Feishu's gateway, not a verdict on the credentials.
+                raise _Retryable(f"HTTP {answer.status} to the tenant token request")
             try:
                 parsed = JSON.unmarshal(answer.content.decode("utf-8"), AccessTokenResponse)
             except ValueError:
-                if answer.status >= 500:
-                    raise _Retryable(f"HTTP {answer.status} to the tenant token") from None
                 raise FeishuApiError(
                     f"Feishu answered the tenant token request unreadably (HTTP {answer.status})",
                     http_status=answer.status,

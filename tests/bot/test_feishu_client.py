@@ -138,6 +138,20 @@ async def test_server_errors_are_retried(fake: FakeFeishu) -> None:
     assert (await _client(fake).bot_info()).open_id == "ou_bot"
 
 
+async def test_a_server_error_on_the_tenant_token_is_retried(fake: FakeFeishu) -> None:
+    fake.fail_next(1, status=502, code=1, path_contains="tenant_access_token")
+    assert (await _client(fake).bot_info()).open_id == "ou_bot"
+    assert len(fake.calls("POST", "tenant_access_token")) == 2
+
+
+async def test_an_unreadable_tenant_token_answer_is_a_typed_error(fake: FakeFeishu) -> None:
+    fake.token_answer = b"<html>not the token</html>"
+    with pytest.raises(FeishuApiError) as caught:
+        await _client(fake).bot_info()
+    assert caught.value.operation == "tenant_token"
+    assert fake.calls("GET", "/bot/v3/info") == []
+
+
 async def test_persistent_rate_limit_gives_up_with_unavailable(fake: FakeFeishu) -> None:
     fake.fail_next(10, status=429, code=99991400, path_contains="/bot/v3/info")
     with pytest.raises(Unavailable) as caught:

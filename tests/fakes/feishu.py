@@ -338,6 +338,8 @@ class FakeFeishu:
         self.messages: dict[str, StoredMessage] = {}
         self.card_updates: list[dict[str, Any]] = []
         self.issued_tokens: set[str] = set()
+        # Set: the tenant token endpoint answers HTTP 200 with these bytes (a gateway's page).
+        self.token_answer: bytes | None = None
         self._failures: list[Failure] = []
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
@@ -964,6 +966,8 @@ class FakeFeishu:
         return web.json_response({"code": 0, "msg": "success", "data": self._reply_data(reply)})
 
     async def _token(self, request: web.Request) -> web.Response:
+        if self.token_answer is not None:
+            return web.Response(body=self.token_answer, content_type="text/html")
         body = self._body(request)
         if body.get("app_id") != self.app_id or body.get("app_secret") != self.app_secret:
             return web.json_response({"code": 10014, "msg": "app secret invalid"})
