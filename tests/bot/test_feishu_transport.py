@@ -19,6 +19,7 @@ from bot.feishu.client import FeishuClient
 from bot.feishu.ratelimit import Pacer, SlidingWindow
 from bot.feishu_accounts import App, FeishuAccounts
 from bot.linked_docs import LinkedDocs
+from hub.sealing import Sealer
 from hub.state import State
 from hub.user_tokens import UserTokens
 from tests.conftest import until
@@ -84,7 +85,7 @@ async def test_document_reads_and_the_device_flow_use_the_clients_pool(tmp_path:
             dave = state.add_principal("dave")
             app = App(fake.app_id, fake.app_secret, fake.url)
             accounts = FeishuAccounts(
-                UserTokens(state, tmp_path / "tokens.key"), app, "en_us", http=client.http
+                UserTokens(state, Sealer(tmp_path)), app, "en_us", http=client.http
             )
             told: list[str] = []
             shown = await accounts.begin(dave, told.append)
