@@ -52,7 +52,7 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -230,6 +230,39 @@ class Started:
     title: str = ""
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A message read for its turn: where it runs, as whom, and the whole prompt."""
+
+    event: MessageEvent
+    sender: Principal
+    topic: str
+    origin: str
+    principal_id: str
+    workspace: str | None
+    project: Project | None
+    prompt: str
+    title: str
+    note: str
+    until_ms: int
+
+
+def joined(held: list[Prepared]) -> Prepared:
+    """Messages that waited for a turn, as one turn: each with its sender, oldest first; the
+    first one's card, place and sender (whom the turn runs as)."""
+    first = held[0]
+    if len(held) == 1:
+        return first
+    heading = f"({len(held)} messages were sent while your previous turn ran, oldest first.)"
+    notes = " ".join(p.note for p in held if p.note)
+    return replace(
+        first,
+        prompt="\n\n".join([heading, *(p.prompt for p in held)]),
+        note=notes,
+        until_ms=max(p.until_ms for p in held),
+    )
+
+
 def with_sender(prompt: str, sender: Principal) -> str:
     """``prompt`` headed by who sent it: the Agent always knows whose turn this is, and a name
     cannot break the header line."""
@@ -280,6 +313,10 @@ class Conversations:
         self._early: OrderedDict[str, str] = OrderedDict()
         # Turns stopped by a recall of their message: who recalled it, for the card.
         self._recalled: dict[str, str] = {}
+        # Conversations (by origin) with a turn of a person's message being read, run or
+        # followed here, and the messages sent meanwhile that wait to be their next turn.
+        self._busy: set[str] = set()
+        self._waiting: dict[str, list[tuple[str, asyncio.Future[Prepared | None]]]] = {}
 
     def _origin(self, topic: str) -> str:
         """The conversation a topic's next message continues (a new one after each renewal)."""
@@ -316,6 +353,76 @@ class Conversations:
     async def _handle(
         self, event: MessageEvent, sender: Principal, started: Started | None
     ) -> Turn | None:
+        # The conversation the topic continues: after a New conversation, not the running one.
+        conversation = self._origin(origin_of(event))
+        if started is None and conversation in self._busy:
+            # Decided before anything is awaited: a message the turn has not read yet waits.
+            await self._hold(event, sender, conversation)
+            return None
+        ours = started is None
+        if ours:
+            self._busy.add(conversation)
+        try:
+            prepared = await self._prepare(event, sender, started)
+            turn = await self._start(prepared, started) if prepared is not None else None
+            if ours:
+                await self._run_waiting(conversation)
+            return turn
+        finally:
+            if ours:
+                self._busy.discard(conversation)
+
+    async def _hold(self, event: MessageEvent, sender: Principal, conversation: str) -> None:
+        """A message sent in a topic while its turn runs waits, read as its own message would
+        be, to run with the others waiting there as the conversation's next turn."""
+        slot: asyncio.Future[Prepared | None] = asyncio.get_running_loop().create_future()
+        waiting = self._waiting.setdefault(conversation, [])
+        waiting.append((event.message_id, slot))
+        try:
+            prepared = await self._prepare(event, sender, None)
+        except BaseException:
+            slot.set_result(None)
+            raise
+        slot.set_result(prepared)
+        if prepared is None:
+            return
+        if self._seen is not None and event.create_time_ms:
+            # The next waiting message's context need not repeat this one: it is in the turn.
+            self._seen.mark(prepared.origin, event.create_time_ms)
+        count = len(self._waiting.get(conversation, ()))
+        said = catalogue_text(self._lang, "turn.waiting", count=max(count, 1))
+        try:
+            await self._client.reply(event.message_id, text=said)
+        except AmuxError as error:
+            logger.warning("no waiting note for %s: %s", event.message_id, error.message)
+
+    async def _run_waiting(self, conversation: str) -> None:
+        """Run the messages that waited for the conversation's turn as one turn each time it
+        ends, until none are left (a Stop ends the turn, not what was asked after it)."""
+        while True:
+            slots = self._waiting.pop(conversation, [])
+            if not slots:
+                return
+            held: list[Prepared] = []
+            for message_id, slot in slots:
+                prepared = await slot
+                if prepared is None:
+                    continue
+                if self._early.pop(message_id, None) is not None:
+                    logger.info("waiting message %s was recalled", message_id)
+                    continue
+                held.append(prepared)
+            if held:
+                # In the order they were sent: who is known sooner is read sooner.
+                held.sort(key=lambda p: p.until_ms)
+                logger.info("%d messages that waited in a topic run as one turn", len(held))
+                await self._start(joined(held), None)
+
+    async def _prepare(
+        self, event: MessageEvent, sender: Principal, started: Started | None
+    ) -> Prepared | None:
+        """What a message asks for, read (its files saved, what it forwards, links and the
+        topic's unseen messages) for a turn; None when it is refused or asks nothing (said)."""
         topic = origin_of(event)
         origin = self._origin(topic)
         executions = self._hub.executions
@@ -337,12 +444,9 @@ class Conversations:
         # conversations are the project's service Principal's, so the group shares the
         # project's memory and nobody's own; a bound private chat keeps its person's memory.
         project = self._hub.projects.binding_of(event.chat_id) if session is None else None
-        if session is not None and session.principal_id != sender.id and not is_team(session):
-            if self._hub.config.isolation or session.workspace is None:
-                # Under isolation a topic runs with its starter's memory only; and a topic whose
-                # conversation works in its starter's personal workspace stays the starter's.
-                await self._client.reply(event.message_id, card=own_topic_card(self._lang))
-                return None
+        if self._not_theirs(session, sender):
+            await self._client.reply(event.message_id, card=own_topic_card(self._lang))
+            return None
         # The Session keeps its starter (who may stop or renew it); each turn runs as its sender.
         if session is not None:
             principal_id = session.principal_id
@@ -378,16 +482,71 @@ class Conversations:
                 event.text, sender.id, self._document_keeper(event.message_id, target)
             )
         documents = [document.line() for document in linked.documents]
+        note = left
+        if context.unavailable is not None:
+            unread = catalogue_text(self._lang, "context.unavailable", reason=context.unavailable)
+            note = f"{note} {unread}".strip()
+        for unread in linked.unread:
+            note = f"{note} {unread}".strip()
+        title = prompt or catalogue_text(self._lang, "forward.title")
+        if started is not None and started.title:
+            title = started.title
+        return Prepared(
+            event=event,
+            sender=sender,
+            topic=topic,
+            origin=origin,
+            principal_id=principal_id,
+            workspace=workspace,
+            project=project,
+            prompt=with_context(
+                with_sender(request, sender), context, forwarded, self._zone, documents
+            ),
+            title=title,
+            note=note,
+            until_ms=event.create_time_ms,
+        )
+
+    def conversation_for(
+        self, event: MessageEvent, sender: Principal
+    ) -> Session | Literal["none", "not_yours"]:
+        """The conversation ``event``'s topic continues, when ``sender`` may continue it."""
+        session = self._hub.executions.session_by_origin(self._origin(origin_of(event)))
+        if session is None:
+            return "none"
+        if self._not_theirs(session, sender):
+            return "not_yours"
+        return session
+
+    def _not_theirs(self, session: Session | None, sender: Principal) -> bool:
+        """Whether ``sender`` may not continue ``session``: under isolation a topic runs with
+        its starter's memory only, and a topic whose conversation works in its starter's
+        personal workspace stays the starter's."""
+        if session is None or session.principal_id == sender.id or is_team(session):
+            return False
+        return self._hub.config.isolation or session.workspace is None
+
+    async def _start(self, prepared: Prepared, started: Started | None) -> Turn | None:
+        """Queue a prepared turn and follow it to its end."""
+        event, sender, origin = prepared.event, prepared.sender, prepared.origin
+        executions = self._hub.executions
+        project = prepared.project
+        principal_id = prepared.principal_id
+        # A turn that waited was read before the topic's conversation may have been made.
+        session = executions.session_by_origin(origin)
+        if session is not None:
+            if self._not_theirs(session, sender):
+                await self._client.reply(event.message_id, card=own_topic_card(self._lang))
+                return None
+            principal_id, project = session.principal_id, None
         try:
             submitted, session = await executions.submit(
                 principal_id=principal_id,
                 submitted_by=sender.id,
                 provider=self._provider_for(event.chat_id, session, project),
-                prompt=with_context(
-                    with_sender(request, sender), context, forwarded, self._zone, documents
-                ),
+                prompt=prepared.prompt,
                 origin=origin,
-                workspace=workspace,
+                workspace=prepared.workspace,
                 project=project.name if project is not None else None,
                 record=None if started is None else started.record,
             )
@@ -403,20 +562,19 @@ class Conversations:
             card = refusal_card(error, self._lang)
             await self._client.reply(event.message_id, card=card)
             return None
-        note = left
-        if context.unavailable is not None:
-            unread = catalogue_text(self._lang, "context.unavailable", reason=context.unavailable)
-            note = f"{note} {unread}".strip()
-        for unread in linked.unread:
-            note = f"{note} {unread}".strip()
         if started is not None:
             started.queued.set_result(submitted.id)
         self._turns[event.message_id] = submitted.id
         try:
-            title = prompt or catalogue_text(self._lang, "forward.title")
-            if started is not None and started.title:
-                title = started.title
-            return await self._report_turn(event, submitted, session, (origin, topic), title, note)
+            return await self._report_turn(
+                event,
+                submitted,
+                session,
+                (origin, prepared.topic),
+                prepared.title,
+                prepared.note,
+                prepared.until_ms,
+            )
         finally:
             self._turns.pop(event.message_id, None)
 
@@ -428,9 +586,10 @@ class Conversations:
         where: tuple[str, str],
         prompt: str,
         note: str,
+        until_ms: int = 0,
     ) -> Turn:
         """Show a submitted turn's progress card and follow the turn to its end; ``where`` is
-        the turn's origin and its topic."""
+        the turn's origin and its topic, ``until_ms`` the time of the last message it read."""
         origin, topic = where
         recalled = self._early.pop(event.message_id, None)
         if recalled is not None:
@@ -438,7 +597,7 @@ class Conversations:
             self._recalled[submitted.id] = recalled
             await self._hub.executions.cancel(submitted.id)
         if self._seen is not None:
-            self._seen.mark(origin, event.create_time_ms or int(time.time() * 1000))
+            self._seen.mark(origin, until_ms or int(time.time() * 1000))
         title = prompt.splitlines()[0][:TITLE_CHARS]
         project_name, branch = project_of(session)
         view = ProgressView(

@@ -205,6 +205,30 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "message.sticker": "A sticker alone gives the Agent nothing to read: please write your "
         "request as text.",
         "forward.title": "Forwarded messages",
+        "topic.no_conversation": (
+            "This topic has no conversation yet: send your request first, then this command in "
+            "its topic."
+        ),
+        "topic.not_yours": (
+            "This topic's conversation is someone else's: only who may continue it can change it."
+        ),
+        "model.current": (
+            "Model of this conversation: {model} ({provider}). Models you may choose: {allowed}. "
+            "Send /model NAME to choose one."
+        ),
+        "model.default": "the Agent's default",
+        "model.none_listed": "none (the owner lists them in AMUX_FEISHU_MODELS)",
+        "model.refused": (
+            "{model} is not a model this Hub allows for {provider}; nothing changed. Models you "
+            "may choose: {allowed}."
+        ),
+        "model.set": (
+            "This conversation's next turns run {model}; a turn already running keeps its model."
+        ),
+        "turn.waiting": (
+            "This message waits for the running turn to end; then this topic's waiting messages "
+            "({count} so far) run together as its next turn."
+        ),
         "forward.unavailable": (
             "The forwarded messages could not be read ({reason}): the Agent does not see them."
         ),
@@ -827,6 +851,22 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         ),
         "message.sticker": "单独一个表情包没有可供 Agent 读取的内容：请用文字描述你的请求。",
         "forward.title": "转发的消息",
+        "topic.no_conversation": "这个话题还没有对话：请先发送你的请求，再在该话题中发送此命令。",
+        "topic.not_yours": "这个话题的对话属于别人：只有可以继续该对话的人才能更改它。",
+        "model.current": (
+            "本对话的模型：{model}（{provider}）。可选的模型：{allowed}。"
+            "发送 /model 模型名 以选择。"
+        ),
+        "model.default": "Agent 的默认模型",
+        "model.none_listed": "无（由所有者在 AMUX_FEISHU_MODELS 中列出）",
+        "model.refused": (
+            "{model} 不是本 Hub 允许 {provider} 使用的模型；未做更改。可选的模型：{allowed}。"
+        ),
+        "model.set": "本对话之后的轮次将使用 {model}；正在运行的轮次保持原模型。",
+        "turn.waiting": (
+            "这条消息将等待当前轮次结束；随后本话题等待中的消息（目前 {count} 条）"
+            "合并为下一轮运行。"
+        ),
         "forward.unavailable": "无法读取转发的消息（{reason}）：Agent 看不到它们。",
         "provider.set": "本会话的新对话将使用 {provider}。",
         "feishu.connect.open": (

@@ -553,6 +553,9 @@ async def test_the_sender_of_a_turn_in_someone_elses_topic_can_stop_it(tmp_path:
     async with running_bot(tmp_path) as bot:
         started = await bot.say("plan the release", ALICE, group=True, mention=True)
         first = await bot.reply_to(started)
+        # Alice's turn ends first: a message sent while it runs would wait for it.
+        (first_stop,) = [b for b in buttons(first.card) if b["action"] == "run.cancel"]
+        await bot.click(first_stop, chat_id=GROUP)
         asked = await bot.say("and the changelog", BOB, group=True, mention=True, root_id=started)
         progress = await until(
             lambda: [m for m in bot.replies_to(asked) if "and the changelog" in card_text(m.card)]
@@ -568,9 +571,6 @@ async def test_the_sender_of_a_turn_in_someone_elses_topic_can_stop_it(tmp_path:
         bob = bot.hub.people.principal(bot.ids["bob"])
         assert bob is not None
         await until(lambda: f"Stopped by **{bob.label}**" in card_text(progress[0].card))
-        # Alice's turn too, so that every message's handler comes to its end.
-        (first_stop,) = [b for b in buttons(first.card) if b["action"] == "run.cancel"]
-        await bot.click(first_stop, chat_id=GROUP)
         await bot.idle()
         assert not [m for m in bot.replies_to(asked) if "Something went wrong" in card_text(m.card)]
 

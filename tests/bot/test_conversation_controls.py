@@ -1,0 +1,73 @@
+"""What a person controls of a topic's conversation while it runs: messages sent during a turn
+wait and run together as its next turn. The whole service in-process with a Runtime worker
+launching the real ``claude`` CLI against the scripted model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.bot.test_bot_flows import ALICE, BOB, card_text, running_bot
+from tests.bot.test_bot_turns import claude_worker
+from tests.conftest import until
+from tests.fakes.model_server import Answer, FakeModelServer
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+
+def last_user_text(body: dict[str, object]) -> str:
+    """The text of the last user message a Messages request carries."""
+    messages = body.get("messages")
+    assert isinstance(messages, list)
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    return json.dumps(users[-1]["content"], ensure_ascii=False)
+
+
+async def test_messages_sent_while_a_turn_runs_wait_and_run_together_as_one_next_turn(
+    tmp_path: Path,
+) -> None:
+    held = asyncio.Event()
+    async with (
+        FakeModelServer([Answer("notes started", hold=held), Answer("all three done")]) as model,
+        running_bot(tmp_path) as bot,
+        claude_worker(bot, tmp_path, model),
+    ):
+        try:
+            started = await bot.say("Start the release notes", group=True, mention=True)
+            progress = await bot.reply_to(started)
+            await until(lambda: model.main_requests, seconds=60)
+            asked = [("add the date", ALICE), ("and the authors", BOB), ("then sort them", ALICE)]
+            waiting = [
+                await bot.say(text, who, group=True, mention=True, root_id=started)
+                for text, who in asked
+            ]
+            # Each waiting message is told it waits, and nothing more starts meanwhile.
+            notes = [await bot.reply_to(m) for m in waiting]
+            assert all("waits for the running turn" in json.dumps(n.content) for n in notes)
+            assert len(model.main_requests) == 1
+            held.set()
+            await until(lambda: "notes started" in card_text(progress.card), seconds=60)
+            await until(lambda: len(model.main_requests) == 2, seconds=60)
+            prompt = last_user_text(model.main_requests[1].body)
+            places = [prompt.index(text) for text, _ in asked]
+            assert places == sorted(places)
+            assert (
+                prompt.index("Message from bob") < places[1] < prompt.rindex("Message from alice")
+            )
+            # The one next turn answers on a card in reply to the first waiting message.
+            card = await until(
+                lambda: [
+                    m for m in bot.replies_to(waiting[0]) if m.message_id != notes[0].message_id
+                ]
+            )
+            await until(lambda: "all three done" in card_text(card[0].card), seconds=60)
+            await bot.idle()
+            session = bot.session_of(started)
+            assert session is not None
+            assert len(bot.executions_of(session.id)) == 2
+            assert len(model.main_requests) == 2
+        finally:
+            held.set()
