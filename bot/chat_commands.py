@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from bot.feishu.client import FeishuClient
 from bot.feishu.events import MessageEvent
@@ -31,6 +31,9 @@ from cards.catalogue import plain_text
 from cards.models import Lang
 from cards.notices import enrollment_closed_card, owner_only_card
 from hub.principals import Principal
+
+if TYPE_CHECKING:
+    from bot.topic_commands import TopicCommands
 
 logger = logging.getLogger("amux.bot")
 
@@ -70,10 +73,18 @@ class Command:
         return self.private if chat == "private" else self.group
 
 
+# Commands of a topic's conversation, sent without ``/amux``: ``/model x`` is ``/amux model x``.
+TOPIC_COMMANDS = ("model",)
+
+
 def command_words(text: str) -> tuple[str, ...] | None:
     """The words after ``/amux`` when ``text`` is a command; None for any other message."""
     if text == COMMAND or text.startswith(COMMAND + " "):
         return tuple(text[len(COMMAND) :].split())
+    for name in TOPIC_COMMANDS:
+        short = "/" + name
+        if text == short or text.startswith(short + " "):
+            return (name, *text[len(short) :].split())
     return None
 
 
@@ -251,6 +262,7 @@ def command_table(
     lang: Lang,
     schedules: ScheduleCommands | None = None,
     accounts: FeishuAccounts | None = None,
+    topics: TopicCommands | None = None,
 ) -> CommandTable:
     """Every chat command amux answers, who may send it, and where."""
     table = CommandTable(client, identities, management, lang)
@@ -270,6 +282,10 @@ def command_table(
         account_commands = AccountCommands(client, accounts)
         table.add(("connect",), account_commands.connect, private="member")
         table.add(("disconnect",), account_commands.disconnect, private="member")
+    if topics is not None:
+        # Whoever may continue a topic's conversation may choose its model; the owner lists
+        # the models (``TopicCommands`` checks the sender against the conversation).
+        table.add(("model",), topics.model, private="member", group="member")
     if schedules is not None:
         # A schedule runs as whoever adds it and delivers where it was added; changing one is
         # its creator's or the owner's, which the Hub checks per schedule.

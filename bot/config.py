@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -16,6 +17,9 @@ FEISHU_ACCOUNTS = "https://accounts.feishu.cn"
 LARK_ACCOUNTS = "https://accounts.larksuite.com"
 ENCRYPT_KEY_VARIABLE = "AMUX_FEISHU_ENCRYPT_KEY"
 VERIFICATION_TOKEN_VARIABLE = "AMUX_FEISHU_VERIFICATION_TOKEN"
+
+
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]{0,127}")
 
 
 class FeishuSettings(BaseSettings):
@@ -74,6 +78,9 @@ class FeishuSettings(BaseSettings):
         "Agent's prompt; links past it are not read, and the card says which.",
     )
     provider: str = "claude"
+    # The models ``/model`` may choose for a topic's conversation, per provider; a provider not
+    # listed offers none (its Agent's own default runs).
+    models: dict[str, list[str]] = {}
     # Language of the bot's cards and replies.
     language: Literal["zh_cn", "en_us"] = "zh_cn"
     # The IANA time zone the bot's cards tell time in (each time carries its UTC offset).
@@ -88,6 +95,19 @@ class FeishuSettings(BaseSettings):
             raise ValueError(
                 f"unknown time zone {value!r}: use an IANA name such as Asia/Shanghai or UTC"
             ) from None
+        return value
+
+    @field_validator("models")
+    @classmethod
+    def _model_names(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for provider, names in value.items():
+            for name in names:
+                # It becomes an argument of the Agent's command line: never an option.
+                if not MODEL_NAME.fullmatch(name):
+                    raise ValueError(
+                        f"model {name!r} of {provider} is not a model name (letters, digits "
+                        "and . _ - : / @ [ ], not starting with -)"
+                    )
         return value
 
     @field_validator("domain", "accounts_domain")

@@ -26,6 +26,7 @@ from bot.identity import FeishuIdentities
 from bot.management import Management
 from bot.quotas import SenderLimit
 from bot.schedule_commands import ScheduleCommands
+from bot.topic_commands import TopicCommands
 from cards import actions
 from cards.catalogue import plain_text, text
 from cards.elements import Card
@@ -57,6 +58,7 @@ class BotSink:
         late: CatchUp | None = None,
         accounts: FeishuAccounts | None = None,
         comments: DocumentComments | None = None,
+        topics: TopicCommands | None = None,
     ) -> None:
         self._client = client
         self._comments = comments
@@ -66,7 +68,9 @@ class BotSink:
         self._lang = lang
         self._limit = limit or SenderLimit(0)
         self._actions = action_table(management, conversations, lang)
-        self._commands = command_table(client, identities, management, lang, schedules, accounts)
+        self._commands = command_table(
+            client, identities, management, lang, schedules, accounts, topics
+        )
         # Messages found long after they were sent wait for their sender's word (catch-up).
         self._late = late
         self._late_runs: set[asyncio.Task[None]] = set()

@@ -148,6 +148,8 @@ class Session:
     # The project whose repository the conversation checks out (its chat's binding when the
     # Session was created, frozen); None: no project, the Principal's or the topic's workspace.
     project: str | None = None
+    # The model its turns ask their Agent for (chosen with ``/model``); None: the Agent's default.
+    model: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -161,6 +163,7 @@ class Session:
             "binding": self.binding,
             "workspace": self.workspace,
             "project": self.project,
+            "model": self.model,
         }
 
     @classmethod
@@ -176,6 +179,7 @@ class Session:
             binding=_optional(wire, "binding", str),
             workspace=_optional(wire, "workspace", str),
             project=_optional(wire, "project", str),
+            model=_optional(wire, "model", str),
         )
 
 

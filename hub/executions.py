@@ -313,7 +313,26 @@ class Executions:
             row["binding"],
             row["workspace"],
             row["project"],
+            row["model"],
         )
+
+    async def set_model(self, session_id: str, model: str | None) -> Session:
+        """The model ``session``'s next turns ask their Agent for (None: its default); a turn
+        already running keeps the one it was launched with.
+
+        Raises:
+            NotFound: no such session.
+        """
+        self.session(session_id)
+
+        def write(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE sessions SET model = ?, updated_at = ? WHERE id = ?",
+                (model, self._clock(), session_id),
+            )
+
+        await self._state.write(write)
+        return self.session(session_id)
 
     def session_by_origin(self, origin: str) -> Session | None:
         row = self.db.execute("SELECT id FROM sessions WHERE origin = ?", (origin,)).fetchone()

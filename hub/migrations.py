@@ -23,7 +23,7 @@ Each table and the module that owns its rows (the one that writes them; others o
   ``Executions.submit`` writes a firing's row through the callback the scheduler hands it, in
   the commit that queues the turn
 - ``projects``, ``chat_projects``: ``hub.projects``; ``sessions.project`` and
-  ``sessions.home_worker``: ``hub.executions``
+  ``sessions.home_worker``, ``sessions.model``: ``hub.executions``
 - ``project_forges``, ``pull_requests``: ``hub.forges``
 - ``user_tokens``: ``hub.user_tokens``, each person's Feishu user access token, sealed
 
@@ -394,6 +394,10 @@ _V16_SEALED_FORGE_TOKENS = """
 ALTER TABLE project_forges ADD COLUMN sealed BLOB;
 """
 
+# Version 17: the model a conversation's next turns ask their Agent for (``/model`` in its
+# topic); NULL: the Agent's own default.
+_V17_SESSION_MODELS = "ALTER TABLE sessions ADD COLUMN model TEXT;"
+
 MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (1, _V1_IDENTITY_AND_SETTINGS),
     (2, _queue_with_request_ids),
@@ -411,6 +415,7 @@ MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (14, _V14_FORGES),
     (15, _V15_USER_TOKENS),
     (16, _V16_SEALED_FORGE_TOKENS),
+    (17, _V17_SESSION_MODELS),
 )
 
 SCHEMA_VERSION = sqlite.latest(MIGRATIONS)

@@ -342,6 +342,7 @@ class LaunchSite:
             permissions=permissions,
             amux_argv=amux_argv,
             gateway=gateway,
+            model=session.model,
         )
 
     def git_sandbox(

@@ -143,6 +143,9 @@ MEANINGS: dict[str, str] = {
     "AMUX_FEISHU_CARD_UPDATE_INTERVAL_SECONDS": "At most one in-place progress card update per "
     "message per interval.",
     "AMUX_FEISHU_PROVIDER": "The Agent a new Feishu conversation runs: claude, codex or pi.",
+    "AMUX_FEISHU_MODELS": "The models `/model` may choose for a topic's conversation, per provider "
+    '(JSON map of provider to a list of model names, e.g. {"claude": ["claude-sonnet-4-5", '
+    '"claude-opus-4-1"]}); a provider not listed offers none, and its Agent runs its default.',
     "AMUX_FEISHU_LANGUAGE": "Language of the bot's cards and replies: zh_cn or en_us.",
     "AMUX_FEISHU_TIME_ZONE": (
         "The IANA time zone the bot's cards tell time in (Asia/Shanghai, UTC, Europe/Berlin…); "

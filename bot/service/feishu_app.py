@@ -29,6 +29,7 @@ from bot.quotas import SenderLimit
 from bot.schedule_commands import ScheduleCommands
 from bot.scheduler import Scheduler
 from bot.sink import BotSink
+from bot.topic_commands import TopicCommands
 from bot.topic_context import TOPICS_FILE, SeenTopics, TopicReader
 from bot.triggers import TriggerDoor
 from cards.catalogue import plain_text
@@ -297,6 +298,7 @@ def _assemble(
         late=adapter.catch_up,
         accounts=accounts,
         comments=comments,
+        topics=TopicCommands(client, hub, conversations, settings.models, settings.language),
     )
     return _Bot(
         adapter,

@@ -136,6 +136,8 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
     if append and append.strip():
         argv += ["--append-system-prompt", append]
     argv += list(request.extra_args)
+    if request.model:
+        argv += ["--model", request.model]
     argv += policy
     gateway = request.gateway
     routed: dict[str, str] | None = None

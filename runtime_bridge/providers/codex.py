@@ -157,6 +157,8 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
     approval = THREAD_APPROVAL.get(request.permissions, ASK_APPROVAL)
     # After the operator's arguments: a later -c wins, so the policy is what holds.
     argv += [*request.extra_args]
+    if request.model:
+        argv += ["-c", f"model={_toml(request.model)}"]
     gateway = request.gateway
     routed: dict[str, str] | None = None
     if gateway is not None:

@@ -109,6 +109,8 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
     if append and append.strip():
         argv += ["--append-system-prompt", append]
     argv += list(request.extra_args)
+    if request.model:
+        argv += ["--model", request.model]
     files: tuple[PlannedFile, ...] = ()
     socket: Path | None = None
     # After the operator's arguments, so that the policy is what holds.

@@ -138,6 +138,9 @@ class LaunchRequest:
     # The model gateway this launch's requests go through; None (a caller outside a worker):
     # the Agent is given the provider settings of ``base_env`` as they are.
     gateway: GatewayPass | None = None
+    # The model the conversation asks for (``/model``), after the operator's arguments so it
+    # wins; None: the Agent's own default.
+    model: str | None = None
 
     @property
     def home_root(self) -> Path:

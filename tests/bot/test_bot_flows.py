@@ -249,6 +249,7 @@ async def running_bot(
     owner_in_feishu: bool = True,
     language: str = "en_us",
     long_connection_config: dict[str, int] | None = None,
+    models: dict[str, list[str]] | None = None,
 ) -> AsyncIterator[Bot]:
     """The service with Feishu on; ``runtime`` adds the in-process worker ``amux serve`` runs.
 
@@ -265,6 +266,7 @@ async def running_bot(
             mode=mode,
             card_update_interval_seconds=0.1,
             language=language,
+            models=models or {},
         )
         port = free_port()
         app = create_app(

@@ -1,6 +1,6 @@
-"""What a person controls of a topic's conversation while it runs: messages sent during a turn
-wait and run together as its next turn. The whole service in-process with a Runtime worker
-launching the real ``claude`` CLI against the scripted model."""
+"""What a person controls of a topic's conversation: messages sent during a turn wait and run
+together as its next turn; ``/model`` chooses the model of its next turns. The whole service
+in-process with a Runtime worker launching the real ``claude`` CLI against the scripted model."""
 
 from __future__ import annotations
 
@@ -71,3 +71,46 @@ async def test_messages_sent_while_a_turn_runs_wait_and_run_together_as_one_next
             assert len(model.main_requests) == 2
         finally:
             held.set()
+
+
+MODELS = {"claude": ["claude-sonnet-test", "claude-haiku-test"]}
+
+
+async def test_model_in_a_topic_chooses_its_next_turns_model_from_the_owners_list(
+    tmp_path: Path,
+) -> None:
+    async with (
+        FakeModelServer([Answer("first answer"), Answer("second answer")]) as model,
+        running_bot(tmp_path, models=MODELS) as bot,
+        claude_worker(bot, tmp_path, model),
+    ):
+        started = await bot.say("Hello", group=True, mention=True)
+        progress = await bot.reply_to(started)
+        await until(lambda: "first answer" in card_text(progress.card), seconds=60)
+        await bot.idle()
+
+        async def command(text: str) -> str:
+            sent = await bot.say(text, group=True, mention=True, root_id=started)
+            return json.loads((await bot.reply_to(sent)).content)["text"]
+
+        shown = await command("/model")
+        assert "the Agent's default (claude)" in shown
+        assert "claude-sonnet-test, claude-haiku-test" in shown
+        refused = await command("/model gpt-9")
+        assert "gpt-9 is not a model this Hub allows for claude" in refused
+        assert "claude-sonnet-test, claude-haiku-test" in refused
+        session = bot.session_of(started)
+        assert session is not None
+        assert bot.hub.executions.session(session.id).model is None
+        chosen = await command("/model claude-haiku-test")
+        assert "next turns run claude-haiku-test" in chosen
+        assert "claude-haiku-test" in await command("/model")
+
+        asked = await bot.say("And now?", group=True, mention=True, root_id=started)
+        answer = await bot.reply_to(asked)
+        await until(lambda: "second answer" in card_text(answer.card), seconds=60)
+        first, second = model.main_requests
+        assert first.body["model"] != "claude-haiku-test"
+        assert second.body["model"] == "claude-haiku-test"
+        # The answer's footer names the model that answered.
+        await until(lambda: "claude-haiku-test" in card_text(answer.card))

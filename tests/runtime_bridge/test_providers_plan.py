@@ -576,3 +576,24 @@ def test_codex_reports_the_context_its_last_request_held_of_its_window() -> None
     (done,) = turn.feed("turn/completed", {"threadId": "t-1", "turn": {"status": "completed"}})
     assert isinstance(done, Result)
     assert done.usage["context_tokens"] == 300 and done.usage["context_window"] == 272_000
+
+
+@pytest.mark.parametrize(
+    ("provider", "words"),
+    [
+        ("claude", ["--model", "chosen-model"]),
+        ("codex", ["-c", 'model="chosen-model"']),
+        ("pi", ["--model", "chosen-model"]),
+    ],
+)
+def test_a_conversations_chosen_model_follows_the_operators_arguments(
+    provider: str, words: list[str]
+) -> None:
+    plan = build_plan(request(provider, extra_args=("--model", "operators-model")))
+    chosen = build_plan(
+        request(provider, extra_args=("--model", "operators-model"), model="chosen-model")
+    )
+    argv = list(chosen.argv)
+    at = next(i for i in range(len(argv)) if argv[i : i + len(words)] == words)
+    assert at > argv.index("operators-model")
+    assert "chosen-model" not in plan.argv
