@@ -518,6 +518,33 @@ class Conversations:
             return "not_yours"
         return session
 
+    async def run_command(
+        self, event: MessageEvent, sender: Principal, session: Session, command: str, title: str
+    ) -> Turn | None:
+        """Run one of the Agent's own commands (``/compact``) as a turn of ``session``, its card
+        in reply to ``event``: the prompt is the command alone, never the sender's words, so
+        nothing a person writes can pass for one."""
+        executions = self._hub.executions
+        origin = session.origin or self._origin(origin_of(event))
+        try:
+            submitted, session = await executions.submit(
+                principal_id=session.principal_id,
+                submitted_by=sender.id,
+                provider=session.provider,
+                prompt=command,
+                session_id=session.id,
+            )
+        except AmuxError as error:
+            await self._client.reply(event.message_id, card=refusal_card(error, self._lang))
+            return None
+        self._turns[event.message_id] = submitted.id
+        try:
+            return await self._report_turn(
+                event, submitted, session, (origin, origin_of(event)), title, "", 0
+            )
+        finally:
+            self._turns.pop(event.message_id, None)
+
     def _not_theirs(self, session: Session | None, sender: Principal) -> bool:
         """Whether ``sender`` may not continue ``session``: under isolation a topic runs with
         its starter's memory only, and a topic whose conversation works in its starter's

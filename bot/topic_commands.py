@@ -1,4 +1,4 @@
-"""Commands sent inside a topic that act on its conversation: ``/model``.
+"""Commands sent inside a topic that act on its conversation: ``/model``, ``/compact``.
 
 Whoever may continue a topic's conversation (``Conversations.conversation_for``) may send them;
 the answer is a short reply in the topic.
@@ -19,6 +19,9 @@ from hub.services import Hub
 
 logger = logging.getLogger("amux.bot")
 
+# The Agents whose own command compacts a resumed session in print mode: Claude's CLI runs
+# ``/compact`` given as the prompt with ``--resume`` (a compact boundary in the same session).
+COMPACTS = ("claude",)
 # What of a name not on the list is echoed back: anyone in the topic may send any text.
 MAX_SHOWN = 128
 
@@ -78,3 +81,17 @@ class TopicCommands:
         await self._hub.executions.set_model(session.id, chosen)
         logger.info("a conversation's model set to %s by %s", chosen, said.sender().label)
         await self._say(said, "model.set", model=chosen)
+
+    async def compact(self, said: Said) -> None:
+        """``/compact``: the Agent's own compaction of the conversation's session, as a turn
+        (after the one running, if any)."""
+        session = await self._conversation(said)
+        if session is None:
+            return
+        if said.args or session.provider not in COMPACTS:
+            key = "compact.usage" if said.args else "compact.unsupported"
+            await self._say(said, key, provider=session.provider)
+            return
+        title = plain_text(self._lang, "compact.title")
+        logger.info("a conversation's session compacted for %s", said.sender().label)
+        await self._conversations.run_command(said.event, said.sender(), session, "/compact", title)

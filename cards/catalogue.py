@@ -205,6 +205,9 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "message.sticker": "A sticker alone gives the Agent nothing to read: please write your "
         "request as text.",
         "forward.title": "Forwarded messages",
+        "compact.title": "Compacting the conversation",
+        "compact.usage": "/compact takes no words: it compacts this topic's conversation.",
+        "compact.unsupported": "/compact is not supported by {provider}.",
         "topic.no_conversation": (
             "This topic has no conversation yet: send your request first, then this command in "
             "its topic."
@@ -851,6 +854,9 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         ),
         "message.sticker": "单独一个表情包没有可供 Agent 读取的内容：请用文字描述你的请求。",
         "forward.title": "转发的消息",
+        "compact.title": "正在压缩对话",
+        "compact.usage": "/compact 不带参数：它压缩本话题的对话。",
+        "compact.unsupported": "{provider} 不支持 /compact。",
         "topic.no_conversation": "这个话题还没有对话：请先发送你的请求，再在该话题中发送此命令。",
         "topic.not_yours": "这个话题的对话属于别人：只有可以继续该对话的人才能更改它。",
         "model.current": (

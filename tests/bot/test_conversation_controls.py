@@ -114,3 +114,50 @@ async def test_model_in_a_topic_chooses_its_next_turns_model_from_the_owners_lis
         assert second.body["model"] == "claude-haiku-test"
         # The answer's footer names the model that answered.
         await until(lambda: "claude-haiku-test" in card_text(answer.card))
+
+
+async def test_compact_runs_claudes_own_compaction_of_the_topics_session(tmp_path: Path) -> None:
+    summary = "<summary>Alice asked about the release.</summary>"
+    async with (
+        FakeModelServer([Answer("first answer"), Answer(summary), Answer("after")]) as model,
+        running_bot(tmp_path) as bot,
+        claude_worker(bot, tmp_path, model),
+    ):
+        started = await bot.say("Tell me about the release", group=True, mention=True)
+        progress = await bot.reply_to(started)
+        await until(lambda: "first answer" in card_text(progress.card), seconds=60)
+        await bot.idle()
+
+        compact = await bot.say("/compact", group=True, mention=True, root_id=started)
+        card = await bot.reply_to(compact)
+        await until(lambda: "Result" in card_text(card.card), seconds=60)
+        asked_to_summarise = model.main_requests[1]
+        assert "summar" in last_user_text(asked_to_summarise.body).lower()
+        session = bot.session_of(started)
+        assert session is not None
+        runs = bot.executions_of(session.id)
+        assert [r.state for r in runs] == ["succeeded", "succeeded"]
+
+        # The next turn resumes the compacted session: the summary stands for what came before.
+        asked = await bot.say("And now?", group=True, mention=True, root_id=started)
+        answer = await bot.reply_to(asked)
+        await until(lambda: "after" in card_text(answer.card), seconds=60)
+        resumed = json.dumps(model.main_requests[-1].body["messages"])
+        assert "Alice asked about the release." in resumed
+        assert len(bot.executions_of(session.id)) == 3
+
+
+async def test_compact_in_a_conversation_of_another_agent_is_refused_by_name(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        await bot.say("/amux provider codex", group=True, mention=True)
+        await bot.idle()
+        started = await bot.say("Tell me about the release", group=True, mention=True)
+        await bot.reply_to(started)
+        compact = await bot.say("/compact", group=True, mention=True, root_id=started)
+        said = json.loads((await bot.reply_to(compact)).content)["text"]
+        assert said == "/compact is not supported by codex."
+        session = bot.session_of(started)
+        assert session is not None
+        assert len(bot.executions_of(session.id)) == 1
