@@ -74,7 +74,7 @@ class Command:
 
 
 # Commands of a topic's conversation, sent without ``/amux``: ``/model x`` is ``/amux model x``.
-TOPIC_COMMANDS = ("model", "compact")
+TOPIC_COMMANDS = ("model", "compact", "btw")
 
 
 def command_words(text: str) -> tuple[str, ...] | None:
@@ -287,6 +287,7 @@ def command_table(
         # the models (``TopicCommands`` checks the sender against the conversation).
         table.add(("model",), topics.model, private="member", group="member")
         table.add(("compact",), topics.compact, private="member", group="member")
+        table.add(("btw",), topics.btw, private="member", group="member")
     if schedules is not None:
         # A schedule runs as whoever adds it and delivers where it was added; changing one is
         # its creator's or the owner's, which the Hub checks per schedule.

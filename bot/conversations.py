@@ -519,19 +519,18 @@ class Conversations:
         return session
 
     async def run_command(
-        self, event: MessageEvent, sender: Principal, session: Session, command: str, title: str
+        self, event: MessageEvent, sender: Principal, session: Session, prompt: str, title: str
     ) -> Turn | None:
-        """Run one of the Agent's own commands (``/compact``) as a turn of ``session``, its card
-        in reply to ``event``: the prompt is the command alone, never the sender's words, so
-        nothing a person writes can pass for one."""
+        """Run a turn of ``session`` reading nothing of the topic: the Agent's own command
+        (``/compact``, the whole prompt, so no person's words can pass for one) or a side
+        question in a fork (``/btw``); its card in reply to ``event``."""
         executions = self._hub.executions
-        origin = session.origin or self._origin(origin_of(event))
         try:
             submitted, session = await executions.submit(
                 principal_id=session.principal_id,
                 submitted_by=sender.id,
                 provider=session.provider,
-                prompt=command,
+                prompt=prompt,
                 session_id=session.id,
             )
         except AmuxError as error:
@@ -540,7 +539,7 @@ class Conversations:
         self._turns[event.message_id] = submitted.id
         try:
             return await self._report_turn(
-                event, submitted, session, (origin, origin_of(event)), title, "", 0
+                event, submitted, session, ("", origin_of(event)), title, "", 0
             )
         finally:
             self._turns.pop(event.message_id, None)
@@ -616,14 +615,15 @@ class Conversations:
         until_ms: int = 0,
     ) -> Turn:
         """Show a submitted turn's progress card and follow the turn to its end; ``where`` is
-        the turn's origin and its topic, ``until_ms`` the time of the last message it read."""
+        the turn's origin (empty: a turn that reads none of the topic) and its topic, ``until_ms``
+        the time of the last message it read."""
         origin, topic = where
         recalled = self._early.pop(event.message_id, None)
         if recalled is not None:
             # Recalled while its turn was being submitted: it never runs.
             self._recalled[submitted.id] = recalled
             await self._hub.executions.cancel(submitted.id)
-        if self._seen is not None:
+        if self._seen is not None and origin:
             self._seen.mark(origin, until_ms or int(time.time() * 1000))
         title = prompt.splitlines()[0][:TITLE_CHARS]
         project_name, branch = project_of(session)

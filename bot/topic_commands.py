@@ -1,4 +1,4 @@
-"""Commands sent inside a topic that act on its conversation: ``/model``, ``/compact``.
+"""Commands sent inside a topic that act on its conversation: ``/model``, ``/compact``, ``/btw``.
 
 Whoever may continue a topic's conversation (``Conversations.conversation_for``) may send them;
 the answer is a short reply in the topic.
@@ -10,11 +10,12 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from bot.chat_commands import Said
-from bot.conversations import Conversations
+from bot.conversations import Conversations, with_sender
 from bot.feishu.client import FeishuClient
 from cards.catalogue import plain_text
 from cards.models import Lang
 from hub.contract import Session
+from hub.errors import InvalidArgument
 from hub.services import Hub
 
 logger = logging.getLogger("amux.bot")
@@ -22,6 +23,9 @@ logger = logging.getLogger("amux.bot")
 # The Agents whose own command compacts a resumed session in print mode: Claude's CLI runs
 # ``/compact`` given as the prompt with ``--resume`` (a compact boundary in the same session).
 COMPACTS = ("claude",)
+# The Agents a side question can fork the session of: Claude resumes a copy of it
+# (``--resume ID --fork-session``), leaving the conversation and its running turn as they were.
+FORKS = ("claude",)
 # What of a name not on the list is echoed back: anyone in the topic may send any text.
 MAX_SHOWN = 128
 
@@ -95,3 +99,26 @@ class TopicCommands:
         title = plain_text(self._lang, "compact.title")
         logger.info("a conversation's session compacted for %s", said.sender().label)
         await self._conversations.run_command(said.event, said.sender(), session, "/compact", title)
+
+    async def btw(self, said: Said) -> None:
+        """``/btw QUESTION``: answered in a fork of the conversation's session, as a card in the
+        topic, without stopping or changing the conversation or its running turn."""
+        session = await self._conversation(said)
+        if session is None:
+            return
+        question = " ".join(said.args)
+        if not question:
+            await self._say(said, "btw.usage")
+            return
+        if session.provider not in FORKS:
+            await self._say(said, "btw.unsupported", provider=session.provider)
+            return
+        try:
+            fork = await self._hub.executions.fork(session.id)
+        except InvalidArgument:
+            await self._say(said, "btw.cannot_fork")
+            return
+        logger.info("a side question of %s runs in a fork of its conversation", said.sender().label)
+        prompt = with_sender(question, said.sender())
+        title = plain_text(self._lang, "btw.title", question=question)
+        await self._conversations.run_command(said.event, said.sender(), fork, prompt, title)

@@ -205,6 +205,15 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "message.sticker": "A sticker alone gives the Agent nothing to read: please write your "
         "request as text.",
         "forward.title": "Forwarded messages",
+        "btw.title": "By the way: {question}",
+        "btw.usage": (
+            "Send /btw followed by your question: it is answered beside the conversation."
+        ),
+        "btw.unsupported": "/btw is not supported by {provider}.",
+        "btw.cannot_fork": (
+            "/btw needs a conversation with a finished turn, outside a project: nothing to fork "
+            "yet."
+        ),
         "compact.title": "Compacting the conversation",
         "compact.usage": "/compact takes no words: it compacts this topic's conversation.",
         "compact.unsupported": "/compact is not supported by {provider}.",
@@ -854,6 +863,12 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         ),
         "message.sticker": "单独一个表情包没有可供 Agent 读取的内容：请用文字描述你的请求。",
         "forward.title": "转发的消息",
+        "btw.title": "顺便问一下：{question}",
+        "btw.usage": "请在 /btw 后面写上你的问题：它会在对话之外单独回答。",
+        "btw.unsupported": "{provider} 不支持 /btw。",
+        "btw.cannot_fork": (
+            "/btw 需要一个已完成过一轮、且不属于项目的对话：目前还没有可以分叉的会话。"
+        ),
         "compact.title": "正在压缩对话",
         "compact.usage": "/compact 不带参数：它压缩本话题的对话。",
         "compact.unsupported": "{provider} 不支持 /compact。",

@@ -150,6 +150,9 @@ class Session:
     project: str | None = None
     # The model its turns ask their Agent for (chosen with ``/model``); None: the Agent's default.
     model: str | None = None
+    # The Session this one forks (a side question's, ``/btw``): its turns resume a copy of that
+    # Session's native one, in that Session's home, and leave it as it was.
+    fork_of: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -164,6 +167,7 @@ class Session:
             "workspace": self.workspace,
             "project": self.project,
             "model": self.model,
+            "fork_of": self.fork_of,
         }
 
     @classmethod
@@ -180,6 +184,7 @@ class Session:
             workspace=_optional(wire, "workspace", str),
             project=_optional(wire, "project", str),
             model=_optional(wire, "model", str),
+            fork_of=_optional(wire, "fork_of", str),
         )
 
 

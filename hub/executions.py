@@ -314,7 +314,48 @@ class Executions:
             row["workspace"],
             row["project"],
             row["model"],
+            row["fork_of"],
         )
+
+    async def fork(self, parent_id: str) -> Session:
+        """A new Session whose turns resume a fork of ``parent_id``'s native session (its
+        Principal, Agent, workspace, model and memory binding), leaving the parent as it was.
+
+        Raises:
+            NotFound: no such session.
+            InvalidArgument: the parent has no native session to fork yet, or is a project's.
+        """
+        parent = self.session(parent_id)
+        if parent.native_id is None:
+            raise InvalidArgument("this conversation has no Agent session to fork yet")
+        if parent.project is not None:
+            raise InvalidArgument("a project conversation's session cannot be forked")
+        session_id = uuid.uuid4().hex
+
+        def write(db: sqlite3.Connection) -> None:
+            now = self._clock()
+            db.execute(
+                "INSERT INTO sessions (id, principal_id, provider, cwd, origin, native_id, memory,"
+                " binding, workspace, model, fork_of, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    session_id,
+                    parent.principal_id,
+                    parent.provider,
+                    parent.cwd,
+                    parent.native_id,
+                    parent.memory,
+                    parent.binding,
+                    parent.workspace,
+                    parent.model,
+                    parent.id,
+                    now,
+                    now,
+                ),
+            )
+
+        await self._state.write(write)
+        return self.session(session_id)
 
     async def set_model(self, session_id: str, model: str | None) -> Session:
         """The model ``session``'s next turns ask their Agent for (None: its default); a turn

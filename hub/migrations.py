@@ -23,7 +23,8 @@ Each table and the module that owns its rows (the one that writes them; others o
   ``Executions.submit`` writes a firing's row through the callback the scheduler hands it, in
   the commit that queues the turn
 - ``projects``, ``chat_projects``: ``hub.projects``; ``sessions.project`` and
-  ``sessions.home_worker``, ``sessions.model``: ``hub.executions``
+  ``sessions.home_worker``, ``sessions.model``, ``sessions.fork_of``:
+  ``hub.executions``
 - ``project_forges``, ``pull_requests``: ``hub.forges``
 - ``user_tokens``: ``hub.user_tokens``, each person's Feishu user access token, sealed
 
@@ -395,8 +396,12 @@ ALTER TABLE project_forges ADD COLUMN sealed BLOB;
 """
 
 # Version 17: the model a conversation's next turns ask their Agent for (``/model`` in its
-# topic); NULL: the Agent's own default.
-_V17_SESSION_MODELS = "ALTER TABLE sessions ADD COLUMN model TEXT;"
+# topic; NULL: the Agent's own default), and the conversation a side question's Session forks
+# (``/btw``; NULL: none).
+_V17_SESSION_MODELS = """
+ALTER TABLE sessions ADD COLUMN model TEXT;
+ALTER TABLE sessions ADD COLUMN fork_of TEXT;
+"""
 
 MIGRATIONS: tuple[tuple[int, Step], ...] = (
     (1, _V1_IDENTITY_AND_SETTINGS),

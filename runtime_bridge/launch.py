@@ -320,15 +320,17 @@ class LaunchSite:
         if gateway is not None:
             gateway = self.agent_gateway(gateway)
         env = dict(base_env)
+        # A fork resumes its parent's native session where the parent keeps it.
+        home_of = session.fork_of or session.id
         if own_home:
-            env["HOME"] = str(self.session_home(session.id))
+            env["HOME"] = str(self.session_home(home_of))
         settings = self.settings
         return LaunchRequest(
             provider=provider,
             prompt=prompt,
             cwd=self.workspace(session),
             run_dir=self.run_dir(execution_id),
-            state_dir=self.state_dir(session.id),
+            state_dir=self.state_dir(home_of),
             resume_id=session.native_id or None,
             append_instructions=settings.append_instructions,
             developer_instructions=settings.developer_instructions,
@@ -343,6 +345,7 @@ class LaunchSite:
             amux_argv=amux_argv,
             gateway=gateway,
             model=session.model,
+            fork=session.fork_of is not None,
         )
 
     def git_sandbox(

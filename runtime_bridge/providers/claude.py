@@ -91,6 +91,8 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
     ]
     if request.resume_id:
         argv += ["--resume", request.resume_id]
+        if request.fork:
+            argv += ["--fork-session"]
     files: list[PlannedFile] = []
     overrides: dict[str, str] = {}
     append = request.append_instructions

@@ -141,6 +141,8 @@ class LaunchRequest:
     # The model the conversation asks for (``/model``), after the operator's arguments so it
     # wins; None: the Agent's own default.
     model: str | None = None
+    # Resume a copy of ``resume_id`` (a side question's), leaving that session as it was.
+    fork: bool = False
 
     @property
     def home_root(self) -> Path:

@@ -161,3 +161,67 @@ async def test_compact_in_a_conversation_of_another_agent_is_refused_by_name(
         session = bot.session_of(started)
         assert session is not None
         assert len(bot.executions_of(session.id)) == 1
+
+
+async def test_btw_answers_from_a_fork_while_the_turn_runs_and_leaves_the_conversation_as_it_was(
+    tmp_path: Path,
+) -> None:
+    held = asyncio.Event()
+    script = [
+        Answer("first answer"),
+        Answer("the running answer", hold=held),
+        Answer("the side answer"),
+    ]
+    async with (
+        FakeModelServer(script) as model,
+        running_bot(tmp_path) as bot,
+        claude_worker(bot, tmp_path, model),
+    ):
+        try:
+            started = await bot.say("Plan the release", group=True, mention=True)
+            progress = await bot.reply_to(started)
+            await until(lambda: "first answer" in card_text(progress.card), seconds=60)
+            await bot.idle()
+            session = bot.session_of(started)
+            assert session is not None
+            native = bot.hub.executions.session(session.id).native_id
+
+            running = await bot.say("Write the notes", group=True, mention=True, root_id=started)
+            running_card = await bot.reply_to(running)
+            await until(lambda: len(model.main_requests) == 2, seconds=60)
+            side = await bot.say("/btw what day is it?", group=True, mention=True, root_id=started)
+            side_card = await bot.reply_to(side)
+            await until(lambda: "the side answer" in card_text(side_card.card), seconds=60)
+            # Answered from the conversation so far, while its turn still runs.
+            forked = json.dumps(model.main_requests[2].body["messages"])
+            assert "first answer" in forked and "what day is it?" in forked
+            assert "By the way: what day is it?" in card_text(side_card.card)
+            assert (
+                bot.hub.executions.describe(bot.executions_of(session.id)[-1].id).state == "running"
+            )
+
+            held.set()
+            await until(lambda: "the running answer" in card_text(running_card.card), seconds=60)
+            await bot.idle()
+            asked = await bot.say("And now?", group=True, mention=True, root_id=started)
+            answer = await bot.reply_to(asked)
+            await until(lambda: "done" in card_text(answer.card), seconds=60)
+            # The conversation never saw the side question, and kept its own session.
+            resumed = json.dumps(model.main_requests[-1].body["messages"])
+            assert "the running answer" in resumed
+            assert "what day is it?" not in resumed and "the side answer" not in resumed
+            assert bot.hub.executions.session(session.id).native_id == native
+            assert len(bot.executions_of(session.id)) == 3
+        finally:
+            held.set()
+
+
+async def test_btw_in_a_conversation_of_another_agent_is_refused_by_name(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as bot:
+        await bot.say("/amux provider codex", group=True, mention=True)
+        await bot.idle()
+        started = await bot.say("Tell me about the release", group=True, mention=True)
+        await bot.reply_to(started)
+        side = await bot.say("/btw what day is it?", group=True, mention=True, root_id=started)
+        said = json.loads((await bot.reply_to(side)).content)["text"]
+        assert said == "/btw is not supported by codex."
