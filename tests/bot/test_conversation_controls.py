@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.bot.test_bot_flows import ALICE, BOB, card_text, running_bot
+from tests.bot.test_bot_flows import ALICE, BOB, GROUP, buttons, card_text, running_bot
+from tests.bot.test_bot_topics import prompts
 from tests.bot.test_bot_turns import claude_worker
 from tests.conftest import until
 from tests.fakes.model_server import Answer, FakeModelServer
@@ -71,6 +72,28 @@ async def test_messages_sent_while_a_turn_runs_wait_and_run_together_as_one_next
             assert len(model.main_requests) == 2
         finally:
             held.set()
+
+
+async def test_a_stop_ends_the_turn_at_once_and_the_waiting_messages_then_run_as_one(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as bot:
+        started = await bot.say("Start the release notes", group=True, mention=True)
+        progress = await bot.reply_to(started)
+        waiting = [
+            await bot.say(text, ALICE, group=True, mention=True, root_id=started)
+            for text in ("add the date", "and the authors")
+        ]
+        for message in waiting:
+            await bot.reply_to(message)
+        assert len(prompts(bot)) == 1
+        (stop,) = [b for b in buttons(progress.card) if b["action"] == "run.cancel"]
+        stopped = await bot.click(stop, chat_id=GROUP)
+        assert stopped["toast"]["type"] != "error"
+        assert bot.hub.executions.describe(stop["run_id"]).state == "cancelled"
+        (joined,) = await until(lambda: prompts(bot)[1:])
+        assert joined.index("add the date") < joined.index("and the authors")
+        await until(lambda: "Stopped by" in card_text(progress.card))
 
 
 MODELS = {"claude": ["claude-sonnet-test", "claude-haiku-test"]}
