@@ -193,7 +193,10 @@ async def test_new_conversation_clicked_in_another_chat_leaves_the_groups_topic_
         assert refused["toast"]["type"] == "error"
         assert "another chat; nothing was changed" in refused["toast"]["content"]
 
-        # The group's topic goes on in the same conversation.
+        # The group's topic goes on in the same conversation (once its turn ended: a message
+        # sent while it runs waits for it).
+        await bot.hub.executions.cancel(bot.executions_of(session.id)[0].id)
+        await bot.idle()
         again = await bot.say("and a readme", ALICE, group=True, mention=True, root_id=asked)
         await bot.reply_to(again)
         assert [e.submitted_by for e in bot.executions_of(session.id)] == [
@@ -220,6 +223,8 @@ async def test_after_unbinding_a_projects_old_topic_goes_on_outside_the_project(
 
         unbound = await said(bot, "/amux project unbind", ALICE, group=True)
         assert "no longer bound" in unbound and "outside the project" in unbound
+        await bot.hub.executions.cancel(bot.executions_of(old.id)[0].id)
+        await bot.idle()
 
         again = await bot.say("and a readme", BOB, group=True, mention=True, root_id=asked)
         progress = await bot.reply_to(again)
