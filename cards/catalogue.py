@@ -539,6 +539,12 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "error.about.internal": "amux failed unexpectedly; the owner can find why in its log.",
         "error.about.invalid_argument": "The request was not understood.",
         "error.about.invalid_path": "That is not a valid memory path.",
+        "error.about.feishu_not_connected": (
+            "Feishu is read only with your own account, and it is not connected: send /amux "
+            "connect in your private chat with the bot."
+        ),
+        "error.about.feishu_refused": "Feishu would not give your account this document.",
+        "error.about.feishu_unavailable": "Feishu is not reachable from this Hub right now.",
         "error.about.memory_disabled": "Agent memory is off on this Hub.",
         "error.about.native_memory_unconfirmed": (
             "The Agent's own memory could not be turned off, so it was not started."
@@ -1136,6 +1142,11 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "error.about.internal": "amux 发生了意外错误；所有者可在日志中查看原因。",
         "error.about.invalid_argument": "无法理解这个请求。",
         "error.about.invalid_path": "这不是有效的记忆路径。",
+        "error.about.feishu_not_connected": (
+            "飞书文档只以你自己的账号读取，而你尚未连接：请在与机器人的私聊中发送 /amux connect。"
+        ),
+        "error.about.feishu_refused": "飞书没有把这份文档交给你的账号。",
+        "error.about.feishu_unavailable": "此 Hub 暂时无法访问飞书。",
         "error.about.memory_disabled": "本 Hub 未开启 Agent 记忆。",
         "error.about.native_memory_unconfirmed": "无法关闭 Agent 自带的记忆，因此没有启动它。",
         "error.about.not_found": "找不到它（或已不存在）。",
