@@ -46,6 +46,7 @@ no words of the requester's is a turn too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import re
@@ -247,13 +248,24 @@ class Prepared:
     until_ms: int
 
 
+def by_sender(held: list[Prepared]) -> list[list[Prepared]]:
+    """Messages that waited for a turn, oldest first, as the turns they make: one per person,
+    each person's in the order sent, the turns in the order of each person's first message.
+    Every turn runs as its real sender, so one person's words never run as another's (nor
+    reach a topic its sender may not continue by riding on someone else's message)."""
+    turns: dict[str, list[Prepared]] = {}
+    for prepared in held:
+        turns.setdefault(prepared.sender.id, []).append(prepared)
+    return list(turns.values())
+
+
 def joined(held: list[Prepared]) -> Prepared:
-    """Messages that waited for a turn, as one turn: each with its sender, oldest first; the
-    first one's card, place and sender (whom the turn runs as)."""
+    """One person's messages that waited for a turn, as one turn: oldest first, with the first
+    one's card and place."""
     first = held[0]
     if len(held) == 1:
         return first
-    heading = f"({len(held)} messages were sent while your previous turn ran, oldest first.)"
+    heading = f"({len(held)} messages were sent while the previous turn ran, oldest first.)"
     notes = " ".join(p.note for p in held if p.note)
     return replace(
         first,
@@ -315,7 +327,9 @@ class Conversations:
         self._recalled: dict[str, str] = {}
         # Conversations (by origin) with a turn of a person's message being read, run or
         # followed here, and the messages sent meanwhile that wait to be their next turn.
-        self._busy: set[str] = set()
+        # The conversations whose turns this bot is reading, running or reporting: the messages
+        # that asked for them (their turns, once queued, are in ``_turns``).
+        self._busy: dict[str, list[str]] = {}
         self._waiting: dict[str, list[tuple[str, asyncio.Future[Prepared | None]]]] = {}
 
     def _origin(self, topic: str) -> str:
@@ -355,13 +369,13 @@ class Conversations:
     ) -> Turn | None:
         # The conversation the topic continues: after a New conversation, not the running one.
         conversation = self._origin(origin_of(event))
-        if started is None and conversation in self._busy:
+        if started is None and self._turn_runs(conversation):
             # Decided before anything is awaited: a message the turn has not read yet waits.
             await self._hold(event, sender, conversation)
             return None
         ours = started is None
         if ours:
-            self._busy.add(conversation)
+            self._busy.setdefault(conversation, []).append(event.message_id)
         try:
             prepared = await self._prepare(event, sender, started)
             turn = await self._start(prepared, started) if prepared is not None else None
@@ -370,7 +384,29 @@ class Conversations:
             return turn
         finally:
             if ours:
-                self._busy.discard(conversation)
+                self._unbusy(conversation, event.message_id)
+
+    def _turn_runs(self, conversation: str) -> bool:
+        """Whether a turn of ``conversation`` is being read, queued or run, or messages already
+        wait for one. A turn whose Agent has finished, its cards still being written, no longer
+        holds the next message back."""
+        if self._waiting.get(conversation):
+            return True
+        for message_id in self._busy.get(conversation, ()):
+            execution_id = self._turns.get(message_id)
+            if execution_id is None:
+                return True
+            with contextlib.suppress(NotFound):
+                if not self._hub.executions.describe(execution_id).finished:
+                    return True
+        return False
+
+    def _unbusy(self, conversation: str, message_id: str) -> None:
+        asking = self._busy.get(conversation, [])
+        with contextlib.suppress(ValueError):
+            asking.remove(message_id)
+        if not asking:
+            self._busy.pop(conversation, None)
 
     async def _hold(self, event: MessageEvent, sender: Principal, conversation: str) -> None:
         """A message sent in a topic while its turn runs waits, read as its own message would
@@ -397,8 +433,8 @@ class Conversations:
             logger.warning("no waiting note for %s: %s", event.message_id, error.message)
 
     async def _run_waiting(self, conversation: str) -> None:
-        """Run the messages that waited for the conversation's turn as one turn each time it
-        ends, until none are left (a Stop ends the turn, not what was asked after it)."""
+        """Run the messages that waited for the conversation's turn, one turn per person, each
+        time it ends, until none are left (a Stop ends the turn, not what was asked after it)."""
         while True:
             slots = self._waiting.pop(conversation, [])
             if not slots:
@@ -415,8 +451,14 @@ class Conversations:
             if held:
                 # In the order they were sent: who is known sooner is read sooner.
                 held.sort(key=lambda p: p.until_ms)
-                logger.info("%d messages that waited in a topic run as one turn", len(held))
-                await self._start(joined(held), None)
+                for theirs in by_sender(held):
+                    logger.info("%d messages that waited in a topic run as one turn", len(theirs))
+                    asking = theirs[0].event.message_id
+                    self._busy.setdefault(conversation, []).append(asking)
+                    try:
+                        await self._start(joined(theirs), None)
+                    finally:
+                        self._unbusy(conversation, asking)
 
     async def _prepare(
         self, event: MessageEvent, sender: Principal, started: Started | None

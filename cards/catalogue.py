@@ -239,7 +239,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         ),
         "turn.waiting": (
             "This message waits for the running turn to end; then this topic's waiting messages "
-            "({count} so far) run together as its next turn."
+            "({count} so far) run as its next turns, each person's together as one turn of theirs."
         ),
         "forward.unavailable": (
             "The forwarded messages could not be read ({reason}): the Agent does not see them."
@@ -892,7 +892,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "model.set": "本对话之后的轮次将使用 {model}；正在运行的轮次保持原模型。",
         "turn.waiting": (
             "这条消息将等待当前轮次结束；随后本话题等待中的消息（目前 {count} 条）"
-            "合并为下一轮运行。"
+            "依次运行，每个人的消息合并为以其本人身份运行的一轮。"
         ),
         "forward.unavailable": "无法读取转发的消息（{reason}）：Agent 看不到它们。",
         "provider.set": "本会话的新对话将使用 {provider}。",

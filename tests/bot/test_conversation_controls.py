@@ -27,12 +27,14 @@ def last_user_text(body: dict[str, object]) -> str:
     return json.dumps(users[-1]["content"], ensure_ascii=False)
 
 
-async def test_messages_sent_while_a_turn_runs_wait_and_run_together_as_one_next_turn(
+async def test_messages_sent_while_a_turn_runs_wait_and_run_as_one_next_turn_per_sender(
     tmp_path: Path,
 ) -> None:
     held = asyncio.Event()
     async with (
-        FakeModelServer([Answer("notes started", hold=held), Answer("all three done")]) as model,
+        FakeModelServer(
+            [Answer("notes started", hold=held), Answer("alice's two done"), Answer("bob's done")]
+        ) as model,
         running_bot(tmp_path) as bot,
         claude_worker(bot, tmp_path, model),
     ):
@@ -51,25 +53,31 @@ async def test_messages_sent_while_a_turn_runs_wait_and_run_together_as_one_next
             assert len(model.main_requests) == 1
             held.set()
             await until(lambda: "notes started" in card_text(progress.card), seconds=60)
-            await until(lambda: len(model.main_requests) == 2, seconds=60)
-            prompt = last_user_text(model.main_requests[1].body)
-            places = [prompt.index(text) for text, _ in asked]
-            assert places == sorted(places)
-            assert (
-                prompt.index("Message from bob") < places[1] < prompt.rindex("Message from alice")
-            )
-            # The one next turn answers on a card in reply to the first waiting message.
-            card = await until(
-                lambda: [
-                    m for m in bot.replies_to(waiting[0]) if m.message_id != notes[0].message_id
-                ]
-            )
-            await until(lambda: "all three done" in card_text(card[0].card), seconds=60)
+            await until(lambda: len(model.main_requests) == 3, seconds=90)
+            # Alice's two messages are one turn of hers, in the order she sent them...
+            alices = last_user_text(model.main_requests[1].body)
+            assert alices.index("add the date") < alices.index("then sort them")
+            assert "and the authors" not in alices and "Message from bob" not in alices
+            # ...and Bob's is a turn of his own: nobody's words run as someone else's.
+            bobs = last_user_text(model.main_requests[2].body)
+            assert "and the authors" in bobs and "Message from bob" in bobs
+            assert "add the date" not in bobs and "Message from alice" not in bobs
+            # Alice's turn answers on a card in reply to her first waiting message, Bob's his.
+            async def answered(message: str, note: str, answer: str) -> None:
+                (card, *_) = await until(
+                    lambda: [m for m in bot.replies_to(message) if m.message_id != note]
+                )
+                await until(lambda: answer in card_text(card.card), seconds=60)
+
+            await answered(waiting[0], notes[0].message_id, "alice's two done")
+            await answered(waiting[1], notes[1].message_id, "bob's done")
             await bot.idle()
             session = bot.session_of(started)
             assert session is not None
-            assert len(bot.executions_of(session.id)) == 2
-            assert len(model.main_requests) == 2
+            turns = bot.executions_of(session.id)
+            senders = [turn.submitted_by for turn in turns]
+            assert len(turns) == 3 and senders[0] == senders[1] != senders[2]
+            assert len(model.main_requests) == 3
         finally:
             held.set()
 
