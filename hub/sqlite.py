@@ -15,6 +15,7 @@ edit one that shipped, since databases already past it will not run it again.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -144,4 +145,11 @@ def migrate(db: sqlite3.Connection, path: Path | str, steps: Steps, *, name: str
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
+    if found < supported:
+        # Each step's commit appended its pages to the write-ahead log, which keeps its size
+        # until checkpointed: a new database's log would otherwise hold half a megabyte of its
+        # own creation until the automatic checkpoint, far later. Best effort: a reader holding
+        # the log open only leaves it for the next checkpoint.
+        with contextlib.suppress(sqlite3.OperationalError):
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return found

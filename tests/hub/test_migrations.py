@@ -360,3 +360,13 @@ def test_an_alias_waiting_for_the_tenant_that_another_principal_holds_there_stay
         assert state.principal_by_alias(alias_kind("user_id", APP), "u_1") == bob
     finally:
         state.close()
+
+
+def test_a_new_state_database_leaves_no_log_of_its_own_creation(tmp_path: Path) -> None:
+    state = State(tmp_path / "state.sqlite3")
+    try:
+        # Its schema is in the database file, not half a megabyte of write-ahead log.
+        assert (tmp_path / "state.sqlite3-wal").stat().st_size == 0
+        assert state.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    finally:
+        state.close()

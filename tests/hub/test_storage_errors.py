@@ -148,7 +148,7 @@ async def test_a_read_only_memory_disk_answers_storage_unavailable_and_reads_go_
 def test_a_full_state_database_disk_refuses_the_write_whole_and_then_recovers(
     tmp_path: Path,
 ) -> None:
-    with tmpfs(tmp_path / "state", "512k") as disk:
+    with tmpfs(tmp_path / "state", "1m") as disk:
         state = State(disk / "state.sqlite3")
         try:
             state.save_setting("memory.enabled", True)
