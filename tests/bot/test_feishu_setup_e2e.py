@@ -176,8 +176,14 @@ async def test_ctrl_c_while_waiting_for_the_scan_ends_in_one_line_and_saves_noth
         )
         await until(lambda: accounts.polls() >= 1, seconds=60)
         process.send_signal(signal.SIGINT)
-        # Its exit unloads lark-oapi's thousands of modules, seconds on a loaded machine.
-        out, err = await asyncio.wait_for(process.communicate(), 90)
+        try:
+            # Its exit unloads lark-oapi's thousands of modules, seconds on a loaded machine.
+            out, err = await asyncio.wait_for(process.communicate(), 90)
+        except TimeoutError:
+            # Not left running into the next test; what it said so far says where it stuck.
+            process.kill()
+            _, err = await process.communicate()
+            pytest.fail(f"setup still ran after Ctrl-C; it said: {err.decode()[-3000:]}")
     after_link = err.decode().split(" open: ", 1)[1].splitlines()[1:]
     told = [line for line in after_link if not line.startswith("waiting for the scan")]
     assert told == ["cancelled: no app was made or saved"], err.decode()
