@@ -253,13 +253,15 @@ class Worker:
         keeper = asyncio.create_task(self._keep_lease(claimed, runner))
         done, _ = await asyncio.wait({runner, keeper}, return_when=asyncio.FIRST_COMPLETED)
         outcome: TurnOutcome | None
-        if runner in done:
+        if keeper not in done:
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
             outcome = runner.result()
         else:
             # The keeper stopped the Agent (lease lost or cancel requested); let it wind down.
+            # A launch still being prepared may already be gone by now, cancelled: the keeper's
+            # verdict stands, and the slot lives on to claim its next turn.
             outcome = keeper.result()
             with contextlib.suppress(asyncio.CancelledError):
                 finished = await runner

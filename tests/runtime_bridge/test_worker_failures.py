@@ -5,6 +5,9 @@ worker reaches the Hub through a loopback proxy that forwards every call except
 ``sessions.memory``, whose connection it drops, as a failing network path or a Hub restarting
 under a load balancer would. Everything on both sides of the proxy is the real thing.
 
+A turn stopped while its launch still waits on the Hub ends cancelled, and its worker lives on:
+the proxy holds ``sessions.memory`` unanswered until the Stop has reached the worker.
+
 (Binding mismatch after an isolation change and a missing CLI executable are covered in
 ``test_worker.py``.)
 """
@@ -22,11 +25,11 @@ import pytest
 from aiohttp import web
 
 from runtime_bridge.memoryprotocol import protocol_text
-from tests.conftest import MEMORY_ON
+from tests.conftest import MEMORY_ON, until
 from tests.fakes.model_server import Answer, FakeModelServer, Step
 from tests.runtime_bridge.test_worker import agent_run, cli
 from tests.runtime_bridge.test_worker_pi import start_pi_hub, upsert_by_bash
-from tests.runtime_bridge.test_workers_remote import Cluster, cluster_for
+from tests.runtime_bridge.test_workers_remote import Cluster, cluster_for, finished, submit
 
 __all__ = ["cluster_for"]  # the fixture, used by name below
 
@@ -36,12 +39,18 @@ FORWARDED_HEADERS = ("Authorization", "Content-Type", "X-Amux-Memory-Binding")
 
 
 class HubPathProxy:
-    """A loopback HTTP proxy to the Hub that drops the connection of chosen RPC methods."""
+    """A loopback HTTP proxy to the Hub that drops the connection of chosen RPC methods, and
+    holds the calls of others unanswered until ``release`` is set."""
 
-    def __init__(self, upstream: str, dropping: set[str]) -> None:
+    def __init__(
+        self, upstream: str, dropping: set[str], holding: frozenset[str] = frozenset()
+    ) -> None:
         self.upstream = upstream
         self.dropping = dropping
         self.dropped: list[str] = []
+        self.holding = holding
+        self.held: list[str] = []
+        self.release = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
         self.url = ""
@@ -63,6 +72,7 @@ class HubPathProxy:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self.release.set()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._client is not None:
@@ -76,6 +86,9 @@ class HubPathProxy:
             assert request.transport is not None
             request.transport.abort()
             return web.Response()
+        if method in self.holding:
+            self.held.append(method)
+            await self.release.wait()
         assert self._client is not None
         headers = {k: request.headers[k] for k in FORWARDED_HEADERS if k in request.headers}
         async with self._client.post(
@@ -156,3 +169,28 @@ async def test_with_memory_disabled_pi_runs_unbound_without_protocol_or_warning(
             assert "amux memory" not in json.dumps(model.main_requests[0].body)
         finally:
             hub.stop()
+
+
+async def test_a_turn_stopped_while_its_launch_waits_on_the_hub_ends_and_its_worker_lives_on(
+    tmp_path: Path, cluster_for: Callable[..., Cluster]
+) -> None:
+    async with FakeModelServer([Answer("Still here.")]) as model:
+        cluster = cluster_for(model)
+        async with HubPathProxy(cluster.hub.url, set(), frozenset({"sessions.memory"})) as proxy:
+            worker = await asyncio.to_thread(cluster.start_worker, "w", proxy.url)
+            execution_id = await submit(cluster.hub, "Stop me before I start")
+            await until(lambda: proxy.held)
+            status, body = await asyncio.to_thread(
+                cluster.hub.rpc, "executions.cancel", execution_id=execution_id
+            )
+            assert status == 200, body
+            described = await finished(cluster.hub, execution_id, within=30)
+            assert described["state"] == "cancelled", (described, worker.text())
+            # The worker did not go down with the launch it stopped: it takes the next turn.
+            proxy.release.set()
+            again = await finished(cluster.hub, await submit(cluster.hub, "Anyone left?"))
+    assert again["state"] == "succeeded", (again, worker.text())
+    assert again["result"]["text"] == "Still here."
+    assert worker.proc.poll() is None
+    assert "Traceback" not in worker.text()
+    assert model.main_requests and len(model.main_requests) == 1
