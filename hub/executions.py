@@ -3,7 +3,8 @@
 A Session is one native Agent conversation. Its memory binding is frozen at its first execution
 and reused by every resume; an unbound Session stays unbound. An execution is one turn: queued,
 claimed by a worker under a lease kept alive by heartbeats, and finished with a result. A worker
-that stops heart-beating loses its lease; the turn is retried once elsewhere, then failed visibly.
+that stops heart-beating loses its lease; the turn is retried once elsewhere, then failed visibly,
+unless its user had asked to stop it: then it ends cancelled, never run again.
 A project Session's turns go to the worker holding its checkout (its home, named at its first
 claim); a home not seen for ``home_worker_seconds`` while the Hub runs is gone, and the next
 worker to claim such a turn becomes the Session's home, making its checkout from its branch.
@@ -75,6 +76,11 @@ QUEUED_RETRY_SECONDS = 30
 NO_WORKER = "no Runtime worker is connected; this turn waits until one is"
 HANDED_BACK = (
     "the Hub restarted before this turn finished; it runs again from the start after the restart"
+)
+# A turn its user asked to stop is never run again, whatever happened to its run.
+STOPPED_LOST = "the worker running this turn was lost after it was asked to stop; it is not retried"
+STOPPED_HANDED_BACK = (
+    "the Hub restarted after this turn was asked to stop; it is not run again after the restart"
 )
 
 
@@ -263,18 +269,22 @@ class Executions:
             await self._wait_change(seen, min(remaining, 1.0))
 
     async def hand_back(self) -> list[str]:
-        """Re-queue every running turn (its attempt not counted); returns their ids.
+        """Re-queue every running turn (its attempt not counted), or end it cancelled if its user
+        asked to stop it; returns their ids.
 
         The worker's next heart-beat finds the lease gone and stops the Agent; its delegated
         credential is revoked now so it cannot write memory beside the next run.
         """
         rows = self.db.execute(
-            "SELECT id, session_id FROM executions WHERE state = ?", (RUNNING,)
+            "SELECT id, session_id, cancel_requested FROM executions WHERE state = ?", (RUNNING,)
         ).fetchall()
         now = self._clock()
         for row in rows:
             self._revoke_delegations(row["session_id"])
             self._lapse_approvals(row["id"])
+            if row["cancel_requested"]:
+                self._stop_unfinished(row["id"], STOPPED_HANDED_BACK)
+                continue
             self.db.execute(
                 "UPDATE executions SET state = ?, worker_id = NULL, lease_expires_at = NULL, "
                 "attempts = MAX(attempts - 1, 0), updated_at = ? WHERE id = ? AND state = ?",
@@ -1067,7 +1077,7 @@ class Executions:
         """Retry or fail the turns of workers that stopped heart-beating; returns how many."""
         now = self._clock()
         rows = self.db.execute(
-            "SELECT id, session_id, worker_id, attempts FROM executions "
+            "SELECT id, session_id, worker_id, attempts, cancel_requested FROM executions "
             "WHERE state = ? AND lease_expires_at < ?",
             (RUNNING, now),
         ).fetchall()
@@ -1076,7 +1086,9 @@ class Executions:
             # outlive it; it must not keep writing memory beside the retry.
             self._revoke_delegations(row["session_id"])
             self._lapse_approvals(row["id"])
-            if row["attempts"] < MAX_ATTEMPTS:
+            if row["cancel_requested"]:
+                self._stop_unfinished(row["id"], STOPPED_LOST)
+            elif row["attempts"] < MAX_ATTEMPTS:
                 self.db.execute(
                     "UPDATE executions SET state = ?, worker_id = NULL, lease_expires_at = NULL, "
                     "updated_at = ? WHERE id = ?",
@@ -1101,6 +1113,13 @@ class Executions:
         if rows or stale:
             await self._notify()
         return len(rows) + stale
+
+    def _stop_unfinished(self, execution_id: str, said: str) -> None:
+        """End as cancelled a turn its user asked to stop whose run ended without reporting."""
+        self._finish(execution_id, CANCELLED, None, "cancelled")
+        self._append_event(execution_id, STATUS, said)
+        with self._state.transaction() as db:
+            self._close_budget(db, execution_id)
 
     def _fail_unclaimed(self, now: float) -> int:
         """Fail turns no worker took in time: a visible answer beats an endless wait."""
