@@ -152,6 +152,8 @@ class Worker:
         self._failures = 0
         # Each running turn's gateway grant, by execution: its heartbeats report the count.
         self._grants: dict[str, Grant] = {}
+        # The turns this worker's slots run now, by execution id.
+        self.running: set[str] = set()
 
     async def register(self) -> str:
         self.worker_id = (await self.hub.register_worker(self.settings.name)).worker_id
@@ -243,10 +245,24 @@ class Worker:
         # The turn's request id rides on every Hub call and log line made for it (tasks created
         # below copy this context).
         context = REQUEST_ID.set(claimed.request_id)
+        self.running.add(claimed.execution_id)
         try:
             await self._execute(claimed)
         finally:
+            self.running.discard(claimed.execution_id)
             REQUEST_ID.reset(context)
+
+    def stopping_notice(self) -> str:
+        """What a stopping worker says once: it drains, how much, and what a cut drain costs."""
+        count = len(self.running)
+        stopping = f"worker {self.settings.name} stopping: it claims no new turn and"
+        if count == 0:
+            return f"{stopping} runs none"
+        turns = "turn" if count == 1 else "turns"
+        return (
+            f"{stopping} finishes the {count} {turns} it runs first; a turn cut short is run "
+            "again elsewhere once its lease runs out"
+        )
 
     async def _execute(self, claimed: Claim) -> None:
         runner = asyncio.create_task(self._launch(claimed))

@@ -620,6 +620,15 @@ def runtime_worker(
             loop.add_signal_handler(signum, stop.set)
         async with HubClient(url, token, timeout=60) as hub:
             worker = Worker(hub, url, settings, work_dir, amux_home=client_settings.home)
+
+            def stopping() -> None:
+                # Said once, so whoever stopped it (a scale-down, an upgrade) sees it drain.
+                if not stop.is_set():
+                    logging.getLogger("amux.worker").info(worker.stopping_notice())
+                stop.set()
+
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, stopping)
             await worker.register()
             typer.echo(f"worker {settings.name} serving {url}", err=True)
             await worker.run_forever(stop)

@@ -189,6 +189,9 @@ async def test_a_fleet_loses_and_drains_workers_mid_turn_and_every_turn_complete
     # A pod scaled down: it finishes what it holds and takes nothing more.
     drained.proc.send_signal(signal.SIGTERM)
     terminated_at = time.monotonic()
+    # Its log tells whoever stopped it that it drains, and how much.
+    said = f"worker {drained.name} stopping: it claims no new turn and finishes the {SLOTS} turns"
+    await until(lambda: said in drained.text(), seconds=15)
 
     # The killed worker's Agents do not live on beside the retries of their turns.
     await until(lambda: not any(alive(run.pid) for run in lost.values()), seconds=15)
