@@ -1,6 +1,7 @@
 """A whole Feishu turn, stage by stage, with 1, 10 and 50 conversations running at once.
 
 Run: .venv/bin/python tests/benchmarks/bench_turn.py [--quick] [--repeats N] [--claude 1,10]
+     [--levels 50] [--transports webhook]
 
 The service is the real ``create_app`` as ``amux serve`` builds it (Feishu on, the in-process
 Runtime worker with the bubblewrap sandbox and its default slots), on a loopback port and an event
@@ -826,16 +827,30 @@ async def run_agent(
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer, smaller rounds")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=None, help="default 3; quick 1")
     parser.add_argument("--slots", type=int, default=None, help="default: as `amux serve`")
     parser.add_argument(
         "--claude",
         default="1",
         help="conversation counts for the real CLI, comma-separated; 'none' skips it",
     )
+    parser.add_argument(
+        "--levels",
+        default=None,
+        help="conversation counts for the stand-in, comma-separated (default 1,10,50; quick 1,10)",
+    )
+    parser.add_argument(
+        "--transports",
+        default=f"webhook,{LONG_CONNECTION}",
+        help=f"how the stand-in's events arrive, comma-separated: webhook, {LONG_CONNECTION}",
+    )
     args = parser.parse_args()
-    repeats = 1 if args.quick else args.repeats
-    standin_levels = (1, 10) if args.quick else (1, 10, 50)
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
+    if args.levels:
+        standin_levels = tuple(int(n) for n in args.levels.split(","))
+    else:
+        standin_levels = (1, 10) if args.quick else (1, 10, 50)
+    transports = [t for t in args.transports.split(",") if t]
     claude_levels = () if args.claude == "none" else tuple(int(n) for n in args.claude.split(","))
 
     from runtime_bridge.config import RuntimeSettings
@@ -897,7 +912,7 @@ async def main() -> int:
                     agents[CLAUDE] = await bare_claude(root, model, 2 if args.quick else 5)
                 base = Baselines(handler, reply, agents)
                 print("turns…", flush=True)
-                for transport in ("webhook", LONG_CONNECTION):
+                for transport in transports:
                     await run_agent(
                         bench,
                         root,
