@@ -87,8 +87,9 @@ def _directories(path: str) -> list[str]:
 def _inside(path: str, roots: Sequence[Path] | None) -> bool:
     if roots is None:
         return True
-    here = Path(path)
-    return any(here == root or root in here.parents for root in roots)
+    # Part tuples, not ``root in here.parents``: that builds every parent as a path of its own.
+    parts = Path(path).parts
+    return any(parts[: len(root.parts)] == root.parts for root in roots)
 
 
 def unreachable(

@@ -106,7 +106,13 @@ class SandboxLayout:
 
 
 def _within(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+    """``path`` is ``root`` or below it, by their words as spelled (no link followed).
+
+    Compares the cached part tuples: ``root in path.parents`` built and compared every parent as a
+    path of its own, and laying out one launch asks this thousands of times.
+    """
+    prefix = root.parts
+    return path.parts[: len(prefix)] == prefix
 
 
 def _system_dirs() -> list[Path]:
