@@ -3,9 +3,13 @@
 1. Launch: time from the worker's claim to the Agent's first model request, for claude, codex
    and pi in a bound (memory on) launch, minus the bare CLI's own time from spawn to its first
    request against the same fake model with the same prompt. Bare codex is ``codex exec``; the
-   bridge drives ``codex app-server``. The bridge's share includes the Hub calls (binding,
-   delegated credential), per-run files, and for claude and codex the start of ``amux mcp``
-   when the CLI waits for its tools before the first request.
+   bridge drives ``codex app-server``, so codex has two more baselines: a bare ``codex
+   app-server`` driven as the bridge drives it (``initialize``, ``thread/start``, ``turn/start``)
+   in the same reused ``CODEX_HOME`` as ``codex exec``, and the same in a new ``CODEX_HOME``
+   each time, as a conversation's first turn has (each conversation keeps its own). The
+   bridge's share includes the Hub calls (binding, delegated credential), per-run files, and for
+   claude and codex the start of ``amux mcp`` when the CLI waits for its tools before the first
+   request.
 2. Sandbox: what bubblewrap and the launch's bounds add to a launch, measured on their own:
    building the sandbox (finding installations) and the launch's cgroup, spawning ``/bin/true``
    through the real first step (``agent_exec``: cgroup, limits, keyring, seccomp filter) and
@@ -67,6 +71,7 @@ from hub.state import State
 from runtime_bridge import cgroups
 from runtime_bridge.bounds import bounds_from_settings
 from runtime_bridge.cgroups import LaunchGroup
+from runtime_bridge.codex_rpc import CodexRpc
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.doors import LaunchDoors
 from runtime_bridge.egress import Egress
@@ -239,6 +244,48 @@ async def bare_launch(
     return float(arrived - start)
 
 
+async def bare_app_server(root: Path, model: FakeModelServer, fresh_home: bool) -> float:
+    """Seconds from spawning ``codex app-server`` (the bare run's config) to its first model
+    request, driven as the bridge drives it; with ``fresh_home``, in a ``CODEX_HOME`` of its own
+    that Codex fills on this first start, as a conversation's first turn does."""
+    argv, env, _ = bare_command("codex", root, model)
+    if fresh_home:
+        home = Path(tempfile.mkdtemp(prefix="bare-codex-home-", dir=root))
+        shutil.copy(Path(env["CODEX_HOME"]) / "config.toml", home / "config.toml")
+        env["CODEX_HOME"] = str(home)
+    workdir = root / "bare-work"
+    workdir.mkdir(exist_ok=True)
+    start = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(
+        argv[0],
+        "app-server",
+        cwd=workdir,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    rpc = CodexRpc(process.stdout, process.stdin)
+    try:
+        await rpc.call("initialize", {"clientInfo": {"name": "bench", "version": "0"}})
+        await rpc.notify("initialized")
+        params = {"cwd": str(workdir), "approvalPolicy": "never", "sandbox": "danger-full-access"}
+        opened = await rpc.call("thread/start", params)
+        text = [{"type": "text", "text": PROMPT}]
+        await rpc.call("turn/start", {"threadId": opened["thread"]["id"], "input": text})
+        arrived = await wait_for(lambda: first_request_after(model, start))
+        async for note in rpc.notifications():
+            if note.method == "turn/completed":
+                break
+    finally:
+        process.stdin.close()
+        await asyncio.wait_for(process.wait(), 120)
+        await rpc.close()
+    return float(arrived - start)
+
+
 async def bridged_launch(
     provider: str,
     worker: TimedWorker,
@@ -366,6 +413,14 @@ async def launches(root: Path, samples: int, providers: tuple[str, ...]) -> None
                 if provider in MCP_CLIS
                 else None
             )
+            servers = (
+                [
+                    timing([await bare_app_server(root, model, fresh) for _ in range(samples)])
+                    for fresh in (False, True)
+                ]
+                if provider == "codex"
+                else []
+            )
             unbound = timing(
                 [
                     await bridged_launch(provider, plain, plain_owner, model, None)
@@ -387,6 +442,11 @@ async def launches(root: Path, samples: int, providers: tuple[str, ...]) -> None
                     f"    bare CLI + minimal MCP server {minimal.ms()}  "
                     f"added {(minimal.median - bare.median) * 1000:7.1f} ms (the CLI's MCP start)"
                 )
+            for server, home in zip(servers, ("reused", "new"), strict=False):
+                print(
+                    f"    bare app-server turn, {home} CODEX_HOME {server.ms()}  "
+                    f"added {(server.median - bare.median) * 1000:7.1f} ms"
+                )
             print(
                 f"    bridged, no memory {unbound.ms()}  "
                 f"added {(unbound.median - bare.median) * 1000:7.1f} ms"
@@ -399,6 +459,12 @@ async def launches(root: Path, samples: int, providers: tuple[str, ...]) -> None
                 print(
                     f"    amux's own share: memory launch minus bare + minimal MCP"
                     f" {(with_memory.median - minimal.median) * 1000:7.1f} ms"
+                )
+            if servers:
+                fresh_server = servers[1]
+                print(
+                    f"    memory launch minus the bare app-server turn in a new CODEX_HOME"
+                    f" {(with_memory.median - fresh_server.median) * 1000:7.1f} ms"
                 )
 
 
