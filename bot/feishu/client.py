@@ -46,7 +46,12 @@ from bot.feishu.sdk import (
     build_user_agent,
     lark,
 )
-from bot.feishu.transport import DEFAULT_CONNECTIONS, call_timeout, pooled_session
+from bot.feishu.transport import (
+    DEFAULT_CONNECTIONS,
+    call_timeout,
+    direct_transport,
+    pooled_session,
+)
 from hub.errors import Unavailable
 
 logger = logging.getLogger(__name__)
@@ -790,12 +795,19 @@ class FeishuClient:
         else:
             headers["Content-Type"] = "application/json; charset=utf-8"
             encoded = JSON.marshal(request.body)
+            content = encoded.encode("utf-8") if encoded is not None else None
+            direct = direct_transport(self.http, request.url)
+            if direct is not None:
+                status, answered, body = await direct.exchange(
+                    request.method, request.url, request.queries, headers, content, self._timeout
+                )
+                return _Answer(status, answered, body)
             response = await self.http.request(
                 request.method,
                 request.url,
                 params=request.queries,
                 headers=headers,
-                content=encoded.encode("utf-8") if encoded is not None else None,
+                content=content,
                 timeout=self._timeout,
             )
         return _Answer(response.status_code, dict(response.headers), response.content)

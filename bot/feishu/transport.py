@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator
+import urllib.parse
+import weakref
+from collections.abc import AsyncIterator, Sequence
 
 import aiohttp
 import httpx
+from httpx._utils import get_environment_proxies
 from multidict import CIMultiDict
 from yarl import URL
 
@@ -56,19 +59,31 @@ def pooled_session(
     """
     if connections < 1:
         raise ValueError("a Feishu session needs at least one connection")
-    return httpx.AsyncClient(
-        # Only for a proxy's transport, which httpx still builds from the environment.
-        limits=httpx.Limits(
-            max_connections=connections,
-            max_keepalive_connections=connections,
-            keepalive_expiry=KEEPALIVE_SECONDS,
-        ),
+    transport = AiohttpTransport(connections=connections, verify=verify)
+    limits = httpx.Limits(
+        max_connections=connections,
+        max_keepalive_connections=connections,
+        keepalive_expiry=KEEPALIVE_SECONDS,
+    )
+    # httpx reads no proxy from the environment once it is given a transport: the proxies it
+    # would have read (HTTPS_PROXY and the rest, NO_PROXY's hosts going direct) are mounted
+    # here as it mounts them, each on httpx's own transport.
+    mounts: dict[str, httpx.AsyncBaseTransport | None] = {
+        pattern: None
+        if proxy is None
+        else httpx.AsyncHTTPTransport(verify=verify, limits=limits, proxy=proxy)
+        for pattern, proxy in get_environment_proxies().items()
+    }
+    client = httpx.AsyncClient(
         timeout=call_timeout(timeout),
         verify=verify,
-        transport=AiohttpTransport(connections=connections, verify=verify),
+        transport=transport,
+        mounts=mounts,
         # As requests and aiohttp did; a redirect to another host drops the Authorization header.
         follow_redirects=True,
     )
+    _TRANSPORTS[client] = transport
+    return client
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
@@ -85,6 +100,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         # The same authorities httpx trusts: certifi, or SSL_CERT_FILE / SSL_CERT_DIR.
         self._ssl = httpx.create_ssl_context(verify=verify)
         self._session: aiohttp.ClientSession | None = None
+        # Per origin, whether the client sends its calls here (no proxy mount took it).
+        self.routes: dict[str, bool] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
@@ -143,10 +160,94 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             request=request,
         )
 
+    async def exchange(
+        self,
+        method: str,
+        url: str,
+        queries: Sequence[tuple[str, str | int | float | bool | None]],
+        headers: dict[str, str],
+        body: bytes | None,
+        bounds: httpx.Timeout,
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One call answered whole, straight on the pool: status, headers (names lower-cased,
+        repeated ones joined as httpx joins them) and the decoded body.
+
+        What httpx's client did above the connections costs the event loop about as much as
+        the pool itself, for a JSON call that needs none of it: the query is encoded as httpx
+        encodes it, redirects are followed (dropping the Authorization header on the way to
+        another host) and the body is decoded, by aiohttp.
+
+        Raises:
+            httpx.TransportError: as from httpx's client.
+        """
+        if queries:
+            url += "?" + urllib.parse.urlencode([(k, _primitive(v)) for k, v in queries])
+        try:
+            async with self._pool().request(
+                method,
+                URL(url, encoded=True),
+                headers=headers,
+                data=body,
+                allow_redirects=True,
+                max_redirects=MAX_REDIRECTS,
+                auto_decompress=True,
+                skip_auto_headers=("Content-Type",),
+                timeout=aiohttp.ClientTimeout(
+                    total=None,
+                    connect=None,
+                    sock_connect=bounds.connect,
+                    sock_read=bounds.read,
+                ),
+            ) as response:
+                content = await response.read()
+        except (TimeoutError, aiohttp.ClientError) as error:
+            raise _translated(error, httpx.Request(method, url)) from error
+        answered: dict[str, str] = {}
+        for name, value in response.headers.items():
+            name = name.lower()
+            answered[name] = f"{answered[name]}, {value}" if name in answered else value
+        return response.status, answered, content
+
     async def aclose(self) -> None:
         self._closed = True
         if self._session is not None:
             await self._session.close()
+
+
+# httpx's own bound on redirects in a row.
+MAX_REDIRECTS = 20
+# The pooled sessions' own transports, for :func:`direct_transport`.
+_TRANSPORTS: weakref.WeakKeyDictionary[httpx.AsyncClient, AiohttpTransport] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def direct_transport(http: httpx.AsyncClient, url: str) -> AiohttpTransport | None:
+    """``http``'s aiohttp pool when it is a pooled session and ``url`` goes out on that pool
+    (no proxy from the environment takes it): a call may then skip httpx's client."""
+    transport = _TRANSPORTS.get(http)
+    if transport is None:
+        return None
+    origin = url.split("/", 3)[:3]
+    key = "/".join(origin)
+    routed = transport.routes.get(key)
+    if routed is None:
+        choose = getattr(http, "_transport_for_url", None)
+        # An httpx without it: every call goes through the client, as before.
+        routed = callable(choose) and choose(httpx.URL(key)) is transport
+        transport.routes[key] = routed
+    return transport if routed else None
+
+
+def _primitive(value: str | int | float | bool | None) -> str:
+    """A query value as httpx writes it."""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return ""
+    return str(value)
 
 
 class _Body(httpx.AsyncByteStream):

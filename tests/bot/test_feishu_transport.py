@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 from pydantic import SecretStr
 
 from bot.config import FeishuSettings
@@ -19,6 +20,7 @@ from bot.feishu.client import FeishuClient
 from bot.feishu.ratelimit import Pacer, SlidingWindow
 from bot.feishu_accounts import App, FeishuAccounts
 from bot.linked_docs import LinkedDocs
+from hub.errors import Unavailable
 from hub.sealing import Sealer
 from hub.state import State
 from hub.user_tokens import UserTokens
@@ -130,3 +132,32 @@ async def test_closing_the_client_closes_its_own_session_only() -> None:
             await lent.bot_info()
             await lent.close()
             assert not shared.is_closed
+
+
+async def test_calls_go_through_the_proxy_the_environment_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with FakeFeishu(app_id=f"cli_{uuid.uuid4().hex[:12]}") as fake:
+        for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        async with FakeFeishu() as gone:
+            dead_proxy = gone.url
+        monkeypatch.setenv("HTTP_PROXY", dead_proxy)
+        settings = FeishuSettings(
+            app_id=fake.app_id, app_secret=SecretStr(fake.app_secret), domain=fake.url
+        )
+        proxied = FeishuClient(settings, attempts=2, backoff=lambda _state: 0.0)
+        try:
+            with pytest.raises(Unavailable):
+                await proxied.bot_info()
+        finally:
+            await proxied.close()
+        assert fake.requests == []
+
+        monkeypatch.delenv("HTTP_PROXY")
+        direct = FeishuClient(settings, attempts=2, backoff=lambda _state: 0.0)
+        try:
+            await direct.bot_info()
+        finally:
+            await direct.close()
+        assert fake.requests
