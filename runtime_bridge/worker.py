@@ -40,6 +40,7 @@ from runtime_bridge.approvals import ASK
 from runtime_bridge.bounds import bounds_from_settings, format_size
 from runtime_bridge.cgroups import LaunchGroup, rlimits
 from runtime_bridge.checkouts import Checkout, GitBounds, Projects, SummaryCut
+from runtime_bridge.codex_seed import CodexSeed
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.doors import LaunchDoors
 from runtime_bridge.egress import Egress
@@ -143,6 +144,11 @@ class Worker:
             configured_user(settings.run_as)
         # Its servers reach the Hub at the worker's own URL, never one a launch's Agent names.
         self.warm_mcp = WarmMcp(self.amux, hub_url)
+        # Made at the first Codex launch, for the ones after it.
+        self.codex_seed = CodexSeed(
+            settings.executable("codex"), work_dir, self.base_env.get("PATH")
+        )
+        self._seeding: asyncio.Task[None] | None = None
         # Provider credentials are read here, once, and live only in the gateway from now on.
         self.gateway = Gateway(
             operator_upstreams(self.base_env, settings.anthropic_base_url, settings.openai_base_url)
@@ -173,6 +179,11 @@ class Worker:
                     await warming
             if self.warm_mcp is not None:
                 await asyncio.shield(self.warm_mcp.stop())
+            if self._seeding is not None:
+                self._seeding.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._seeding
+            self.codex_seed.remove()
 
     async def _serve(self, stop: asyncio.Event) -> None:
         slots = [
@@ -430,6 +441,7 @@ class Worker:
             amux_argv=(self.amux,),
             gateway=grant.access,
         )
+        request = dataclasses.replace(request, home_seed=self._home_seed(request.provider))
         plan = dataclasses.replace(build_plan(request), run_as=turn.run_as)
         mcp_argv = memory.mcp_argv if memory is not None else ()
         # Off the event loop: laying out a sandbox reads the file system for every
@@ -468,6 +480,14 @@ class Worker:
                 self._rlimits(turn.run_as, group),
             ),
         )
+
+    def _home_seed(self, provider: str) -> tuple[Path, ...]:
+        """What a new home of ``provider`` starts with: Codex's empty databases once made."""
+        if provider != "codex":
+            return ()
+        if self._seeding is None:
+            self._seeding = asyncio.create_task(self.codex_seed.make())
+        return self.codex_seed.files()
 
     def _watch_budget(
         self, turn: Turn, grant: Grant, stack: contextlib.AsyncExitStack[bool | None]

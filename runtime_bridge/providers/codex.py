@@ -170,6 +170,8 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
     copies: tuple[PlannedCopy, ...] = ()
     if request.provider_home_source is not None:
         copies = (PlannedCopy(request.provider_home_source, home / "config.toml"),)
+    # Codex's empty databases, so that its first start in a new home does not make them.
+    copies += tuple(PlannedCopy(f, home / f.name, only_when_new=True) for f in request.home_seed)
     env = launch_env(
         request.base_env,
         request.pass_env,

@@ -127,6 +127,8 @@ class LaunchRequest:
     base_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     pass_env: tuple[str, ...] = DEFAULT_PASS_ENV
     provider_home_source: Path | None = None
+    # Files copied into the provider's home when this launch makes it (``codex_seed``).
+    home_seed: tuple[Path, ...] = ()
     state_dir: Path | None = None
     # The operator's own MCP servers (name -> Claude's server config), beside amux memory.
     mcp_servers: Mapping[str, Any] = field(default_factory=dict)
@@ -165,6 +167,9 @@ class PlannedCopy:
     source: Path
     destination: Path
     exclude: tuple[str, ...] = ()
+    # Copied only when this launch makes the destination's directory: a seed for a new home,
+    # never written over what a conversation's earlier turns left there.
+    only_when_new: bool = False
 
 
 @dataclass(frozen=True)

@@ -57,17 +57,22 @@ def _where_to_set(provider: str) -> str:
 
 
 def materialize(plan: LaunchPlan) -> None:
-    """Create the plan's directories, copies and files beneath its roots (files owner-only).
+    """Create the plan's directories, copies and files beneath its roots (files owner-only);
+    a copy ``only_when_new`` only into a directory of the plan's that did not exist before.
 
     With ``run_as`` the Agent's user owns what is made; nothing is followed through a link.
     """
     owner = plan.run_as
     roots = plan.roots
+    # A link counts as there: a seed only ever goes into a directory made just now.
+    made = {directory for directory in plan.directories if not os.path.lexists(directory)}
     for directory in plan.directories:
         root, relative = relative_to_root(directory, roots)
         with open_root(root) as root_fd, open_dir(root_fd, relative, owner):
             pass
     for copy in plan.copies:
+        if copy.only_when_new and copy.destination.parent not in made:
+            continue
         root, relative = relative_to_root(copy.destination, roots)
         with open_root(root) as root_fd, open_dir(root_fd, relative.parent, owner) as parent:
             copy_into(copy.source, parent, relative.name, owner, copy.exclude)
