@@ -252,27 +252,47 @@ class MemoryHistory:
         author: Author,
         action: Action = "upsert",
     ) -> Written:
-        """``MemoryStore.upsert``, logged when it changed the document. Raises what it raises."""
-        written = await self._store.upsert(scope, path, content, expected_revision)
+        """``MemoryStore.upsert``, logged when it changed the document. Raises what it raises.
+
+        The change log's row is committed while the document is written and synced, and both are
+        durable before this returns; a write that fails after its row was committed takes the row
+        back out, so the log never shows a change a caller was told failed.
+        """
         previous = str(expected_revision)
-        if written.changed:
+        rows: list[int] = []
+        sizes: list[int] = []
+
+        async def log(written: Written, current: bytes | None) -> None:
             size = len(str(content).encode("utf-8"))
-            kept = None if previous == ABSENT else self._kept_size(scope, written.path, previous)
+            kept = len(current) if self.enabled and current is not None else None
+            if kept is not None:
+                sizes.append(kept)
             # Through the shared commit: writers on other scopes then share its sync.
-            await self._state.write(
-                lambda _db: self.record(
-                    scope,
-                    written.path,
-                    action,
-                    author,
-                    None if previous == ABSENT else previous,
-                    written.revision,
-                    size,
-                    kept,
+            rows.append(
+                await self._state.write(
+                    lambda _db: self.record(
+                        scope,
+                        written.path,
+                        action,
+                        author,
+                        None if previous == ABSENT else previous,
+                        written.revision,
+                        size,
+                        kept,
+                    )
                 )
             )
-            if kept is not None:
-                await self._bound(scope, kept)
+
+        try:
+            written = await self._store.upsert(scope, path, content, expected_revision, log)
+        except Exception:
+            if rows:
+                await self._state.write(
+                    lambda db: db.execute("DELETE FROM memory_log WHERE id = ?", (rows[0],))
+                )
+            raise
+        if sizes:
+            await self._bound(scope, sizes[0])
         return written
 
     def _kept_size(self, scope: str, path: str, revision: str) -> int | None:

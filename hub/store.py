@@ -7,9 +7,10 @@ import hashlib
 import heapq
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from hub import paging
 from hub.corpus import Corpora, Corpus
@@ -56,6 +57,11 @@ def encode_content(content: object) -> bytes:
 
 
 _PAGES_KEPT = 8
+T = TypeVar("T")
+
+# Work done while a write is made (see ``MemoryStore.upsert``): given what the write will leave
+# and the body it replaces (None for a new document).
+Alongside = Callable[["Written", bytes | None], Awaitable[object]]
 
 
 def _revision(kept: Kept) -> str:
@@ -63,6 +69,17 @@ def _revision(kept: Kept) -> str:
     if not isinstance(revision, str):
         revision = kept.derived["revision"] = revision_of(kept.data)
     return revision
+
+
+async def _settled(work: Awaitable[T]) -> T:
+    """``work``'s result; a cancelled caller still waits for it, so the scope stays locked until
+    the file and its log are as the write left them."""
+    inner = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(inner)
+    except asyncio.CancelledError:
+        await asyncio.wait([inner])
+        raise
 
 
 def count_lines(data: bytes) -> int:
@@ -390,9 +407,18 @@ class MemoryStore:
     # -- writes ----------------------------------------------------------------------------------
 
     async def upsert(
-        self, scope: str, path: object, content: object, expected_revision: object
+        self,
+        scope: str,
+        path: object,
+        content: object,
+        expected_revision: object,
+        alongside: Alongside | None = None,
     ) -> Written:
         """Replace or create a whole document if its revision is still ``expected_revision``.
+
+        ``alongside`` is called once the write is sure to be attempted (every check passed), with
+        what it will leave and the body it replaces, and the coroutine it returns runs while the
+        document is written and synced: both are done before this returns or raises.
 
         Raises:
             Conflict: the document changed; ``observed_revision`` is what is there now.
@@ -404,11 +430,36 @@ class MemoryStore:
         self._check_document_bounds(parts, data)
         logical = "/".join(parts)
         async with self._lock(scope):
-            return await asyncio.to_thread(self._upsert, scope, parts, logical, data, expected)
+            if scope in self._usage:
+                # Checked on the event loop: the document is usually kept in memory, and a read
+                # of it is what ``get`` does there too; only the write and its syncs need a thread.
+                planned = self._plan(scope, parts, logical, data, expected)
+            else:
+                # The scope's first write counts the whole scope: a walk kept off the loop.
+                planned = await asyncio.to_thread(self._plan, scope, parts, logical, data, expected)
+            written, current = planned
+            if not written.changed:
+                return written
+            writing = asyncio.ensure_future(
+                asyncio.to_thread(self._write, scope, parts, data, current)
+            )
+            if alongside is None:
+                await _settled(writing)
+                return written
+            # The write's syncs and the other work's (a commit) overlap, each on its own thread.
+            both = asyncio.gather(writing, alongside(written, current), return_exceptions=True)
+            for outcome in await _settled(both):
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            return written
 
-    def _upsert(
+    def _plan(
         self, scope: str, parts: tuple[str, ...], logical: str, data: bytes, expected: str
-    ) -> Written:
+    ) -> tuple[Written, bytes | None]:
+        """What writing ``data`` will leave, and the body it replaces, once every check passed.
+
+        Raises: Conflict, QuotaExceeded (as ``upsert``).
+        """
         full = scope_directory(scope) + parts
         kept = self.reads.read(full)
         current = None if kept is None else kept.data
@@ -420,7 +471,7 @@ class MemoryStore:
                 observed_revision=observed,
             )
         if current == data:
-            return Written(logical, observed, changed=False)
+            return Written(logical, observed, changed=False), current
         if current is None:
             check_new_path(parts, logical)
             twin = self._twin(scope_directory(scope), parts)
@@ -444,12 +495,20 @@ class MemoryStore:
                 f"the memory scope holds at most {self.limits.scope_bytes} bytes",
                 limit="scope_bytes",
             )
+        return Written(logical, revision_of(data), changed=True), current
+
+    def _write(
+        self, scope: str, parts: tuple[str, ...], data: bytes, current: bytes | None
+    ) -> None:
+        """Keep the replaced body (history), then write the document durably, under the scope
+        lock; the scope's usage follows only a write that was made."""
+        full = scope_directory(scope) + parts
         if current is not None and self.history_keeper is not None:
             self.history_keeper(scope, parts, current)
         self.files.write_atomic(full, data)
-        usage.documents = documents
-        usage.bytes = total
-        return Written(logical, revision_of(data), changed=True)
+        usage = self._scope_usage(scope)
+        usage.documents += 1 if current is None else 0
+        usage.bytes += len(data) - (len(current) if current is not None else 0)
 
     def _twin(self, scope_parts: tuple[str, ...], parts: tuple[str, ...]) -> str | None:
         """The existing document or directory a new path would be beside, differing only in case:

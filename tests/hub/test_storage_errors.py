@@ -103,6 +103,14 @@ async def test_a_full_memory_disk_answers_storage_unavailable_and_keeps_every_do
         assert (got["content"], got["revision"]) == ("kept\n", kept["revision"])
         assert temp_files(small_memory_disk) == []
         assert await memory.storage_errors() == {("memory", "no_space"): 2.0}
+        # The change log shows the writes that were made, not the two that were refused.
+        status, log = await memory.call("memory.history")
+        assert status == 200, log
+        logged = [(e["path"], e["new_revision"]) for e in log["entries"]]
+        assert ("notes/keep.md", kept["revision"]) in logged
+        assert len(logged) == n + 1, logged
+        assert not any(path == f"fill/{n}.md" for path, _ in logged)
+        assert [path for path, _ in logged].count("notes/keep.md") == 1
         status, found = await memory.call("memory.search", query="kept")
         assert status == 200 and [m["path"] for m in found["matches"]] == ["notes/keep.md"]
 
