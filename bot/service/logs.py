@@ -17,6 +17,7 @@ import json
 import logging
 import re
 import sys
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
@@ -147,6 +148,20 @@ class TextFormatter(logging.Formatter):
     def __init__(self, redact: Redactor) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
         self.redact = redact
+        # The date and time to the second, made once a second: every access line needs one,
+        # and strftime is a visible share of a small request's cost.
+        self._second = -1
+        self._stamp = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        if second != self._second:
+            self._stamp = time.strftime(self.default_time_format, self.converter(record.created))
+            self._second = second
+        msec = self.default_msec_format
+        return msec % (self._stamp, record.msecs) if msec else self._stamp
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         # The message holds what callers sent (a request's path, method or headers).
@@ -177,6 +192,9 @@ def configure(
         JsonFormatter(redact) if settings.format == "json" else TextFormatter(redact)
     )
     handler.setFormatter(formatter)
+    # No format of ours prints where a record was logged from; finding the caller's frame for
+    # every record (every access line) is work nobody reads (the logging HOWTO's optimisation).
+    logging._srcfile = None
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -97,3 +97,20 @@ def test_a_traceback_whose_message_holds_a_forged_record_stays_inside_its_own() 
     assert written[0].endswith("ERROR amux.hub.rpc: RPC /rpc/v1/a\\rb failed")
     assert all(line.startswith("  ") for line in written[1:]), written
     assert f"  {FORGED}" in written
+
+
+def test_each_line_carries_its_own_time_to_the_millisecond() -> None:
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    handler = configure(LogSettings(format="text"), stream=io.StringIO())
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
+    formatter = handler.formatter
+    assert formatter is not None
+    plain = logging.Formatter("%(asctime)s")
+    # Within one second, into the next, and back to an earlier one (a clock set back).
+    for created in (1_764_000_000.001, 1_764_000_000.999, 1_764_000_001.5, 1_763_999_990.25):
+        record = logging.LogRecord("amux.hub", logging.INFO, "", 0, "m", None, None)
+        record.created = created
+        record.msecs = (created - int(created)) * 1000
+        assert formatter.formatTime(record) == plain.formatTime(record), created
