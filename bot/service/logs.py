@@ -83,9 +83,11 @@ class RedactionFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.msg = self.redact(record.getMessage())
         record.args = None
-        for key, value in list(vars(record).items()):
-            if key not in _STANDARD and isinstance(value, str):
-                setattr(record, key, self.redact(value))
+        fields = vars(record)
+        for key in fields.keys() - _STANDARD:
+            value = fields[key]
+            if isinstance(value, str):
+                fields[key] = self.redact(value)
         return True
 
 
@@ -192,9 +194,13 @@ def configure(
         JsonFormatter(redact) if settings.format == "json" else TextFormatter(redact)
     )
     handler.setFormatter(formatter)
-    # No format of ours prints where a record was logged from; finding the caller's frame for
-    # every record (every access line) is work nobody reads (the logging HOWTO's optimisation).
+    # No format of ours prints where a record was logged from or the thread or process that
+    # logged it; gathering them for every record (every access line) is work nobody reads (the
+    # logging HOWTO's optimisation).
     logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
