@@ -17,15 +17,18 @@ from cards.models import Lang
 from hub.contract import Session
 from hub.errors import InvalidArgument
 from hub.services import Hub
+from runtime_bridge.providers.plan import COMPACT_COMMAND
 
 logger = logging.getLogger("amux.bot")
 
-# The Agents whose own command compacts a resumed session in print mode: Claude's CLI runs
-# ``/compact`` given as the prompt with ``--resume`` (a compact boundary in the same session).
-COMPACTS = ("claude",)
-# The Agents a side question can fork the session of: Claude resumes a copy of it
-# (``--resume ID --fork-session``), leaving the conversation and its running turn as they were.
-FORKS = ("claude",)
+# The Agents whose own compaction a ``/compact`` turn runs on the resumed session: Claude's CLI
+# runs ``/compact`` given as the prompt with ``--resume`` (a compact boundary in the same
+# session); Codex's app-server compacts the resumed thread (``thread/compact/start``).
+COMPACTS = ("claude", "codex")
+# The Agents a side question can fork the session of, leaving the conversation and its running
+# turn as they were: Claude resumes a copy of it (``--resume ID --fork-session``), Codex forks the
+# thread (``thread/fork``) and runs the question there.
+FORKS = ("claude", "codex")
 # What of a name not on the list is echoed back: anyone in the topic may send any text.
 MAX_SHOWN = 128
 
@@ -98,7 +101,9 @@ class TopicCommands:
             return
         title = plain_text(self._lang, "compact.title")
         logger.info("a conversation's session compacted for %s", said.sender().label)
-        await self._conversations.run_command(said.event, said.sender(), session, "/compact", title)
+        await self._conversations.run_command(
+            said.event, said.sender(), session, COMPACT_COMMAND, title
+        )
 
     async def btw(self, said: Said) -> None:
         """``/btw QUESTION``: answered in a fork of the conversation's session, as a card in the

@@ -69,7 +69,7 @@ PLAN_STEP_CHARS = 200
 PLAN_MARKS = {"completed": "✅", "in_progress": "🔄", "pending": "⬜"}
 # The Agent's tool calls, newest kept, on the progress card and the result card's first part.
 STEPS_BYTES = 1_500
-STEP_ACTIONS = ("read", "edit", "run", "search", "tool")
+STEP_ACTIONS = ("read", "edit", "run", "search", "tool", "compact")
 PROGRESS_LINES = 12
 PROGRESS_LINE_CHARS = 300
 
@@ -168,7 +168,9 @@ def plan_section(plan: tuple[tuple[str, str], ...], lang: Lang) -> list[Element]
 def step_label(action: str, subject: str, lang: Lang) -> str:
     """One step as a list shows it: ``run `pytest -x``` (markdown)."""
     known = action if action in STEP_ACTIONS else "tool"
-    return f"- {text(lang, f'step.{known}')} {_code(code(_middle(subject)))}".rstrip()
+    # A step with nothing to name (a compaction) is its label alone, not an empty code span.
+    shown = _code(code(_middle(subject))) if subject else ""
+    return f"- {text(lang, f'step.{known}')} {shown}".rstrip()
 
 
 def steps_section(steps: tuple[tuple[str, str], ...], lang: Lang) -> list[Element]:

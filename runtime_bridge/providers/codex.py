@@ -84,6 +84,10 @@ MEMORY_SETTINGS: tuple[tuple[str, str], ...] = (
 )
 
 
+# Codex's plan tool (``update_plan``), off by default in this Codex: with it the Agent writes the
+# plan that its progress and result cards show (``turn/plan/updated``).
+PLAN_TOOL = ("-c", "tools.update_plan.enabled=true")
+
 # The model provider a launch through the worker's gateway uses, and the variable holding its
 # placeholder.
 GATEWAY_PROVIDER = "amux"
@@ -131,7 +135,8 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
     """The argv, environment and thread calls of one Codex launch (pure)."""
     memory = request.memory
     home = request.home_root / CODEX_HOME
-    argv: list[str] = [request.executable or "codex"]
+    # First, so the operator's arguments can still turn it off.
+    argv: list[str] = [request.executable or "codex", *PLAN_TOOL]
     overrides: dict[str, str] = {}
     developer = request.developer_instructions
     sources = [EFFECTIVE_CONFIG_SOURCE]
@@ -195,6 +200,8 @@ def build_plan(request: LaunchRequest) -> LaunchPlan:
             memory_disabled=memory is not None,
             approval_policy=approval,
             instruction_sources=tuple(sources) if developer else (),
+            fork=request.fork and request.resume_id is not None,
+            compact=request.compacts,
         ),
         secrets=(memory.credential,) if memory else (),
         permissions=request.permissions,
@@ -235,7 +242,36 @@ def effective_instructions(config: Mapping[str, Any], ours: str) -> str:
     return merge_instructions(configured if isinstance(configured, str) else None, ours)
 
 
-async def _open_thread(rpc: CodexRpc, plan: LaunchPlan, thread: CodexThread) -> str:
+def _thread_method(plan: LaunchPlan, thread: CodexThread) -> str:
+    """How the launch opens its thread: a fork of the resumed one (a side question's, so the
+    conversation's own thread and any turn running on it are left as they were), the resumed one,
+    or a new one."""
+    if not plan.resume_id:
+        return "thread/start"
+    return "thread/fork" if thread.fork else "thread/resume"
+
+
+async def _start_turn(rpc: CodexRpc, plan: LaunchPlan, thread: CodexThread, thread_id: str) -> None:
+    """Start the launch's turn on ``thread_id``: Codex's own compaction of the thread, or the
+    prompt."""
+    if thread.compact:
+        # A turn of its own: Codex summarises the thread, which later turns continue from.
+        await rpc.call("thread/compact/start", {"threadId": thread_id})
+        return
+    await rpc.call(
+        "turn/start", {"threadId": thread_id, "input": [{"type": "text", "text": plan.prompt}]}
+    )
+
+
+def _opened_model(opened: Any) -> str | None:
+    """The model a ``thread/start``/``resume``/``fork`` answer says the thread runs."""
+    model = opened.get("model") if isinstance(opened, Mapping) else None
+    return model if isinstance(model, str) and model else None
+
+
+async def _open_thread(
+    rpc: CodexRpc, plan: LaunchPlan, thread: CodexThread
+) -> tuple[str, str | None]:
     await rpc.call(
         "initialize", {"clientInfo": CLIENT_INFO, "capabilities": {"experimentalApi": True}}
     )
@@ -251,7 +287,7 @@ async def _open_thread(rpc: CodexRpc, plan: LaunchPlan, thread: CodexThread) -> 
             )
     elif thread.developer_instructions:
         config = await _read_config(rpc, plan, "merge its developer instructions")
-    method = "thread/resume" if plan.resume_id else "thread/start"
+    method = _thread_method(plan, thread)
     params: dict[str, Any] = {
         "cwd": str(plan.cwd),
         "approvalPolicy": thread.approval_policy,
@@ -279,7 +315,7 @@ async def _open_thread(rpc: CodexRpc, plan: LaunchPlan, thread: CodexThread) -> 
                 f"codex cannot disable thread memory: thread/memoryMode/set failed: {exc.message}",
                 method="thread/memoryMode/set",
             ) from exc
-    return thread_id
+    return thread_id, _opened_model(opened)
 
 
 def read_only_command(command: str) -> bool:
@@ -425,13 +461,18 @@ def _plan_update(plan: Any) -> PlanUpdate:
     return PlanUpdate.of(steps)
 
 
+def _named_model(usage: Mapping[str, Any]) -> dict[str, Any]:
+    return {"model": usage["model"]} if "model" in usage else {}
+
+
 class CodexTurn:
     """Folds app-server notifications of one turn into events. Pure."""
 
-    def __init__(self, thread_id: str) -> None:
+    def __init__(self, thread_id: str, model: str | None = None) -> None:
         self.thread_id = thread_id
         self.last_text = ""
-        self.usage: dict[str, Any] = {}
+        # The model is named on the turn's footer with its usage.
+        self.usage: dict[str, Any] = {"model": model} if model else {}
         self.error: str | None = None
         self.done: Result | Failure | None = None
 
@@ -449,6 +490,8 @@ class CodexTurn:
             assert isinstance(changes, list)
             paths = [str(c.get("path")) for c in changes if isinstance(c, Mapping)]
             return [ToolStep.of("edit", ", ".join(paths))]
+        if method == "item/completed" and item.get("type") == "contextCompaction":
+            return [ToolStep.of("compact", "")]
         if method == "item/completed" and item.get("type") == "agentMessage":
             self.last_text = str(item.get("text") or "")
             return [Progress(self.last_text)] if self.last_text else []
@@ -457,7 +500,7 @@ class CodexTurn:
         if method == "thread/tokenUsage/updated":
             usage = params.get("tokenUsage")
             if isinstance(usage, Mapping) and isinstance(usage.get("total"), Mapping):
-                self.usage = dict(usage["total"])
+                self.usage = {**_named_model(self.usage), **usage["total"]}
                 # The context's fill: what the last request held, of the window Codex reports.
                 last = usage.get("last")
                 if isinstance(last, Mapping) and isinstance(last.get("inputTokens"), int):
@@ -502,11 +545,8 @@ async def run(
     rpc = CodexRpc(process.stdout, process.stdin, on_request=answers, observe=answers.observe)
     try:
         try:
-            thread_id = await _open_thread(rpc, plan, thread)
-            await rpc.call(
-                "turn/start",
-                {"threadId": thread_id, "input": [{"type": "text", "text": plan.prompt}]},
-            )
+            thread_id, model = await _open_thread(rpc, plan, thread)
+            await _start_turn(rpc, plan, thread, thread_id)
         except RpcError as exc:
             raise AgentProtocolError(f"codex rejected {exc.method}: {exc.message}") from exc
         except (NativeMemoryUnconfirmed, AgentProtocolError):
@@ -520,7 +560,7 @@ async def run(
             tail = plan.mask(await stderr.text()) if process.returncode is not None else ""
             detail = tail.splitlines()[-1] if tail else exc.message
             raise AgentProtocolError(f"codex app-server failed to start: {detail}") from exc
-        turn = CodexTurn(thread_id)
+        turn = CodexTurn(thread_id, model)
         async for note in rpc.notifications():
             for event in turn.feed(note.method, note.params):
                 yield event

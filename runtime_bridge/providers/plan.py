@@ -18,6 +18,11 @@ from typing import Any
 from runtime_bridge.launch_env import DEFAULT_PASS_ENV, MEMORY_UNAVAILABLE, NO_OWNER_TOKEN
 from runtime_bridge.network import Door
 
+# The prompt that is the Agent's own compaction of its resumed session, not words to it: Claude's
+# CLI runs it as its command, and the Codex adapter starts Codex's compaction instead. The bot
+# heads a person's words with their sender, so none arrive as exactly this.
+COMPACT_COMMAND = "/compact"
+
 MEMORY_SERVER = "memory"
 """The MCP server name memory tools are published under (``mcp__memory__…`` to the model)."""
 
@@ -147,6 +152,11 @@ class LaunchRequest:
     fork: bool = False
 
     @property
+    def compacts(self) -> bool:
+        """Whether this turn is the compaction of the resumed session rather than a prompt."""
+        return self.prompt == COMPACT_COMMAND and self.resume_id is not None
+
+    @property
     def home_root(self) -> Path:
         return self.state_dir or self.run_dir
 
@@ -186,6 +196,11 @@ class CodexThread:
     memory_disabled: bool
     approval_policy: str = "never"
     instruction_sources: tuple[str, ...] = ()
+    # Open the resumed thread as a fork of it (a side question's), leaving the thread as it was.
+    fork: bool = False
+    # The turn is Codex's own compaction of the resumed thread (``thread/compact/start``), not a
+    # prompt.
+    compact: bool = False
 
 
 @dataclass(frozen=True)
@@ -318,7 +333,7 @@ class PlanUpdate:
         return json.dumps([{"step": t, "status": s} for t, s in self.steps], ensure_ascii=False)
 
 
-STEP_ACTIONS = ("read", "edit", "run", "search", "tool")
+STEP_ACTIONS = ("read", "edit", "run", "search", "tool", "compact")
 # A step's subject (a path, a command's first words, a tool's name) at most.
 STEP_SUBJECT_CHARS = 160
 

@@ -182,13 +182,13 @@ async def test_compact_in_a_conversation_of_another_agent_is_refused_by_name(
     tmp_path: Path,
 ) -> None:
     async with running_bot(tmp_path) as bot:
-        await bot.say("/amux provider codex", group=True, mention=True)
+        await bot.say("/amux provider pi", group=True, mention=True)
         await bot.idle()
         started = await bot.say("Tell me about the release", group=True, mention=True)
         await bot.reply_to(started)
         compact = await bot.say("/compact", group=True, mention=True, root_id=started)
         said = json.loads((await bot.reply_to(compact)).content)["text"]
-        assert said == "/compact is not supported by codex."
+        assert said == "/compact is not supported by pi."
         session = bot.session_of(started)
         assert session is not None
         assert len(bot.executions_of(session.id)) == 1
@@ -249,10 +249,10 @@ async def test_btw_answers_from_a_fork_while_the_turn_runs_and_leaves_the_conver
 
 async def test_btw_in_a_conversation_of_another_agent_is_refused_by_name(tmp_path: Path) -> None:
     async with running_bot(tmp_path) as bot:
-        await bot.say("/amux provider codex", group=True, mention=True)
+        await bot.say("/amux provider pi", group=True, mention=True)
         await bot.idle()
         started = await bot.say("Tell me about the release", group=True, mention=True)
         await bot.reply_to(started)
         side = await bot.say("/btw what day is it?", group=True, mention=True, root_id=started)
         said = json.loads((await bot.reply_to(side)).content)["text"]
-        assert said == "/btw is not supported by codex."
+        assert said == "/btw is not supported by pi."

@@ -11,10 +11,11 @@ A script is a list of steps, each ``CallTool(name, arguments)`` or ``Answer(text
 input text. Every *main
 conversation* request (one that offers the model tools) gets the next step; a repeat of a request
 just answered (a client retry) gets the same step again. Side requests (titles, summaries,
-probes: no tools offered) get a short plain answer and consume nothing. Once the script runs out,
-main requests get ``Answer("done")``. With the pinned CLIs run as the tests run them, all three
-send only main requests; side requests are still answered so that a CLI adding one (a title, a
-summary, a quota probe, Codex's native-memory consolidation) cannot eat a step. Anything else
+probes: no tools offered) get a short plain answer (``side_answer``) and consume nothing. Once the
+script runs out, main requests get ``Answer("done")``. With the pinned CLIs run as the tests run
+them, all three send only main requests but for Codex's compaction (a summary); side requests are
+still answered so that a CLI adding one (a title, a summary, a quota probe, Codex's native-memory
+consolidation) cannot eat a step. Anything else
 (e.g. a probe of the base URL) gets a 404 and is listed in ``unhandled``.
 
 Every request body and its headers are recorded, so tests assert on what the CLI sent (and with
@@ -201,8 +202,10 @@ def _sse(event: str | None, data: Any) -> bytes:
 class FakeModelServer:
     """The fake; use ``async with FakeModelServer(script) as server`` and ``server.base_url``."""
 
-    def __init__(self, script: Sequence[Step] = ()) -> None:
+    def __init__(self, script: Sequence[Step] = (), side_answer: str = SIDE_ANSWER) -> None:
         self._script: list[Step] = list(script)
+        # What side requests are answered: a test of a summary (Codex's compaction) scripts it.
+        self._side_answer = side_answer
         self._next = 0
         # A client retry repeats the previous main request; it gets that request's step again.
         self._last: tuple[str, Step] | None = None
@@ -298,7 +301,7 @@ class FakeModelServer:
 
     async def _anthropic(self, request: web.Request) -> web.StreamResponse:
         body, step = await self._take("anthropic", request)
-        step = step or Answer(SIDE_ANSWER)
+        step = step or Answer(self._side_answer)
         n = next(self._ids)
         model = str(body.get("model", "fake"))
         if isinstance(step, CallTool):
@@ -372,7 +375,7 @@ class FakeModelServer:
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         _, step = await self._take("responses", request)
-        step = step or Answer(SIDE_ANSWER)
+        step = step or Answer(self._side_answer)
         n = next(self._ids)
         if isinstance(step, CallTool) and step.freeform is not None:
             item: dict[str, Any] = {
@@ -428,7 +431,7 @@ class FakeModelServer:
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body, step = await self._take("chat", request)
-        step = step or Answer(SIDE_ANSWER)
+        step = step or Answer(self._side_answer)
         n = next(self._ids)
         base = {
             "id": f"chatcmpl-{n:04d}",

@@ -22,6 +22,7 @@ from runtime_bridge.providers import (
 )
 from runtime_bridge.providers.codex import (
     CLIENT_INFO,
+    PLAN_TOOL,
     unconfirmed_memory_settings,
 )
 from runtime_bridge.providers.process import materialize, start, stop
@@ -61,7 +62,7 @@ def test_each_policy_turns_off_codexs_sandbox_and_sets_its_approval_policy_after
     )
     plan = build_plan(request)
     config_policy = POLICY_ARGS.get(permissions, POLICY_ARGS["ask"])
-    assert plan.argv == ("codex", *request.extra_args, *config_policy, "app-server")
+    assert plan.argv == ("codex", *PLAN_TOOL, *request.extra_args, *config_policy, "app-server")
     assert plan.codex is not None and plan.codex.approval_policy == thread_policy
     assert plan.permissions == permissions
     shown = plan.to_json()
@@ -203,7 +204,7 @@ async def test_unbound_codex_keeps_native_memory_policy_and_no_protocol(
     result = events[-1]
     assert isinstance(result, Result), events
     assert result.native_session_id
-    assert plan.argv == (codex_bin, *POLICY_ARGS["auto"], "app-server")
+    assert plan.argv == (codex_bin, *PLAN_TOOL, *POLICY_ARGS["auto"], "app-server")
     developer = developer_text(model)
     assert "Answer briefly." in developer
     assert "amux.memory_search" not in developer

@@ -142,6 +142,9 @@ def test_bound_codex_plan_sets_memory_off_launch_locally_and_keeps_the_token_out
     )
     assert plan.argv == (
         "codex",
+        # Codex's plan tool, which the cards show the plan of.
+        "-c",
+        "tools.update_plan.enabled=true",
         "-c",
         "features.memories=false",
         "-c",
@@ -182,6 +185,9 @@ def test_unbound_codex_plan_makes_no_memory_changes() -> None:
     plan = build_plan(request("codex", memory=None, developer_instructions="Use tabs."))
     assert plan.argv == (
         "codex",
+        # Codex's plan tool, which the cards show the plan of.
+        "-c",
+        "tools.update_plan.enabled=true",
         "-c",
         'sandbox_mode="danger-full-access"',
         "-c",
