@@ -160,6 +160,15 @@ def test_the_cards_list_the_tools_the_agent_used(lang: Lang) -> None:
         assert {"en_us": "**Steps** (5)", "zh_cn": "**步骤**（5）"}[lang] in shown
 
 
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_compaction_is_a_step_saying_the_context_was_compacted(lang: Lang) -> None:
+    (result,) = result_cards("", lang, steps=(("compact", ""),))
+    assert_valid_card(result)
+    said = {"en_us": "compacted the conversation's context", "zh_cn": "已压缩对话的上下文"}[lang]
+    shown = all_text(result)
+    assert f"- {said}" in shown and "``" not in shown
+
+
 def test_many_steps_keep_the_newest_and_count_the_earlier() -> None:
     steps = tuple(("read", f"file{n}.py") for n in range(300))
     shown = all_text(progress_card(ProgressView("t", "running", steps=steps), "en_us"))

@@ -494,6 +494,49 @@ def test_codex_plan_updates_become_the_plan() -> None:
     assert turn.feed("turn/plan/updated", {"threadId": "other", "plan": []}) == []
 
 
+def test_a_codex_compact_turn_compacts_the_resumed_thread_and_a_forks_first_turn_forks_it() -> None:
+    compact = build_plan(request("codex", memory=None, prompt="/compact", resume_id="t-1"))
+    assert compact.codex is not None and compact.codex.compact and not compact.codex.fork
+    # Nothing to compact without a thread: the words go to a new thread as a prompt.
+    fresh = build_plan(request("codex", memory=None, prompt="/compact"))
+    assert fresh.codex is not None and not fresh.codex.compact
+    # A person's words are never the command, and Claude keeps its own /compact prompt.
+    worded = build_plan(request("codex", memory=None, prompt="/compact now", resume_id="t-1"))
+    assert worded.codex is not None and not worded.codex.compact
+    claude = build_plan(request("claude", memory=None, prompt="/compact", resume_id="s-1"))
+    assert claude.stdin == "/compact" and claude.codex is None
+    side = build_plan(request("codex", memory=None, resume_id="t-1", fork=True))
+    assert side.codex is not None and side.codex.fork and not side.codex.compact
+
+
+def test_codex_names_its_model_with_its_usage_and_its_compaction_as_a_step() -> None:
+    turn = CodexTurn("t-1", "gpt-5.5")
+    item = {"type": "contextCompaction", "id": "c-1"}
+    assert turn.feed("item/started", {"threadId": "t-1", "item": item}) == []
+    (step,) = turn.feed("item/completed", {"threadId": "t-1", "item": item})
+    assert step == ToolStep("compact", "")
+    turn.feed(
+        "thread/tokenUsage/updated",
+        {
+            "threadId": "t-1",
+            "tokenUsage": {
+                "total": {"inputTokens": 11, "outputTokens": 7},
+                "last": {"inputTokens": 11},
+                "modelContextWindow": 1000,
+            },
+        },
+    )
+    (done,) = turn.feed("turn/completed", {"threadId": "t-1", "turn": {"status": "completed"}})
+    assert isinstance(done, Result)
+    assert done.usage == {
+        "model": "gpt-5.5",
+        "inputTokens": 11,
+        "outputTokens": 7,
+        "context_tokens": 11,
+        "context_window": 1000,
+    }
+
+
 @pytest.mark.parametrize(
     ("name", "tool_input", "step"),
     [
