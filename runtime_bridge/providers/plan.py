@@ -285,6 +285,8 @@ class LaunchPlan:
                 "developer_instructions_sources": list(self.codex.instruction_sources),
                 "memory_disabled": self.codex.memory_disabled,
                 "approval_policy": self.codex.approval_policy,
+                "fork": self.codex.fork,
+                "compact": self.codex.compact,
             }
         # A secret can hide inside structured text such as JSON file content.
         return json.loads(clean(json.dumps(out))) if mask_secrets else out

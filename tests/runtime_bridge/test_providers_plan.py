@@ -507,6 +507,8 @@ def test_a_codex_compact_turn_compacts_the_resumed_thread_and_a_forks_first_turn
     assert claude.stdin == "/compact" and claude.codex is None
     side = build_plan(request("codex", memory=None, resume_id="t-1", fork=True))
     assert side.codex is not None and side.codex.fork and not side.codex.compact
+    # ``amux runtime plan`` shows which the launch is.
+    assert compact.to_json()["codex"]["compact"] and side.to_json()["codex"]["fork"]
 
 
 def test_codex_names_its_model_with_its_usage_and_its_compaction_as_a_step() -> None:
