@@ -18,7 +18,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from hub.errors import Unavailable
 
@@ -55,13 +55,21 @@ RequestHandler = Callable[[str, dict[str, Any]], Awaitable[Any]]
 Observer = Callable[[Notification], None]
 
 
+class Writer(Protocol):
+    """The app-server's stdin: a local pipe, or a command's input streamed to a pod."""
+
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+
 class CodexRpc:
     """JSON-RPC over the stdio pipes of one running ``codex app-server``."""
 
     def __init__(
         self,
         reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        writer: Writer,
         *,
         call_timeout: float = 60.0,
         on_request: RequestHandler | None = None,

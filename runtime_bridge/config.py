@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hub.config import AbsolutePath
@@ -68,6 +68,37 @@ class RuntimeSettings(BaseSettings):
     providers: dict[str, str] = {}
     # bwrap: every launch runs in a bubblewrap sandbox; off: with the worker's own file access.
     sandbox: Literal["bwrap", "off"] = "bwrap"
+    launcher: Literal["local", "agent-sandbox"] = Field(
+        default="local",
+        description="Where `amux runtime worker` runs each Agent: local: on the worker's host "
+        "(AMUX_RUNTIME_SANDBOX says how); agent-sandbox: in a Kubernetes pod of its own, claimed "
+        "from the agent-sandbox controller (needs the kubernetes extra, a cluster, "
+        "AMUX_RUNTIME_SANDBOX=off and a work_dir on a volume the sandbox pods share).",
+    )
+    sandbox_warm_pool: str = Field(
+        default="amux-agent",
+        description="The SandboxWarmPool an agent-sandbox launch claims its pod from (its "
+        "SandboxTemplate sets the pod's RuntimeClass, resources and security context).",
+    )
+    sandbox_namespace: str | None = Field(
+        default=None,
+        description="Namespace of the SandboxClaims. Unset: the worker's own (in a cluster), "
+        "else the kubeconfig context's, else default.",
+    )
+    sandbox_ready_seconds: float = Field(
+        default=120.0,
+        ge=1,
+        description="Seconds an agent-sandbox launch waits for its pod to be Ready before the "
+        "turn fails.",
+    )
+    pod_name: str | None = Field(
+        default=None,
+        description="The worker's own pod (the downward API's metadata.name): its SandboxClaims "
+        "name it as their owner, so Kubernetes deletes them with a lost worker's pod.",
+    )
+    pod_uid: str | None = Field(
+        default=None, description="The worker's own pod's metadata.uid, with AMUX_RUNTIME_POD_NAME."
+    )
     claude_args: list[str] = []
     codex_args: list[str] = []
     pi_args: list[str] = []
@@ -182,9 +213,23 @@ class RuntimeSettings(BaseSettings):
                 raise ValueError(f"provider {name} names no executable")
         return {name: absolute_executable(executable) for name, executable in value.items()}
 
+    @model_validator(mode="after")
+    def _pod_per_agent(self) -> RuntimeSettings:
+        if self.launcher == "agent-sandbox" and self.sandbox == "bwrap":
+            raise ValueError(
+                "AMUX_RUNTIME_LAUNCHER=agent-sandbox runs each Agent in a pod that is its "
+                "sandbox: set AMUX_RUNTIME_SANDBOX=off (bwrap does not run inside it)"
+            )
+        return self
+
+    def in_pods(self) -> bool:
+        """Whether each Agent runs in a Kubernetes pod of its own (its sandbox, bounds, user
+        and network are the pod's, not this host's)."""
+        return self.launcher == "agent-sandbox"
+
     def unsandboxed_warning(self) -> str | None:
         """What a process launching Agents logs at start when the sandbox is off, else None."""
-        if self.sandbox != "off":
+        if self.sandbox != "off" or self.in_pods():
             return None
         who = f"local user {self.run_as}'s" if self.run_as else "this service's own"
         return (
@@ -198,6 +243,8 @@ class RuntimeSettings(BaseSettings):
 
     def network_warning(self) -> str | None:
         """What a plan and a worker's start say when launches share the host's network."""
+        if self.in_pods():
+            return None  # The sandbox pods' NetworkPolicy is their boundary.
         if self.sandbox == "off":
             return UNSANDBOXED_NETWORK_WARNING
         if self.network == "host":

@@ -261,6 +261,8 @@ class LaunchSite:
         Raises:
             InvalidArgument: ``AMUX_RUNTIME_RUN_AS`` names no user, or root.
         """
+        if self.settings.in_pods():
+            return None  # Its pod's securityContext says who an Agent runs as.
         if self.settings.run_as:
             return configured_user(self.settings.run_as)
         if not worker_is_root():
@@ -426,7 +428,7 @@ class LaunchSite:
         if isolate is None:
             # Planned for the namespace: its CLI reaches the gateway through the model door.
             isolate = request.gateway is not None and request.gateway.url == door_url(MODEL)
-        if worker_is_root() and plan.run_as is None:
+        if worker_is_root() and plan.run_as is None and not self.settings.in_pods():
             raise InvalidArgument(
                 "a root worker never runs an Agent as root; the plan names no uid"
             )

@@ -167,6 +167,8 @@ class Worker:
         return self.worker_id
 
     async def run_forever(self, stop: asyncio.Event) -> None:
+        # Before any turn: what an earlier run of this worker left running is ended first.
+        await self.launcher.reclaim()
         await self.gateway.start()
         warming = asyncio.create_task(self.warm_mcp.start()) if self.warm_mcp else None
         try:
@@ -442,7 +444,9 @@ class Worker:
             gateway=grant.access,
         )
         request = dataclasses.replace(request, home_seed=self._home_seed(request.provider))
-        plan = dataclasses.replace(build_plan(request), run_as=turn.run_as)
+        plan = dataclasses.replace(
+            build_plan(request), run_as=turn.run_as, execution_id=claimed.execution_id
+        )
         mcp_argv = memory.mcp_argv if memory is not None else ()
         # Off the event loop: laying out a sandbox reads the file system for every
         # installation the launch needs, and in `amux serve` the loop also answers Feishu.

@@ -594,6 +594,7 @@ def runtime_worker(
     from bot.service import logs
     from hub.client import HubClient
     from runtime_bridge.config import RuntimeSettings
+    from runtime_bridge.launchers import configured_launcher
     from runtime_bridge.worker import Worker
 
     env = env_of(ctx)
@@ -612,6 +613,10 @@ def runtime_worker(
     warning = settings.unsandboxed_warning()
     if warning is not None:
         logging.getLogger("amux.worker").warning(warning)
+    try:
+        launcher = configured_launcher(settings)
+    except AmuxError as error:
+        fail(error)
 
     async def work() -> None:
         stop = asyncio.Event()
@@ -619,7 +624,9 @@ def runtime_worker(
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         async with HubClient(url, token, timeout=60) as hub:
-            worker = Worker(hub, url, settings, work_dir, amux_home=client_settings.home)
+            worker = Worker(
+                hub, url, settings, work_dir, amux_home=client_settings.home, launcher=launcher
+            )
 
             def stopping() -> None:
                 # Said once, so whoever stopped it (a scale-down, an upgrade) sees it drain.

@@ -34,7 +34,13 @@ from runtime_bridge.providers.plan import (
     Result,
     ToolStep,
 )
-from runtime_bridge.providers.process import LOCAL, Launcher, LocalLauncher
+from runtime_bridge.providers.process import (
+    LOCAL,
+    AgentInput,
+    AgentProcess,
+    Launcher,
+    LocalLauncher,
+)
 
 ADAPTERS: dict[str, ModuleType] = {"claude": claude, "codex": codex, "pi": pi}
 MEMORY_PROVIDERS = frozenset(ADAPTERS)
@@ -68,6 +74,8 @@ def run(
 __all__ = [
     "ADAPTERS",
     "MEMORY_PROVIDERS",
+    "AgentInput",
+    "AgentProcess",
     "AgentProtocolError",
     "CodexThread",
     "Event",

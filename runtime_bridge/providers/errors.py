@@ -7,7 +7,9 @@ Unavailable (503)
 │                                                          run it (executable, provider, blocked)
 ├── NativeMemoryUnconfirmed    native_memory_unconfirmed   the agent could not confirm that its
 │                                                          own long-term memory is off
-└── AgentProtocolError         agent_protocol              the agent broke its control protocol
+├── AgentProtocolError         agent_protocol              the agent broke its control protocol
+└── SandboxUnavailable         sandbox_unavailable         no pod could be had (or reached) for
+                                                           the launch (claim, reason)
 
 Defining them registers their codes, so a client that imported this module gets them back from
 the Hub as these classes.
@@ -47,3 +49,17 @@ class NativeMemoryUnconfirmed(Unavailable):
 
 class AgentProtocolError(Unavailable):
     code = "agent_protocol"
+
+
+class SandboxUnavailable(Unavailable):
+    code = "sandbox_unavailable"
+
+    @property
+    def claim(self) -> str | None:
+        """The SandboxClaim made for the launch (deleted by then)."""
+        return self._text_detail("claim")
+
+    @property
+    def reason(self) -> str | None:
+        """Why, as the agent-sandbox controller or the API server said it."""
+        return self._text_detail("reason")

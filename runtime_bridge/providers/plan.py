@@ -237,6 +237,8 @@ class LaunchPlan:
     # the doors it opens; empty: the launch shares the host's network.
     relay: tuple[str, ...] = ()
     doors: tuple[Door, ...] = ()
+    # The turn it runs for: a launcher outside this host names what it makes for the launch by it.
+    execution_id: str | None = None
 
     def mask(self, text: str) -> str:
         """``text`` with every secret of this plan (its credential, secret-named variables of its

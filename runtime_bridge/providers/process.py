@@ -166,25 +166,67 @@ async def stop(process: asyncio.subprocess.Process) -> None:
             stream.close()
 
 
+class AgentInput(Protocol):
+    """What the runners write an Agent's stdin through (an ``asyncio.StreamWriter`` is one)."""
+
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+
+class AgentProcess(Protocol):
+    """What the runners use of a running Agent: a local ``asyncio.subprocess.Process`` is one, a
+    command in a pod of its own another."""
+
+    @property
+    def stdin(self) -> AgentInput | None: ...
+
+    @property
+    def stdout(self) -> asyncio.StreamReader | None: ...
+
+    @property
+    def stderr(self) -> asyncio.StreamReader | None: ...
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+
 class Launcher(Protocol):
     """Where a launch's process runs: given the plan (its sandbox layout, confinement, identity,
     environment and working directory) and the Agent's argv, ``start`` returns the running
     process whose stdin, stdout and stderr the runner streams; ``stop`` ends it and everything
-    it started."""
+    it started; ``reclaim``, once as the worker starts, ends what an earlier run of the same
+    worker left behind."""
 
-    async def start(self, plan: LaunchPlan, argv: list[str]) -> asyncio.subprocess.Process: ...
+    async def start(self, plan: LaunchPlan, argv: list[str]) -> AgentProcess: ...
 
-    async def stop(self, process: asyncio.subprocess.Process) -> None: ...
+    async def stop(self, process: AgentProcess) -> None: ...
+
+    async def reclaim(self) -> None: ...
 
 
 class LocalLauncher:
     """On this host, under the plan's bubblewrap sandbox and confinement when it has them."""
 
-    async def start(self, plan: LaunchPlan, argv: list[str]) -> asyncio.subprocess.Process:
+    async def start(self, plan: LaunchPlan, argv: list[str]) -> AgentProcess:
         return await start(plan, argv)
 
-    async def stop(self, process: asyncio.subprocess.Process) -> None:
+    async def stop(self, process: AgentProcess) -> None:
+        assert isinstance(process, asyncio.subprocess.Process)
         await stop(process)
+
+    async def reclaim(self) -> None:
+        """Nothing: an Agent on this host ended with the worker that started it (its death
+        signal)."""
 
 
 LOCAL = LocalLauncher()

@@ -39,6 +39,9 @@ class NotingLauncher:
         self.stopped.append(process.pid)
         await LOCAL.stop(process)
 
+    async def reclaim(self) -> None:
+        await LOCAL.reclaim()
+
 
 async def test_a_workers_turn_runs_its_agent_through_the_launcher_it_was_given(
     tmp_path: Path,

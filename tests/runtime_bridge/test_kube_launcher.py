@@ -1,0 +1,165 @@
+"""With AMUX_RUNTIME_LAUNCHER=agent-sandbox a worker runs each turn's Agent in a pod of its own:
+it claims the pod from agent-sandbox, streams the Agent's stdio over the pod's exec websocket,
+and deletes the claim whenever the turn ends. Against a loopback Kubernetes API (the official
+``kubernetes`` client, a real worker, a real stand-in Agent run by the fake's exec)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from kubernetes import client
+
+from bot.service.app import create_app
+from hub.client import HubClient
+from hub.config import HubSettings
+from hub.rpc import HUB
+from hub.services import Hub
+from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.kube_launcher import EXECUTION_LABEL, WORKER_LABEL, KubernetesLauncher
+from runtime_bridge.worker import Worker
+from tests.conftest import free_port, stand_in, until
+from tests.fakes.kube_api import FakeKube
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+NAMESPACE = "agents"
+WORKER_POD = ("amux-worker-7d9f-abcde", "0b6f7e62-3c3e-4a8e-9d4c-2f1d5e6a7b8c")
+
+
+@dataclass
+class Cluster:
+    hub: Hub
+    kube: FakeKube
+    owner_id: str
+
+    async def submit(self, provider: str, prompt: str) -> str:
+        execution, _ = await self.hub.executions.submit(
+            principal_id=self.owner_id, submitted_by=self.owner_id, provider=provider, prompt=prompt
+        )
+        return execution.id
+
+
+@asynccontextmanager
+async def cluster(
+    tmp_path: Path, kube: FakeKube, ready_seconds: float = 30.0, leftover: bool = False
+) -> AsyncIterator[Cluster]:
+    """A Hub, the fake API server and a worker launching through agent-sandbox, serving."""
+    providers = {"echo": str(stand_in("echo_agent.sh")), "gate": str(stand_in("gate_agent.sh"))}
+    settings = RuntimeSettings(
+        name="host-a",
+        slots=1,
+        providers=providers,
+        sandbox="off",
+        launcher="agent-sandbox",
+        work_dir=tmp_path / "host-a",
+    )
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    # Short leases: the worker hears of a Stop at its next heartbeat.
+    app = create_app(
+        HubSettings(home=tmp_path / "amux-home", lease_seconds=3),
+        RuntimeSettings(providers=providers, in_process=False),
+    )
+    async with (
+        TestClient(TestServer(app, host="127.0.0.1", port=port)),
+        TestClient(TestServer(kube.app(), host="127.0.0.1")) as api,
+    ):
+        configuration = client.Configuration()
+        configuration.host = str(api.make_url("")).rstrip("/")
+        launcher = KubernetesLauncher(
+            configuration, NAMESPACE, "amux-agent", "host-a", WORKER_POD, ready_seconds
+        )
+        hub = app[HUB]
+        owner = hub.state.owner()
+        assert owner is not None
+        service = hub.state.add_principal("host-a", "service")
+        token, _ = hub.state.issue_credential(service.id, "cli", label="host-a")
+        hub_client = HubClient(url, token, timeout=60)
+        worker = Worker(hub_client, url, settings, tmp_path / "host-a", launcher=launcher)
+        stop = asyncio.Event()
+        serving = asyncio.create_task(worker.run_forever(stop))
+        try:
+            yield Cluster(hub, kube, owner.id)
+        finally:
+            stop.set()
+            serving.cancel()
+            await asyncio.gather(serving, return_exceptions=True)
+            await hub_client.close()
+            launcher.close()
+
+
+async def test_a_turns_answer_streams_back_from_its_own_pod_and_its_claim_is_then_deleted(
+    tmp_path: Path,
+) -> None:
+    kube = FakeKube()
+    async with cluster(tmp_path, kube) as c:
+        execution = await c.submit("echo", "hello from a pod")
+        await until(lambda: c.hub.executions.describe(execution).finished, seconds=60)
+        done = c.hub.executions.describe(execution)
+        assert done.state == "succeeded", done.error
+        assert done.result is not None and done.result.text == "hello from a pod"
+        # One claim, labelled with the worker and the turn, owned by the worker's pod: deleted.
+        (claim,) = [e.obj for e in kube.events if e.kind == "ADDED"]
+        metadata = claim["metadata"]
+        assert metadata["labels"][WORKER_LABEL] == "host-a"
+        assert metadata["labels"][EXECUTION_LABEL] == execution
+        (reference,) = metadata["ownerReferences"]
+        assert (reference["kind"], reference["name"], reference["uid"]) == ("Pod", *WORKER_POD)
+        assert claim["spec"] == {"warmPoolRef": {"name": "amux-agent"}}
+        assert kube.deleted == [metadata["name"]] and not kube.claims
+        # The pod ran a script from the shared run directory, which removed itself.
+        ((shell, script),) = kube.execs
+        assert shell == "/bin/sh"
+        await until(lambda: not Path(script).exists())
+
+
+async def test_a_stop_deletes_the_turns_claim_and_ends_its_agent(tmp_path: Path) -> None:
+    kube = FakeKube()
+    gate = tmp_path / "gate"
+    async with cluster(tmp_path, kube) as c:
+        execution = await c.submit("gate", f"{gate}\n")
+        await until(lambda: Path(f"{gate}.runs").exists(), seconds=60)
+        assert len(kube.claims) == 1
+
+        await c.hub.executions.cancel(execution)
+        await until(lambda: c.hub.executions.describe(execution).finished, seconds=30)
+        assert c.hub.executions.describe(execution).state == "cancelled"
+        await until(lambda: not kube.claims)
+        assert len(kube.deleted) == 1
+        # The Agent went with its pod, killed mid-turn.
+        await until(lambda: not any(kube.running.values()))
+
+
+async def test_a_claim_an_earlier_run_of_the_worker_left_is_deleted_when_it_starts(
+    tmp_path: Path,
+) -> None:
+    kube = FakeKube()
+    labels = {WORKER_LABEL: "host-a", EXECUTION_LABEL: "lost-turn"}
+    kube.add_claim({"metadata": {"name": "amux-left", "labels": labels}, "spec": {}})
+    someone_elses = {WORKER_LABEL: "host-b"}
+    kube.add_claim({"metadata": {"name": "amux-other", "labels": someone_elses}, "spec": {}})
+    async with cluster(tmp_path, kube):
+        await until(lambda: "amux-left" in kube.deleted, seconds=30)
+        assert "amux-other" in kube.claims
+
+
+async def test_a_pod_that_never_becomes_ready_fails_the_turn_and_its_claim_is_deleted(
+    tmp_path: Path,
+) -> None:
+    kube = FakeKube(ready=False)
+    async with cluster(tmp_path, kube, ready_seconds=2) as c:
+        execution = await c.submit("echo", "hello")
+        await until(lambda: c.hub.executions.describe(execution).finished, seconds=60)
+        done = c.hub.executions.describe(execution)
+        assert done.state == "failed"
+        assert done.error is not None
+        assert "no sandbox pod was ready for this turn within 2 s" in done.error
+        assert "SandboxNotReady" in done.error
+        assert len(kube.deleted) == 1 and not kube.claims
+        assert not kube.execs
