@@ -27,6 +27,9 @@ from runtime_bridge.providers import ADAPTERS
 from runtime_bridge.providers.plan import MEMORY_SERVER
 
 MAX_SLOTS = 64
+# The model gateway's port when Agents run in pods and none is set: the chart's NetworkPolicy
+# names it.
+POD_GATEWAY_PORT = 8790
 
 
 def default_slots(cpus: int) -> int:
@@ -98,6 +101,19 @@ class RuntimeSettings(BaseSettings):
     )
     pod_uid: str | None = Field(
         default=None, description="The worker's own pod's metadata.uid, with AMUX_RUNTIME_POD_NAME."
+    )
+    pod_ip: str | None = Field(
+        default=None,
+        description="The worker's own pod's IP (the downward API's status.podIP): where Agents "
+        "in sandbox pods reach its model gateway. Needed by AMUX_RUNTIME_LAUNCHER=agent-sandbox.",
+    )
+    gateway_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="Port of the worker's model gateway. 0: any free port on loopback; with "
+        "AMUX_RUNTIME_LAUNCHER=agent-sandbox it listens on every address, at a port the sandbox "
+        "pods' NetworkPolicy names (8790 if 0).",
     )
     claude_args: list[str] = []
     codex_args: list[str] = []
@@ -220,7 +236,18 @@ class RuntimeSettings(BaseSettings):
                 "AMUX_RUNTIME_LAUNCHER=agent-sandbox runs each Agent in a pod that is its "
                 "sandbox: set AMUX_RUNTIME_SANDBOX=off (bwrap does not run inside it)"
             )
+        if self.launcher == "agent-sandbox" and not self.pod_ip:
+            raise ValueError(
+                "AMUX_RUNTIME_LAUNCHER=agent-sandbox needs AMUX_RUNTIME_POD_IP (the downward "
+                "API's status.podIP): Agents in sandbox pods reach the model gateway there"
+            )
         return self
+
+    def gateway_address(self) -> tuple[str, int, str | None]:
+        """Where the model gateway listens (host, port) and the host Agents are told."""
+        if self.in_pods():
+            return "0.0.0.0", self.gateway_port or POD_GATEWAY_PORT, self.pod_ip
+        return "127.0.0.1", self.gateway_port, None
 
     def in_pods(self) -> bool:
         """Whether each Agent runs in a Kubernetes pod of its own (its sandbox, bounds, user

@@ -487,9 +487,19 @@ def returned_headers(upstream: Mapping[str, str]) -> dict[str, str]:
 class Gateway:
     """The worker's model gateway; ``await start()`` once, ``open`` a grant per launch."""
 
-    def __init__(self, defaults: Mapping[str, Upstream], host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        defaults: Mapping[str, Upstream],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        advertised: str | None = None,
+    ) -> None:
+        """Listening on ``host``:``port`` (0: any free port); Agents are told ``advertised``
+        (default ``host``): an address of the worker's own pod when they run in pods."""
         self.defaults = dict(defaults)
         self._host = host
+        self._bind_port = port
+        self._advertised = advertised or host
         self._live: dict[str, tuple[Grant, Upstream]] = {}
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
@@ -498,7 +508,7 @@ class Gateway:
 
     @property
     def url(self) -> str:
-        return f"http://{self._host}:{self.port}"
+        return f"http://{self._advertised}:{self.port}"
 
     @property
     def running(self) -> bool:
@@ -512,7 +522,7 @@ class Gateway:
             app.router.add_route("*", "/{tail:.*}", self._handle)
             runner = web.AppRunner(app, access_log=None, handle_signals=False)
             await runner.setup()
-            site = web.TCPSite(runner, self._host, 0)
+            site = web.TCPSite(runner, self._host, self._bind_port)
             await site.start()
             server = site._server
             sockets = getattr(server, "sockets", None)

@@ -150,8 +150,14 @@ class Worker:
         )
         self._seeding: asyncio.Task[None] | None = None
         # Provider credentials are read here, once, and live only in the gateway from now on.
+        host, port, advertised = settings.gateway_address()
         self.gateway = Gateway(
-            operator_upstreams(self.base_env, settings.anthropic_base_url, settings.openai_base_url)
+            operator_upstreams(
+                self.base_env, settings.anthropic_base_url, settings.openai_base_url
+            ),
+            host,
+            port,
+            advertised,
         )
         self._registering = asyncio.Lock()
         # Failures in a row across every slot, so an outage is logged once, not once per slot.

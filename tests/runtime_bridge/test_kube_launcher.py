@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from kubernetes import client
+from pydantic import ValidationError
 
 from bot.service.app import create_app
 from hub.client import HubClient
@@ -57,6 +58,9 @@ async def cluster(
         providers=providers,
         sandbox="off",
         launcher="agent-sandbox",
+        # The fake runs each pod's command on this host: the worker's pod address is loopback.
+        pod_ip="127.0.0.1",
+        gateway_port=free_port(),
         work_dir=tmp_path / "host-a",
     )
     port = free_port()
@@ -163,3 +167,23 @@ async def test_a_pod_that_never_becomes_ready_fails_the_turn_and_its_claim_is_de
         assert "SandboxNotReady" in done.error
         assert len(kube.deleted) == 1 and not kube.claims
         assert not kube.execs
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ({"sandbox": "bwrap", "pod_ip": "10.0.0.7"}, "set AMUX_RUNTIME_SANDBOX=off"),
+        ({"sandbox": "off"}, "needs AMUX_RUNTIME_POD_IP"),
+    ],
+)
+def test_agent_sandbox_settings_that_cannot_work_are_refused_with_what_to_set(
+    settings: dict[str, str], said: str
+) -> None:
+    with pytest.raises(ValidationError, match=said):
+        RuntimeSettings(launcher="agent-sandbox", **settings)  # type: ignore[arg-type]
+
+
+def test_agents_in_pods_are_told_the_gateway_at_the_worker_pods_address() -> None:
+    settings = RuntimeSettings(launcher="agent-sandbox", sandbox="off", pod_ip="10.0.0.7")
+    assert settings.gateway_address() == ("0.0.0.0", 8790, "10.0.0.7")
+    assert RuntimeSettings().gateway_address() == ("127.0.0.1", 0, None)
