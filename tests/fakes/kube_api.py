@@ -22,13 +22,20 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonschema
 from aiohttp import WSMsgType, web
+
+from tests.conftest import REPO
 
 CLAIMS = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/{ns}/sandboxclaims"
 SANDBOXES = "/apis/agents.x-k8s.io/v1beta1/namespaces/{ns}/sandboxes"
 PODS = "/api/v1/namespaces/{ns}/pods"
 V5 = "v5.channel.k8s.io"
 V4 = "v4.channel.k8s.io"
+# The pinned excerpt of agent-sandbox's CRD the chart's tests use: a claim it refuses is refused
+# here as the API server's strict field validation would.
+CLAIM_SCHEMA = REPO / "deploy" / "helm" / "schemas" / "agent-sandbox-0.5.6-sandboxclaim.json"
+CLAIM_VALIDATOR = jsonschema.Draft7Validator(json.loads(CLAIM_SCHEMA.read_text(encoding="utf-8")))
 
 
 @dataclass
@@ -89,6 +96,10 @@ class FakeKube:
 
     async def _create_claim(self, request: web.Request) -> web.Response:
         body = await request.json()
+        try:
+            CLAIM_VALIDATOR.validate(body)
+        except jsonschema.ValidationError as error:
+            return _status(422, "Invalid", f"SandboxClaim is invalid: {error.message}")
         name = body["metadata"]["name"]
         if name in self.claims:
             return _status(409, "AlreadyExists", f'sandboxclaims "{name}" already exists')
