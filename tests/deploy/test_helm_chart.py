@@ -1,6 +1,7 @@
 """deploy/helm/amux: the chart renders, for its defaults and each documented combination, into
-manifests that Kubernetes (every minor version the chart supports) and the KEDA and
-prometheus-operator CRDs accept, and that keep the promises the chart's README makes.
+manifests that Kubernetes (every minor version the chart supports) and the KEDA,
+prometheus-operator and agent-sandbox CRDs accept, and that keep the promises the chart's README
+makes.
 
 Rendering is Helm's own: helm-python-sdk binds Helm's Go library, so the templates run exactly as
 `helm template` runs them, offline and without a helm binary. No cluster is contacted.
@@ -26,6 +27,7 @@ from referencing import Registry, Resource
 from hub.config import HubSettings
 from hub.contract import QUEUED, RUNNING
 from hub.server import add_hub
+from runtime_bridge.config import RuntimeSettings
 from tests.conftest import REPO
 
 CHART = REPO / "deploy" / "helm" / "amux"
@@ -64,6 +66,20 @@ COMBINATIONS: dict[str, dict[str, Any]] = {
     },
     "three workers, sandbox off": {"worker": {"replicas": 3, "sandbox": "off"}},
     "no network policy": {"hub": {"networkPolicy": {"enabled": False}}},
+    "agent-sandbox": {
+        **WITH_SECRETS,
+        "worker": {**WITH_SECRETS["worker"], "sandbox": "agent-sandbox"},
+    },
+    "agent-sandbox, existing volume, default runtime, warm pods": {
+        "worker": {
+            "sandbox": "agent-sandbox",
+            "agentSandbox": {
+                "runtimeClassName": "",
+                "warmPods": 2,
+                "workDir": {"existingClaim": "my-work", "storageClassName": "cephfs"},
+            },
+        }
+    },
 }
 
 
@@ -118,7 +134,11 @@ def crd_validator(api_version: str, kind: str) -> jsonschema.Validator:
 
 def validate(manifest: dict[str, Any], version: str) -> None:
     api_version, kind = manifest["apiVersion"], manifest["kind"]
-    if api_version in ("keda.sh/v1alpha1", "monitoring.coreos.com/v1"):
+    if api_version in (
+        "keda.sh/v1alpha1",
+        "monitoring.coreos.com/v1",
+        "extensions.agents.x-k8s.io/v1beta1",
+    ):
         crd_validator(api_version, kind).validate(manifest)
         return
     kubernetes_validator(version, kind, api_version).validate(manifest)
@@ -238,7 +258,8 @@ def test_the_values_schema_refuses_any_other_number_of_hubs(replicas: int) -> No
 @pytest.mark.parametrize(
     ("values", "field"),
     [
-        ({"worker": {"sandbox": "agent-sandbox"}}, "sandbox"),
+        ({"worker": {"sandbox": "gvisor"}}, "sandbox"),
+        ({"worker": {"agentSandbox": {"gatewayPort": 0}}}, "gatewayPort"),
         ({"worker": {"keda": {"minReplicaCount": -1}}}, "minReplicaCount"),
         ({"worker": {"keda": {"enable": True}}}, "enable"),
         ({"hub": {"persistence": {"size": "lots"}}}, "size"),
@@ -460,3 +481,105 @@ def test_the_pods_run_as_the_user_the_image_makes() -> None:
     for workload in (hub(manifests), worker(manifests)):
         context = workload["spec"]["template"]["spec"]["securityContext"]
         assert (context["runAsUser"], context["runAsGroup"]) == (uid, gid)
+
+
+# -- agent-sandbox: each Agent in a pod of its own ------------------------------------------------
+
+
+def agent_sandbox() -> list[dict[str, Any]]:
+    return render({"worker": {"sandbox": "agent-sandbox"}})
+
+
+def test_agent_sandbox_workers_claim_pods_from_the_charts_warm_pool_and_share_their_volume() -> (
+    None
+):
+    manifests = agent_sandbox()
+    deployment = worker(manifests)
+    env = env_of(deployment)
+    assert env["AMUX_RUNTIME_LAUNCHER"]["value"] == "agent-sandbox"
+    assert env["AMUX_RUNTIME_SANDBOX"]["value"] == "off"
+    assert env["AMUX_RUNTIME_POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
+    assert env["AMUX_RUNTIME_POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    # Every setting the chart gives the worker is one the worker reads.
+    fields = {f"AMUX_RUNTIME_{name.upper()}" for name in RuntimeSettings.model_fields}
+    assert {name for name in env if name.startswith("AMUX_RUNTIME_")} <= fields
+    pool = one(manifests, "SandboxWarmPool")
+    template = one(manifests, "SandboxTemplate")
+    assert env["AMUX_RUNTIME_SANDBOX_WARM_POOL"]["value"] == pool["metadata"]["name"]
+    assert pool["spec"]["sandboxTemplateRef"]["name"] == template["metadata"]["name"]
+    pod = template["spec"]["podTemplate"]["spec"]
+    assert pod["runtimeClassName"] == "gvisor"
+    assert pod["automountServiceAccountToken"] is False
+    (agent,) = pod["containers"]
+    assert agent["resources"]["limits"] == {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "2Gi"}
+    # The same volume, at the same path, in the worker and in every Agent's pod.
+    (claim,) = find(manifests, "PersistentVolumeClaim")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["work"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    agent_volumes = {v["name"]: v for v in pod["volumes"]}
+    assert agent_volumes["work"] == volumes["work"]
+    mounts = {m["name"]: m["mountPath"] for m in containers(deployment)[0]["volumeMounts"]}
+    assert {m["name"]: m["mountPath"] for m in agent["volumeMounts"]}["work"] == mounts["work"]
+    assert "hostUsers" not in deployment["spec"]["template"]["spec"]
+
+
+def test_agent_sandbox_workers_may_claim_watch_delete_and_exec_and_nothing_more() -> None:
+    manifests = agent_sandbox()
+    deployment = worker(manifests)
+    account = one(manifests, "ServiceAccount")["metadata"]["name"]
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == account
+    binding = one(manifests, "RoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+    ]
+    rules = {
+        (group, resource): set(rule["verbs"])
+        for rule in one(manifests, "Role")["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert rules == {
+        ("extensions.agents.x-k8s.io", "sandboxclaims"): {
+            "create",
+            "get",
+            "list",
+            "watch",
+            "delete",
+        },
+        ("agents.x-k8s.io", "sandboxes"): {"get"},
+        ("", "pods"): {"get"},
+        ("", "pods/exec"): {"create", "get"},
+    }
+    assert find(render({}), "Role") == [] and find(render({}), "ServiceAccount") == []
+
+
+def test_sandbox_pods_reach_only_the_workers_gateway_the_hub_and_dns() -> None:
+    manifests = agent_sandbox()
+    policies = {p["metadata"]["name"]: p for p in find(manifests, "NetworkPolicy")}
+    agent_labels = one(manifests, "SandboxTemplate")["spec"]["podTemplate"]["metadata"]["labels"]
+    worker_labels = worker(manifests)["spec"]["template"]["metadata"]["labels"]
+    hub_labels = hub(manifests)["spec"]["template"]["metadata"]["labels"]
+    (sandbox,) = [p for p in policies.values() if matches(p["spec"]["podSelector"], agent_labels)]
+    assert sandbox["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert sandbox["spec"]["ingress"] == []
+    gateway, to_hub, dns = sandbox["spec"]["egress"]
+    assert matches(gateway["to"][0]["podSelector"], worker_labels)
+    assert gateway["ports"] == [{"port": 8790, "protocol": "TCP"}]
+    assert containers(worker(manifests))[0]["ports"][0]["containerPort"] == 8790
+    assert env_of(worker(manifests))["AMUX_RUNTIME_GATEWAY_PORT"]["value"] == "8790"
+    assert matches(to_hub["to"][0]["podSelector"], hub_labels)
+    assert {p["port"] for p in dns["ports"]} == {53}
+    # The workers take connections from sandbox pods only, on the gateway's port; the Hub takes
+    # them from workers and sandbox pods.
+    (to_workers,) = [
+        p for p in policies.values() if matches(p["spec"]["podSelector"], worker_labels)
+    ]
+    ((peer,),) = [rule["from"] for rule in to_workers["spec"]["ingress"]]
+    assert matches(peer["podSelector"], agent_labels)
+    (to_hub_policy,) = [
+        p for p in policies.values() if matches(p["spec"]["podSelector"], hub_labels)
+    ]
+    peers = to_hub_policy["spec"]["ingress"][0]["from"]
+    assert any(matches(p["podSelector"], agent_labels) for p in peers)
+    assert any(matches(p["podSelector"], worker_labels) for p in peers)

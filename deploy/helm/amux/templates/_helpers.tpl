@@ -57,3 +57,14 @@ http://{{ include "amux.hubName" . }}.{{ .Release.Namespace }}.svc:{{ .Values.hu
 {{- define "amux.kedaQuery" -}}
 {{- .Values.worker.keda.query | default (printf "sum(amux_executions{state=~\"queued|running\",namespace=\"%s\"})" .Release.Namespace) -}}
 {{- end -}}
+
+{{/* Agents in pods of their own (worker.sandbox agent-sandbox). */}}
+{{- define "amux.agentSandbox" -}}
+{{- if eq .Values.worker.sandbox "agent-sandbox" -}}true{{- end -}}
+{{- end -}}
+
+{{- define "amux.agentName" -}}{{ include "amux.fullname" . }}-agent{{- end -}}
+
+{{- define "amux.workClaimName" -}}
+{{ .Values.worker.agentSandbox.workDir.existingClaim | default (printf "%s-work" (include "amux.fullname" .)) }}
+{{- end -}}
