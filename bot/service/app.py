@@ -19,6 +19,7 @@ from hub.local_transport import LocalTransport
 from hub.rpc import HUB
 from hub.server import add_hub
 from runtime_bridge.config import RuntimeSettings
+from runtime_bridge.launchers import configured_launcher
 from runtime_bridge.worker import Worker
 
 if TYPE_CHECKING:
@@ -101,7 +102,14 @@ def _in_process_worker(
         work_dir = settings.work_dir_beside(hub_settings.home)
         stop = asyncio.Event()
         client = HubClient(url, token, transport=LocalTransport(app))
-        worker = Worker(client, url, settings, work_dir, amux_home=hub_settings.home)
+        worker = Worker(
+            client,
+            url,
+            settings,
+            work_dir,
+            amux_home=hub_settings.home,
+            launcher=configured_launcher(settings),
+        )
 
         async def run() -> None:
             if hub_listening is not None:
