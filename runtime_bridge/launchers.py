@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from runtime_bridge.config import RuntimeSettings
@@ -39,8 +40,10 @@ def configured_launcher(settings: RuntimeSettings) -> Launcher:
         if namespace is None and POD_NAMESPACE_FILE.is_file():
             namespace = POD_NAMESPACE_FILE.read_text(encoding="utf-8").strip()
     except config.ConfigException:
+        # Read now, not when the client was imported: KUBECONFIG may name several files.
+        kubeconfig = os.environ.get("KUBECONFIG") or None
         try:
-            config.load_kube_config(client_configuration=configuration)
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         except (config.ConfigException, OSError) as error:
             raise SandboxUnavailable(
                 "AMUX_RUNTIME_LAUNCHER=agent-sandbox found no cluster: the worker runs in no pod "
@@ -48,7 +51,7 @@ def configured_launcher(settings: RuntimeSettings) -> Launcher:
                 reason="NoCluster",
             ) from None
         if namespace is None:
-            _, context = config.list_kube_config_contexts()
+            _, context = config.list_kube_config_contexts(config_file=kubeconfig)
             namespace = (context or {}).get("context", {}).get("namespace")
     owner = None
     if settings.pod_name and settings.pod_uid:

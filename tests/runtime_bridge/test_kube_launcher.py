@@ -6,6 +6,7 @@ and deletes the claim whenever the turn ends. Against a loopback Kubernetes API 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -23,6 +24,9 @@ from hub.rpc import HUB
 from hub.services import Hub
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.kube_launcher import EXECUTION_LABEL, WORKER_LABEL, KubernetesLauncher
+from runtime_bridge.launchers import configured_launcher
+from runtime_bridge.providers import LOCAL
+from runtime_bridge.providers.errors import SandboxUnavailable
 from runtime_bridge.worker import Worker
 from tests.conftest import free_port, stand_in, until
 from tests.fakes.kube_api import FakeKube
@@ -187,3 +191,46 @@ def test_agents_in_pods_are_told_the_gateway_at_the_worker_pods_address() -> Non
     settings = RuntimeSettings(launcher="agent-sandbox", sandbox="off", pod_ip="10.0.0.7")
     assert settings.gateway_address() == ("0.0.0.0", 8790, "10.0.0.7")
     assert RuntimeSettings().gateway_address() == ("127.0.0.1", 0, None)
+
+
+def test_a_worker_without_a_cluster_to_reach_refuses_to_start_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    settings = RuntimeSettings(launcher="agent-sandbox", sandbox="off", pod_ip="10.0.0.7")
+    with pytest.raises(SandboxUnavailable, match="found no cluster") as raised:
+        configured_launcher(settings)
+    assert raised.value.code == "sandbox_unavailable"
+
+
+def test_a_worker_outside_a_cluster_uses_its_kubeconfig_and_its_contexts_namespace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://10.0.0.1:6443"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [
+                    {"name": "x", "context": {"cluster": "c", "user": "u", "namespace": "ai"}}
+                ],
+                "current-context": "x",
+            }
+        )
+    )
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    settings = RuntimeSettings(
+        launcher="agent-sandbox", sandbox="off", pod_ip="10.0.0.7", name="w-1"
+    )
+    launcher = configured_launcher(settings)
+    assert isinstance(launcher, KubernetesLauncher)
+    try:
+        assert (launcher.namespace, launcher.worker, launcher.owner) == ("ai", "w-1", None)
+    finally:
+        launcher.close()
+    assert configured_launcher(RuntimeSettings()) is LOCAL
