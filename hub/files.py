@@ -20,6 +20,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,21 @@ from hub.storage import MEMORY, guarded, is_storage_errno
 TEMP_PREFIX = ".amux-tmp-"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+# Directory syncs a write waits for only before its rename (see ``MemoryFiles.keep_copy``).
+_SYNCS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="amux-sync")
+
+
+def _sync_and_close(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _done() -> None:
+    """A copy made durable already."""
 
 
 @dataclass(frozen=True)
@@ -241,8 +257,12 @@ class MemoryFiles:
             finally:
                 os.close(fd)
 
-    def write_atomic(self, parts: tuple[str, ...], data: bytes) -> None:
+    def write_atomic(
+        self, parts: tuple[str, ...], data: bytes, before_rename: Callable[[], None] | None = None
+    ) -> None:
         """Replace or create the document durably: temp file, fsync, rename, directory fsync.
+        ``before_rename`` is called once the new body is synced, before it takes the name (a
+        failure there leaves the document as it was).
 
         Raises: StorageUnavailable: the disk is full, read-only or failing (nothing changed).
         """
@@ -261,6 +281,8 @@ class MemoryFiles:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
+                if before_rename is not None:
+                    before_rename()
                 os.rename(temp, parts[-1], src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -274,33 +296,42 @@ class MemoryFiles:
         source_parts: tuple[str, ...],
         parts: tuple[str, ...],
         data: bytes,
-    ) -> None:
-        """Make ``parts`` a durable copy of ``data``, the bytes ``source_parts`` of ``source``
-        holds now, which its caller is about to rename over or remove.
+    ) -> Callable[[], None]:
+        """Make ``parts`` a copy of ``data``, the bytes ``source_parts`` of ``source`` holds now,
+        which its caller is about to rename over or remove; the copy is durable once the
+        returned call returns, which the caller makes before it does so.
 
         A second name for that file is such a copy without writing or syncing its data again:
         the file is never written in place. Only a private file with no other name and of the
-        expected size is linked; otherwise (another filesystem, a file with other permissions)
-        the bytes are copied.
+        expected size is linked, and the new name's directory is synced on a thread of its own
+        meanwhile, so the caller's own syncs overlap it; otherwise (another filesystem, a file
+        with other permissions) the bytes are copied, durably before this returns.
+
+        Raises: StorageUnavailable (here or from the returned call).
         """
         with (
             guarded(self.disk, self.root),
             source._directory(source_parts[:-1], create=False) as source_fd,
         ):
-            if source_fd is not None and self._link(source_fd, source_parts[-1], parts, data):
-                return
+            if source_fd is not None:
+                synced = self._link(source_fd, source_parts[-1], parts, data)
+                if synced is not None:
+                    return synced
         self.write_atomic(parts, data)
+        return _done
 
-    def _link(self, source_fd: int, name: str, parts: tuple[str, ...], data: bytes) -> bool:
+    def _link(
+        self, source_fd: int, name: str, parts: tuple[str, ...], data: bytes
+    ) -> Callable[[], None] | None:
         try:
             info = os.stat(name, dir_fd=source_fd, follow_symlinks=False)
         except OSError:
-            return False
+            return None
         private = stat.S_IMODE(info.st_mode) & 0o077 == 0
         if not (stat.S_ISREG(info.st_mode) and private and info.st_nlink == 1):
-            return False
+            return None
         if info.st_size != len(data):
-            return False
+            return None
         with self._directory(parts[:-1], create=True) as dir_fd:
             assert dir_fd is not None
             try:
@@ -309,12 +340,17 @@ class MemoryFiles:
                 )
             except FileExistsError:
                 # Named by its revision: what is there already holds these bytes.
-                return True
+                return _done
             except OSError:
-                return False
+                return None
             # The new name reaches the disk before the caller replaces the old one.
-            os.fsync(dir_fd)
-        return True
+            syncing = _SYNCS.submit(_sync_and_close, os.dup(dir_fd))
+
+        def synced() -> None:
+            with guarded(self.disk, self.root):
+                syncing.result()
+
+        return synced
 
     def visit_path(self, parts: tuple[str, ...], visit: OnDirectory) -> bool:
         """Call ``visit`` with the root and each directory down to ``root/parts``, walked

@@ -39,6 +39,7 @@ import os
 import re
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -205,9 +206,9 @@ class MemoryHistory:
     def _copy_parts(self, scope: str, path: str, revision: str) -> tuple[str, ...]:
         return scope_directory(scope) + tuple(path.split("/")) + (revision,)
 
-    def _keep(self, scope: str, parts: tuple[str, ...], data: bytes) -> None:
+    def _keep(self, scope: str, parts: tuple[str, ...], data: bytes) -> Callable[[], None]:
         full = scope_directory(scope) + parts
-        self.files.keep_copy(self._store.files, full, full + (revision_of(data),), data)
+        return self.files.keep_copy(self._store.files, full, full + (revision_of(data),), data)
 
     def record(
         self,

@@ -232,7 +232,10 @@ class MemoryStore:
         self._usage: dict[str, _Usage] = {}
         # Called with (scope, path parts, old body) in the write thread, under the scope lock,
         # before a body is overwritten or forgotten: the Hub's history keeps it (hub.history).
-        self.history_keeper: Callable[[str, tuple[str, ...], bytes], None] | None = None
+        # It returns a call that waits until the copy is durable, made before the rename.
+        self.history_keeper: Callable[[str, tuple[str, ...], bytes], Callable[[], None]] | None = (
+            None
+        )
 
     def open(self) -> None:
         """Create the root and clear temp files an earlier crash left behind."""
@@ -503,9 +506,11 @@ class MemoryStore:
         """Keep the replaced body (history), then write the document durably, under the scope
         lock; the scope's usage follows only a write that was made."""
         full = scope_directory(scope) + parts
+        kept = None
         if current is not None and self.history_keeper is not None:
-            self.history_keeper(scope, parts, current)
-        self.files.write_atomic(full, data)
+            kept = self.history_keeper(scope, parts, current)
+        # The copy's sync overlaps the new body's own; both are done before the rename.
+        self.files.write_atomic(full, data, kept)
         usage = self._scope_usage(scope)
         usage.documents += 1 if current is None else 0
         usage.bytes += len(data) - (len(current) if current is not None else 0)
@@ -569,7 +574,7 @@ class MemoryStore:
             )
         usage = self._scope_usage(scope)
         if self.history_keeper is not None:
-            self.history_keeper(scope, parts, current)
+            self.history_keeper(scope, parts, current)()
         # Under the scope lock: no write in this scope can be creating a directory meanwhile.
         removed = self.files.delete(full, keep=len(scope_parts))
         if removed:
