@@ -52,10 +52,17 @@ class Cluster:
 
 @asynccontextmanager
 async def cluster(
-    tmp_path: Path, kube: FakeKube, ready_seconds: float = 30.0, leftover: bool = False
+    tmp_path: Path, kube: FakeKube, ready_seconds: float = 30.0
 ) -> AsyncIterator[Cluster]:
     """A Hub, the fake API server and a worker launching through agent-sandbox, serving."""
-    providers = {"echo": str(stand_in("echo_agent.sh")), "gate": str(stand_in("gate_agent.sh"))}
+    failing = tmp_path / "failing_agent.sh"
+    failing.write_text("#!/bin/sh\ncat > /dev/null\necho 'no model answered' >&2\nexit 3\n")
+    failing.chmod(0o755)
+    providers = {
+        "echo": str(stand_in("echo_agent.sh")),
+        "gate": str(stand_in("gate_agent.sh")),
+        "failing": str(failing),
+    }
     settings = RuntimeSettings(
         name="host-a",
         slots=1,
@@ -125,6 +132,19 @@ async def test_a_turns_answer_streams_back_from_its_own_pod_and_its_claim_is_the
         ((shell, script),) = kube.execs
         assert shell == "/bin/sh"
         await until(lambda: not Path(script).exists())
+
+
+async def test_an_agent_that_fails_in_its_pod_fails_the_turn_with_its_status_and_stderr(
+    tmp_path: Path,
+) -> None:
+    kube = FakeKube()
+    async with cluster(tmp_path, kube) as c:
+        execution = await c.submit("failing", "hello")
+        await until(lambda: c.hub.executions.describe(execution).finished, seconds=60)
+        done = c.hub.executions.describe(execution)
+        assert done.state == "failed"
+        assert done.error == "failing exited with status 3: no model answered"
+        assert len(kube.deleted) == 1 and not kube.claims
 
 
 async def test_a_stop_deletes_the_turns_claim_and_ends_its_agent(tmp_path: Path) -> None:
