@@ -136,12 +136,18 @@ class PodInput:
     def write(self, data: bytes) -> None:
         if self._closing:
             raise BrokenPipeError("the command's stdin is closed")
+        self._check()
         if data:
             self._queue.put_nowait(bytes(data))
 
     async def drain(self) -> None:
+        self._check()
         await self._queue.join()
-        if self._task.done() and self._closing is False:
+        self._check()
+
+    def _check(self) -> None:
+        # Nothing sends any more once a send failed: writing on would wait for ever.
+        if self._task.done() and not self._closing:
             raise BrokenPipeError("the command's pod went away")
 
     def close(self) -> None:

@@ -23,7 +23,12 @@ from hub.config import HubSettings
 from hub.rpc import HUB
 from hub.services import Hub
 from runtime_bridge.config import RuntimeSettings
-from runtime_bridge.kube_launcher import EXECUTION_LABEL, WORKER_LABEL, KubernetesLauncher
+from runtime_bridge.kube_launcher import (
+    EXECUTION_LABEL,
+    WORKER_LABEL,
+    KubernetesLauncher,
+    PodInput,
+)
 from runtime_bridge.launchers import configured_launcher
 from runtime_bridge.providers import LOCAL
 from runtime_bridge.providers.errors import SandboxUnavailable
@@ -254,3 +259,20 @@ def test_a_worker_outside_a_cluster_uses_its_kubeconfig_and_its_contexts_namespa
     finally:
         launcher.close()
     assert configured_launcher(RuntimeSettings()) is LOCAL
+
+
+async def test_writing_to_an_agent_whose_pod_went_away_fails_at_once_rather_than_waiting() -> None:
+    def send(data: bytes) -> None:
+        raise ConnectionResetError("the pod is gone")
+
+    stdin = PodInput(send, lambda: None)
+    try:
+        stdin.write(b"the prompt")
+        with pytest.raises(BrokenPipeError):
+            await stdin.drain()
+        with pytest.raises(BrokenPipeError):
+            async with asyncio.timeout(5):
+                stdin.write(b"a reply to a permission request")
+                await stdin.drain()
+    finally:
+        await stdin.aclose()
