@@ -553,6 +553,9 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "error.about.not_found": "It is not there (any more).",
         "error.about.payload_too_large": "It is too large.",
         "error.about.quota_exceeded": "A limit was reached.",
+        "error.about.sandbox_unavailable": (
+            "No sandbox could be had for the Agent right now: the cluster gave none in time."
+        ),
         "error.about.request_timeout": "It took too long.",
         "error.about.storage_unavailable": "amux cannot write to its storage right now.",
         "error.about.forge_unavailable": "The project's forge refused, or did not answer.",
@@ -1154,6 +1157,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "error.about.not_found": "找不到它（或已不存在）。",
         "error.about.payload_too_large": "内容过大。",
         "error.about.quota_exceeded": "已达到上限。",
+        "error.about.sandbox_unavailable": "集群暂时没有为 Agent 提供沙箱：请稍后再试。",
         "error.about.request_timeout": "耗时过长。",
         "error.about.storage_unavailable": "amux 暂时无法写入存储。",
         "error.about.forge_unavailable": "项目的 GitHub 或 GitLab 拒绝了请求或没有应答。",
