@@ -3,8 +3,9 @@
 Every conversation has a ``CODEX_HOME`` of its own, and Codex's first start in a new one creates
 its SQLite databases and runs their migrations (about 100 ms of CPU before it answers
 ``initialize``, most of a Codex launch's share). The worker makes them once in the background:
-``codex app-server`` answers ``initialize`` in a home of the seed's own, inside bubblewrap with no
-network and nothing writable but that home, and its ``*.sqlite`` files, checkpointed, are copied
+``codex app-server`` answers ``initialize`` in a home of the seed's own, inside the sandbox a launch
+gets (the system and Codex's installation read-only, amux's state hidden) with no network and
+nothing writable but that home, and its ``*.sqlite`` files, checkpointed, are copied
 into a conversation's home when a launch makes that home. They hold only Codex's migrations and
 its bookkeeping of an empty home: no installation id, no thread, no log line.
 
@@ -25,6 +26,9 @@ import signal
 import sqlite3
 from pathlib import Path
 
+from runtime_bridge.providers.errors import ExecutableMissing
+from runtime_bridge.sandbox import SandboxLayout, bwrap_argv, find_installations, service_hidden
+
 logger = logging.getLogger("amux.worker")
 
 SEED_SECONDS = 60.0
@@ -44,21 +48,21 @@ def _identity(executable: str) -> tuple[str, int, int, int] | None:
     return real, found.st_ino, found.st_size, found.st_mtime_ns
 
 
-def seed_command(bwrap: str, executable: str, home: Path) -> list[str]:
-    """``codex app-server`` with the whole file system read-only but ``home``, and no network."""
-    return [
-        bwrap,
-        "--ro-bind", "/", "/",
-        "--bind", str(home), str(home),
-        "--dev", "/dev",
-        "--proc", "/proc",
-        "--unshare-all",
-        "--die-with-parent",
-        "--new-session",
-        "--",
-        executable,
-        "app-server",
-    ]  # fmt: skip
+def seed_command(
+    bwrap: str, executable: str, home: Path, path: str, hidden: tuple[Path, ...]
+) -> list[str]:
+    """``codex app-server`` in a launch's kind of sandbox: the system and Codex's installation
+    read-only, ``home`` writable, amux's state and the host's homes hidden, no network."""
+    layout = SandboxLayout(
+        cwd=home,
+        installations=find_installations([executable], path, hidden),
+        hidden=hidden,
+        writable=(home,),
+        user_namespace=os.geteuid() != 0,
+        own_network=True,
+    )
+    # By its real path: a link to it may sit where the sandbox shows nothing.
+    return [*bwrap_argv(bwrap, layout), os.path.realpath(executable), "app-server"]
 
 
 def _checkpointed(home: Path) -> tuple[Path, ...]:
@@ -76,10 +80,19 @@ def _checkpointed(home: Path) -> tuple[Path, ...]:
 class CodexSeed:
     """The empty databases of one Codex executable, under ``work_dir``; none until made."""
 
-    def __init__(self, executable: str | None, work_dir: Path, path: str | None = None) -> None:
+    def __init__(
+        self,
+        executable: str | None,
+        work_dir: Path,
+        path: str | None = None,
+        hidden: tuple[Path, ...] | None = None,
+    ) -> None:
         self._executable = executable
         # Looked up as a launch looks it up: on the worker's PATH, which launches are given.
-        self._path = path
+        self._path = path if path is not None else os.environ.get("PATH", "")
+        self._hidden = (
+            hidden if hidden is not None else service_hidden(amux_home=None, work_dir=work_dir)
+        )
         self._directory = work_dir / DIRECTORY
         self._identity: tuple[str, int, int, int] | None = None
         self._found: str | None = None
@@ -110,7 +123,7 @@ class CodexSeed:
         env.update({"HOME": str(home), "CODEX_HOME": str(home)})
         try:
             process = await asyncio.create_subprocess_exec(
-                *seed_command(bwrap, executable, home),
+                *seed_command(bwrap, executable, home, self._path, self._hidden),
                 cwd=home,
                 env=env,
                 stdin=asyncio.subprocess.PIPE,
@@ -118,7 +131,7 @@ class CodexSeed:
                 stderr=asyncio.subprocess.DEVNULL,
                 start_new_session=True,
             )
-        except OSError as error:
+        except (OSError, ExecutableMissing) as error:
             logger.info("no Codex seed (%s): new conversations' homes are made by Codex", error)
             shutil.rmtree(self._directory, ignore_errors=True)
             return

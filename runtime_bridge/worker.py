@@ -146,7 +146,7 @@ class Worker:
         self.warm_mcp = WarmMcp(self.amux, hub_url)
         # Made at the first Codex launch, for the ones after it.
         self.codex_seed = CodexSeed(
-            settings.executable("codex"), work_dir, self.base_env.get("PATH")
+            settings.executable("codex"), work_dir, self.base_env.get("PATH"), self.site.hidden()
         )
         self._seeding: asyncio.Task[None] | None = None
         # Provider credentials are read here, once, and live only in the gateway from now on.

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -24,6 +26,10 @@ def threads_in(home: Path) -> list[str]:
         rows = connection.execute("SELECT id FROM threads").fetchall()
     connection.close()
     return [str(row[0]) for row in rows]
+
+
+def real_path(executable: str) -> str:
+    return os.path.realpath(executable)
 
 
 def databases(home: Path) -> list[str]:
@@ -82,15 +88,16 @@ async def test_a_new_conversations_codex_home_starts_with_codexs_databases_and_k
 
 
 async def test_a_changed_codex_executable_gets_no_seed(tmp_path: Path, codex_bin: str) -> None:
-    wrapper = tmp_path / "codex"
-    wrapper.write_text(f'#!/bin/sh\nexec {codex_bin} "$@"\n')
-    wrapper.chmod(0o755)
-    seed = CodexSeed(str(wrapper), tmp_path / "worker")
+    installed = tmp_path / "bin" / "codex"
+    installed.parent.mkdir()
+    installed.symlink_to(real_path(codex_bin))
+    seed = CodexSeed(str(installed), tmp_path / "worker")
     await seed.make()
     assert seed.files()
 
     # An upgrade (or a downgrade, whose migrations the seed's would not match) replaces it.
-    wrapper.write_text(f'#!/bin/sh\n# upgraded\nexec {codex_bin} "$@"\n')
+    installed.unlink()
+    installed.symlink_to(real_path(shutil.which("true") or "/bin/true"))
     assert seed.files() == ()
 
 
