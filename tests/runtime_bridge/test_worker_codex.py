@@ -8,8 +8,12 @@ launch's own CODEX_HOME.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sqlite3
+import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -85,5 +89,44 @@ async def test_a_bound_codex_turn_saves_memory_over_mcp_and_resumes_with_its_bin
             # The native thread was resumed: the first turn is in the conversation.
             assert "Remember our deploy rule" in json.dumps(last.body["input"])
             assert protocol_text("mcp").strip() in last.role_text("developer")
+        finally:
+            hub.stop()
+
+
+def migrated_at(codex_home: Path) -> datetime:
+    """When Codex's state database in ``codex_home`` had its first migration applied (UTC)."""
+    (database,) = sorted(codex_home.glob("state_*.sqlite"))
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+        (first,) = connection.execute("SELECT MIN(installed_on) FROM _sqlx_migrations").fetchone()
+    connection.close()
+    return datetime.fromisoformat(str(first)).replace(tzinfo=UTC)
+
+
+def seed_made(seed: Path) -> bool:
+    """Codex's databases made ahead and checkpointed (no write-ahead log left)."""
+    return any(seed.glob("*.sqlite")) and not any(seed.glob("*.sqlite-wal"))
+
+
+async def test_a_later_new_codex_conversation_starts_with_databases_made_before_its_turn(
+    tmp_path: Path,
+) -> None:
+    async with FakeModelServer([Answer("One."), Answer("Two.")]) as model:
+        hub = start_codex_hub(tmp_path, model)
+        try:
+            first = await agent_run(hub, "--provider", "codex", "First conversation")
+            assert first["state"] == "succeeded", first
+            seed = tmp_path / "runtime" / "codex-seed" / "home"
+            deadline = time.monotonic() + 60
+            while not seed_made(seed):
+                assert time.monotonic() < deadline, "the worker made no Codex databases"
+                await asyncio.sleep(0.05)
+
+            second = await agent_run(hub, "--provider", "codex", "Second conversation")
+            assert second["state"] == "succeeded", second
+            assert second["text"] == "Two."
+            assert second["session_id"] != first["session_id"]
+            home = tmp_path / "runtime" / "sessions" / second["session_id"] / "codex-home"
+            # Made ahead: Codex did not spend the new conversation's first turn making them.
+            assert migrated_at(home) == migrated_at(seed)
         finally:
             hub.stop()
