@@ -13,13 +13,13 @@ cgroup and rlimit prefix (the template's resources are the bounds), the uid swit
 template's securityContext is who the Agent runs as) and the in-sandbox relay (the sandbox pods'
 NetworkPolicy is the network boundary).
 
-Files reach the pod on a volume: the worker's work directory (runs, Session homes, workspaces,
-project checkouts) is a ReadWriteMany volume mounted at the same path in the worker and in every
-sandbox pod, so the plan's paths, the checkout and the branch the worker commits afterwards are
-the same files on both sides. Its limits: every sandbox pod mounts the whole work directory (the
-pod's Agent can reach another conversation's files there, unlike under bwrap, which binds only the
-launch's own), the volume needs a ReadWriteMany storage class, and the Agent's executables must
-lie at the paths the worker names, in the sandbox image.
+Files reach the pod over the exec too (``runtime_bridge.pod_files``): the pod shares no volume
+with its worker. Its work directory is an empty directory of its own at the worker's path, into
+which the worker streams the launch's own trees before the Agent starts, and from which it takes
+back the workspace and the conversation's home once the Agent has ended (finished, failed or
+stopped), confined, bounded and swapped in whole. Another conversation's files, or another
+turn's run directory, are never in the pod. Its cost: the trees cross the API server twice each
+turn, and the Agent's executables must lie at the paths the worker names, in the sandbox image.
 
 The official ``kubernetes`` client is synchronous: its calls run in threads, and one thread per
 launch pumps the exec websocket into the asyncio streams the runners read.
@@ -43,6 +43,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from runtime_bridge import pod_files
 from runtime_bridge.providers.errors import SandboxUnavailable
 from runtime_bridge.providers.plan import LaunchPlan
 from runtime_bridge.providers.process import LINE_LIMIT, AgentInput, AgentProcess
@@ -74,6 +75,8 @@ STDIN, STDOUT, STDERR, STATUS = 0, 1, 2, 3
 # The exit status of a command whose pod went away before it said how it ended.
 LOST = -int(signal.SIGKILL)
 PUMP_POLL = 0.1
+# How long a killed Agent's exec is given to report its end.
+END_GRACE = 10.0
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
@@ -84,11 +87,11 @@ def label_value(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:63]
 
 
-def pod_script(plan: LaunchPlan, argv: list[str]) -> str:
+def pod_script(plan: LaunchPlan, argv: list[str], pid_file: Path | None = None) -> str:
     """The shell script the pod runs for the launch: its working directory, its environment
-    alone, then ``argv``.
+    alone, then ``argv``; the Agent's pid in ``pid_file``, for a Stop to end it in the pod.
 
-    Written to the shared run directory rather than passed on the exec request, whose command
+    Streamed in with the run directory rather than passed on the exec request, whose command
     the API server may keep in its audit log: the environment holds the launch's credentials.
     The script removes itself first. ``plan.sandbox``, ``plan.confine``, ``plan.run_as`` and
     ``plan.relay`` are left out on purpose: the pod's RuntimeClass, resources, securityContext
@@ -99,7 +102,8 @@ def pod_script(plan: LaunchPlan, argv: list[str]) -> str:
     return (
         "#!/bin/sh\n"
         'rm -f -- "$0"\n'
-        f"cd -- {shlex.quote(str(plan.cwd))} || exit 126\n"
+        + (f"echo $$ > {shlex.quote(str(pid_file))}\n" if pid_file is not None else "")
+        + f"cd -- {shlex.quote(str(plan.cwd))} || exit 126\n"
         f"exec env -i {env} {command}\n"
     )
 
@@ -170,9 +174,13 @@ _ids = itertools.count(1)
 class PodProcess:
     """A command running in a sandbox pod, as the runners use a local process."""
 
-    def __init__(self, claim: str, pod: str, socket: Any, api: Any) -> None:
+    def __init__(
+        self, claim: str, pod: str, socket: Any, api: Any, plan: LaunchPlan, pid_file: Path
+    ) -> None:
         self.claim = claim
         self.pod = pod
+        self.plan = plan
+        self.pid_file = pid_file
         # No pid of this host's: a number that tells this launch's command from another's.
         self.pid = next(_ids)
         self.returncode: int | None = None
@@ -286,6 +294,7 @@ class KubernetesLauncher:
         worker: str,
         owner: tuple[str, str] | None = None,
         ready_seconds: float = 120.0,
+        back_bytes: int = 2 * 1024**3,
     ) -> None:
         from kubernetes import client
 
@@ -298,6 +307,8 @@ class KubernetesLauncher:
         self.worker = label_value(worker)
         self.owner = owner
         self.ready_seconds = ready_seconds
+        # At most this much of each tree comes back from a pod (the workspace bound).
+        self.back_bytes = back_bytes
 
     def close(self) -> None:
         self._api.close()
@@ -327,7 +338,10 @@ class KubernetesLauncher:
                 or the API server could not be asked; the claim is deleted by then.
         """
         name = f"amux-{secrets.token_hex(6)}"
-        script = self._write_script(plan, argv, name)
+        trees = pod_files.trees_in(plan)
+        pod_files.trees_back(plan)  # Refused before a claim is made, as the way in is.
+        pid_file = plan.roots[0] / f"{name}.pid"
+        script = self._write_script(plan, argv, name, pid_file)
         try:
             await self._call(
                 "create a SandboxClaim",
@@ -345,20 +359,123 @@ class KubernetesLauncher:
         try:
             sandbox = await asyncio.to_thread(self._until_ready, name)
             pod = await self._pod_of(name, sandbox)
+            await self._stream_in(name, pod, plan, trees)
+            script.unlink(missing_ok=True)
             socket, api = await asyncio.to_thread(self._exec, name, pod, script)
-            return PodProcess(name, pod, socket, api)
+            return PodProcess(name, pod, socket, api, plan, pid_file)
         except BaseException:
             script.unlink(missing_ok=True)
             await asyncio.shield(self.release(name))
             raise
 
-    def _write_script(self, plan: LaunchPlan, argv: list[str], name: str) -> Path:
-        # Every plan's first root is its run directory (build_plan), which lies on the volume
-        # the pod mounts; owner-only, as the plan's other files.
+    def _write_script(self, plan: LaunchPlan, argv: list[str], name: str, pid_file: Path) -> Path:
+        # Every plan's first root is its run directory (build_plan), streamed into the pod;
+        # owner-only, as the plan's other files.
         path = plan.roots[0] / f"{name}.sh"
-        path.write_text(pod_script(plan, argv), encoding="utf-8")
+        path.write_text(pod_script(plan, argv, pid_file), encoding="utf-8")
         path.chmod(0o700)
         return path
+
+    async def _stream_in(
+        self, claim: str, pod: str, plan: LaunchPlan, trees: tuple[Path, ...]
+    ) -> None:
+        """The launch's own trees into the pod's empty work directory, before the Agent."""
+        work_dir = pod_files.work_dir_of(plan)
+        started = time.monotonic()
+        sent = 0
+
+        def feed(send: Callable[[bytes], None]) -> None:
+            def counted(data: bytes) -> None:
+                nonlocal sent
+                sent += len(data)
+                send(data)
+
+            pod_files.pack(trees, work_dir, counted)
+
+        command = ["tar", "-x", "-f", "-", "-C", str(work_dir)]
+        code, said = await asyncio.to_thread(self._run_in, claim, pod, command, feed, None)
+        if code != 0:
+            raise SandboxUnavailable(
+                f"the worker could not give pod {pod} the turn's files (tar exited with {code}"
+                + (f": {said}" if said else "")
+                + ")",
+                claim=claim,
+                reason="StreamInFailed",
+            )
+        logger.info("gave pod %s %d bytes in %.1f s", pod, sent, time.monotonic() - started)
+
+    async def _stream_back(self, process: PodProcess) -> None:
+        """The trees the worker reads after a turn, from the pod, each replacing the worker's
+        copy whole once it was extracted confined; a refused one stays as it was before."""
+        for tree in pod_files.trees_back(process.plan):
+            started = time.monotonic()
+            with pod_files.spool_beside(tree) as spool:
+                sink = pod_files.Bounded(spool, tree, self.back_bytes)
+                command = ["tar", "-c", "-f", "-", "-C", str(tree), "."]
+                code, said = await asyncio.to_thread(
+                    self._run_in, process.claim, process.pod, command, None, sink.write
+                )
+                if code != 0:
+                    raise SandboxUnavailable(
+                        f"the worker could not take {tree} back from pod {process.pod} (tar "
+                        f"exited with {code}" + (f": {said}" if said else "") + "); it keeps "
+                        "the copy from before the turn",
+                        claim=process.claim,
+                        reason="StreamBackFailed",
+                    )
+                await asyncio.to_thread(pod_files.unpack, spool, tree)
+            logger.info(
+                "took %s back from pod %s: %d bytes in %.1f s",
+                tree,
+                process.pod,
+                sink.size,
+                time.monotonic() - started,
+            )
+
+    def _run_in(
+        self,
+        claim: str,
+        pod: str,
+        command: list[str],
+        feed: Callable[[Callable[[bytes], None]], None] | None,
+        receive: Callable[[bytes], None] | None,
+    ) -> tuple[int, str]:
+        """Run ``command`` in the pod to its end: ``feed`` writes its stdin, ``receive`` takes
+        its stdout. Its exit status and the last line of its stderr."""
+        socket, api = self._exec_command(claim, pod, command)
+        errors = bytearray()
+        status: Any = None
+        try:
+            if feed is not None:
+                feed(socket.write_stdin)
+            socket.close_channel(STDIN)
+
+            def drain() -> None:
+                data = socket.read_channel(STDOUT)
+                if data and receive is not None:
+                    receive(data)
+                errors.extend(socket.read_channel(STDERR) or b"")
+                del errors[:-4096]
+
+            while socket.is_open():
+                socket.update(timeout=PUMP_POLL)
+                drain()
+            drain()
+            status = socket.read_channel(STATUS)
+        except SandboxUnavailable:
+            raise
+        except Exception as error:
+            raise SandboxUnavailable(
+                f"the connection to pod {pod} broke: {error}", claim=claim, reason="ExecFailed"
+            ) from None
+        finally:
+            with contextlib.suppress(Exception):
+                socket.close()
+            with contextlib.suppress(Exception):
+                socket.sock.shutdown()
+            api.close()
+        lines = errors.decode("utf-8", "replace").strip().splitlines()
+        return exit_status(status), (lines[-1] if lines else "")
 
     async def _call(self, doing: str, claim: str, call: Callable[..., Any], *args: Any) -> Any:
         from kubernetes.client.exceptions import ApiException
@@ -446,7 +563,11 @@ class KubernetesLauncher:
         return pod if isinstance(pod, str) and pod else sandbox
 
     def _exec(self, claim: str, pod: str, script: Path) -> tuple[Any, Any]:
-        """The exec websocket of the pod's command, and the ApiClient it was opened with."""
+        """The exec websocket of the Agent's script, and the ApiClient it was opened with."""
+        return self._exec_command(claim, pod, ["/bin/sh", str(script)])
+
+    def _exec_command(self, claim: str, pod: str, command: list[str]) -> tuple[Any, Any]:
+        """The exec websocket of ``command`` in the pod, and the ApiClient it was opened with."""
         from kubernetes import client
         from kubernetes.stream import stream
 
@@ -458,7 +579,7 @@ class KubernetesLauncher:
                 client.CoreV1Api(api).connect_get_namespaced_pod_exec,
                 pod,
                 self.namespace,
-                command=["/bin/sh", str(script)],
+                command=command,
                 stdin=True,
                 stdout=True,
                 stderr=True,
@@ -469,18 +590,38 @@ class KubernetesLauncher:
         except Exception as error:
             api.close()
             raise SandboxUnavailable(
-                f"the worker could not run the Agent in pod {pod}: {error}",
+                f"the worker could not run {command[0]} in pod {pod}: {error}",
                 claim=claim,
                 reason="ExecFailed",
             ) from None
         return socket, api
 
     async def stop(self, process: AgentProcess) -> None:
-        """Delete the launch's claim (its pod, and everything the Agent started there, go with
-        it), then stop reading the command."""
+        """End the Agent if it still runs, take back what the worker reads after the turn, then
+        delete the launch's claim (its pod, and everything the Agent started there, go with it)
+        and stop reading the command.
+
+        Raises:
+            SandboxUnavailable: what the pod left could not be taken back, or was refused; the
+                worker's copies are as they were before the turn.
+        """
         assert isinstance(process, PodProcess)
-        await asyncio.shield(self.release(process.claim))
-        await process.halt()
+        try:
+            if process.returncode is None:
+                await self._end(process)
+            await self._stream_back(process)
+        finally:
+            await asyncio.shield(self.release(process.claim))
+            await process.halt()
+
+    async def _end(self, process: PodProcess) -> None:
+        """Kill the Agent in its pod (a Stop), and wait a moment for its exec to end."""
+        command = ["/bin/sh", "-c", 'kill -KILL "$(cat -- "$1")"', "sh", str(process.pid_file)]
+        with contextlib.suppress(SandboxUnavailable):
+            await asyncio.to_thread(self._run_in, process.claim, process.pod, command, None, None)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(END_GRACE):
+                await process.wait()
 
     async def release(self, claim: str) -> None:
         """Delete ``claim``; one already gone is fine, and a failure is logged, not raised: the

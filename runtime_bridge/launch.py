@@ -439,7 +439,9 @@ class LaunchSite:
             warnings = plan.warnings
             if plan.permissions == READ_ONLY:
                 warnings += (READ_ONLY_UNSANDBOXED,)
-            return dataclasses.replace(plan, confine=self.confinement(), warnings=warnings)
+            return dataclasses.replace(
+                plan, confine=self.confinement(), warnings=warnings, borrowed=borrowed_objects
+            )
         # The Agent's own executable first, for the same message an unsandboxed launch gives.
         executable = resolve_executable(plan)
         # By its directory's real path: the sandbox binds installations where they really are,
@@ -485,7 +487,11 @@ class LaunchSite:
         check_launch(plan, plan.argv[0], amux, bound)
         env = {**plan.env, "TMPDIR": "/tmp"}
         sandboxed = dataclasses.replace(
-            plan, sandbox=bwrap_argv(bwrap, layout), env=env, confine=self.confinement()
+            plan,
+            sandbox=bwrap_argv(bwrap, layout),
+            env=env,
+            confine=self.confinement(),
+            borrowed=borrowed_objects,
         )
         if not isolate:
             return sandboxed

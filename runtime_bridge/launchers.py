@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from runtime_bridge.bounds import bounds_from_settings
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.providers.errors import SandboxUnavailable
 from runtime_bridge.providers.process import LOCAL, Launcher
@@ -63,4 +64,5 @@ def configured_launcher(settings: RuntimeSettings) -> Launcher:
         settings.pod_name or settings.name,
         owner,
         settings.sandbox_ready_seconds,
+        bounds_from_settings(settings).workspace_bytes,
     )

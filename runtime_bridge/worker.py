@@ -443,7 +443,8 @@ class Worker:
             execution_id=claimed.execution_id,
             memory=memory,
             base_env=self.base_env,
-            own_home=site.sandboxed or turn.run_as is not None,
+            # A pod's HOME is gone with it: the conversation's own is taken back after the turn.
+            own_home=site.sandboxed or turn.run_as is not None or self.settings.in_pods(),
             permissions=claimed.permissions,
             # The permission prompt a Claude launch asks through is a command of amux's own.
             amux_argv=(self.amux,),

@@ -239,6 +239,9 @@ class LaunchPlan:
     doors: tuple[Door, ...] = ()
     # The turn it runs for: a launcher outside this host names what it makes for the launch by it.
     execution_id: str | None = None
+    # Objects a project checkout borrows (its default branch's), which the Agent reads: a
+    # launcher outside this host gives them to the Agent with its workspace.
+    borrowed: tuple[Path, ...] = ()
 
     def mask(self, text: str) -> str:
         """``text`` with every secret of this plan (its credential, secret-named variables of its

@@ -6,7 +6,10 @@ speaking the v5/v4 ``channel.k8s.io`` framing (a channel byte, then data: 0 stdi
 
 The "controller" binds a Sandbox and a pod to each new claim and marks the claim Ready, unless
 told the pods never become ready. An exec runs its command as a real local subprocess; deleting
-a claim deletes its Sandbox and pod, killing what runs there.
+a claim deletes its Sandbox and pod, killing what runs there. Given the worker's ``work_dir``,
+each pod has a file system of its own there, as a pod whose work directory is an emptyDir: the
+command runs under bubblewrap with the pod's own empty directory bound at that path, so what
+the worker did not stream into the pod is not there.
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import signal
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -62,6 +68,11 @@ class FakeKube:
     _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     running: dict[str, set[asyncio.subprocess.Process]] = field(default_factory=dict)
+    # The worker's work directory, where each pod has an empty directory of its own; None: pods
+    # see this host's files.
+    work_dir: Path | None = None
+    # Each pod's own work directory, by pod name (kept after the pod is deleted, for tests).
+    roots: dict[str, Path] = field(default_factory=dict)
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -125,6 +136,8 @@ class FakeKube:
                 "annotations": {"agents.x-k8s.io/pod-name": pod},
             },
         }
+        if self.work_dir is not None:
+            self.roots[pod] = Path(tempfile.mkdtemp(prefix=f"{pod}-", dir=self.work_dir.parent))
         self.pods[pod] = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -222,6 +235,23 @@ class FakeKube:
         self.execs.append(command)
         socket = web.WebSocketResponse(protocols=(V5, V4))
         await socket.prepare(request)
+        root = self.roots.get(name)
+        if root is not None:
+            assert self.work_dir is not None
+            bwrap = shutil.which("bwrap")
+            assert bwrap is not None
+            # This host's files, but the pod's own at the work directory's path.
+            command = [
+                bwrap,
+                "--dev-bind",
+                "/",
+                "/",
+                "--bind",
+                str(root),
+                str(self.work_dir),
+                "--",
+                *command,
+            ]
         process = await asyncio.create_subprocess_exec(
             *command,
             stdin=asyncio.subprocess.PIPE,

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -55,18 +56,48 @@ class Cluster:
         return execution.id
 
 
+# Says which of the paths it is given (one a line) it finds, edits its workspace, and counts its
+# turns in its HOME: what a resumed conversation finds there is what its earlier turns left.
+PROBE = """#!/bin/sh
+said=""
+while IFS= read -r path; do
+  [ -n "$path" ] || continue
+  if [ -e "$path" ]; then said="$said $path=present"; else said="$said $path=absent"; fi
+done
+echo "written in the pod" >> edited.txt
+echo turn >> "$HOME/turns"
+echo "turns=$(wc -l < "$HOME/turns")$said"
+"""
+# Leaves its workspace a link to a file outside it, and a file beside it.
+ESCAPING = """#!/bin/sh
+cat > /dev/null
+echo "changed in the pod" > edited.txt
+ln -s ../../runs escape
+echo done
+"""
+
+
 @asynccontextmanager
 async def cluster(
     tmp_path: Path, kube: FakeKube, ready_seconds: float = 30.0
 ) -> AsyncIterator[Cluster]:
     """A Hub, the fake API server and a worker launching through agent-sandbox, serving."""
+    kube.work_dir = tmp_path / "host-a"
     failing = tmp_path / "failing_agent.sh"
     failing.write_text("#!/bin/sh\ncat > /dev/null\necho 'no model answered' >&2\nexit 3\n")
     failing.chmod(0o755)
+    probe = tmp_path / "probe_agent.sh"
+    probe.write_text(PROBE)
+    probe.chmod(0o755)
+    escaping = tmp_path / "escaping_agent.sh"
+    escaping.write_text(ESCAPING)
+    escaping.chmod(0o755)
     providers = {
         "echo": str(stand_in("echo_agent.sh")),
         "gate": str(stand_in("gate_agent.sh")),
         "failing": str(failing),
+        "probe": str(probe),
+        "escaping": str(escaping),
     }
     settings = RuntimeSettings(
         name="host-a",
@@ -133,10 +164,13 @@ async def test_a_turns_answer_streams_back_from_its_own_pod_and_its_claim_is_the
         assert (reference["kind"], reference["name"], reference["uid"]) == ("Pod", *WORKER_POD)
         assert claim["spec"] == {"warmPoolRef": {"name": "amux-agent"}}
         assert kube.deleted == [metadata["name"]] and not kube.claims
-        # The pod ran a script from the shared run directory, which removed itself.
-        ((shell, script),) = kube.execs
+        # The pod ran a script streamed in with the run directory, which removed itself.
+        (_, (shell, script), *_) = kube.execs
         assert shell == "/bin/sh"
-        await until(lambda: not Path(script).exists())
+        (root,) = kube.roots.values()
+        assert kube.work_dir is not None
+        in_pod = root / Path(script).relative_to(kube.work_dir)
+        await until(lambda: not Path(script).exists() and not in_pod.exists())
 
 
 async def test_an_agent_that_fails_in_its_pod_fails_the_turn_with_its_status_and_stderr(
@@ -276,3 +310,68 @@ async def test_writing_to_an_agent_whose_pod_went_away_fails_at_once_rather_than
                 await stdin.drain()
     finally:
         await stdin.aclose()
+
+
+async def turn(c: Cluster, provider: str, prompt: str, session: str | None = None) -> Any:
+    execution, conversation = await c.hub.executions.submit(
+        principal_id=c.owner_id,
+        submitted_by=c.owner_id,
+        provider=provider,
+        prompt=prompt,
+        session_id=session,
+    )
+    await until(lambda: c.hub.executions.describe(execution.id).finished, seconds=60)
+    return c.hub.executions.describe(execution.id), conversation.id
+
+
+async def test_an_agent_in_its_pod_finds_no_other_conversations_files_and_its_own_come_back(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "host-a"
+    planted = [
+        work / "workspaces" / "someone-else" / "notes.txt",
+        work / "runs" / "another-turn" / "agent-config" / "memory" / "connection.json",
+        work / "sessions" / "another-conversation" / "home" / ".claude.json",
+    ]
+    for path in planted:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("not yours")
+    kube = FakeKube()
+    async with cluster(tmp_path, kube) as c:
+        ask = "\n".join(str(p) for p in planted) + "\n"
+        done, session = await turn(c, "probe", ask)
+        assert done.state == "succeeded", done.error
+        assert done.result is not None
+        assert done.result.text == "turns=1" + "".join(f" {p}=absent" for p in planted)
+        # What the Agent wrote in its pod is the worker's once the turn is over.
+        (edited,) = (work / "workspaces").glob("*/edited.txt")
+        assert edited.read_text() == "written in the pod\n"
+        # The next turn of the conversation finds what the first left: its HOME came back.
+        again, _ = await turn(c, "probe", "again", session)
+        assert again.state == "succeeded", again.error
+        assert again.result is not None and again.result.text == "turns=2"
+        assert edited.read_text() == "written in the pod\n" * 2
+        assert len(kube.deleted) == 2 and not kube.claims
+
+
+async def test_a_workspace_the_pod_leaves_with_a_link_out_of_it_is_refused_and_the_turn_fails(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "host-a"
+    kube = FakeKube()
+    async with cluster(tmp_path, kube) as c:
+        done, _ = await turn(c, "probe", "first")
+        assert done.state == "succeeded", done.error
+        (edited,) = (work / "workspaces").glob("*/edited.txt")
+
+        # Another conversation of the same person: the same workspace.
+        refused, _ = await turn(c, "escaping", "hello")
+        assert refused.state == "failed"
+        assert refused.error is not None
+        assert refused.error.startswith(f"what the pod left in {edited.parent} was refused")
+        assert "the worker keeps the copy from before the turn" in refused.error
+        # The worker's copy is the one from before the turn; nothing was left beside it.
+        assert edited.read_text() == "written in the pod\n"
+        assert not (edited.parent / "escape").is_symlink()
+        assert sorted(p.name for p in edited.parent.parent.iterdir()) == [edited.parent.name]
+        assert not kube.claims
