@@ -76,7 +76,7 @@ class RuntimeSettings(BaseSettings):
         description="Where `amux runtime worker` runs each Agent: local: on the worker's host "
         "(AMUX_RUNTIME_SANDBOX says how); agent-sandbox: in a Kubernetes pod of its own, claimed "
         "from the agent-sandbox controller (needs the kubernetes extra, a cluster, "
-        "AMUX_RUNTIME_SANDBOX=off and a work_dir on a volume the sandbox pods share).",
+        "AMUX_RUNTIME_SANDBOX=off; each turn's own files are streamed into its pod and back).",
     )
     sandbox_warm_pool: str = Field(
         default="amux-agent",

@@ -392,7 +392,9 @@ class KubernetesLauncher:
 
             pod_files.pack(trees, work_dir, counted)
 
-        command = ["tar", "-x", "-f", "-", "-C", str(work_dir)]
+        # The pod's empty directory holds the work directory's path, not yet the directory.
+        unpack = 'mkdir -p -- "$1" && exec tar -x -f - -C "$1"'
+        command = ["/bin/sh", "-c", unpack, "sh", str(work_dir)]
         code, said = await asyncio.to_thread(self._run_in, claim, pod, command, feed, None)
         if code != 0:
             raise SandboxUnavailable(
