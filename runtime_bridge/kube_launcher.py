@@ -17,7 +17,7 @@ Files reach the pod over the exec too (``runtime_bridge.pod_files``): the pod sh
 with its worker. Its work directory is an empty directory of its own at the worker's path, into
 which the worker streams the launch's own trees before the Agent starts, and from which it takes
 back the workspace and the conversation's home once the Agent has ended (finished, failed or
-stopped), confined, bounded and swapped in whole. Another conversation's files, or another
+stopped), confined, bounded, and applied only once whole. Another conversation's files, or another
 turn's run directory, are never in the pod. Its cost: the trees cross the API server twice each
 turn, and the Agent's executables must lie at the paths the worker names, in the sandbox image.
 
@@ -175,11 +175,18 @@ class PodProcess:
     """A command running in a sandbox pod, as the runners use a local process."""
 
     def __init__(
-        self, claim: str, pod: str, socket: Any, api: Any, plan: LaunchPlan, pid_file: Path
+        self,
+        claim: str,
+        pod: str,
+        socket: Any,
+        api: Any,
+        sent: Mapping[Path, pod_files.Manifest],
+        pid_file: Path,
     ) -> None:
         self.claim = claim
         self.pod = pod
-        self.plan = plan
+        # The trees the worker takes back, each with what it held when given to the pod.
+        self.sent = sent
         self.pid_file = pid_file
         # No pid of this host's: a number that tells this launch's command from another's.
         self.pid = next(_ids)
@@ -339,7 +346,10 @@ class KubernetesLauncher:
         """
         name = f"amux-{secrets.token_hex(6)}"
         trees = pod_files.trees_in(plan)
-        pod_files.trees_back(plan)  # Refused before a claim is made, as the way in is.
+        # Refused before a claim is made, as the way in is. What each tree held when given to
+        # the pod tells what the Agent changed in it.
+        back = pod_files.trees_back(plan)
+        sent = {tree: await asyncio.to_thread(pod_files.manifest, tree) for tree in back}
         pid_file = plan.roots[0] / f"{name}.pid"
         script = self._write_script(plan, argv, name, pid_file)
         try:
@@ -362,7 +372,7 @@ class KubernetesLauncher:
             await self._stream_in(name, pod, plan, trees)
             script.unlink(missing_ok=True)
             socket, api = await asyncio.to_thread(self._exec, name, pod, script)
-            return PodProcess(name, pod, socket, api, plan, pid_file)
+            return PodProcess(name, pod, socket, api, sent, pid_file)
         except BaseException:
             script.unlink(missing_ok=True)
             await asyncio.shield(self.release(name))
@@ -407,9 +417,10 @@ class KubernetesLauncher:
         logger.info("gave pod %s %d bytes in %.1f s", pod, sent, time.monotonic() - started)
 
     async def _stream_back(self, process: PodProcess) -> None:
-        """The trees the worker reads after a turn, from the pod, each replacing the worker's
-        copy whole once it was extracted confined; a refused one stays as it was before."""
-        for tree in pod_files.trees_back(process.plan):
+        """The trees the worker reads after a turn, from the pod, each extracted confined and
+        then what the Agent changed in it applied to the worker's; a refused one is left as
+        it is."""
+        for tree, sent in process.sent.items():
             started = time.monotonic()
             with pod_files.spool_beside(tree) as spool:
                 sink = pod_files.Bounded(spool, tree, self.back_bytes)
@@ -425,7 +436,7 @@ class KubernetesLauncher:
                         claim=process.claim,
                         reason="StreamBackFailed",
                     )
-                await asyncio.to_thread(pod_files.unpack, spool, tree)
+                await asyncio.to_thread(pod_files.unpack, spool, tree, sent)
             logger.info(
                 "took %s back from pod %s: %d bytes in %.1f s",
                 tree,

@@ -12,8 +12,9 @@ the workspace (the branch it commits, the next turn's files) and the conversatio
 Agent's native session, which the next turn resumes). What comes back is the Agent's and is
 untrusted: it is bounded in bytes, extracted with tarfile's ``data`` filter (no absolute paths,
 no ``..``, no link leading out of the tree, no devices) into a staging directory beside the
-tree, and only then swapped in, so a refused or broken stream leaves the previous tree as it
-was.
+tree, and only then applied: what the pod changed replaces the worker's copy, what it removed
+is removed, and what it left as given stays as the worker now has it (another turn in the same
+workspace may have changed it meanwhile). A refused or broken stream changes nothing.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ import contextlib
 import os
 import secrets
 import shutil
+import stat
 import tarfile
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
@@ -123,34 +126,117 @@ def _confined(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo | No
     return tarfile.data_filter(member, destination)
 
 
-def unpack(spool: IO[bytes], tree: Path) -> None:
-    """Replace ``tree`` with the tar in ``spool``, confined to it, or leave ``tree`` as it was.
+# What one entry of a tree is, as far as telling a change goes: its kind, size, mtime (whole
+# seconds, as tar keeps it), permission bits and, for a link, its target.
+Entry = tuple[str, int, int, int, str]
+Manifest = dict[str, Entry]
+RECENT = -1
+
+
+def _entry(path: Path) -> Entry | None:
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return ("link", 0, 0, 0, os.readlink(path))
+    if stat.S_ISDIR(st.st_mode):
+        return ("dir", 0, 0, 0, "")
+    return ("file", st.st_size, int(st.st_mtime), stat.S_IMODE(st.st_mode), "")
+
+
+def manifest(tree: Path, mark_recent: bool = True) -> Manifest:
+    """Every entry beneath ``tree`` by its relative path: what was given to the pod.
+
+    A file written in the last seconds is marked as never matching (mtime ``RECENT``): tar keeps
+    whole seconds, so the Agent's same-size rewrite within that second would look unchanged.
+    """
+    found: Manifest = {}
+    recent = int(time.time()) - 2
+    for parent, directories, files in os.walk(tree):
+        for name in (*directories, *files):
+            path = Path(parent) / name
+            entry = _entry(path)
+            if entry is not None:
+                if mark_recent and entry[0] == "file" and entry[2] >= recent:
+                    entry = (entry[0], entry[1], RECENT, entry[3], entry[4])
+                found[str(path.relative_to(tree))] = entry
+    return found
+
+
+def _unchanged(given: Entry, entry: Entry | None) -> bool:
+    if entry is None:
+        return False
+    if given[2] == RECENT:
+        return given[:2] + given[3:] == entry[:2] + entry[3:]
+    return given == entry
+
+
+def unpack(spool: IO[bytes], tree: Path, sent: Manifest) -> None:
+    """Apply to ``tree`` what the pod changed in it, from the tar in ``spool``: each entry that
+    differs from what was ``sent`` replaces the worker's, each one sent and gone from the pod is
+    removed unless the worker's copy changed meanwhile. Entries the pod left as they were stay as
+    the worker now has them, so another turn's changes to the same tree, ended meanwhile, are
+    kept. Nothing is applied before the whole stream was extracted, confined, beside the tree.
 
     Raises:
         SandboxUnavailable: the stream holds an absolute path, a ``..``, a link leading out of
-            the tree, a device, or is no tar at all.
+            the tree, a device, or is no tar at all; ``tree`` is then as it was.
     """
-    token = secrets.token_hex(4)
-    staging = tree.parent / f".{tree.name}.incoming-{token}"
-    previous = tree.parent / f".{tree.name}.previous-{token}"
+    staging = tree.parent / f".{tree.name}.incoming-{secrets.token_hex(4)}"
     staging.mkdir(mode=0o700)
     try:
-        spool.seek(0)
-        with tarfile.open(fileobj=spool, mode="r:") as tar:
-            tar.extractall(staging, filter=_confined)
-    except (tarfile.TarError, OSError) as error:
+        try:
+            spool.seek(0)
+            with tarfile.open(fileobj=spool, mode="r:") as tar:
+                tar.extractall(staging, filter=_confined)
+        except (tarfile.TarError, OSError) as error:
+            raise SandboxUnavailable(
+                f"what the pod left in {tree} was refused ({error}): it was not brought back, "
+                "and the worker keeps the copy from before the turn",
+                reason="StreamBackRefused",
+            ) from None
+        _apply(staging, tree, sent)
+    finally:
         shutil.rmtree(staging, ignore_errors=True)
-        raise SandboxUnavailable(
-            f"what the pod left in {tree} was refused ({error}): it was not brought back, and "
-            "the worker keeps the copy from before the turn",
-            reason="StreamBackRefused",
-        ) from None
-    existed = tree.exists()
-    if existed:
-        os.rename(tree, previous)
-    os.rename(staging, tree)
-    if existed:
-        shutil.rmtree(previous, ignore_errors=True)
+
+
+def _apply(staging: Path, tree: Path, sent: Manifest) -> None:
+    tree.mkdir(mode=0o700, parents=True, exist_ok=True)
+    real = tree.resolve()
+    now = manifest(staging, mark_recent=False)
+    for relative in sorted(now, key=lambda r: len(Path(r).parts)):  # Parents first.
+        entry = now[relative]
+        target = tree / relative
+        if entry[0] == "dir":
+            if not (target.is_dir() and not target.is_symlink()):
+                _remove(target)
+                target.mkdir(mode=0o700)
+            continue
+        if sent.get(relative) == entry:
+            continue  # As given: the worker's copy, whatever it is now, stays.
+        # Every parent on the way is a directory of the tree's own (made above), never a link.
+        if target.parent.resolve() != real / Path(relative).parent:
+            raise SandboxUnavailable(
+                f"{target} no longer lies within {tree}", reason="StreamBackRefused"
+            )
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        os.replace(staging / relative, target)
+    for relative in sorted(sent, key=lambda r: -len(Path(r).parts)):  # Children first.
+        if relative not in now and _unchanged(sent[relative], _entry(tree / relative)):
+            _remove(tree / relative, only_empty=True)
+
+
+def _remove(path: Path, only_empty: bool = False) -> None:
+    if path.is_dir() and not path.is_symlink():
+        if only_empty:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        else:
+            shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

@@ -5,12 +5,15 @@ as it was before the turn (real tar streams, real files)."""
 from __future__ import annotations
 
 import io
+import os
+import shutil
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
 
-from runtime_bridge.pod_files import Bounded, unpack
+from runtime_bridge.pod_files import Bounded, manifest, unpack
 from runtime_bridge.providers.errors import SandboxUnavailable
 
 
@@ -38,7 +41,7 @@ def test_a_stream_back_naming_a_path_outside_its_tree_is_refused_and_nothing_is_
     tree = workspace(tmp_path)
     stream = tar_of(("./notes.txt", b"after the turn"), (name, b"planted"))
     with pytest.raises(SandboxUnavailable, match="was refused") as refused:
-        unpack(stream, tree)
+        unpack(stream, tree, manifest(tree))
     assert refused.value.code == "sandbox_unavailable"
     assert (tree / "notes.txt").read_text() == "before the turn"
     # Nothing beside the tree either: no staging left, nothing planted.
@@ -47,23 +50,39 @@ def test_a_stream_back_naming_a_path_outside_its_tree_is_refused_and_nothing_is_
     assert not Path("/etc/amux-planted").exists()
 
 
-def test_a_stream_back_replaces_the_tree_whole_links_within_it_kept(tmp_path: Path) -> None:
-    tree = workspace(tmp_path)
+def pod_copy(tree: Path, pod: Path) -> io.BytesIO:
+    """What ``tar -c -C <pod's tree> .`` streams back."""
     stream = io.BytesIO()
     with tarfile.open(fileobj=stream, mode="w") as tar:
-        for name, content in (("./src/main.py", b"print(1)"),):
-            info = tarfile.TarInfo(name)
-            info.size = len(content)
-            tar.addfile(info, io.BytesIO(content))
-        link = tarfile.TarInfo("./current")
-        link.type = tarfile.SYMTYPE
-        link.linkname = "src/main.py"
-        tar.addfile(link)
-    unpack(stream, tree)
-    # What the Agent removed in its pod is gone here too; what it made is here.
-    assert sorted(p.name for p in tree.iterdir()) == ["current", "src"]
+        tar.add(str(pod), arcname=".")
+    return stream
+
+
+def test_what_the_agent_changed_comes_back_and_another_turns_change_meanwhile_stays(
+    tmp_path: Path,
+) -> None:
+    tree = workspace(tmp_path)
+    (tree / "theirs.txt").write_text("as given")
+    (tree / "gone.txt").write_text("removed in the pod")
+    for name in ("theirs.txt", "gone.txt"):
+        os.utime(tree / name, (time.time() - 60, time.time() - 60))
+    sent = manifest(tree)
+    # The pod's copy, as given, then changed by its Agent.
+    pod = tmp_path / "pod"
+    shutil.copytree(tree, pod, symlinks=True)
+    (pod / "notes.txt").write_text("after the turn")
+    (pod / "gone.txt").unlink()
+    (pod / "src").mkdir()
+    (pod / "src" / "main.py").write_text("print(1)")
+    (pod / "current").symlink_to("src/main.py")
+    # Meanwhile another turn in the same workspace changed a file this one left alone.
+    (tree / "theirs.txt").write_text("changed by another turn")
+    unpack(pod_copy(tree, pod), tree, sent)
+    assert sorted(p.name for p in tree.iterdir()) == ["current", "notes.txt", "src", "theirs.txt"]
+    assert (tree / "notes.txt").read_text() == "after the turn"
     assert (tree / "current").read_text() == "print(1)"
-    assert [p.name for p in tree.parent.iterdir()] == ["mine"]
+    assert (tree / "theirs.txt").read_text() == "changed by another turn"
+    assert sorted(p.name for p in tree.parent.iterdir()) == ["mine"]
 
 
 def test_a_stream_back_past_its_bound_is_refused_before_it_is_unpacked(tmp_path: Path) -> None:
