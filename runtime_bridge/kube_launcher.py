@@ -36,6 +36,7 @@ import logging
 import re
 import secrets
 import shlex
+import shutil
 import signal
 import threading
 import time
@@ -417,33 +418,45 @@ class KubernetesLauncher:
         logger.info("gave pod %s %d bytes in %.1f s", pod, sent, time.monotonic() - started)
 
     async def _stream_back(self, process: PodProcess) -> None:
-        """The trees the worker reads after a turn, from the pod, each extracted confined and
-        then what the Agent changed in it applied to the worker's; a refused one is left as
-        it is."""
-        for tree, sent in process.sent.items():
-            started = time.monotonic()
-            with pod_files.spool_beside(tree) as spool:
-                sink = pod_files.Bounded(spool, tree, self.back_bytes)
-                command = ["tar", "-c", "-f", "-", "-C", str(tree), "."]
-                code, said = await asyncio.to_thread(
-                    self._run_in, process.claim, process.pod, command, None, sink.write
-                )
-                if code != 0:
-                    raise SandboxUnavailable(
-                        f"the worker could not take {tree} back from pod {process.pod} (tar "
-                        f"exited with {code}" + (f": {said}" if said else "") + "); it keeps "
-                        "the copy from before the turn",
-                        claim=process.claim,
-                        reason="StreamBackFailed",
-                    )
-                await asyncio.to_thread(pod_files.unpack, spool, tree, sent)
-            logger.info(
-                "took %s back from pod %s: %d bytes in %.1f s",
-                tree,
-                process.pod,
-                sink.size,
-                time.monotonic() - started,
+        """The trees the worker reads after a turn, from the pod: each extracted confined
+        beside the worker's, and only once all were, what the Agent changed in them applied;
+        one refused leaves them all as they are."""
+        staged: list[tuple[Path, Path, pod_files.Manifest]] = []
+        try:
+            for tree, sent in process.sent.items():
+                staged.append((await self._fetch(process, tree), tree, sent))
+            for staging, tree, sent in staged:
+                await asyncio.to_thread(pod_files.apply, staging, tree, sent)
+        finally:
+            for staging, _, _ in staged:
+                shutil.rmtree(staging, ignore_errors=True)
+
+    async def _fetch(self, process: PodProcess, tree: Path) -> Path:
+        """The pod's copy of ``tree``, bounded, extracted confined into a directory beside it."""
+        started = time.monotonic()
+        with pod_files.spool_beside(tree) as spool:
+            sink = pod_files.Bounded(spool, tree, self.back_bytes)
+            command = ["tar", "-c", "-f", "-", "-C", str(tree), "."]
+            code, said = await asyncio.to_thread(
+                self._run_in, process.claim, process.pod, command, None, sink.write
             )
+            if code != 0:
+                raise SandboxUnavailable(
+                    f"the worker could not take {tree} back from pod {process.pod} (tar exited "
+                    f"with {code}" + (f": {said}" if said else "") + "); it keeps the copies "
+                    "from before the turn",
+                    claim=process.claim,
+                    reason="StreamBackFailed",
+                )
+            staging = await asyncio.to_thread(pod_files.stage, spool, tree)
+        logger.info(
+            "took %s back from pod %s: %d bytes in %.1f s",
+            tree,
+            process.pod,
+            sink.size,
+            time.monotonic() - started,
+        )
+        return staging
 
     def _run_in(
         self,

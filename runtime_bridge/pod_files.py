@@ -112,7 +112,8 @@ class Bounded:
         if self.size > self.limit:
             raise SandboxUnavailable(
                 f"the pod's copy of {self.tree} is larger than {format_size(self.limit)}: "
-                "it was not brought back, and the worker keeps the copy from before the turn",
+                "nothing of the turn's files was brought back, and the worker keeps the copies "
+                "from before the turn",
                 reason="StreamBackTooLarge",
             )
         self.spool.write(data)
@@ -172,33 +173,44 @@ def _unchanged(given: Entry, entry: Entry | None) -> bool:
     return given == entry
 
 
-def unpack(spool: IO[bytes], tree: Path, sent: Manifest) -> None:
-    """Apply to ``tree`` what the pod changed in it, from the tar in ``spool``: each entry that
-    differs from what was ``sent`` replaces the worker's, each one sent and gone from the pod is
-    removed unless the worker's copy changed meanwhile. Entries the pod left as they were stay as
-    the worker now has them, so another turn's changes to the same tree, ended meanwhile, are
-    kept. Nothing is applied before the whole stream was extracted, confined, beside the tree.
+def stage(spool: IO[bytes], tree: Path) -> Path:
+    """The tar in ``spool`` extracted, confined, into a new directory beside ``tree``.
 
     Raises:
         SandboxUnavailable: the stream holds an absolute path, a ``..``, a link leading out of
-            the tree, a device, or is no tar at all; ``tree`` is then as it was.
+            the tree, a device, or is no tar at all; nothing is left beside the tree.
     """
     staging = tree.parent / f".{tree.name}.incoming-{secrets.token_hex(4)}"
     staging.mkdir(mode=0o700)
     try:
-        try:
-            spool.seek(0)
-            with tarfile.open(fileobj=spool, mode="r:") as tar:
-                tar.extractall(staging, filter=_confined)
-        except (tarfile.TarError, OSError) as error:
-            raise SandboxUnavailable(
-                f"what the pod left in {tree} was refused ({error}): it was not brought back, "
-                "and the worker keeps the copy from before the turn",
-                reason="StreamBackRefused",
-            ) from None
+        spool.seek(0)
+        with tarfile.open(fileobj=spool, mode="r:") as tar:
+            tar.extractall(staging, filter=_confined)
+    except (tarfile.TarError, OSError) as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise SandboxUnavailable(
+            f"what the pod left in {tree} was refused ({error}): nothing of the turn's files "
+            "was brought back, and the worker keeps the copies from before the turn",
+            reason="StreamBackRefused",
+        ) from None
+    return staging
+
+
+def apply(staging: Path, tree: Path, sent: Manifest) -> None:
+    """Apply to ``tree`` what the pod changed in it, as ``staging`` holds it, then remove
+    ``staging``: each entry that differs from what was ``sent`` replaces the worker's, each one
+    sent and gone from the pod is removed unless the worker's copy changed meanwhile. Entries
+    the pod left as they were stay as the worker now has them, so another turn's changes to the
+    same tree, ended meanwhile, are kept."""
+    try:
         _apply(staging, tree, sent)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def unpack(spool: IO[bytes], tree: Path, sent: Manifest) -> None:
+    """``stage`` then ``apply``: nothing is applied before the whole stream was extracted."""
+    apply(stage(spool, tree), tree, sent)
 
 
 def _apply(staging: Path, tree: Path, sent: Manifest) -> None:

@@ -23,6 +23,7 @@ from hub.client import HubClient
 from hub.config import HubSettings
 from hub.rpc import HUB
 from hub.services import Hub
+from runtime_bridge.checkouts import short_id
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.kube_launcher import (
     EXECUTION_LABEL,
@@ -34,8 +35,9 @@ from runtime_bridge.launchers import configured_launcher
 from runtime_bridge.providers import LOCAL
 from runtime_bridge.providers.errors import SandboxUnavailable
 from runtime_bridge.worker import Worker
-from tests.conftest import free_port, stand_in, until
+from tests.conftest import free_port, git, stand_in, until
 from tests.fakes.kube_api import FakeKube
+from tests.runtime_bridge.test_projects_e2e import operator_repo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -68,10 +70,11 @@ echo "written in the pod" >> edited.txt
 echo turn >> "$HOME/turns"
 echo "turns=$(wc -l < "$HOME/turns")$said"
 """
-# Leaves its workspace a link to a file outside it, and a file beside it.
+# Changes its workspace and its HOME, and leaves the workspace a link to outside it.
 ESCAPING = """#!/bin/sh
 cat > /dev/null
 echo "changed in the pod" > edited.txt
+echo turn >> "$HOME/turns"
 ln -s ../../runs escape
 echo done
 """
@@ -79,7 +82,7 @@ echo done
 
 @asynccontextmanager
 async def cluster(
-    tmp_path: Path, kube: FakeKube, ready_seconds: float = 30.0
+    tmp_path: Path, kube: FakeKube, ready_seconds: float = 30.0, back_bytes: int = 2 * 1024**3
 ) -> AsyncIterator[Cluster]:
     """A Hub, the fake API server and a worker launching through agent-sandbox, serving."""
     kube.work_dir = tmp_path / "host-a"
@@ -98,6 +101,7 @@ async def cluster(
         "failing": str(failing),
         "probe": str(probe),
         "escaping": str(escaping),
+        "edit": str(stand_in("project_agent.sh")),
     }
     settings = RuntimeSettings(
         name="host-a",
@@ -124,7 +128,7 @@ async def cluster(
         configuration = client.Configuration()
         configuration.host = str(api.make_url("")).rstrip("/")
         launcher = KubernetesLauncher(
-            configuration, NAMESPACE, "amux-agent", "host-a", WORKER_POD, ready_seconds
+            configuration, NAMESPACE, "amux-agent", "host-a", WORKER_POD, ready_seconds, back_bytes
         )
         hub = app[HUB]
         owner = hub.state.owner()
@@ -365,13 +369,57 @@ async def test_a_workspace_the_pod_leaves_with_a_link_out_of_it_is_refused_and_t
         (edited,) = (work / "workspaces").glob("*/edited.txt")
 
         # Another conversation of the same person: the same workspace.
-        refused, _ = await turn(c, "escaping", "hello")
+        refused, conversation = await turn(c, "escaping", "hello")
         assert refused.state == "failed"
         assert refused.error is not None
         assert refused.error.startswith(f"what the pod left in {edited.parent} was refused")
-        assert "the worker keeps the copy from before the turn" in refused.error
+        assert "the worker keeps the copies from before the turn" in refused.error
         # The worker's copy is the one from before the turn; nothing was left beside it.
         assert edited.read_text() == "written in the pod\n"
         assert not (edited.parent / "escape").is_symlink()
+        # Nor did its HOME come back, whose native session would tell of edits that were not.
+        home = work / "sessions" / conversation / "home"
+        assert home.is_dir() and not (home / "turns").exists()
         assert sorted(p.name for p in edited.parent.parent.iterdir()) == [edited.parent.name]
+        assert not kube.claims
+
+
+async def test_a_project_conversations_agent_edits_its_checkout_in_its_pod_and_its_branch_has_it(
+    tmp_path: Path,
+) -> None:
+    repo = operator_repo(tmp_path / "web")
+    kube = FakeKube()
+    async with cluster(tmp_path, kube) as c:
+        await c.hub.projects.add("web", by=c.owner_id, path=str(repo), provider="edit")
+        execution, session = await c.hub.executions.submit(
+            principal_id=c.owner_id,
+            submitted_by=c.owner_id,
+            provider="edit",
+            prompt="write app.py print('from a pod')\n",
+            project="web",
+        )
+        await until(lambda: c.hub.executions.describe(execution.id).finished, seconds=60)
+        done = c.hub.executions.describe(execution.id)
+        assert done.state == "succeeded", done.error
+        branch = f"amux/{short_id(session.id)}"
+        # git ran in the pod over the default branch's objects the checkout borrows.
+        assert done.result is not None and done.result.text is not None
+        assert f"on {branch} after: start" in done.result.text
+        work = done.result.branch
+        assert work is not None and work.branch == branch
+        assert [(f.path, f.added, f.removed) for f in work.files] == [("app.py", 1, 1)]
+        assert git("show", f"{branch}:app.py", cwd=repo) == "print('from a pod')\n"
+        assert git("show", "main:app.py", cwd=repo) == "print('hello')\n"
+
+
+async def test_a_pods_tree_larger_than_the_bound_is_not_taken_back_and_the_turn_fails(
+    tmp_path: Path,
+) -> None:
+    kube = FakeKube()
+    async with cluster(tmp_path, kube, back_bytes=8 * 1024) as c:
+        done, _ = await turn(c, "probe", "hello")
+        assert done.state == "failed"
+        assert done.error is not None
+        assert "is larger than 8 KiB: nothing of the turn's files was brought back" in done.error
+        assert not list((tmp_path / "host-a" / "workspaces").glob("*/edited.txt"))
         assert not kube.claims
