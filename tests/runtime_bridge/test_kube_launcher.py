@@ -79,6 +79,15 @@ ln -s ../../runs escape
 echo done
 """
 
+# Edits its workspace, then says so in the file its prompt names (outside the work directory,
+# which the fake's pods share with this host) and waits to be stopped.
+HELD = """#!/bin/sh
+IFS= read -r started
+echo "written before the Stop" > edited.txt
+touch "$started"
+exec sleep 600
+"""
+
 
 @asynccontextmanager
 async def cluster(
@@ -95,7 +104,11 @@ async def cluster(
     escaping = tmp_path / "escaping_agent.sh"
     escaping.write_text(ESCAPING)
     escaping.chmod(0o755)
+    held = tmp_path / "held_agent.sh"
+    held.write_text(HELD)
+    held.chmod(0o755)
     providers = {
+        "held": str(held),
         "echo": str(stand_in("echo_agent.sh")),
         "gate": str(stand_in("gate_agent.sh")),
         "failing": str(failing),
@@ -423,3 +436,18 @@ async def test_a_pods_tree_larger_than_the_bound_is_not_taken_back_and_the_turn_
         assert "is larger than 8 KiB: nothing of the turn's files was brought back" in done.error
         assert not list((tmp_path / "host-a" / "workspaces").glob("*/edited.txt"))
         assert not kube.claims
+
+
+async def test_a_stopped_agents_edits_come_back_before_its_pod_is_deleted(tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    kube = FakeKube()
+    async with cluster(tmp_path, kube) as c:
+        execution = await c.submit("held", f"{started}\n")
+        await until(started.exists, seconds=60)
+        await c.hub.executions.cancel(execution)
+        await until(lambda: c.hub.executions.describe(execution).finished, seconds=30)
+        assert c.hub.executions.describe(execution).state == "cancelled"
+        await until(lambda: not kube.claims)
+        (edited,) = (tmp_path / "host-a" / "workspaces").glob("*/edited.txt")
+        assert edited.read_text() == "written before the Stop\n"
+        await until(lambda: not any(kube.running.values()))
