@@ -1,6 +1,6 @@
 """amux and a peer Feishu bridge for coding Agents, side by side in one run.
 
-Run: .venv/bin/python tests/benchmarks/bench_peer.py [--repeats N] [--levels 1,5]
+Run: .venv/bin/python tests/benchmarks/bench_peer.py [--repeats N] [--levels 1,5] [--slots N]
 
 The peer is ControlMesh (``controlmesh`` on PyPI, pinned below), the one bridge from the package
 registries that builds every Feishu address from a setting (``feishu.domain``), so it can be
@@ -400,6 +400,7 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--levels", default="1,5", help="conversations at once, comma-separated")
+    parser.add_argument("--slots", type=int, default=None, help="amux's; default: as `amux serve`")
     args = parser.parse_args()
     levels = tuple(int(n) for n in args.levels.split(","))
 
@@ -436,8 +437,13 @@ async def main() -> int:
             ANTHROPIC_API_KEY="sk-ant-bench",
             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
         )
-        runtime = RuntimeSettings(claude=claude, default_cwd=None, work_dir=root / "runtime")
-        print(f"amux worker slots: {runtime.slot_count()} (as `amux serve` on this host)")
+        runtime = RuntimeSettings(
+            claude=claude, default_cwd=None, work_dir=root / "runtime", slots=args.slots
+        )
+        print(
+            f"amux worker slots: {runtime.slot_count()}"
+            + ("" if args.slots else " (as `amux serve` here)")
+        )
         peer = PeerBench(fakes, fake, model)
         try:
             async with aiohttp.ClientSession() as http:
