@@ -451,3 +451,27 @@ async def test_a_stopped_agents_edits_come_back_before_its_pod_is_deleted(tmp_pa
         (edited,) = (tmp_path / "host-a" / "workspaces").glob("*/edited.txt")
         assert edited.read_text() == "written before the Stop\n"
         await until(lambda: not any(kube.running.values()))
+
+
+async def test_a_conversation_working_outside_the_work_directory_is_refused_before_a_claim(
+    tmp_path: Path,
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    kube = FakeKube()
+    async with cluster(tmp_path, kube) as c:
+        execution, _ = await c.hub.executions.submit(
+            principal_id=c.owner_id,
+            submitted_by=c.owner_id,
+            provider="probe",
+            prompt="hello",
+            cwd=str(elsewhere),
+        )
+        await until(lambda: c.hub.executions.describe(execution.id).finished, seconds=60)
+        done = c.hub.executions.describe(execution.id)
+        assert done.state == "failed"
+        assert done.error == (
+            f"{elsewhere} lies outside the worker's work directory {tmp_path / 'host-a'}: a "
+            "sandbox pod is given only the launch's own directories within it"
+        )
+        assert not kube.events and not kube.execs
