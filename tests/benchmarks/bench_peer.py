@@ -115,8 +115,9 @@ def install_peer() -> Path | str:
     except (OSError, subprocess.SubprocessError) as failed:
         shutil.rmtree(CACHE, ignore_errors=True)
         detail = getattr(failed, "stderr", b"") or b""
-        tail = detail.decode(errors="replace").strip().splitlines()[-1:] if detail else []
-        return f"{failed}{': ' + tail[0] if tail else ''}"
+        lines = detail.decode(errors="replace").strip().splitlines()
+        # pip's last line names the cause (no index reachable, no such version).
+        return f"installing {PEER}=={PEER_VERSION} failed: {lines[-1] if lines else failed}"
     return entry if entry.exists() else f"the install left no {entry}"
 
 
