@@ -18,9 +18,11 @@ each member enrolled beforehand, memory on, the Agent in its bubblewrap sandbox)
 ``controlmesh bot`` in a home of its own (``CONTROLMESH_HOME``), as a separate process with its
 default settings (``dm_policy`` allow, ``progress_mode`` text).
 
-Each conversation is a new member's private chat. Per level, a warm-up round and ``--repeats``
-rounds: one conversation alone is run twice in a row per round, ``n`` conversations are pushed at
-once. Per conversation:
+Each conversation is a member's private chat; both bridges get the same members and chats, as
+``bench_turn`` picks them: one member per conversation and wave, the same again in each repeat
+(each bridge's first turn in a chat starts its conversation, the later ones continue it). Per
+level, a warm-up round and ``--repeats`` rounds: one conversation alone is run twice in a row per
+round, ``n`` conversations are pushed at once. Per conversation:
 
   - event → first message: the push to the fake's arrival of the bridge's first message in the
     chat (amux: its progress card; ControlMesh: whatever it sends first);
@@ -293,9 +295,12 @@ async def _clear(event: asyncio.Event) -> None:
 
 
 async def run_peer(
-    peer: PeerBench, levels: tuple[int, ...], repeats: int, first: int
+    peer: PeerBench, levels: tuple[int, ...], repeats: int
 ) -> dict[int, list[PeerRound]]:
+    # The members and chats ``bench_turn.run_agent`` gives amux: one per conversation and wave,
+    # the same again in each repeat, so both bridges get the same events in the same chats.
     results: dict[int, list[PeerRound]] = {}
+    first = 0
     for level in levels:
         waves = bench_turn.waves_of(CLAUDE, level, False)
         rounds = []
@@ -311,8 +316,8 @@ async def run_peer(
                 rounds.append(done)
             if any(t.failed for t in done.turns):
                 break
-            first += level * waves
         results[level] = rounds
+        first += level * waves
     return results
 
 
@@ -464,8 +469,7 @@ async def main() -> int:
                 )
             print(f"{PEER}…", flush=True)
             await peer.start(entry, root / "controlmesh", claude)
-            first = sum(level * bench_turn.waves_of(CLAUDE, level, False) for level in levels)
-            peer_results = await run_peer(peer, levels, args.repeats, first * (args.repeats + 1))
+            peer_results = await run_peer(peer, levels, args.repeats)
         finally:
             await peer.stop()
             import logging
