@@ -11,8 +11,9 @@ and exits 0.
 Both bridges get the same fake Feishu, the same scripted model and the same real Claude CLI
 (``tools/agent-clis``; ControlMesh runs the ``claude`` it finds on ``PATH``, so that directory is
 put first on its ``PATH``, and both get the model's address in ``ANTHROPIC_BASE_URL``). Both take
-their events over Feishu's long connection, which is the only intake ControlMesh's Feishu bot-only
-mode has: the fake pushes each private-chat message event over its WebSocket. amux is
+their events over Feishu's long connection, which ControlMesh always opens (beside a callback
+listener, put on a free loopback port here): the fake pushes each private-chat message event over
+its WebSocket. amux is
 ``create_app`` as ``amux serve`` builds it, run by ``bench_turn``'s machinery (the Claude rows:
 each member enrolled beforehand, memory on, the Agent in its bubblewrap sandbox); ControlMesh is
 ``controlmesh bot`` in a home of its own (``CONTROLMESH_HOME``), as a separate process with its
@@ -78,7 +79,7 @@ from tests.benchmarks.bench_turn import (
     signer,
     spread,
 )
-from tests.benchmarks.harness import header
+from tests.benchmarks.harness import free_port, header
 from tests.fakes.feishu import FakeFeishu
 from tests.fakes.model_server import Answer, FakeModelServer
 
@@ -189,6 +190,8 @@ class PeerBench:
                 "app_secret": self.fake.app_secret,
                 "domain": self.fake.url,
                 "dm_policy": "allow",
+                # Its event callback listener, unused here; its default port may be taken.
+                "listener_port": free_port(),
             },
         }
         (home / "config" / "config.json").write_text(json.dumps(config), encoding="utf-8")
