@@ -25,7 +25,9 @@ from tests.conftest import HubProcess, running_hub
 pytestmark = pytest.mark.e2e
 
 SYSCALLS = (
-    "fsync,fdatasync,rename,renameat,renameat2,unlink,unlinkat,openat,mkdir,mkdirat,link,linkat"
+    "fsync,fdatasync,rename,renameat,renameat2,unlink,unlinkat,openat,mkdir,mkdirat,link,linkat,"
+    # A directory may be synced through a duplicate of its descriptor, on another thread.
+    "dup,dup2,dup3,fcntl"
 )
 # -s: paths are longer than strace's default 32-character strings.
 STRACE = ["strace", "-f", "--seccomp-bpf", "-s", "4096", "-e", f"trace={SYSCALLS}"]
@@ -116,6 +118,10 @@ def trace_ops(log: Path, tids: set[int], cwd: Path) -> list[Op]:
             path = at(args[0], _string(args[1]))
             fds[int(result)] = path
             ops.append(Op(number, "open", path, flags=args[2]))
+        elif name == "dup" or (name == "fcntl" and args[1].startswith("F_DUPFD")):
+            fds[int(result)] = fds.get(int(args[0]), f"<fd {args[0]}>")
+        elif name in ("dup2", "dup3"):
+            fds[int(args[1])] = fds.get(int(args[0]), f"<fd {args[0]}>")
         elif name in ("fsync", "fdatasync"):
             ops.append(Op(number, "fsync", fds.get(int(args[0]), f"<fd {args[0]}>")))
         elif name == "rename":
