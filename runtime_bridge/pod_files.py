@@ -217,6 +217,13 @@ def _apply(staging: Path, tree: Path, sent: Manifest) -> None:
     tree.mkdir(mode=0o700, parents=True, exist_ok=True)
     real = tree.resolve()
     now = manifest(staging, mark_recent=False)
+    # Checked for every entry before any is applied, so a refusal leaves the tree as it was.
+    for relative in now:
+        parent = (tree / relative).parent
+        if parent.exists() and parent.resolve() != real / Path(relative).parent:
+            raise SandboxUnavailable(
+                f"{tree / relative} no longer lies within {tree}", reason="StreamBackRefused"
+            )
     for relative in sorted(now, key=lambda r: len(Path(r).parts)):  # Parents first.
         entry = now[relative]
         target = tree / relative

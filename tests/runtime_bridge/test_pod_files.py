@@ -93,3 +93,21 @@ def test_a_stream_back_past_its_bound_is_refused_before_it_is_unpacked(tmp_path:
     with pytest.raises(SandboxUnavailable, match="larger than 1 KiB"):
         sink.write(b"x" * 100)
     assert (tree / "notes.txt").read_text() == "before the turn"
+
+
+def test_a_tree_whose_directory_became_a_link_meanwhile_takes_back_nothing(
+    tmp_path: Path,
+) -> None:
+    tree = workspace(tmp_path)
+    (tree / "sub").mkdir()
+    sent = manifest(tree)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    # While the turn ran, the worker's own copy of a directory was swapped for a link out.
+    shutil.rmtree(tree / "sub")
+    (tree / "sub").symlink_to(outside)
+    stream = tar_of(("notes.txt", b"the agent's edit"), ("sub/new.txt", b"planted"))
+    with pytest.raises(SandboxUnavailable):
+        unpack(stream, tree, sent)
+    assert (tree / "notes.txt").read_text() == "before the turn"
+    assert list(outside.iterdir()) == []
