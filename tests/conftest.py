@@ -32,6 +32,8 @@ from hub.state import State
 
 REPO = Path(__file__).resolve().parent.parent
 AMUX = shutil.which("amux", path=str(Path(sys.executable).parent)) or "amux"
+# The module `amux serve` runs its local worker as, in its own process.
+WORKER_PROCESS = "bot.service.worker_process"
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -185,6 +187,10 @@ class HubProcess:
         served = self._served()
         assert served is not None, f"no single amux serve runs under {self.prefix[0]}"
         return served
+
+    def worker_pids(self) -> list[int]:
+        """The local worker's process, a child of ``amux serve`` (none before it starts)."""
+        return [p for p in processes_tagged(WORKER_PROCESS) if parent_of(p) == self.pid]
 
     def healthy(self) -> bool:
         try:

@@ -141,7 +141,7 @@ def serve(
         None, "--log-format", help="text or json (default: AMUX_LOG_FORMAT, else text)."
     ),
 ) -> None:
-    """Run the Hub (and, when configured, the Feishu bot and an in-process worker)."""
+    """Run the Hub (and, when configured, the Feishu bot and a local worker process)."""
     from bot.service import logs
 
     # Checked before anything is made: a bad option must not leave an owner and a token behind.

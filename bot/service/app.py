@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from bot.config import FeishuSettings
+from bot.service import logs
+from bot.service.worker_process import WorkerProcess
 from hub.bodies import SERVER_ARGS
 from hub.client import HubClient
 from hub.config import HubSettings
@@ -18,6 +20,7 @@ from hub.errors import InvalidArgument, NotFound
 from hub.local_transport import LocalTransport
 from hub.rpc import HUB
 from hub.server import add_hub
+from hub.state import State
 from runtime_bridge.config import RuntimeSettings
 from runtime_bridge.launchers import configured_launcher
 from runtime_bridge.worker import Worker
@@ -29,6 +32,8 @@ logger = logging.getLogger("amux.serve")
 
 IN_PROCESS_WORKER = "in-process worker"
 RUNTIME_PRINCIPAL = "runtime"
+# The local worker's child process, when it runs as one.
+WORKER_PROCESS = web.AppKey("worker_process", WorkerProcess)
 
 
 def create_app(
@@ -40,6 +45,7 @@ def create_app(
     *,
     hub_listening: asyncio.Event | None = None,
     feishu_owner: str = "",
+    worker_process: bool = False,
 ) -> web.Application:
     """Build the service; nothing starts until the application's startup runs.
 
@@ -48,7 +54,9 @@ def create_app(
     (the same drain, request id, metrics, authentication and dispatch as HTTP, no socket); the
     Agents it launches reach the Hub at ``worker_url``. The application starts before its socket
     listens, so the worker starts once ``hub_listening`` is set when given: its first turn's
-    Agent must find the Hub listening.
+    Agent must find the Hub listening. With ``worker_process`` (what ``amux serve`` does) that
+    worker runs as a child process instead, reaching the Hub at ``worker_url`` over HTTP, so a
+    turn's launch work runs beside the Hub's rather than in its process.
     Settings not given are their defaults (the bot off), never read from the environment: only
     the process's own entry point (``amux serve``) reads that. ``feishu_owner`` is the open_id of
     the person who created the app by scanning its set-up QR code: the owner, unless the Hub has a
@@ -66,7 +74,7 @@ def create_app(
     add_hub(app, hub_settings, settings.accepted_providers())
     if worker_url is not None:
         app.cleanup_ctx.append(
-            _in_process_worker(hub_settings, settings, worker_url, hub_listening)
+            _local_worker(hub_settings, settings, worker_url, hub_listening, worker_process)
         )
     if feishu.enabled:
         # Imported only when the bot is on: lark-oapi takes seconds to import.
@@ -82,24 +90,46 @@ def create_app(
     return app
 
 
-def _in_process_worker(
+def _local_worker(
     hub_settings: HubSettings,
     settings: RuntimeSettings,
     url: str,
     hub_listening: asyncio.Event | None,
+    own_process: bool,
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
-        state = app[HUB].state
-        try:
-            principal = state.principal_by_name(RUNTIME_PRINCIPAL)
-        except NotFound:
-            principal = state.add_principal(RUNTIME_PRINCIPAL, "service")
-        # A fresh credential per start, held only in memory; the previous one is revoked.
-        for credential in state.credentials(principal.id):
-            if credential.label == IN_PROCESS_WORKER and credential.revoked_at is None:
-                state.revoke_credential(credential.id)
-        token, _ = state.issue_credential(principal.id, "cli", label=IN_PROCESS_WORKER)
+        token = _fresh_worker_credential(app[HUB].state)
         work_dir = settings.work_dir_beside(hub_settings.home)
+        if own_process:
+            child = WorkerProcess(
+                url,
+                token,
+                settings.model_dump(mode="json"),
+                work_dir,
+                hub_settings.home,
+                logs.current_settings(),
+                logs.current_stream(),
+            )
+            app[WORKER_PROCESS] = child
+
+            async def start_child() -> None:
+                if hub_listening is not None:
+                    await hub_listening.wait()
+                child.start()
+
+            starting = asyncio.create_task(start_child())
+
+            async def stop_child(app: web.Application) -> None:
+                # Before in-flight requests are drained: the worker's long poll is one of them.
+                starting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await starting
+                await child.stop()
+
+            app.on_shutdown.append(stop_child)
+            yield
+            await stop_child(app)
+            return
         stop = asyncio.Event()
         client = HubClient(url, token, transport=LocalTransport(app))
         worker = Worker(
@@ -132,3 +162,17 @@ def _in_process_worker(
         await stop_worker(app)
 
     return lifetime
+
+
+def _fresh_worker_credential(state: State) -> str:
+    """A credential per start for the local worker, held only in memory; the previous one is
+    revoked."""
+    try:
+        principal = state.principal_by_name(RUNTIME_PRINCIPAL)
+    except NotFound:
+        principal = state.add_principal(RUNTIME_PRINCIPAL, "service")
+    for credential in state.credentials(principal.id):
+        if credential.label == IN_PROCESS_WORKER and credential.revoked_at is None:
+            state.revoke_credential(credential.id)
+    token, _ = state.issue_credential(principal.id, "cli", label=IN_PROCESS_WORKER)
+    return token

@@ -209,6 +209,31 @@ def configure(
     return handler
 
 
+def current_settings() -> LogSettings:
+    """What ``configure`` set up in this process, for a child process to log the same way."""
+    root = logging.getLogger()
+    json_lines = any(isinstance(h.formatter, JsonFormatter) for h in root.handlers)
+    named = logging.getLevelName(root.level)
+    levels: dict[str, Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = {
+        "DEBUG": "DEBUG",
+        "INFO": "INFO",
+        "WARNING": "WARNING",
+        "ERROR": "ERROR",
+    }
+    return LogSettings(format="json" if json_lines else "text", level=levels.get(named, "INFO"))
+
+
+def current_stream() -> int | None:
+    """The descriptor ``configure``'s handler writes to, for a child process to log there too."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler):
+            try:
+                return int(handler.stream.fileno())
+            except (AttributeError, OSError, ValueError):
+                return None
+    return None
+
+
 class AccessLogger(AbstractAccessLogger):
     """One line per request, with its id: aiohttp writes these after the handler's context ends."""
 

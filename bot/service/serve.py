@@ -128,6 +128,7 @@ async def serve(settings: HubSettings) -> Outcome:
         feishu_settings=feishu,
         hub_listening=listening,
         feishu_owner=saved.owner_open_id if saved is not None else "",
+        worker_process=True,
     )
     runner = web.AppRunner(
         app, handle_signals=False, shutdown_timeout=1.0, access_log_class=AccessLogger

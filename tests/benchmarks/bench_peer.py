@@ -30,11 +30,12 @@ round, ``n`` conversations are pushed at once. Per conversation:
   - event → answer shown: to the fake's arrival of the call that shows the model's answer (amux:
     the card update with it; ControlMesh: its text message with it).
 
-CPU per turn is the bridge's own process over a round, divided by the round's turns, its child
-processes excluded: for amux this process's CPU less the fakes' and this driver's threads (as in
-``bench_turn``), so the Claude processes and amux's per-turn helpers (the sandbox, the MCP
-servers) are not counted; for ControlMesh ``utime + stime`` of its process from ``/proc`` (every
-thread), so the Claude processes it spawns are not counted either. The load average is printed
+CPU per turn is the bridge's own processes over a round, divided by the round's turns, their
+child processes excluded: for amux this process's CPU less the fakes' and this driver's threads
+(as in ``bench_turn``) plus its local worker's process, so the Claude processes and amux's
+per-turn helpers (the sandbox, the MCP servers) are not counted; for ControlMesh ``utime +
+stime`` of its process from ``/proc`` (every thread), so the Claude processes it spawns are not
+counted either. The load average is printed
 before and after. Figures are printed, never asserted; the exit status is non-zero only if a turn
 of either bridge fails.
 """
@@ -76,6 +77,7 @@ from tests.benchmarks.bench_turn import (
     cmdline,
     member,
     percentiles,
+    process_cpu,
     signer,
     spread,
 )
@@ -89,7 +91,6 @@ CACHE = Path.home() / ".cache" / "amux-bench" / f"{PEER}-{PEER_VERSION}"
 TURN_SECONDS = 300.0
 START_SECONDS = 120.0
 ROUND_GAP_SECONDS = bench_turn.ROUND_GAP_SECONDS
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def loadavg() -> str:
@@ -147,13 +148,6 @@ class PeerRound:
     kinds: dict[str, int] = field(default_factory=dict)
     # The most Claude processes the bridge had running at once.
     running: int = 0
-
-
-def process_cpu(pid: int) -> float:
-    """Seconds of CPU of one process (all its threads, not its children)."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def _chat_of(record: Any) -> tuple[str, str]:
@@ -370,7 +364,7 @@ def print_table(
             level,
             [[t.progress - t.sent for t in turns if t.progress is not None] for turns in ok],
             [[t.final - t.sent for t in turns if t.final is not None] for turns in ok],
-            [r.hub_cpu / len(r.turns) for r in rounds if r.turns],
+            [(r.hub_cpu + r.worker_cpu) / len(r.turns) for r in rounds if r.turns],
             max((r.running for r in rounds), default=0),
             "progress card / card updates"
             + (

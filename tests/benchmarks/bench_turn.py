@@ -136,13 +136,20 @@ class Service:
     runner: web.AppRunner
     url: str
     claims: dict[str, float]
+    # The local worker's own process, as `amux serve` runs it; None when it runs in this one.
+    worker_pid: int | None = None
 
 
 async def start_service(
-    home: Path, fake: FakeFeishu, provider: str, runtime: Any, mode: str = "webhook"
+    home: Path,
+    fake: FakeFeishu,
+    provider: str,
+    runtime: Any,
+    mode: str = "webhook",
+    worker_process: bool = True,
 ) -> Service:
     """``create_app`` as ``amux serve`` runs it, noting when the Hub leases each turn."""
-    from bot.service.app import create_app
+    from bot.service.app import WORKER_PROCESS, create_app
     from bot.service.feishu_app import FEISHU
     from bot.service.logs import AccessLogger
     from hub.config import HubSettings
@@ -157,6 +164,7 @@ async def start_service(
         worker_url=url,
         feishu_settings=feishu_settings(fake, provider, mode),
         hub_listening=listening,
+        worker_process=worker_process,
     )
     runner = web.AppRunner(
         app, handle_signals=False, shutdown_timeout=1.0, access_log_class=AccessLogger
@@ -180,7 +188,11 @@ async def start_service(
     await web.TCPSite(runner, "127.0.0.1", port).start()
     listening.set()
     await asyncio.wait_for(app[FEISHU].identity_known.wait(), 30)
-    return Service(runner, url, claims)
+    worker_pid = None
+    if worker_process:
+        await asyncio.wait_for(app[WORKER_PROCESS].started.wait(), 30)
+        worker_pid = app[WORKER_PROCESS].pid
+    return Service(runner, url, claims, worker_pid)
 
 
 # -- one round -------------------------------------------------------------------------------
@@ -341,6 +353,8 @@ class Sampler:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
+        # Whose children are turns' launches: the worker's process, or this one.
+        self.launcher = self.pid
         self.hub_kb: list[int] = []
         self.trees: dict[int, int] = {}
         self.running: list[int] = []
@@ -349,14 +363,14 @@ class Sampler:
 
     def start(self) -> None:
         # Children older than the round (the worker's warm `amux mcp`) are no turn's.
-        self._before = set(children(self.pid))
+        self._before = set(children(self.launcher))
         self.hub_kb, self.trees, self.running = [], {}, []
         self._task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
         while True:
             self.hub_kb.append(read_rss_kb(self.pid))
-            roots = [c for c in children(self.pid) if c not in self._before]
+            roots = [c for c in children(self.launcher) if c not in self._before]
             self.running.append(len(roots))
             for root in roots:
                 self.trees[root] = max(self.trees.get(root, 0), tree_rss_kb(root))
@@ -372,6 +386,19 @@ def thread_cpu() -> float:
     return time.thread_time()
 
 
+def process_cpu(pid: int | None) -> float:
+    """A process's own CPU seconds (user and system, not its children's); 0 without one."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            # After the command's closing parenthesis: utime and stime are fields 14 and 15.
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 # -- rounds ----------------------------------------------------------------------------------
 
 
@@ -379,6 +406,8 @@ def thread_cpu() -> float:
 class Round:
     turns: list[Turn]
     hub_cpu: float
+    # The local worker's process, when it runs in one of its own (launches, the Agents' output).
+    worker_cpu: float
     hub_kb: int
     tree_kb: list[int]
     running: int
@@ -442,7 +471,9 @@ class Bench:
     ) -> Round:
         turns: list[Turn] = []
         calls = len(self.fake.requests)
+        self.sampler.launcher = service.worker_pid or self.sampler.pid
         self.sampler.start()
+        worker = process_cpu(service.worker_pid)
         process, driver = time.process_time(), thread_cpu()
         fakes = await self.fakes.run(_thread_cpu())
         for wave in range(waves):
@@ -460,6 +491,7 @@ class Bench:
             - (thread_cpu() - driver)
             - (await self.fakes.run(_thread_cpu()) - fakes)
         )
+        worker_cpu = process_cpu(service.worker_pid) - worker
         await self.sampler.stop()
         if agent == STANDIN:
             self.standin_times(turns)
@@ -469,6 +501,7 @@ class Bench:
         return Round(
             turns,
             hub_cpu,
+            worker_cpu,
             max(self.sampler.hub_kb, default=0),
             list(self.sampler.trees.values()),
             max(self.sampler.running, default=0),
@@ -727,19 +760,25 @@ def print_table(results: dict[tuple[str, int], list[Round]], base: Baselines, sl
                 f"{agent:<9} {level:>4}  {stage:<28} {spread(p50):>15} {spread(p99):>15}  "
                 f"{shown:<26} {versus:>9}  {TARGETS.get(stage, '')}"
             )
-    print("\nHub (this process, the fakes' threads and the driver's excluded) and turns' trees:")
     print(
-        f"{'agent':<9} {'conv':>4}  {'CPU per turn ms':>16} {'Hub RSS peak MB':>16} "
+        "\nHub (this process, the fakes' threads and the driver's excluded), the local worker's "
+        "process, and turns' trees:"
+    )
+    print(
+        f"{'agent':<9} {'conv':>4}  {'CPU per turn ms':>16} {'worker CPU/turn ms':>19} "
+        f"{'both':>16} {'Hub RSS peak MB':>16} "
         f"{'turn tree RSS peak MB, median / max':>36} {'trees':>6} {'at once':>8} "
         f"{'Feishu calls/turn':>18}"
     )
     for (agent, level), rounds in results.items():
         cpu = [r.hub_cpu / len(r.turns) for r in rounds]
+        worker = [r.worker_cpu / len(r.turns) for r in rounds]
+        both = [(r.hub_cpu + r.worker_cpu) / len(r.turns) for r in rounds]
         hub = [r.hub_kb / 1024 for r in rounds]
         trees = [kb / 1024 for r in rounds for kb in r.tree_kb]
         tree = f"{statistics.median(trees):.0f} / {max(trees):.0f}" if trees else "none sampled"
         print(
-            f"{agent:<9} {level:>4}  {spread(cpu):>16} "
+            f"{agent:<9} {level:>4}  {spread(cpu):>16} {spread(worker):>19} {spread(both):>16} "
             f"{statistics.median(hub):16.0f} {tree:>36} {len(trees):>6} "
             f"{max(r.running for r in rounds):>8} "
             f"{statistics.median(r.feishu_calls / len(r.turns) for r in rounds):18.1f}"
@@ -786,6 +825,7 @@ async def run_agent(
     runtime: Any,
     results: dict[tuple[str, int], list[Round]],
     transport: str = "webhook",
+    worker_process: bool = True,
 ) -> None:
     row = agent + (LONG_CONNECTION_ROW if transport == LONG_CONNECTION else "")
     home = root / f"{agent}-{transport}-home"
@@ -793,7 +833,7 @@ async def run_agent(
     seed(home, members, memory=agent == CLAUDE)
     provider = "turn" if agent == STANDIN else "claude"
     service = await bench.server.run(
-        start_service(home, bench.fake, provider, runtime, transport)
+        start_service(home, bench.fake, provider, runtime, transport, worker_process)
     )
     bench.transport = transport
     if transport == LONG_CONNECTION:
@@ -838,6 +878,13 @@ async def main() -> int:
         "--levels",
         default=None,
         help="conversation counts for the stand-in, comma-separated (default 1,10,50; quick 1,10)",
+    )
+    parser.add_argument(
+        "--worker",
+        choices=("process", "in-process"),
+        default="process",
+        help="the local worker in a process of its own, as `amux serve` runs it, or inside the "
+        "Hub's process (how it ran before)",
     )
     parser.add_argument(
         "--transports",
@@ -923,10 +970,19 @@ async def main() -> int:
                         standin_runtime,
                         results,
                         transport,
+                        args.worker == "process",
                     )
                 if claude_levels:
                     await run_agent(
-                        bench, root, CLAUDE, claude_levels, repeats, args.quick, runtime, results
+                        bench,
+                        root,
+                        CLAUDE,
+                        claude_levels,
+                        repeats,
+                        args.quick,
+                        runtime,
+                        results,
+                        worker_process=args.worker == "process",
                     )
         finally:
             import logging

@@ -90,8 +90,9 @@ async def test_an_agent_connecting_300_times_to_the_mcp_host_gets_a_few_servers_
     )
     hub.start()
     try:
+        # The host is the worker's child; the worker is a child of `amux serve`.
         host = await until(lambda: [p for p in processes_tagged("runtime_bridge.mcp_host")
-                                    if parent_of(p) == hub.pid], 30)  # fmt: skip
+                                    if parent_of(p) in hub.worker_pids()], 30)  # fmt: skip
         # The host is warm before the turn (it listens): the launch gets the shim.
         await until(lambda: host_socket(host[0]).exists(), 30)
         status, submitted = await asyncio.to_thread(

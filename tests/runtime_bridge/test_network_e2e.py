@@ -276,8 +276,10 @@ async def test_an_agent_flooding_its_hub_door_leaves_the_hub_answering_everyone_
     async with FakeModelServer() as model:
         hub = start_hub(tmp_path, model, "", {"agents.permissions": "auto"})
         try:
-            # systemd's default for a service: 1,024 files for the Hub, its worker and doors.
-            resource.prlimit(hub.pid, resource.RLIMIT_NOFILE, (1024, 1024))
+            # systemd's default for a service: 1,024 files for the Hub, and as many for its
+            # worker's process, which holds the doors.
+            for pid in (hub.pid, *await until(hub.worker_pids, 30)):
+                resource.prlimit(pid, resource.RLIMIT_NOFILE, (1024, 1024))
             bob = await asyncio.to_thread(add_principal, hub, "bob")
             nonce = uuid.uuid4().hex
             flooding = await submit(hub, f"nonce {nonce}\nflood 1100\n")
