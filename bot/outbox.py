@@ -38,8 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
-
 from bot.feishu.errors import FeishuApiError
 from cards.elements import Card
 from hub import sqlite
@@ -297,14 +295,16 @@ class Outbox:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            retrying = AsyncRetrying(
-                retry=retry_if_exception_type(_StillFailing),
-                wait=wait_exponential(multiplier=1.0, min=1.0, max=self._max_wait),
-                reraise=True,
-            )
-            async for attempt in retrying:
-                with attempt:
+            # Until everything owed is delivered or given up: 1, 2, 4 s… apart, at most
+            # ``max_wait``. A plain loop: the first try is every final card's path.
+            failures = 0
+            while True:
+                try:
                     await self._deliver_owed()
+                    break
+                except _StillFailing:
+                    failures += 1
+                    await asyncio.sleep(min(self._max_wait, 2.0 ** min(failures - 1, 16)))
             if not self.pending():
                 self._idle.set()
 

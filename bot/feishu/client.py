@@ -24,12 +24,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_after_attempt,
-)
 
 from bot.config import FeishuSettings
 from bot.feishu.errors import FeishuApiError, ResourceTooLarge
@@ -87,9 +81,10 @@ def classify(http_status: int, feishu_code: int | None) -> Verdict:
     return "ok"
 
 
-def default_backoff(state: RetryCallState) -> float:
-    """Exponential back-off from 0.5 s, capped at 8 s, with jitter so retries do not align."""
-    exponent = min(state.attempt_number - 1, 16)
+def default_backoff(attempt: int) -> float:
+    """Seconds after failed attempt ``attempt`` (1-based): exponential back-off from 0.5 s,
+    capped at 8 s, with jitter so retries do not align."""
+    exponent = min(attempt - 1, 16)
     return float(min(8.0, 0.5 * 2.0**exponent) + random.uniform(0, 0.5))
 
 
@@ -144,7 +139,7 @@ class FeishuClient:
         settings: FeishuSettings,
         *,
         attempts: int = 5,
-        backoff: Callable[[RetryCallState], float] | None = None,
+        backoff: Callable[[int], float] | None = None,
         max_retry_after: float = 30.0,
         timeout: float = 10.0,
         connections: int = DEFAULT_CONNECTIONS,
@@ -587,10 +582,10 @@ class FeishuClient:
         )
         return _sent(data)
 
-    def _wait(self, state: RetryCallState) -> float:
-        error = state.outcome.exception() if state.outcome else None
-        backoff = self._backoff(state)
-        if isinstance(error, _Retryable) and error.retry_after is not None:
+    def _wait(self, attempt: int, error: _Retryable) -> float:
+        """Seconds before the attempt after ``attempt`` (1-based), which failed with ``error``."""
+        backoff = self._backoff(attempt)
+        if error.retry_after is not None:
             return max(backoff, min(error.retry_after, self._max_retry_after))
         return backoff
 
@@ -608,20 +603,17 @@ class FeishuClient:
         binary: bool = False,
         limit: int | None = None,
     ) -> dict[str, Any]:
-        """One API call, retried as the module says; ``limit`` streams a download and caps it."""
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._attempts),
-            wait=self._wait,
-            retry=retry_if_exception_type(_Retryable),
-            before_sleep=lambda _state: self.observer.feishu_retry(operation),
-            reraise=True,
-        )
+        """One API call, retried as the module says; ``limit`` streams a download and caps it.
+
+        A plain loop rather than a retry library's: every card update passes here, and the
+        library's per-call set-up cost more than the rest of the call's own Python.
+        """
         url = self._url(uri, paths)
         request = _Request(operation, method.name, url, [*queries], body, files)
         ok = False
         try:
-            async for attempt in retrying:
-                with attempt:
+            for attempt in range(1, self._attempts + 1):
+                try:
                     await self._pacer.wait(receiver, api=operation)
                     self._sending += 1
                     self._idle.clear()
@@ -631,13 +623,18 @@ class FeishuClient:
                         self._sending -= 1
                         if not self._sending:
                             self._idle.set()
-                    ok = True
-                    return result
-        except _Retryable as error:
-            raise Unavailable(
-                f"Feishu {operation} failed after {self._attempts} attempts: {error.reason}",
-                operation=operation,
-            ) from None
+                except _Retryable as error:
+                    if attempt >= self._attempts:
+                        raise Unavailable(
+                            f"Feishu {operation} failed after {self._attempts} attempts: "
+                            f"{error.reason}",
+                            operation=operation,
+                        ) from None
+                    self.observer.feishu_retry(operation)
+                    await asyncio.sleep(self._wait(attempt, error))
+                    continue
+                ok = True
+                return result
         finally:
             self.observer.feishu_call(operation, ok)
         raise AssertionError("unreachable")  # pragma: no cover
