@@ -3,19 +3,20 @@
 Run: .venv/bin/python tests/benchmarks/bench_turn.py [--quick] [--repeats N] [--claude 1,10]
      [--levels 50] [--transports webhook]
 
-The service is the real ``create_app`` as ``amux serve`` builds it (Feishu on, the in-process
-Runtime worker with the bubblewrap sandbox and its default slots), on a loopback port and an event
-loop thread of its own. The fake Feishu and the scripted model share another thread, so their
-arrival times are not held up by the service's loop; the signed webhook events are posted from the
-main thread. The stand-in's rows are measured twice: with events posted to the webhook, and (rows
-``stand-in/lc``) with the service on Feishu's long connection, the fake pushing each event over its
-WebSocket and the SDK's ack ending "event → ack". Each conversation is one member's private chat,
-every member enrolled beforehand (a first contact's enrolment is ``bench_feishu``'s row). Memory is
-on for Claude; off for the stand-in, a declared provider that runs without memory, so that no turn
-of it adds a notice card.
-Each row has a warm-up round, then ``--repeats`` rounds of its conversations posted at once (one
-conversation alone: a few in a row per round), rounds more than a second apart (the length of
-Feishu's rate windows, which the bot's pacing keeps to). Per conversation:
+The service is the real ``create_app`` as ``amux serve`` builds it (Feishu on, the local Runtime
+worker in a process of its own with the bubblewrap sandbox and its default slots; ``--worker
+in-process`` runs it inside the service's process instead, for a same-moment comparison), on a
+loopback port and an event loop thread of its own. The fake Feishu and the scripted model share
+another thread, so their arrival times are not held up by the service's loop; the signed webhook
+events are posted from the main thread. The stand-in's rows are measured twice: with events posted
+to the webhook, and (rows ``stand-in/lc``) with the service on Feishu's long connection, the fake
+pushing each event over its WebSocket and the SDK's ack ending "event → ack". Each conversation is
+one member's private chat, every member enrolled beforehand (a first contact's enrolment is
+``bench_feishu``'s row). Memory is on for Claude; off for the stand-in, a declared provider that
+runs without memory, so that no turn of it adds a notice card. Each row has a warm-up round, then
+``--repeats`` rounds of its conversations posted at once (one conversation alone: a few in a row
+per round), rounds more than a second apart (the length of Feishu's rate windows, which the bot's
+pacing keeps to). Per conversation:
 
   - event → ack: posting the signed event to its HTTP answer;
   - event → progress card: to the fake's arrival of the bot's reply carrying the card;
@@ -27,11 +28,12 @@ Feishu's rate windows, which the bot's pacing keeps to). Per conversation:
     that shows the finished turn;
   - end to end: event → that final card.
 
-Two Agents: ``tests/fakes/turn_agent.sh``, a stand-in that answers at once, and the real Claude
-CLI against the scripted model. Hub CPU per turn is the process's CPU time over a round, less the
-threads of the fakes and of this driver, over the round's turns; RSS is sampled from /proc every
-``SAMPLE_SECONDS`` for this process (the Hub, plus the fakes' few MB) and for each turn's process
-tree (summed VmRSS, so pages shared between processes count once per process).
+Two Agents: ``tests/fakes/turn_agent.sh``, a stand-in that answers at once, and the real Claude CLI
+against the scripted model. Hub CPU per turn is the process's CPU time over a round, less the
+threads of the fakes and of this driver, over the round's turns; the worker's is its process's
+(``/proc``), its children (the Agents, the sandbox's helpers) not counted; RSS is sampled from
+/proc every ``SAMPLE_SECONDS`` for this process (the Hub, plus the fakes' few MB) and for each
+turn's process tree (summed VmRSS, so pages shared between processes count once per process).
 
 Baselines, in the same run: a bare aiohttp handler answering the same signed events at the same
 concurrency; one bare lark-oapi reply to the fake; the bare CLI from spawn to its first model
