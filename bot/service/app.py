@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -100,6 +100,11 @@ def _local_worker(
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         token = _fresh_worker_credential(app[HUB].state)
         work_dir = settings.work_dir_beside(hub_settings.home)
+        # What tells the worker to stop claiming before its task is cancelled: a child process
+        # is told by its SIGTERM, in ``end``.
+        halt: Callable[[], None] = _nothing
+        begin: Callable[[], Awaitable[None]]
+        end: Callable[[], Awaitable[None]]
         if own_process:
             child = WorkerProcess(
                 url,
@@ -112,56 +117,51 @@ def _local_worker(
             )
             app[WORKER_PROCESS] = child
 
-            async def start_child() -> None:
-                if hub_listening is not None:
-                    await hub_listening.wait()
+            async def begin() -> None:
                 child.start()
 
-            starting = asyncio.create_task(start_child())
+            end = child.stop
+        else:
+            stop = asyncio.Event()
+            client = HubClient(url, token, transport=LocalTransport(app))
+            worker = Worker(
+                client,
+                url,
+                settings,
+                work_dir,
+                amux_home=hub_settings.home,
+                launcher=configured_launcher(settings),
+            )
+            halt, end = stop.set, client.close
 
-            async def stop_child(app: web.Application) -> None:
-                # Before in-flight requests are drained: the worker's long poll is one of them.
-                starting.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await starting
-                await child.stop()
-
-            app.on_shutdown.append(stop_child)
-            yield
-            await stop_child(app)
-            return
-        stop = asyncio.Event()
-        client = HubClient(url, token, transport=LocalTransport(app))
-        worker = Worker(
-            client,
-            url,
-            settings,
-            work_dir,
-            amux_home=hub_settings.home,
-            launcher=configured_launcher(settings),
-        )
+            async def begin() -> None:
+                await worker.run_forever(stop)
 
         async def run() -> None:
             if hub_listening is not None:
                 await hub_listening.wait()
-            await worker.run_forever(stop)
+            await begin()
 
         task = asyncio.create_task(run())
 
         async def stop_worker(app: web.Application) -> None:
             # Before in-flight requests are drained: the worker's own long poll is one of them.
             # A turn it was running is retried after the restart, when its lease expires.
-            stop.set()
+            halt()
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            await client.close()
+            await end()
 
         app.on_shutdown.append(stop_worker)
         yield
         await stop_worker(app)
 
     return lifetime
+
+
+def _nothing() -> None:
+    return None
 
 
 def _fresh_worker_credential(state: State) -> str:
