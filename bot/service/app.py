@@ -116,9 +116,11 @@ def _local_worker(
                 logs.current_stream(),
             )
             app[WORKER_PROCESS] = child
+            # Its settings are checked now, so a bad one stops the Hub's start with its reason.
+            await child.start()
 
             async def begin() -> None:
-                child.start()
+                child.go()
 
             end = child.stop
         else:

@@ -13,13 +13,14 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import HubProcess, free_port, parent_of, stand_in, until
+from tests.conftest import AMUX, HubProcess, free_port, parent_of, stand_in, until
 from tests.runtime_bridge.test_workers_remote import alive
 
 pytestmark = [
@@ -167,3 +168,29 @@ async def test_stopping_the_hub_stops_its_worker(tmp_path: Path) -> None:
     assert hub.proc is not None and hub.proc.returncode == 0, hub.log()
     assert not alive(worker)
     assert "did not stop" not in hub.log()
+
+
+def test_a_worker_setting_it_refuses_stops_the_hubs_start_with_its_reason(tmp_path: Path) -> None:
+    hub = HubProcess(
+        tmp_path / "amux-home",
+        free_port(),
+        extra_env={
+            "AMUX_RUNTIME_WORK_DIR": str(tmp_path / "runtime"),
+            "AMUX_RUNTIME_RUN_AS": "no-such-user-here",
+        },
+    )
+    done = subprocess.run(
+        [AMUX, "serve", "--port", str(hub.port)],
+        env=hub.env(),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=tmp_path,
+    )
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (
+        "error: invalid_argument: AMUX_RUNTIME_RUN_AS names no local user: no-such-user-here"
+    ), done.stderr
+    assert "Traceback" not in done.stderr
+    assert not hub.healthy()
