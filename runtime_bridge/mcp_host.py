@@ -36,7 +36,7 @@ import signal
 import socket
 import struct
 import sys
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from types import FrameType
 
@@ -147,6 +147,8 @@ def _child(
     code = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        # The host's own leave-taking is not a launch's server's.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         _join(procs)
         _become_peer(conn)
@@ -255,6 +257,29 @@ class Children:
                     del self._count[key]
 
 
+def _leave_then_die(socket_path: Path) -> Callable[[int, FrameType | None], None]:
+    """A SIGTERM handler that removes the host's socket and its private directory first.
+
+    The worker removes both when it stops the host; a worker killed outright cannot, and its
+    host then ends on the death signal alone, which would leave them behind in the temporary
+    directory.
+    """
+
+    host = os.getpid()
+
+    def leave(signum: int, frame: FrameType | None) -> None:
+        # A server just forked, before it set its own handler, is not the host.
+        if os.getpid() == host:
+            with contextlib.suppress(OSError):
+                socket_path.unlink()
+            with contextlib.suppress(OSError):
+                socket_path.parent.rmdir()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    return leave
+
+
 def serve(socket_path: str) -> None:
     """Listen on ``socket_path`` and fork one server per connection.
 
@@ -268,6 +293,7 @@ def serve(socket_path: str) -> None:
     gc.freeze()
     children = Children()
     signal.signal(signal.SIGCHLD, children.reap)
+    signal.signal(signal.SIGTERM, _leave_then_die(Path(socket_path)))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     previous = os.umask(0o111 if os.geteuid() == 0 else 0o177)
     try:

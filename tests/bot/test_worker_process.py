@@ -20,7 +20,15 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import AMUX, HubProcess, free_port, parent_of, stand_in, until
+from tests.conftest import (
+    AMUX,
+    HubProcess,
+    free_port,
+    parent_of,
+    processes_tagged,
+    stand_in,
+    until,
+)
 from tests.runtime_bridge.test_workers_remote import alive
 
 pytestmark = [
@@ -30,6 +38,7 @@ pytestmark = [
 ]
 
 PROBE = "probe_agent.sh"
+MCP_HOST = "runtime_bridge.mcp_host"
 BOT_SECRET = "feishu-app-secret-" + uuid.uuid4().hex
 OWNER_TOKEN = "amux_owner_" + uuid.uuid4().hex
 
@@ -128,14 +137,20 @@ async def test_a_turns_agent_runs_under_the_workers_own_process_which_holds_no_b
     assert worker_argv[1:3] == [b"-m", b"bot.service.worker_process"], worker_argv
 
 
-async def test_a_worker_that_dies_is_started_again_and_the_next_turn_runs(
+async def test_a_worker_that_dies_is_started_again_leaving_nothing_and_the_next_turn_runs(
     tmp_path: Path,
 ) -> None:
     hub = start(tmp_path)
     try:
         first = (await until(hub.worker_pids, 30))[0]
+        # Its warm MCP host, listening in a private directory of the temporary directory.
+        host = await until(lambda: [p for p in processes_tagged(MCP_HOST) if parent_of(p) == first])
+        socket_path = Path(command_line(host[0])[-2].decode())
+        await until(socket_path.exists, 30)
         os.kill(first, signal.SIGKILL)
         second = await until(lambda: [p for p in hub.worker_pids() if p != first], 30)
+        # Killed outright, the worker removes nothing; its host, ended by its death signal, does.
+        await until(lambda: not socket_path.parent.exists(), 15)
         execution_id, marker = await held_turn(hub, tmp_path)
         marker.with_name("release").touch()
         described = await until(lambda: finished(hub, execution_id), 60, 0.2)
