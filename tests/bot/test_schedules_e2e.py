@@ -70,6 +70,14 @@ async def running_bot(tmp_path: Path) -> AsyncIterator[Bot]:
         yield Bot(bot.hub, bot.feishu, bot.http)
 
 
+async def release(home: Path, workspace: str) -> None:
+    """End a held run. The worker, a process of its own, makes the run's workspace a moment
+    after the Hub records the run as running, so the release waits for the directory."""
+    directory = home / "runtime" / "workspaces" / workspace
+    await until(directory.is_dir, 60)
+    (directory / "release").touch()
+
+
 def state(home: Path, query: str, *args: object) -> list[dict[str, Any]]:
     db = sqlite3.connect(f"file:{home / 'state.sqlite3'}?mode=ro", uri=True, timeout=30)
     try:
@@ -219,7 +227,7 @@ async def test_a_run_still_going_makes_the_next_skip_and_three_failures_pause(
         again = await bot.in_group(ALICE, f"/amux schedule run {holding['id']}")
         await until(lambda: bot.reply_to(again))
         await until(lambda: bot.posted("its last run is still running"), 30)
-        (home / "runtime" / "workspaces" / run["workspace"] / "release").touch()
+        await release(home, run["workspace"])
         await until(lambda: bot.answered("held"), 90)
         await settled(home, holding["id"], 1)
         assert len(runs_of(home, "held")) == 1
@@ -301,7 +309,7 @@ async def test_a_signed_trigger_starts_a_turn_and_forged_or_replayed_ones_start_
         (run_card,) = [m for m in bot.posted("⏰ CI") if not m.root_id]
         assert run_card.chat_id == GROUP
         workspace = runs_of(home, "ci")[0]["workspace"]
-        (home / "runtime" / "workspaces" / workspace / "release").touch()
+        await release(home, workspace)
         await until(lambda: bot.answered("ci"), 90)
 
 

@@ -259,9 +259,10 @@ async def test_a_sparse_file_of_gigabytes_is_not_committed_and_costs_the_workers
     assert work.diff is not None and "+hello" in work.diff and "a line of text" not in work.diff
     assert work.diff.endswith("# amux: not in this diff, over 1 MiB: table.csv\n")
     # No git process of the worker's came near reading the 3 GiB (one that read it would hold
-    # gigabytes; the service's own Python children hold a few hundred MiB), and the turn did
-    # not wait for one to hash it.
-    assert peak <= max(before, 512 * 1024), f"a child of the worker peaked at {peak} KiB"
+    # gigabytes), and the turn did not wait for one to hash it. The measure is every child this
+    # test process has reaped, so an earlier test's Agent CLI ending meanwhile (under 1 GiB)
+    # may raise it a little; a git that read the file would raise it by gigabytes.
+    assert peak <= max(before, 1024 * 1024), f"a child of the worker peaked at {peak} KiB"
     assert took < 60
 
 
